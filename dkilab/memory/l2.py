@@ -1,0 +1,101 @@
+"""L2: business-state memory (seed session-l1-l2-memory §4) with the four inherit/override rules.
+
+State: {session_id, current_customer_id, operation_chain: [{intent, active_domain, business_object,
+operation_stage, last_action, last_update}, ...]}; the last chain entry is the current operation.
+Every version is kept in SQLite for audit (the seed's ES index); the current state lives in the
+hot backend (SQLite or Redis) and expires with the session.
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from typing import Any, Callable, Sequence
+
+from dkilab.memory.sessions import DEFAULT_TTL, iso
+from dkilab.memory.sqlite import transaction, with_retry
+
+DEFAULT_STAGE_ORDER = ("创建", "入库", "审批")
+ENTRY_FIELDS = ("active_domain", "business_object", "operation_stage", "last_action")
+
+AUDIT_SCHEMA = """
+CREATE TABLE IF NOT EXISTS l2_versions(
+    session_id TEXT NOT NULL, version INTEGER NOT NULL, state TEXT NOT NULL, rule TEXT NOT NULL,
+    created_at REAL NOT NULL, PRIMARY KEY(session_id, version));
+"""
+
+
+class L2Memory:
+    def __init__(self, backend, conn: sqlite3.Connection, stage_order: Sequence[str] = DEFAULT_STAGE_ORDER,
+                 ttl: float = DEFAULT_TTL, clock: Callable[[], float] = time.time):
+        if len(set(stage_order)) != len(stage_order):
+            raise ValueError(f"stage_order has repeated stages: {list(stage_order)}")
+        self.backend, self.conn, self.stage_order = backend, conn, tuple(stage_order)
+        self.ttl, self.clock = float(ttl), clock
+        with_retry(lambda: conn.executescript(AUDIT_SCHEMA))
+
+    def get_l2_state(self, session_id: str) -> dict[str, Any] | None:
+        return self.backend.get_l2(session_id, self.clock())
+
+    def update_l2_state(self, session_id: str, intent: str, entities: dict[str, Any] | None,
+                        previous_l2: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Merge a new (intent, entities) extraction into the session's state and save a new version.
+
+        1. a different intent overwrites the whole state;
+        2. same intent, business object not given -> inherit object/domain/stage from the last entry;
+        3. an explicitly different business object overwrites (a new operation chain);
+        4. the stage only moves forward along `stage_order` (a backwards or unknown stage is ignored).
+        """
+        if not isinstance(intent, str) or not intent.strip():
+            raise ValueError(f"L2 update for session {session_id!r}: intent must be a non-empty string, got {intent!r}")
+        if entities is not None and not isinstance(entities, dict):
+            raise ValueError(f"L2 update for session {session_id!r}: entities must be a dict, got {type(entities).__name__}")
+        entities = dict(entities or {})
+        previous = previous_l2 if previous_l2 is not None else self.get_l2_state(session_id)
+        chain = list((previous or {}).get("operation_chain") or [])
+        last = chain[-1] if chain else None
+        now = self.clock()
+        obj = entities.get("business_object")
+        fresh = {"intent": intent, **{k: entities.get(k) for k in ENTRY_FIELDS},
+                 **{k: v for k, v in entities.items() if k not in ENTRY_FIELDS and k != "customer_id"}}
+        customer = entities.get("customer_id")
+        if last is None or last.get("intent") != intent:
+            rule, chain = "overwrite_intent" if last else "new", [fresh]
+        elif obj is not None and obj != last.get("business_object"):
+            rule, chain = "overwrite_object", [fresh]
+            customer = customer if customer is not None else (previous or {}).get("current_customer_id")
+        else:
+            rule = "inherit"
+            entry = {k: (v if v is not None else last.get(k)) for k, v in fresh.items()}
+            entry.update({k: v for k, v in last.items() if k not in entry and k != "last_update"})
+            entry["operation_stage"] = self._forward_stage(last.get("operation_stage"), entities.get("operation_stage"))
+            chain = chain + [entry]
+            customer = customer if customer is not None else (previous or {}).get("current_customer_id")
+        chain[-1]["last_update"] = iso(now)
+        state = {"session_id": session_id, "current_customer_id": customer, "operation_chain": chain}
+        self.backend.set_l2(session_id, state, self.ttl, now)
+        self._audit(session_id, state, rule, now)
+        return state
+
+    def _forward_stage(self, old: str | None, new: str | None) -> str | None:
+        if new is None or old is None:
+            return new if old is None else old
+        if new not in self.stage_order or old not in self.stage_order:
+            return old if new not in self.stage_order else new
+        return new if self.stage_order.index(new) >= self.stage_order.index(old) else old
+
+    def _audit(self, session_id: str, state: dict[str, Any], rule: str, now: float) -> None:
+        def save():
+            with transaction(self.conn) as c:
+                v = c.execute("SELECT COALESCE(MAX(version), 0) + 1 FROM l2_versions WHERE session_id=?",
+                              (session_id,)).fetchone()[0]
+                c.execute("INSERT INTO l2_versions VALUES(?,?,?,?,?)",
+                          (session_id, v, json.dumps(state, ensure_ascii=False), rule, now))
+        with_retry(save)
+
+    def history(self, session_id: str) -> list[dict[str, Any]]:
+        """Every saved version of the session's L2 state, oldest first: {version, rule, created_at, state}."""
+        rows = self.conn.execute("SELECT version, state, rule, created_at FROM l2_versions WHERE session_id=? "
+                                 "ORDER BY version", (session_id,)).fetchall()
+        return [{"version": r["version"], "rule": r["rule"], "created_at": iso(r["created_at"]),
+                 "state": json.loads(r["state"])} for r in rows]

@@ -1,0 +1,249 @@
+"""MemoryStore: messages in SQLite (+FTS5 for BM25) with per-user FAISS indexes beside it."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import tempfile
+import threading
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+
+from dkilab.memory.cursor import CursorCodec
+from dkilab.memory.embedder import DEFAULT_EMBEDDER, Embedder
+from dkilab.memory.sqlite import connect, transaction, with_retry
+from dkilab.memory.vectors import VectorIndex
+from dkilab.text.segment import segment
+from dkilab.types import Message
+
+DB_FILE = "memory.sqlite"
+SCHEMA_VERSION = "1"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS messages(
+    rid INTEGER PRIMARY KEY,
+    message_id TEXT NOT NULL UNIQUE,
+    user_id TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    turn_id INTEGER NOT NULL,
+    role TEXT NOT NULL,
+    content TEXT NOT NULL,
+    ts REAL NOT NULL,
+    topic TEXT,
+    speaker TEXT,
+    metadata TEXT NOT NULL,
+    embedding BLOB
+);
+CREATE INDEX IF NOT EXISTS messages_user_ts ON messages(user_id, ts, rid);
+CREATE INDEX IF NOT EXISTS messages_session_turn ON messages(user_id, session_id, turn_id, rid);
+-- body: segmented content; extra: segmented speaker/topic/index_extra; ukey: one token per user
+CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(
+    body, extra, ukey, content='', tokenize='porter unicode61 remove_diacritics 2'
+);
+CREATE TABLE IF NOT EXISTS result_sets(
+    cid TEXT PRIMARY KEY, sig TEXT NOT NULL, created REAL NOT NULL, rids TEXT NOT NULL
+);
+"""
+
+_MSG_COLS = "rid, message_id, user_id, session_id, turn_id, role, content, ts, topic, speaker, metadata"
+
+
+def user_key(user_id: str) -> str:
+    """The FTS/FAISS token for a user: no user id text ever reaches a query string."""
+    return "u" + hashlib.sha1(user_id.encode()).hexdigest()[:20]
+
+
+def index_text(msg: Message) -> str:
+    """Text embedded for semantic search: speaker name, content and any loader-supplied extra text."""
+    parts = [f"{msg.speaker}: {msg.content}" if msg.speaker else msg.content]
+    if msg.metadata.get("index_extra"):
+        parts.append(str(msg.metadata["index_extra"]))
+    return " ".join(parts)
+
+
+def row_to_message(row) -> Message:
+    return Message(
+        message_id=row["message_id"], user_id=row["user_id"], session_id=row["session_id"],
+        turn_id=row["turn_id"], role=row["role"], content=row["content"], timestamp=row["ts"],
+        topic=row["topic"], speaker=row["speaker"], metadata=json.loads(row["metadata"]),
+    )
+
+
+class MemoryStore:
+    """A directory holding `memory.sqlite` and `faiss/`; `open(None)` makes a throw-away store.
+
+    Use `store.for_user(user_id)` for queries: the returned view is bound to one user.
+    """
+
+    def __init__(self, path: str | None, embedder: Embedder | None = None, result_cap: int = 1000):
+        self._tmpdir = None
+        if path in (None, ":memory:"):
+            self._tmpdir = tempfile.TemporaryDirectory(prefix="dkilab-store-")
+            path = self._tmpdir.name
+        self.path = Path(path)
+        if self.path.exists() and not self.path.is_dir():
+            raise ValueError(f"memory store path {self.path} exists and is not a directory")
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.embedder = embedder or Embedder()
+        self.result_cap = result_cap
+        self.conn = connect(str(self.path / DB_FILE))
+        self._lock = threading.RLock()
+        with_retry(lambda: self.conn.executescript(_SCHEMA))
+        self._init_meta()
+        self.cursors = CursorCodec(bytes.fromhex(self._meta["cursor_secret"]))
+        self._vectors = None
+
+    @classmethod
+    def open(cls, path: str | os.PathLike | None = None, embedder: Embedder | None = None, **kwargs) -> "MemoryStore":
+        return cls(None if path is None else str(path), embedder=embedder, **kwargs)
+
+    # --- metadata -------------------------------------------------------------------------
+    def _init_meta(self) -> None:
+        def init():
+            with transaction(self.conn) as c:
+                c.execute("INSERT OR IGNORE INTO meta VALUES('schema_version', ?)", (SCHEMA_VERSION,))
+                c.execute("INSERT OR IGNORE INTO meta VALUES('cursor_secret', ?)", (secrets.token_hex(16),))
+        with_retry(init)
+        self._meta = {r["key"]: r["value"] for r in self.conn.execute("SELECT key, value FROM meta")}
+        if self._meta["schema_version"] != SCHEMA_VERSION:
+            raise ValueError(f"{self.path / DB_FILE}: schema version {self._meta['schema_version']}, expected {SCHEMA_VERSION}")
+
+    def _check_embedder(self, dim: int) -> None:
+        """Record the embedder on first use; refuse a store built with a different one."""
+        name = self.embedder.model_name
+        def record():
+            with transaction(self.conn) as c:
+                c.execute("INSERT OR IGNORE INTO meta VALUES('embedder', ?)", (name,))
+                c.execute("INSERT OR IGNORE INTO meta VALUES('embedding_dim', ?)", (str(dim),))
+        with_retry(record)
+        self._meta = {r["key"]: r["value"] for r in self.conn.execute("SELECT key, value FROM meta")}
+        if int(self._meta["embedding_dim"]) != dim:
+            raise ValueError(
+                f"{self.path / DB_FILE} holds {self._meta['embedding_dim']}-d embeddings from "
+                f"{self._meta['embedder']!r}; the embedder {name!r} gives {dim}-d vectors"
+            )
+
+    @property
+    def vectors(self):
+        if self._vectors is None:
+            dim = int(self._meta.get("embedding_dim") or self.embedder.dim)
+            self._vectors = VectorIndex(dim, None if self._tmpdir else self.path / "faiss")
+        return self._vectors
+
+    # --- ingest ---------------------------------------------------------------------------
+    def add_messages(self, messages: Iterable[Message], embeddings: np.ndarray | None = None,
+                     batch_size: int = 512, show_progress: bool = False) -> int:
+        """Ingest messages in bulk; returns how many were new.
+
+        Idempotent by `message_id`: a message already stored with the same content is skipped; the
+        same id with different content raises ValueError naming it (nothing of that batch is written).
+        `embeddings` (n, dim), unit rows, may be given to skip the embedder (benchmarks, tests).
+        """
+        batch: list[Message] = []
+        added = offset = 0
+        for msg in messages:
+            if not isinstance(msg, Message):
+                raise TypeError(f"add_messages expects dkilab.types.Message, got {type(msg).__name__}")
+            batch.append(msg)
+            if len(batch) >= batch_size:
+                added += self._add_batch(batch, None if embeddings is None else embeddings[offset:offset + len(batch)], show_progress)
+                offset += len(batch)
+                batch = []
+        if batch:
+            added += self._add_batch(batch, None if embeddings is None else embeddings[offset:offset + len(batch)], show_progress)
+            offset += len(batch)
+        if embeddings is not None and offset != len(embeddings):
+            raise ValueError(f"add_messages got {offset} messages but {len(embeddings)} embeddings")
+        return added
+
+    def _add_batch(self, batch: list[Message], vecs: np.ndarray | None, show_progress: bool) -> int:
+        ids = [m.message_id for m in batch]
+        if len(set(ids)) != len(ids):
+            dup = next(i for i in ids if ids.count(i) > 1)
+            raise ValueError(f"message_id {dup!r} appears twice in one batch")
+        existing = self._existing(ids)
+        fresh_idx = []
+        for i, m in enumerate(batch):
+            old = existing.get(m.message_id)
+            if old is None:
+                fresh_idx.append(i)
+            elif old != (m.user_id, m.content):
+                raise ValueError(
+                    f"message_id {m.message_id!r} is already stored with a different user or content; "
+                    "message ids must be unique (nothing from this batch was written)")
+        if not fresh_idx:
+            return 0
+        fresh = [batch[i] for i in fresh_idx]
+        if vecs is None:
+            vecs = self.embedder.encode([index_text(m) for m in fresh], show_progress=show_progress)
+        else:
+            vecs = np.ascontiguousarray(np.asarray(vecs, dtype=np.float32)[fresh_idx])
+        self._check_embedder(vecs.shape[1])
+        rows = []
+        for m, v in zip(fresh, vecs):
+            extra = " ".join(x for x in (m.speaker, m.topic, m.metadata.get("index_extra")) if x)
+            rows.append((m, v.tobytes(), " ".join(segment(m.content)), " ".join(segment(extra))))
+        return with_retry(lambda: self._insert(rows))
+
+    def _existing(self, ids: list[str]) -> dict[str, tuple[str, str]]:
+        out = {}
+        for i in range(0, len(ids), 500):
+            chunk = ids[i:i + 500]
+            q = f"SELECT message_id, user_id, content FROM messages WHERE message_id IN ({','.join('?' * len(chunk))})"
+            out.update({r["message_id"]: (r["user_id"], r["content"]) for r in self.conn.execute(q, chunk)})
+        return out
+
+    def _insert(self, rows) -> int:
+        added = 0
+        with self._lock, transaction(self.conn) as c:
+            for m, emb, body, extra in rows:
+                cur = c.execute(
+                    "INSERT OR IGNORE INTO messages(message_id, user_id, session_id, turn_id, role, content, ts,"
+                    " topic, speaker, metadata, embedding) VALUES(?,?,?,?,?,?,?,?,?,?,?)",
+                    (m.message_id, m.user_id, m.session_id, m.turn_id, m.role, m.content, m.timestamp.timestamp(),
+                     m.topic, m.speaker, json.dumps(m.metadata, ensure_ascii=False, default=str), emb),
+                )
+                if cur.rowcount:  # another process may have stored it meanwhile
+                    c.execute("INSERT INTO messages_fts(rowid, body, extra, ukey) VALUES(?,?,?,?)",
+                              (cur.lastrowid, body, extra, user_key(m.user_id)))
+                    added += 1
+        return added
+
+    # --- access ---------------------------------------------------------------------------
+    def for_user(self, user_id: str):
+        """The query API bound to one user (seed recall-agent §3)."""
+        from dkilab.memory.view import UserMemory
+
+        if not isinstance(user_id, str) or not user_id:
+            raise ValueError(f"user_id must be a non-empty string, got {user_id!r}")
+        return UserMemory(self, user_id)
+
+    def users(self) -> list[str]:
+        return [r[0] for r in self.conn.execute("SELECT DISTINCT user_id FROM messages ORDER BY user_id")]
+
+    def count(self) -> int:
+        return self.conn.execute("SELECT COUNT(*) FROM messages").fetchone()[0]
+
+    def flush(self) -> None:
+        """Persist the FAISS indexes (the SQLite data is durable at every commit)."""
+        if self._vectors is not None:
+            self._vectors.flush()
+
+    def close(self) -> None:
+        self.flush()
+        self.conn.close()
+        if self._tmpdir is not None:
+            self._tmpdir.cleanup()
+
+    def __enter__(self) -> "MemoryStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"MemoryStore({str(self.path)!r}, messages={self.count()})"

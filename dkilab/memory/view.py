@@ -1,0 +1,288 @@
+"""UserMemory: the recall-agent query API (seed recall-agent §3), bound to one user.
+
+No method takes a user id; every SQL statement and FAISS index is scoped to the bound user.
+"""
+from __future__ import annotations
+
+import re
+import secrets
+import time
+from datetime import datetime
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from dkilab.memory.cursor import query_signature
+from dkilab.memory.sqlite import transaction, with_retry
+from dkilab.memory.store import _MSG_COLS, row_to_message, user_key
+from dkilab.text.lang import has_cjk
+from dkilab.text.segment import content_tokens, segment
+from dkilab.types import Hit, Message, Page, to_utc
+
+_PHRASE = re.compile(r'"([^"]*)"|“([^”]*)”|「([^」]*)」')
+RESULT_SET_TTL = 3600.0
+
+
+class MessageNotFoundError(KeyError):
+    """Raised for a message id this user's memory does not hold."""
+
+    def __init__(self, message_id: str):
+        super().__init__(message_id)
+        self.message_id = message_id
+
+    def __str__(self) -> str:
+        return f"no message with id {self.message_id!r} in this user's memory"
+
+
+class TimeRange(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    since: datetime | None = None
+    until: datetime | None = None
+
+
+class QueryFilter(BaseModel):
+    """`filter` of lexical_search / semantic_search: {role, session_id, time_range: {since, until}}."""
+
+    model_config = ConfigDict(extra="forbid")
+    role: str | None = None
+    session_id: str | None = None
+    time_range: TimeRange | None = None
+
+
+def _parse_filter(filter) -> QueryFilter:
+    if filter is None:
+        return QueryFilter()
+    if isinstance(filter, QueryFilter):
+        return filter
+    try:
+        return QueryFilter.model_validate(filter)
+    except ValidationError as exc:
+        bad = "; ".join(f"filter.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise ValueError(f"invalid filter: {bad}") from None
+
+
+def _check_range(name: str, value: int, lo: int, hi: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+        raise ValueError(f"{name} must be an integer between {lo} and {hi}, got {value!r}")
+    return value
+
+
+def _fts_quote(tokens: list[str]) -> str:
+    return '"' + " ".join(t.replace('"', '""') for t in tokens) + '"'
+
+
+def _epoch(ts) -> float | None:
+    return None if ts is None else to_utc(ts).timestamp()
+
+
+class UserMemory:
+    def __init__(self, store, user_id: str):
+        self._store = store
+        self._user_id = user_id
+        self._ukey = user_key(user_id)
+
+    @property
+    def user_id(self) -> str:
+        return self._user_id
+
+    # --- helpers ---------------------------------------------------------------------------
+    def _filter_sql(self, f: QueryFilter, alias: str = "") -> tuple[str, list]:
+        a = f"{alias}." if alias else ""
+        sql, args = [f"{a}user_id=?"], [self._user_id]
+        if f.role:
+            sql.append(f"{a}role=?"); args.append(f.role)
+        if f.session_id:
+            sql.append(f"{a}session_id=?"); args.append(f.session_id)
+        if f.time_range and f.time_range.since:
+            sql.append(f"{a}ts>=?"); args.append(_epoch(f.time_range.since))
+        if f.time_range and f.time_range.until:
+            sql.append(f"{a}ts<?"); args.append(_epoch(f.time_range.until))
+        return " AND ".join(sql), args
+
+    def _rows_by_rid(self, rids: list[int]) -> dict[int, Message]:
+        out = {}
+        for i in range(0, len(rids), 500):
+            chunk = [int(r) for r in rids[i:i + 500]]
+            q = f"SELECT {_MSG_COLS} FROM messages WHERE user_id=? AND rid IN ({','.join('?' * len(chunk))})"
+            out.update({r["rid"]: row_to_message(r) for r in self._store.conn.execute(q, [self._user_id, *chunk])})
+        return out
+
+    def _row(self, message_id: str):
+        row = self._store.conn.execute(
+            f"SELECT {_MSG_COLS} FROM messages WHERE message_id=? AND user_id=?", (message_id, self._user_id)).fetchone()
+        if row is None:
+            raise MessageNotFoundError(message_id)
+        return row
+
+    # --- the four query tools + get ---------------------------------------------------------
+    def get(self, message_id: str) -> Message:
+        return row_to_message(self._row(message_id))
+
+    def messages_list(self, since=None, until=None, role: str | None = None, page_size: int = 50,
+                      cursor: str | None = None) -> Page:
+        """Messages in time order (since inclusive, until exclusive); keyset-paged over a snapshot."""
+        _check_range("page_size", page_size, 1, 1000)
+        f = QueryFilter(role=role, time_range=TimeRange(since=since, until=until))
+        sig = query_signature("messages_list", self._user_id, f.model_dump(mode="json"))
+        conn = self._store.conn
+        if cursor is None:
+            snap = conn.execute("SELECT COALESCE(MAX(rid), 0) FROM messages").fetchone()[0]
+            after = None
+        else:
+            state = self._store.cursors.decode(cursor, sig)
+            snap, after = state["snap"], (state["ts"], state["rid"])
+        where, args = self._filter_sql(f)
+        where += " AND rid<=?"; args.append(snap)
+        if after:
+            where += " AND (ts>? OR (ts=? AND rid>?))"; args += [after[0], after[0], after[1]]
+        rows = conn.execute(f"SELECT {_MSG_COLS} FROM messages WHERE {where} ORDER BY ts, rid LIMIT ?",
+                            [*args, page_size + 1]).fetchall()
+        nxt = None
+        if len(rows) > page_size:
+            rows = rows[:page_size]
+            nxt = self._store.cursors.encode(sig, {"snap": snap, "ts": rows[-1]["ts"], "rid": rows[-1]["rid"]})
+        return Page([Hit(row_to_message(r)) for r in rows], nxt)
+
+    def lexical_search(self, query_text: str, filter=None, page_size: int = 20, cursor: str | None = None) -> Page:
+        """BM25 over FTS5. `"quoted phrases"` must match as phrases; other words are OR-ed.
+
+        Everything in `query_text` is turned into quoted FTS strings, so FTS syntax in user text is
+        matched literally, never executed. A result set (up to the store's `result_cap` hits) is
+        ranked once and paged from a snapshot, so pages stay stable while messages arrive.
+        """
+        _check_range("page_size", page_size, 1, 200)
+        f = _parse_filter(filter)
+        if not isinstance(query_text, str) or not query_text.strip():
+            return Page([], None)
+        sig = query_signature("lexical_search", self._user_id, query_text, f.model_dump(mode="json"))
+        if cursor is not None:
+            state = self._store.cursors.decode(cursor, sig)
+            ranked = self._load_result_set(state["cid"], sig)
+            return self._page(ranked, state["o"], page_size, sig, state["cid"])
+        ranked = self._rank(query_text, f)
+        return self._page(ranked, 0, page_size, sig, None)
+
+    def _rank(self, query_text: str, f: QueryFilter) -> list[tuple[int, float]]:
+        phrases = [next(g for g in m.groups() if g is not None) for m in _PHRASE.finditer(query_text)]
+        phrases = [p for p in phrases if segment(p)]
+        words = list(dict.fromkeys(content_tokens(_PHRASE.sub(" ", query_text))))
+        if not phrases and not words:
+            return []
+        required = [_fts_quote(segment(p)) for p in phrases]
+        optional = [*required, *(_fts_quote([w]) for w in words)]
+        expr = " AND ".join([*required, "(" + " OR ".join(optional) + ")"])
+        match = f'ukey : "{self._ukey}" AND {{body extra}} : ({expr})'
+        where, args = self._filter_sql(f, "m")
+        rows = self._store.conn.execute(
+            "SELECT m.rid AS rid, bm25(messages_fts, 1.0, 0.6, 0.0) AS s FROM messages_fts "
+            f"JOIN messages m ON m.rid = messages_fts.rowid WHERE messages_fts MATCH ? AND {where} "
+            "ORDER BY s, m.rid LIMIT ?", [match, *args, self._store.result_cap]).fetchall()
+        ranked = [(r["rid"], -float(r["s"])) for r in rows]
+        if not ranked and any(has_cjk(p) for p in phrases):
+            ranked = self._substring_fallback(phrases, where, args)
+        return ranked
+
+    def _substring_fallback(self, phrases, where, args) -> list[tuple[int, float]]:
+        # jieba can cut a phrase differently inside a sentence than alone: match the raw text instead
+        like = " AND ".join("m.content LIKE ? ESCAPE '\\'" for _ in phrases)
+        pats = ["%" + p.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%" for p in phrases]
+        rows = self._store.conn.execute(
+            f"SELECT m.rid AS rid FROM messages m WHERE {where} AND {like} ORDER BY m.ts DESC, m.rid DESC LIMIT ?",
+            [*args, *pats, self._store.result_cap]).fetchall()
+        return [(r["rid"], 0.0) for r in rows]
+
+    def _page(self, ranked, offset: int, page_size: int, sig: str, cid: str | None) -> Page:
+        chunk = ranked[offset:offset + page_size]
+        msgs = self._rows_by_rid([rid for rid, _ in chunk])
+        items = [Hit(msgs[rid], score) for rid, score in chunk if rid in msgs]
+        nxt = None
+        if offset + page_size < len(ranked):
+            cid = cid or self._save_result_set(ranked, sig)
+            nxt = self._store.cursors.encode(sig, {"cid": cid, "o": offset + page_size})
+        return Page(items, nxt)
+
+    def _save_result_set(self, ranked, sig: str) -> str:
+        import json
+
+        cid = secrets.token_hex(8)
+        now = time.time()
+
+        def save():
+            with transaction(self._store.conn) as c:
+                c.execute("DELETE FROM result_sets WHERE created<?", (now - RESULT_SET_TTL,))
+                c.execute("INSERT INTO result_sets VALUES(?,?,?,?)", (cid, sig, now, json.dumps(ranked)))
+        with_retry(save)
+        return cid
+
+    def _load_result_set(self, cid: str, sig: str):
+        import json
+
+        row = self._store.conn.execute("SELECT sig, rids FROM result_sets WHERE cid=?", (cid,)).fetchone()
+        if row is None or row["sig"] != sig:
+            raise ValueError(f"cursor has expired (result sets are kept {RESULT_SET_TTL:.0f} s); start again without a cursor")
+        return [tuple(x) for x in json.loads(row["rids"])]
+
+    def semantic_search(self, query_text: str | None = None, query_embedding=None, filter=None,
+                        top_k: int = 10, min_score: float | None = None) -> Page:
+        """Cosine-similarity search over this user's FAISS index (scores in [-1, 1])."""
+        _check_range("top_k", top_k, 1, 1000)
+        f = _parse_filter(filter)
+        if (query_text is None) == (query_embedding is None):
+            raise ValueError("semantic_search needs exactly one of query_text or query_embedding")
+        store = self._store
+        if query_embedding is None:
+            if not isinstance(query_text, str) or not query_text.strip():
+                return Page([], None)
+            query = store.embedder.encode_query(query_text)
+        else:
+            query = np.asarray(query_embedding, dtype=np.float32).reshape(-1)
+        index = store.vectors.index_for(store.conn, self._user_id, self._ukey)
+        if query.shape[0] != store.vectors.dim:
+            raise ValueError(f"query_embedding has {query.shape[0]} dimensions, the store holds {store.vectors.dim}")
+        allowed = None
+        if f != QueryFilter():
+            where, args = self._filter_sql(f)
+            allowed = np.array([r[0] for r in store.conn.execute(f"SELECT rid FROM messages WHERE {where}", args)],
+                               dtype=np.int64)
+        scores, rids = store.vectors.search(index, query, top_k, allowed)
+        msgs = self._rows_by_rid(rids.tolist())
+        items = [Hit(msgs[int(r)], float(s)) for s, r in zip(scores, rids)
+                 if int(r) in msgs and (min_score is None or s >= min_score)]
+        return Page(items, None)
+
+    def neighbors(self, message_id: str, before: int = 5, after: int = 5) -> list[Message]:
+        """The anchor message with up to `before`/`after` messages around it in the same session."""
+        _check_range("before", before, 0, 1000)
+        _check_range("after", after, 0, 1000)
+        a = self._row(message_id)
+        key = (a["turn_id"], a["ts"], a["rid"])
+        base = f"SELECT {_MSG_COLS} FROM messages WHERE user_id=? AND session_id=? AND "
+        prev = self._store.conn.execute(
+            base + "(turn_id, ts, rid) < (?,?,?) ORDER BY turn_id DESC, ts DESC, rid DESC LIMIT ?",
+            (self._user_id, a["session_id"], *key, before)).fetchall()
+        nxt = self._store.conn.execute(
+            base + "(turn_id, ts, rid) > (?,?,?) ORDER BY turn_id, ts, rid LIMIT ?",
+            (self._user_id, a["session_id"], *key, after)).fetchall()
+        return [row_to_message(r) for r in [*reversed(prev), a, *nxt]]
+
+    # --- conveniences for recall and strategies ---------------------------------------------
+    def session_messages(self, session_id: str) -> list[Message]:
+        """Every message of one session in turn order."""
+        rows = self._store.conn.execute(
+            f"SELECT {_MSG_COLS} FROM messages WHERE user_id=? AND session_id=? ORDER BY turn_id, ts, rid",
+            (self._user_id, session_id)).fetchall()
+        return [row_to_message(r) for r in rows]
+
+    def recent(self, n: int, session_id: str | None = None) -> list[Message]:
+        """The latest `n` messages (of one session if given), oldest first."""
+        where, args = self._filter_sql(QueryFilter(session_id=session_id))
+        rows = self._store.conn.execute(
+            f"SELECT {_MSG_COLS} FROM messages WHERE {where} ORDER BY ts DESC, turn_id DESC, rid DESC LIMIT ?",
+            [*args, n]).fetchall()
+        return [row_to_message(r) for r in reversed(rows)]
+
+    def count(self) -> int:
+        return self._store.conn.execute("SELECT COUNT(*) FROM messages WHERE user_id=?", (self._user_id,)).fetchone()[0]
+
+    def __repr__(self) -> str:
+        return f"UserMemory(user={self._user_id!r}, messages={self.count()})"

@@ -1,0 +1,75 @@
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def embedder():
+    """The real offline MiniLM embedder, loaded once per test session."""
+    from dkilab.memory import Embedder
+
+    emb = Embedder()
+    emb.encode(["warm up"])
+    return emb
+
+
+@pytest.fixture
+def store(embedder, tmp_path):
+    from dkilab.memory import MemoryStore
+
+    s = MemoryStore.open(tmp_path / "store", embedder=embedder)
+    yield s
+    s.close()
+
+
+def random_unit(n: int, dim: int = 384, seed: int = 0) -> np.ndarray:
+    v = np.random.default_rng(seed).standard_normal((n, dim)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def redis_url():
+    """A real redis-server on a free loopback port, started for this test session."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        if os.environ.get("DKILAB_REQUIRE_REDIS"):
+            pytest.fail("redis-server is not installed (scripts/install-redis.sh installs it)")
+        pytest.skip("redis-server is not installed")
+    port = _free_port()
+    workdir = tempfile.mkdtemp(prefix="dkilab-redis-")
+    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                             "--dir", workdir], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    import redis
+
+    client = redis.Redis(port=port)
+    for _ in range(100):
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            time.sleep(0.05)
+    else:
+        proc.kill()
+        pytest.fail("redis-server did not start")
+    yield f"redis://127.0.0.1:{port}/0"
+    proc.terminate()
+    proc.wait(timeout=10)
+    shutil.rmtree(workdir, ignore_errors=True)

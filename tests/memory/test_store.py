@@ -1,0 +1,177 @@
+from datetime import datetime, timedelta, timezone
+
+import numpy as np
+import pytest
+
+from dkilab.memory import MemoryStore, MessageNotFoundError
+from dkilab.types import Message
+from tests.conftest import random_unit
+
+T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
+
+
+def msg(mid, text, user="alice", session="s1", turn=1, role="user", minutes=0, **kw):
+    return Message(mid, user, session, turn, role, text, T0 + timedelta(minutes=minutes), **kw)
+
+
+CORPUS = [
+    msg("a1", "我不吃辣，点菜的时候要提醒我", minutes=0),
+    msg("a2", "好的，记住了您不吃辣", role="assistant", minutes=1),
+    msg("a3", "I adopted a grey cat named Pixel from the shelter", session="s2", turn=1, minutes=60),
+    msg("a4", "The cat is grey and very playful", session="s2", turn=1, role="assistant", minutes=61),
+    msg("a5", "辣的东西我以前很喜欢，后来不吃了", session="s2", turn=2, minutes=62),
+    msg("a6", "Next week I fly to Lisbon for a conference", session="s3", turn=1, minutes=2000),
+    msg("b1", "Bob also loves grey cats and spicy food 不吃辣", user="bob", session="bs1", minutes=5),
+]
+
+
+@pytest.fixture
+def filled(store):
+    assert store.add_messages(CORPUS) == len(CORPUS)
+    return store
+
+
+def ids(page):
+    return [h.message_id for h in page.items]
+
+
+def test_add_is_idempotent_and_rejects_conflicting_ids(filled):
+    assert filled.add_messages(CORPUS) == 0
+    assert filled.count() == len(CORPUS)
+    clash = msg("a1", "something else entirely")
+    fresh = msg("a9", "a new message in the same batch")
+    with pytest.raises(ValueError, match="'a1'"):
+        filled.add_messages([fresh, clash])
+    assert filled.count() == len(CORPUS)  # the whole batch was refused
+    with pytest.raises(ValueError, match="twice"):
+        filled.add_messages([fresh, fresh])
+
+
+def test_chinese_and_english_lexical_search(filled):
+    alice = filled.for_user("alice")
+    assert set(ids(alice.lexical_search("不吃辣"))) >= {"a1", "a2"}
+    hits = alice.lexical_search("Pixel shelter")
+    assert ids(hits)[0] == "a3" and hits.items[0].score > 0
+    assert ids(alice.lexical_search("Lisbon")) == ["a6"]
+    # English keeps words and stems: "adopting" finds "adopted"
+    assert ids(alice.lexical_search("adopting")) == ["a3"]
+
+
+def test_phrase_search(filled):
+    alice = filled.for_user("alice")
+    assert set(ids(alice.lexical_search('"不吃辣"'))) == {"a1", "a2"}  # a5 has 不吃 and 辣 apart
+    assert ids(alice.lexical_search('"grey cat"')) == ["a3"]  # a4 has "is grey", not "grey cat"
+    assert ids(alice.lexical_search('"cat grey"')) == []
+    assert set(ids(alice.lexical_search("“不吃辣”"))) == {"a1", "a2"}  # full-width quotes too
+
+
+@pytest.mark.parametrize("query", ['NEAR(grey cat)', 'grey OR', 'body:cat', 'cat*', '"unbalanced', '^grey',
+                                   'grey AND NOT cat', "it's", '""', '(((', 'ukey:x', '{body extra}: cat'])
+def test_fts_syntax_in_user_text_is_never_executed(filled, query):
+    page = filled.for_user("alice").lexical_search(query)
+    assert all(h.user_id == "alice" for h in page.items)
+
+
+def test_fts_operator_words_match_literally(store):
+    store.add_messages([msg("x1", "NEAR the station"), msg("x2", "near or far")], embeddings=random_unit(2))
+    assert set(ids(store.for_user("alice").lexical_search("NEAR"))) == {"x1", "x2"}
+
+
+def test_empty_query_gives_empty_page(filled):
+    alice = filled.for_user("alice")
+    for q in ["", "   ", "\n\t"]:
+        assert alice.lexical_search(q).items == [] and alice.lexical_search(q).next_cursor is None
+        assert alice.semantic_search(q).items == []
+
+
+def test_bad_arguments_give_clear_errors(filled):
+    alice = filled.for_user("alice")
+    with pytest.raises(ValueError, match="page_size"):
+        alice.lexical_search("cat", page_size=0)
+    with pytest.raises(ValueError, match="page_size"):
+        alice.messages_list(page_size=10_000)
+    with pytest.raises(ValueError, match="top_k"):
+        alice.semantic_search("cat", top_k=0)
+    with pytest.raises(ValueError, match="filter.colour"):
+        alice.lexical_search("cat", filter={"colour": "grey"})
+    with pytest.raises(ValueError, match="exactly one"):
+        alice.semantic_search()
+    with pytest.raises(ValueError, match="dimensions"):
+        alice.semantic_search(query_embedding=[0.1, 0.2])
+
+
+def test_unknown_and_foreign_message_ids(filled):
+    alice = filled.for_user("alice")
+    for mid in ["nope", "b1"]:  # b1 exists but belongs to bob
+        with pytest.raises(MessageNotFoundError, match=repr(mid)) as err:
+            alice.get(mid)
+        assert isinstance(err.value, KeyError)
+        with pytest.raises(KeyError):
+            alice.neighbors(mid)
+
+
+def test_cursor_errors(filled):
+    alice, bob = filled.for_user("alice"), filled.for_user("bob")
+    page = alice.lexical_search("cat grey 辣 不吃", page_size=1)
+    assert page.next_cursor
+    with pytest.raises(ValueError, match="different query"):
+        alice.lexical_search("Lisbon", page_size=1, cursor=page.next_cursor)
+    with pytest.raises(ValueError, match="different query"):
+        bob.lexical_search("cat grey 辣 不吃", page_size=1, cursor=page.next_cursor)
+    with pytest.raises(ValueError, match="different query"):
+        alice.messages_list(page_size=1, cursor=page.next_cursor)
+    for garbled in ["garbage", page.next_cursor[:-3] + "abc", "x." + page.next_cursor.split(".")[1]]:
+        with pytest.raises(ValueError, match="garbled"):
+            alice.lexical_search("cat grey 辣 不吃", page_size=1, cursor=garbled)
+
+
+def test_filters(filled):
+    alice = filled.for_user("alice")
+    assert ids(alice.lexical_search("不吃辣", filter={"role": "assistant"})) == ["a2"]
+    assert set(ids(alice.lexical_search("不吃辣 grey", filter={"session_id": "s2"}))) == {"a3", "a4", "a5"}
+    window = {"time_range": {"since": T0 + timedelta(minutes=30), "until": T0 + timedelta(minutes=1000)}}
+    assert set(ids(alice.lexical_search("不吃辣 grey", filter=window))) == {"a3", "a4", "a5"}
+    sem = alice.semantic_search("a trip abroad", filter={"session_id": "s3"}, top_k=5)
+    assert ids(sem) == ["a6"]
+    assert ids(alice.semantic_search("cats", filter={"role": "nobody"})) == []
+
+
+def test_semantic_search(filled):
+    alice = filled.for_user("alice")
+    page = alice.semantic_search("my new kitten from the animal shelter", top_k=3)
+    assert ids(page)[0] == "a3"
+    assert page.items[0].score == pytest.approx(float(page.items[0].score)) and -1 <= page.items[0].score <= 1
+    assert all(h.score >= 0.3 for h in alice.semantic_search("kitten shelter", top_k=6, min_score=0.3).items)
+    vec = filled.embedder.encode_query("my new kitten from the animal shelter")
+    assert ids(alice.semantic_search(query_embedding=vec, top_k=3)) == ids(page)
+
+
+def test_neighbors_stay_in_session_and_order(filled):
+    alice = filled.for_user("alice")
+    assert [m.message_id for m in alice.neighbors("a4", before=5, after=5)] == ["a3", "a4", "a5"]
+    assert [m.message_id for m in alice.neighbors("a3", before=0, after=1)] == ["a3", "a4"]
+
+
+def test_reopen_gives_identical_results(embedder, tmp_path):
+    path = tmp_path / "persist"
+    queries = ["grey cat", "不吃辣", "Lisbon conference"]
+    with MemoryStore.open(path, embedder=embedder) as s:
+        s.add_messages(CORPUS)
+        u = s.for_user("alice")
+        before = [[(h.message_id, round(h.score, 5)) for h in u.lexical_search(q).items] for q in queries]
+        before_sem = [[(h.message_id, round(h.score, 5)) for h in u.semantic_search(q).items] for q in queries]
+        before_list = ids(u.messages_list())
+    assert (path / "memory.sqlite").exists() and list((path / "faiss").glob("*.faiss"))
+    with MemoryStore.open(path, embedder=embedder) as s:
+        u = s.for_user("alice")
+        assert [[(h.message_id, round(h.score, 5)) for h in u.lexical_search(q).items] for q in queries] == before
+        assert [[(h.message_id, round(h.score, 5)) for h in u.semantic_search(q).items] for q in queries] == before_sem
+        assert ids(u.messages_list()) == before_list
+        assert s.add_messages(CORPUS) == 0
+
+
+def test_store_refuses_other_embedding_size(tmp_path):
+    with MemoryStore.open(tmp_path / "s") as s:
+        s.add_messages([msg("z1", "hello")], embeddings=random_unit(1, dim=16))
+        with pytest.raises(ValueError, match="16-d"):
+            s.add_messages([msg("z2", "world")], embeddings=random_unit(1, dim=8))
