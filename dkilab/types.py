@@ -79,3 +79,32 @@ class Page:
 
     def __len__(self) -> int:
         return len(self.items)
+
+
+@dataclass
+class QAItem:
+    """One evaluation question about a conversation, in the normalised form every loader produces."""
+
+    question: str
+    answer: str | None
+    category: str | int | None = None
+    evidence_ids: list[str] = field(default_factory=list)  # message ids (trace ids) of the gold evidence
+    answerable: bool = True
+    question_date: datetime | None = None
+    choices: dict[str, str] | None = None  # multiple choice: letter -> text; `answer` is then the letter
+    qid: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Conversation:
+    """One user's history (messages in time order) and the questions asked about it."""
+
+    conversation_id: str
+    user_id: str
+    messages: list[Message]
+    questions: list[QAItem] = field(default_factory=list)
+    language: str = "en"
+    speakers: dict[str, str] = field(default_factory=dict)  # role -> speaker name
+    preferences: list[str] = field(default_factory=list)  # a user profile, where the dataset has one
+    metadata: dict[str, Any] = field(default_factory=dict)

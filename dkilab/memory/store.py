@@ -20,7 +20,7 @@ from dkilab.text.segment import segment
 from dkilab.types import Message
 
 DB_FILE = "memory.sqlite"
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -36,24 +36,31 @@ CREATE TABLE IF NOT EXISTS messages(
     topic TEXT,
     speaker TEXT,
     metadata TEXT NOT NULL,
-    embedding BLOB
+    embedding BLOB,
+    fts_id INTEGER UNIQUE
 );
+-- each user owns the FTS rowid range [slot << 32, (slot + 1) << 32): a rowid-range constraint makes
+-- FTS5 seek into that user's part of every posting list instead of walking the whole store's
+CREATE TABLE IF NOT EXISTS users(slot INTEGER PRIMARY KEY, user_id TEXT NOT NULL UNIQUE, next_seq INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS messages_user_ts ON messages(user_id, ts, rid);
 CREATE INDEX IF NOT EXISTS messages_session_turn ON messages(user_id, session_id, turn_id, rid);
--- body: segmented content; extra: segmented speaker/topic/index_extra; ukey: one token per user
+-- body: segmented content; extra: segmented speaker/topic/index_extra
 CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(
-    body, extra, ukey, content='', tokenize='porter unicode61 remove_diacritics 2'
+    body, extra, content='', tokenize='porter unicode61 remove_diacritics 2'
 );
 CREATE TABLE IF NOT EXISTS result_sets(
-    cid TEXT PRIMARY KEY, sig TEXT NOT NULL, created REAL NOT NULL, rids TEXT NOT NULL
+    cid TEXT PRIMARY KEY, sig TEXT NOT NULL, created REAL NOT NULL, ids BLOB NOT NULL, scores BLOB NOT NULL
 );
 """
 
 _MSG_COLS = "rid, message_id, user_id, session_id, turn_id, role, content, ts, topic, speaker, metadata"
 
 
+SLOT_BITS = 32
+
+
 def user_key(user_id: str) -> str:
-    """The FTS/FAISS token for a user: no user id text ever reaches a query string."""
+    """A file-name-safe key for a user's FAISS index."""
     return "u" + hashlib.sha1(user_id.encode()).hexdigest()[:20]
 
 
@@ -199,19 +206,38 @@ class MemoryStore:
 
     def _insert(self, rows) -> int:
         added = 0
+        seqs: dict[str, list[int]] = {}
         with self._lock, transaction(self.conn) as c:
             for m, emb, body, extra in rows:
+                if m.user_id not in seqs:
+                    seqs[m.user_id] = list(self._user_slot(c, m.user_id))
+                slot_seq = seqs[m.user_id]
+                fts_id = (slot_seq[0] << SLOT_BITS) | slot_seq[1]
                 cur = c.execute(
                     "INSERT OR IGNORE INTO messages(message_id, user_id, session_id, turn_id, role, content, ts,"
-                    " topic, speaker, metadata, embedding) VALUES(?,?,?,?,?,?,?,?,?,?,?)",
+                    " topic, speaker, metadata, embedding, fts_id) VALUES(?,?,?,?,?,?,?,?,?,?,?,?)",
                     (m.message_id, m.user_id, m.session_id, m.turn_id, m.role, m.content, m.timestamp.timestamp(),
-                     m.topic, m.speaker, json.dumps(m.metadata, ensure_ascii=False, default=str), emb),
+                     m.topic, m.speaker, json.dumps(m.metadata, ensure_ascii=False, default=str), emb, fts_id),
                 )
                 if cur.rowcount:  # another process may have stored it meanwhile
-                    c.execute("INSERT INTO messages_fts(rowid, body, extra, ukey) VALUES(?,?,?,?)",
-                              (cur.lastrowid, body, extra, user_key(m.user_id)))
+                    c.execute("INSERT INTO messages_fts(rowid, body, extra) VALUES(?,?,?)", (fts_id, body, extra))
+                    slot_seq[1] += 1
                     added += 1
+            for user_id, (slot, seq) in seqs.items():
+                c.execute("UPDATE users SET next_seq=? WHERE slot=?", (seq, slot))
         return added
+
+    @staticmethod
+    def _user_slot(c, user_id: str) -> tuple[int, int]:
+        row = c.execute("SELECT slot, next_seq FROM users WHERE user_id=?", (user_id,)).fetchone()
+        if row is None:
+            cur = c.execute("INSERT INTO users(user_id, next_seq) VALUES(?, 0)", (user_id,))
+            return cur.lastrowid, 0
+        return row["slot"], row["next_seq"]
+
+    def user_slot(self, user_id: str) -> int | None:
+        row = self.conn.execute("SELECT slot FROM users WHERE user_id=?", (user_id,)).fetchone()
+        return None if row is None else row[0]
 
     # --- access ---------------------------------------------------------------------------
     def for_user(self, user_id: str):

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from dkilab.memory.cursor import query_signature
 from dkilab.memory.sqlite import transaction, with_retry
-from dkilab.memory.store import _MSG_COLS, row_to_message, user_key
+from dkilab.memory.store import _MSG_COLS, SLOT_BITS, row_to_message, user_key
 from dkilab.text.lang import has_cjk
 from dkilab.text.segment import content_tokens, segment
 from dkilab.types import Hit, Message, Page, to_utc
@@ -103,7 +103,7 @@ class UserMemory:
         out = {}
         for i in range(0, len(rids), 500):
             chunk = [int(r) for r in rids[i:i + 500]]
-            q = f"SELECT {_MSG_COLS} FROM messages WHERE user_id=? AND rid IN ({','.join('?' * len(chunk))})"
+            q = f"SELECT {_MSG_COLS} FROM messages WHERE +user_id=? AND rid IN ({','.join('?' * len(chunk))})"
             out.update({r["rid"]: row_to_message(r) for r in self._store.conn.execute(q, [self._user_id, *chunk])})
         return out
 
@@ -163,38 +163,52 @@ class UserMemory:
         return self._page(ranked, 0, page_size, sig, None)
 
     def _rank(self, query_text: str, f: QueryFilter) -> list[tuple[int, float]]:
+        """[(fts_id, score)] best first; fts ids of this user only (its rowid range)."""
         phrases = [next(g for g in m.groups() if g is not None) for m in _PHRASE.finditer(query_text)]
         phrases = [p for p in phrases if segment(p)]
         words = list(dict.fromkeys(content_tokens(_PHRASE.sub(" ", query_text))))
-        if not phrases and not words:
+        slot = self._store.user_slot(self._user_id)
+        if slot is None or (not phrases and not words):
             return []
         required = [_fts_quote(segment(p)) for p in phrases]
         optional = [*required, *(_fts_quote([w]) for w in words)]
-        expr = " AND ".join([*required, "(" + " OR ".join(optional) + ")"])
-        match = f'ukey : "{self._ukey}" AND {{body extra}} : ({expr})'
-        where, args = self._filter_sql(f, "m")
-        rows = self._store.conn.execute(
-            "SELECT m.rid AS rid, bm25(messages_fts, 1.0, 0.6, 0.0) AS s FROM messages_fts "
-            f"JOIN messages m ON m.rid = messages_fts.rowid WHERE messages_fts MATCH ? AND {where} "
-            "ORDER BY s, m.rid LIMIT ?", [match, *args, self._store.result_cap]).fetchall()
-        ranked = [(r["rid"], -float(r["s"])) for r in rows]
+        match = " AND ".join([*required, "(" + " OR ".join(optional) + ")"])
+        lo, hi = slot << SLOT_BITS, (slot + 1) << SLOT_BITS
+        cap = self._store.result_cap
+        if f == QueryFilter():
+            rows = self._store.conn.execute(
+                "SELECT rowid AS id, bm25(messages_fts, 1.0, 0.6) AS s FROM messages_fts WHERE messages_fts MATCH ? "
+                "AND rowid >= ? AND rowid < ? ORDER BY s LIMIT ?", (match, lo, hi, cap)).fetchall()
+        else:
+            where, args = self._filter_sql(f, "m")
+            rows = self._store.conn.execute(
+                "SELECT messages_fts.rowid AS id, bm25(messages_fts, 1.0, 0.6) AS s FROM messages_fts "
+                "JOIN messages m ON m.fts_id = messages_fts.rowid WHERE messages_fts MATCH ? "
+                f"AND messages_fts.rowid >= ? AND messages_fts.rowid < ? AND {where} ORDER BY s LIMIT ?",
+                [match, lo, hi, *args, cap]).fetchall()
+        ranked = [(r["id"], -float(r["s"])) for r in rows]
         if not ranked and any(has_cjk(p) for p in phrases):
-            ranked = self._substring_fallback(phrases, where, args)
+            ranked = self._substring_fallback(phrases, f)
         return ranked
 
-    def _substring_fallback(self, phrases, where, args) -> list[tuple[int, float]]:
+    def _substring_fallback(self, phrases, f: QueryFilter) -> list[tuple[int, float]]:
         # jieba can cut a phrase differently inside a sentence than alone: match the raw text instead
+        where, args = self._filter_sql(f, "m")
         like = " AND ".join("m.content LIKE ? ESCAPE '\\'" for _ in phrases)
         pats = ["%" + p.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%" for p in phrases]
         rows = self._store.conn.execute(
-            f"SELECT m.rid AS rid FROM messages m WHERE {where} AND {like} ORDER BY m.ts DESC, m.rid DESC LIMIT ?",
+            f"SELECT m.fts_id AS id FROM messages m WHERE {where} AND {like} ORDER BY m.ts DESC, m.rid DESC LIMIT ?",
             [*args, *pats, self._store.result_cap]).fetchall()
-        return [(r["rid"], 0.0) for r in rows]
+        return [(r["id"], 0.0) for r in rows]
 
     def _page(self, ranked, offset: int, page_size: int, sig: str, cid: str | None) -> Page:
         chunk = ranked[offset:offset + page_size]
-        msgs = self._rows_by_rid([rid for rid, _ in chunk])
-        items = [Hit(msgs[rid], score) for rid, score in chunk if rid in msgs]
+        ids = [int(i) for i, _ in chunk]
+        rows = self._store.conn.execute(
+            f"SELECT {_MSG_COLS}, fts_id FROM messages WHERE +user_id=? AND fts_id IN ({','.join('?' * len(ids))})",
+            [self._user_id, *ids]).fetchall() if ids else []
+        msgs = {r["fts_id"]: row_to_message(r) for r in rows}
+        items = [Hit(msgs[i], score) for i, score in zip(ids, (s for _, s in chunk)) if i in msgs]
         nxt = None
         if offset + page_size < len(ranked):
             cid = cid or self._save_result_set(ranked, sig)
@@ -202,25 +216,23 @@ class UserMemory:
         return Page(items, nxt)
 
     def _save_result_set(self, ranked, sig: str) -> str:
-        import json
-
         cid = secrets.token_hex(8)
         now = time.time()
+        ids = np.fromiter((i for i, _ in ranked), dtype=np.int64, count=len(ranked)).tobytes()
+        scores = np.fromiter((s for _, s in ranked), dtype=np.float64, count=len(ranked)).tobytes()
 
         def save():
             with transaction(self._store.conn) as c:
                 c.execute("DELETE FROM result_sets WHERE created<?", (now - RESULT_SET_TTL,))
-                c.execute("INSERT INTO result_sets VALUES(?,?,?,?)", (cid, sig, now, json.dumps(ranked)))
+                c.execute("INSERT INTO result_sets VALUES(?,?,?,?,?)", (cid, sig, now, ids, scores))
         with_retry(save)
         return cid
 
     def _load_result_set(self, cid: str, sig: str):
-        import json
-
-        row = self._store.conn.execute("SELECT sig, rids FROM result_sets WHERE cid=?", (cid,)).fetchone()
+        row = self._store.conn.execute("SELECT sig, ids, scores FROM result_sets WHERE cid=?", (cid,)).fetchone()
         if row is None or row["sig"] != sig:
             raise ValueError(f"cursor has expired (result sets are kept {RESULT_SET_TTL:.0f} s); start again without a cursor")
-        return [tuple(x) for x in json.loads(row["rids"])]
+        return list(zip(np.frombuffer(row["ids"], np.int64).tolist(), np.frombuffer(row["scores"], np.float64).tolist()))
 
     def semantic_search(self, query_text: str | None = None, query_embedding=None, filter=None,
                         top_k: int = 10, min_score: float | None = None) -> Page:

@@ -1,0 +1,102 @@
+"""Store benchmark: ingest rate and query-tool latency at LoCoMo size and at 100x that size.
+
+1. LoCoMo: every conversation (one user each) with real MiniLM embeddings.
+2. Synthetic: `scale` users who each hold all ten LoCoMo conversations (so each user is 10x a
+   LoCoMo user and the store is `scale` x LoCoMo), with random unit vectors: it measures the index,
+   not the encoder. Query embedding time is included in semantic_search latency in both.
+Query texts are LoCoMo questions; per-user FAISS indexes are built before timing (reported apart).
+"""
+from __future__ import annotations
+
+import random
+import statistics
+import tempfile
+import time
+from dataclasses import replace
+
+import numpy as np
+
+
+def _pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+
+
+def _time(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t) * 1000
+
+
+def measure_tools(store, users: list[str], questions: list[str], n: int, seed: int = 0) -> dict[str, list[float]]:
+    rng = random.Random(seed)
+    views = {u: store.for_user(u) for u in users}
+    ids = {u: [r[0] for r in store.conn.execute("SELECT message_id FROM messages WHERE user_id=? LIMIT 2000", (u,))]
+           for u in users}
+    t_build = time.perf_counter()
+    for v in views.values():  # first-time FAISS build per user, excluded from query latency
+        v.semantic_search(query_embedding=np.ones(store.vectors.dim, np.float32) / np.sqrt(store.vectors.dim), top_k=1)
+    build_ms = (time.perf_counter() - t_build) * 1000 / len(users)
+    store.embedder._cache.clear()
+    out: dict[str, list[float]] = {"lexical_search": [], "semantic_search": [], "messages_list": [], "neighbors": []}
+    for i in range(n):
+        u = rng.choice(users)
+        v, q = views[u], questions[i % len(questions)] + ("" if i < len(questions) else f" {i}")
+        out["lexical_search"].append(_time(lambda: v.lexical_search(q, page_size=20)))
+        out["semantic_search"].append(_time(lambda: v.semantic_search(q, top_k=10)))
+        out["messages_list"].append(_time(lambda: v.messages_list(page_size=50)))
+        mid = rng.choice(ids[u])
+        out["neighbors"].append(_time(lambda: v.neighbors(mid, before=5, after=5)))
+    out["_index_build_ms_per_user"] = [build_ms]
+    return out
+
+
+def _report(name: str, n_msgs: int, n_users: int, ingest_s: float, lat: dict[str, list[float]]) -> None:
+    print(f"\n{name}: {n_msgs:,} messages, {n_users} users, ingest {n_msgs / ingest_s:,.0f} msg/s ({ingest_s:.1f} s)")
+    print(f"  first FAISS build per user: {lat['_index_build_ms_per_user'][0]:.1f} ms")
+    print(f"  {'tool':16s} {'p50 ms':>8s} {'p95 ms':>8s}")
+    for tool, xs in lat.items():
+        if not tool.startswith("_"):
+            print(f"  {tool:16s} {_pct(xs, 50):8.2f} {_pct(xs, 95):8.2f}")
+
+
+def main(data_dir: str | None = None, scale: int = 100, queries: int = 200) -> int:
+    from dkilab.eval.datasets import load_locomo
+    from dkilab.memory import Embedder, MemoryStore
+
+    convs = load_locomo(data_dir)
+    questions = [q.question for c in convs for q in c.questions]
+    random.Random(1).shuffle(questions)
+    embedder = Embedder()
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="dkilab-bench-") as tmp:
+        store = MemoryStore.open(f"{tmp}/locomo", embedder=embedder)
+        msgs = [m for c in convs for m in c.messages]
+        embedder.encode(["warm up"])
+        t = time.perf_counter()
+        store.add_messages(msgs)
+        ingest = time.perf_counter() - t
+        lat = measure_tools(store, [c.user_id for c in convs], questions, queries)
+        _report("LoCoMo (real MiniLM embeddings)", len(msgs), len(convs), ingest, lat)
+        results["locomo"] = lat
+        store.close()
+
+        n_users = max(1, scale)
+        store = MemoryStore.open(f"{tmp}/synthetic", embedder=embedder)
+        rng = np.random.default_rng(0)
+        t = time.perf_counter()
+        total = 0
+        for u in range(n_users):
+            batch = [replace(m, message_id=f"x{u}:{m.message_id}", user_id=f"synth-{u}", session_id=f"x{u}:{m.session_id}")
+                     for m in msgs]
+            vecs = rng.standard_normal((len(batch), store.embedder.dim)).astype(np.float32)
+            vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+            total += store.add_messages(batch, embeddings=vecs, batch_size=2000)
+        ingest = time.perf_counter() - t
+        lat = measure_tools(store, [f"synth-{u}" for u in range(n_users)], questions, queries)
+        _report(f"Synthetic {scale}x (random unit vectors)", total, n_users, ingest, lat)
+        results["synthetic"] = lat
+        store.close()
+    growth = statistics.median(results["synthetic"]["semantic_search"]) / statistics.median(results["locomo"]["semantic_search"])
+    print(f"\nsemantic_search p50 growth from LoCoMo size to {scale}x: {growth:.2f}x")
+    return 0

@@ -1,0 +1,1 @@
+"""Evaluation: dataset loaders, metrics, runner and MLflow tracking."""
