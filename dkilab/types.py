@@ -108,3 +108,84 @@ class Conversation:
     speakers: dict[str, str] = field(default_factory=dict)  # role -> speaker name
     preferences: list[str] = field(default_factory=list)  # a user profile, where the dataset has one
     metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class HistoryItem:
+    """One entry of the visible history list: a verbatim message or a summary with its trace id."""
+
+    type: str  # "summary" | "message"
+    content: str
+    trace_id: str
+    role: str | None
+    token_count: int
+    confidence: str  # "high" (verbatim) | "medium" (summary) | "low"
+    timestamp: datetime | None = None
+
+
+@dataclass
+class RecalledMessage:
+    """A recall candidate with its fused score and the per-signal scores that produced it."""
+
+    message: Message
+    score: float
+    signals: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class RecallResult:
+    messages: list[Message]  # final list: recent turns first, then recalled by relevance (deduplicated)
+    keyword_hits: int = 0
+    vector_hits: int = 0
+    reference_scope: str | None = None
+    recent_turns_added: int = 0
+    ranked: list[RecalledMessage] = field(default_factory=list)  # relevance order, before the recent supplement
+    keywords: list[tuple[str, float]] = field(default_factory=list)
+    reference_hits: int = 0
+    latency_ms: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class AssembledSuffix:
+    text: str
+    items: list[HistoryItem]
+    total_tokens: int
+    message_count: int
+    summary_count: int
+    has_fact_call_instruction: bool
+    trace_ids: list[str]
+    history_tokens: int = 0
+    dropped_for_budget: int = 0
+
+
+@dataclass
+class FactRequest:
+    trace_id: str
+    query: str | None = None
+    offset: int = 0
+    limit: int = 5
+
+
+@dataclass
+class FactResponse:
+    messages: list[dict[str, str]]
+    trace_id: str
+    total_count: int
+    offset: int
+    has_more: bool
+    found: bool = True
+    error: str | None = None
+
+
+@dataclass
+class FactCall:
+    """One fact call the model made: what it asked, whether it was valid, what it cost."""
+
+    trace_id: str | None
+    offset: int
+    limit: int
+    valid: bool
+    tokens: int = 0
+    found: bool = False
+    malformed: bool = False
+    round: int = 0

@@ -1,0 +1,109 @@
+"""RecallConfig: the seed's `dki.recall` YAML block (recall-v4 §6), validated, plus dkilab's fusion knobs."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SignalsConfig(_Strict):
+    keyword_enabled: bool = True  # keyword + weight retrieval (BM25 over jieba keywords)
+    keyword_topk: int = Field(5, ge=1, le=50)  # keywords extracted from the query
+    keyword_method: Literal["tfidf", "textrank"] = "tfidf"
+    vector_enabled: bool = True  # vector similarity retrieval
+    vector_top_k: int = Field(10, ge=1, le=1000)
+    vector_threshold: float = Field(0.5, ge=-1, le=1)  # minimum cosine similarity
+    reference_enabled: bool = True  # reference resolution (ReferenceResolver)
+    # --- dkilab additions (not in the seed): how the signals are fused --------------------
+    lexical_query: Literal["keywords", "full"] = "keywords"  # BM25 over the keywords or the whole query
+    lexical_top_k: int = Field(20, ge=1, le=200)
+    fusion: Literal["rrf", "weighted"] = "rrf"  # reciprocal-rank fusion or weighted min-max scores
+    rrf_k: int = Field(60, ge=1)
+    weights: dict[str, float] = Field(default_factory=lambda: {"keyword": 1.0, "vector": 1.0, "reference": 0.5})
+    neighbor_expansion: int = Field(0, ge=0, le=5)  # add +-n session neighbours of the top hits
+    neighbor_top: int = Field(5, ge=0, le=100)  # ... of this many top hits
+    neighbor_decay: float = Field(0.5, ge=0, le=1)  # neighbour score = decay x anchor score
+    session_boost: float = Field(0.0, ge=0)  # boost by the share of hits the message's session holds
+
+
+class BudgetConfig(_Strict):
+    generation_reserve: int = Field(512, ge=0)
+    instruction_reserve: int = Field(150, ge=0)
+    min_recent_turns: int = Field(2, ge=0)
+    max_recent_turns: int = Field(5, ge=0)
+
+    @model_validator(mode="after")
+    def _order(self):
+        if self.min_recent_turns > self.max_recent_turns:
+            raise ValueError(f"min_recent_turns ({self.min_recent_turns}) > max_recent_turns ({self.max_recent_turns})")
+        return self
+
+
+class SummaryConfig(_Strict):
+    per_message_threshold: int = Field(200, ge=1)  # messages longer than this (tokens) become summaries
+    max_tokens_per_summary: int = Field(150, ge=1)
+    strategy: Literal["extractive", "llm"] = "extractive"
+
+
+class FactCallConfig(_Strict):
+    enabled: bool = True
+    max_rounds: int = Field(3, ge=0, le=20)
+    max_fact_tokens: int = Field(800, ge=1)
+    batch_size: int = Field(5, ge=1, le=100)
+
+
+class RecallConfig(_Strict):
+    enabled: bool = True
+    strategy: Literal["summary_with_fact_call", "flat_history"] = "summary_with_fact_call"
+    signals: SignalsConfig = Field(default_factory=SignalsConfig)
+    budget: BudgetConfig = Field(default_factory=BudgetConfig)
+    summary: SummaryConfig = Field(default_factory=SummaryConfig)
+    fact_call: FactCallConfig = Field(default_factory=FactCallConfig)
+    prompt_formatter: Literal["auto", "generic", "deepseek", "glm"] = "auto"
+    default_recall_turns: int = Field(5, ge=0)  # used when the resolver finds no reference
+
+    def with_updates(self, updates: dict[str, Any]) -> "RecallConfig":
+        """A copy with dotted-key updates applied, e.g. {"summary.per_message_threshold": 100}."""
+        data = self.model_dump()
+        for key, value in updates.items():
+            node = data
+            *parents, leaf = key.split(".")
+            for p in parents:
+                if p not in node or not isinstance(node[p], dict):
+                    raise ValueError(f"recall config has no section {key!r}")
+                node = node[p]
+            if leaf not in node:
+                raise ValueError(f"recall config has no key {key!r}")
+            node[leaf] = value
+        return validate_recall_config(data, source="updates")
+
+
+def validate_recall_config(data: dict[str, Any] | None, source: str = "<dict>") -> RecallConfig:
+    """Validate a `recall:` block; accepts the block, `{recall: ...}` or `{dki: {recall: ...}}`."""
+    data = data or {}
+    if isinstance(data, dict) and "dki" in data:
+        data = data["dki"] or {}
+    if isinstance(data, dict) and "recall" in data and isinstance(data["recall"], dict):
+        data = data["recall"]
+    try:
+        return RecallConfig.model_validate(data)
+    except ValidationError as exc:
+        bad = "; ".join(f"recall.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise ValueError(f"{source}: invalid recall config: {bad}") from None
+
+
+def load_recall_config(path: str | Path) -> RecallConfig:
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"recall config {path} does not exist") from None
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path}: not valid YAML: {exc}") from None
+    return validate_recall_config(raw, source=str(path))

@@ -1,0 +1,76 @@
+"""The inference + fact-call loop (seed recall-v4 §2.5).
+
+Only the model's output is parsed for calls: facts and stored messages appended to the prompt are
+never executed, whatever text they hold. Unlike the seed's sketch, a loop that spends its rounds on
+calls ends with one more generation, so the result is an answer rather than a call.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from dkilab.recall.config import RecallConfig
+from dkilab.recall.fact_retriever import FactRetriever
+from dkilab.recall.formatters import PromptFormatter
+from dkilab.text.tokens import HeuristicTokenCounter, TokenCounter
+from dkilab.types import FactCall
+
+
+@dataclass
+class FactLoopResult:
+    output: str
+    fact_calls: list[FactCall] = field(default_factory=list)
+    rounds: int = 0  # generations run
+    prompt: str = ""  # the final prompt, facts included
+    fact_tokens: int = 0
+    stopped: str = "answered"  # answered | max_rounds | max_fact_tokens | malformed | disabled
+
+
+def run_fact_loop(prompt: str, generate: Callable[[str], str], formatter: PromptFormatter, retriever: FactRetriever,
+                  config: RecallConfig, *, session_id: str | None = None, offered: list[str] | None = None,
+                  token_counter: TokenCounter | None = None, on_call: Callable[[FactCall, str], None] | None = None
+                  ) -> FactLoopResult:
+    """Generate; while the output asks for retrieve_fact, append the fact segment and generate again.
+
+    `generate(prompt) -> str`; `offered` = trace ids shown to the model (a call outside them is
+    counted invalid but still answered, so the model is not left without facts).
+    """
+    counter = token_counter or HeuristicTokenCounter()
+    fc = config.fact_call
+    result = FactLoopResult(output="", prompt=prompt)
+    offered_set = set(offered) if offered is not None else None
+    enabled = fc.enabled and config.strategy == "summary_with_fact_call"
+    for round_idx in range(max(1, fc.max_rounds) if enabled else 1):
+        result.output = generate(result.prompt)
+        result.rounds += 1
+        if not enabled:
+            result.stopped = "disabled"
+            return result
+        before = formatter.malformed_calls
+        request = formatter.detect_fact_request(result.output)
+        if request is None:
+            if formatter.malformed_calls > before:
+                result.fact_calls.append(FactCall(None, 0, 0, valid=False, malformed=True, round=round_idx))
+                result.stopped = "malformed"
+            else:
+                result.stopped = "answered"
+            return result
+        response = retriever.retrieve(request.trace_id, session_id=session_id, offset=request.offset, limit=request.limit)
+        fact_text = formatter.format_fact_segment(response)
+        tokens = counter.count_tokens(fact_text)
+        call = FactCall(request.trace_id, request.offset, request.limit, tokens=tokens, found=response.found,
+                        valid=response.found and (offered_set is None or request.trace_id in offered_set), round=round_idx)
+        result.fact_calls.append(call)
+        if on_call is not None:
+            on_call(call, fact_text)
+        if result.fact_tokens + tokens > fc.max_fact_tokens:
+            result.stopped = "max_fact_tokens"
+            break
+        result.fact_tokens += tokens
+        result.prompt = result.prompt + "\n" + fact_text + "\n" + formatter.follow_up()
+    else:
+        result.stopped = "max_rounds"
+    # the rounds (or the fact budget) are spent: one last generation must answer from what it has
+    result.output = generate(result.prompt)
+    result.rounds += 1
+    return result

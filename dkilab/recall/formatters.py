@@ -1,0 +1,237 @@
+"""Model-specific prompt formatters (seed recall-v4 §4.5): history items, the trust-and-reasoning
+constraint (§2.4), fact segments, and fact-call detection in model output."""
+from __future__ import annotations
+
+import json
+import re
+from abc import ABC, abstractmethod
+
+from dkilab.types import FactRequest, FactResponse, HistoryItem
+
+ROLE = {"cn": {"user": "用户", "assistant": "助手", "system": "系统"},
+        "en": {"user": "User", "assistant": "Assistant", "system": "System"}}
+CONSTRAINT = {
+    "cn": ("[可信+推理限定]\n以上 [SUMMARY] 为摘要，非完整事实记录。\n若回答需要精确原话/数据/时间顺序/因果关系，\n"
+           "且摘要中未明确包含，\n请调用 {call}\n获取原始记录。不得基于摘要进行推理。\n[/可信+推理限定]"),
+    "en": ("[TRUST AND REASONING RULES]\nThe [SUMMARY] items above are summaries, not complete factual records.\n"
+           "If the answer needs exact wording, numbers, dates, time order or causes\n"
+           "that the summaries do not state explicitly,\ncall {call}\n"
+           "to get the original record. Do not reason from the summaries.\n[/TRUST AND REASONING RULES]"),
+}
+QUERY = {"cn": "用户当前问题: {query}", "en": "Current user question: {query}"}
+FOLLOW_UP = {"cn": "请基于以上补充事实回答用户问题。", "en": "Answer the user's question based on the facts above."}
+NOT_FOUND = {"cn": "未找到 trace_id={trace_id} 的原始记录。", "en": "No original record found for trace_id={trace_id}."}
+_QUOTES = "\"'“”‘’「」`"
+_INT = re.compile(r"^\s*(-?\d+)\s*$")
+
+
+def _lang(language: str) -> str:
+    if language not in ROLE:
+        raise ValueError(f"language must be 'cn' or 'en', got {language!r}")
+    return language
+
+
+class PromptFormatter(ABC):
+    """Base formatter. Subclasses change the fact-call syntax; the history layout is shared.
+
+    `malformed_calls` counts outputs that tried to call retrieve_fact but could not be parsed.
+    """
+
+    name = "base"
+
+    def __init__(self, language: str = "cn"):
+        self.language = _lang(language)
+        self.malformed_calls = 0
+
+    # --- history list -----------------------------------------------------------------------
+    def format_summary_item(self, item: HistoryItem, language: str | None = None) -> str:
+        lines = [f"- {line.lstrip('- ').strip()}" for line in item.content.splitlines() if line.strip()]
+        role = ROLE[_lang(language or self.language)].get(item.role or "", item.role or "")
+        head = f'[SUMMARY trace_id="{item.trace_id}" conf={item.confidence}' + (f" role={role}]" if role else "]")
+        return "\n".join([head, *lines, "[/SUMMARY]"])
+
+    def format_message_item(self, item: HistoryItem, language: str | None = None) -> str:
+        role = ROLE[_lang(language or self.language)].get(item.role or "", item.role or "")
+        return f"{role}: {item.content}"
+
+    def format_constraint_instruction(self, trace_ids: list[str], language: str | None = None) -> str:
+        example = trace_ids[0] if trace_ids else "..."
+        return CONSTRAINT[_lang(language or self.language)].format(call=self.format_fact_call(FactRequest(example)))
+
+    def format_query(self, query: str, language: str | None = None) -> str:
+        return QUERY[_lang(language or self.language)].format(query=query)
+
+    def follow_up(self, language: str | None = None) -> str:
+        return FOLLOW_UP[_lang(language or self.language)]
+
+    def system_prompt(self, language: str | None = None) -> str | None:
+        """Extra system text some models need (tool registration); None for plain-text calls."""
+        return None
+
+    def format_fact_segment(self, response: FactResponse, language: str | None = None) -> str:
+        lang = _lang(language or self.language)
+        head = (f'[FACT_SEGMENT trace_id="{response.trace_id}" offset={response.offset} '
+                f'total={response.total_count} has_more={str(response.has_more).lower()}]')
+        if not response.found:
+            body = [response.error or NOT_FOUND[lang].format(trace_id=response.trace_id)]
+        else:
+            body = [f"{ROLE[lang].get(m.get('role', ''), m.get('role', ''))}: {m['content']}" for m in response.messages]
+        return "\n".join([head, *body, "[/FACT_SEGMENT]"])
+
+    # --- fact calls -------------------------------------------------------------------------
+    @abstractmethod
+    def format_fact_call(self, request: FactRequest) -> str:
+        """The call as the model should write it (the formatter's own syntax)."""
+
+    @abstractmethod
+    def detect_fact_request(self, model_output: str) -> FactRequest | None:
+        """The first fact call in the model's output, None if there is none or it is malformed."""
+
+    # shared parsers -------------------------------------------------------------------------
+    def _parse_text_call(self, output: str) -> FactRequest | None | bool:
+        """retrieve_fact(...) in free text; False when no call is present at all."""
+        m = re.search(r"retrieve_fact\s*\(", output)
+        if not m:
+            return False
+        end = output.find(")", m.end())
+        if end < 0:
+            return self._malformed()
+        args = output[m.end():end]
+        trace_id = offset = limit = None
+        positional = []
+        for part in (p for p in re.split(r",(?=(?:[^\"'“”]*[\"'“”][^\"'“”]*[\"'“”])*[^\"'“”]*$)", args) if p.strip()):
+            if re.match(r"\s*\w+\s*[=:]", part):
+                key, value = re.split(r"[=:]", part, maxsplit=1)
+                key, value = key.strip().lower(), value.strip().strip(_QUOTES).strip()
+                if key in ("trace_id", "traceid", "id"):
+                    trace_id = value
+                elif key == "offset" and _INT.match(value):
+                    offset = int(value)
+                elif key == "limit" and _INT.match(value):
+                    limit = int(value)
+                elif key in ("offset", "limit"):
+                    return self._malformed()
+            else:
+                positional.append(part.strip().strip(_QUOTES).strip())
+        if trace_id is None and positional:
+            trace_id, positional = positional[0], positional[1:]
+        for name, value in zip(("offset", "limit"), positional):
+            if not _INT.match(value):
+                return self._malformed()
+            if name == "offset" and offset is None:
+                offset = int(value)
+            elif name == "limit" and limit is None:
+                limit = int(value)
+        return self._request(trace_id, offset, limit)
+
+    def _parse_json_args(self, text: str) -> FactRequest | None:
+        m = re.search(r"\{.*?\}", text, re.S)
+        if not m:
+            return self._malformed()
+        try:
+            args = json.loads(m.group(0))
+        except json.JSONDecodeError:
+            return self._malformed()
+        if not isinstance(args, dict):
+            return self._malformed()
+        off, lim = args.get("offset"), args.get("limit")
+        if (off is not None and not isinstance(off, int)) or (lim is not None and not isinstance(lim, int)):
+            return self._malformed()
+        return self._request(args.get("trace_id"), off, lim)
+
+    def _request(self, trace_id, offset, limit) -> FactRequest | None:
+        if not trace_id or not isinstance(trace_id, str) or trace_id in ("...", "…"):
+            return self._malformed()
+        offset = 0 if offset is None else offset
+        limit = 5 if limit is None else limit
+        if offset < 0 or limit < 1:
+            return self._malformed()
+        return FactRequest(trace_id=trace_id.strip(), offset=offset, limit=limit)
+
+    def _malformed(self) -> None:
+        self.malformed_calls += 1
+        return None
+
+
+class GenericFormatter(PromptFormatter):
+    """Plain-text call `retrieve_fact(trace_id="...", offset=0, limit=5)`; works with any model."""
+
+    name = "generic"
+
+    def format_fact_call(self, request: FactRequest) -> str:
+        return f'retrieve_fact(trace_id="{request.trace_id}", offset={request.offset}, limit={request.limit})'
+
+    def detect_fact_request(self, model_output: str) -> FactRequest | None:
+        found = self._parse_text_call(model_output or "")
+        return None if found is False else found
+
+
+class DeepSeekFormatter(PromptFormatter):
+    """DeepSeek tool-call tokens; the tool is registered in the system prompt. Plain-text calls are
+    accepted too, since smaller checkpoints often fall back to them."""
+
+    name = "deepseek"
+    BEGIN, CALL, END, ENDS = "<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>"
+
+    def format_fact_call(self, request: FactRequest) -> str:
+        args = json.dumps({"trace_id": request.trace_id, "offset": request.offset, "limit": request.limit}, ensure_ascii=False)
+        return f"{self.BEGIN}{self.CALL}retrieve_fact\n{args}{self.END}{self.ENDS}"
+
+    def system_prompt(self, language: str | None = None) -> str:
+        return ("Tools: retrieve_fact(trace_id: string, offset: integer = 0, limit: integer = 5) — returns the original "
+                "records behind a [SUMMARY] trace_id, `limit` items from `offset`.")
+
+    def detect_fact_request(self, model_output: str) -> FactRequest | None:
+        text = model_output or ""
+        i = text.find(self.CALL)
+        if i >= 0:
+            chunk = text[i + len(self.CALL):]
+            end = chunk.find(self.END)
+            chunk = chunk if end < 0 else chunk[:end]
+            if not chunk.lstrip().startswith("retrieve_fact"):
+                return self._malformed()
+            return self._parse_json_args(chunk)
+        found = self._parse_text_call(text)
+        return None if found is False else found
+
+
+class GLMFormatter(PromptFormatter):
+    """ChatGLM `<|tool_call|>` calls and `<|observation|>` results."""
+
+    name = "glm"
+    CALL, OBSERVATION = "<|tool_call|>", "<|observation|>"
+
+    def format_fact_call(self, request: FactRequest) -> str:
+        args = json.dumps({"trace_id": request.trace_id, "offset": request.offset, "limit": request.limit}, ensure_ascii=False)
+        return f"{self.CALL}retrieve_fact\n{args}"
+
+    def format_fact_segment(self, response: FactResponse, language: str | None = None) -> str:
+        return f"{self.OBSERVATION}\n" + super().format_fact_segment(response, language)
+
+    def detect_fact_request(self, model_output: str) -> FactRequest | None:
+        text = model_output or ""
+        i = text.find(self.CALL)
+        if i >= 0:
+            chunk = text[i + len(self.CALL):].split(self.OBSERVATION)[0]
+            if not chunk.lstrip().startswith("retrieve_fact"):
+                return self._malformed()
+            return self._parse_json_args(chunk)
+        found = self._parse_text_call(text)
+        return None if found is False else found
+
+
+FORMATTERS = {"generic": GenericFormatter, "deepseek": DeepSeekFormatter, "glm": GLMFormatter}
+
+
+def create_formatter(model_name: str = "", language: str = "cn", kind: str = "auto") -> PromptFormatter:
+    """`kind` auto picks by model name (seed §4.5): deepseek -> DeepSeek, glm/chatglm -> GLM, else generic."""
+    if kind != "auto":
+        if kind not in FORMATTERS:
+            raise ValueError(f"prompt_formatter must be one of auto, {', '.join(FORMATTERS)}; got {kind!r}")
+        return FORMATTERS[kind](language=language)
+    name = (model_name or "").lower()
+    if "deepseek" in name:
+        return DeepSeekFormatter(language=language)
+    if "glm" in name:
+        return GLMFormatter(language=language)
+    return GenericFormatter(language=language)

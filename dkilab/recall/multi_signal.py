@@ -1,0 +1,127 @@
+"""MultiSignalRecall (seed recall-v4 §2.2, §4.2): reference scope + weighted keywords (BM25) +
+vectors, fused, deduplicated and ranked, then the recent-turn supplement.
+
+Fusion (configurable, `signals.fusion`):
+- `rrf`: score = sum over signals of weight_s / (rrf_k + rank_s)  (reciprocal-rank fusion);
+- `weighted`: score = sum over signals of weight_s * min-max-normalised signal score.
+The keyword signal is BM25 over the query's jieba keywords, re-weighted by the share of keyword
+weight a hit contains: bm25 * (0.5 + 0.5 * matched_weight / total_weight) (seed §2.2.3).
+Optional levers: session-neighbour expansion of the top hits and a boost for messages whose session
+holds many of the hits. Nothing here sees gold evidence or answers.
+"""
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+from dkilab.recall.config import RecallConfig
+from dkilab.recall.reference import ReferenceResolver, ReferenceType
+from dkilab.text.keywords import extract_keywords
+from dkilab.text.segment import segment
+from dkilab.types import Message, RecallResult, RecalledMessage
+
+
+class MultiSignalRecall:
+    def __init__(self, config: RecallConfig, reference_resolver: ReferenceResolver | None, memory, embedder=None):
+        self.config, self.resolver, self.memory, self.embedder = config, reference_resolver, memory, embedder
+
+    def _timed(self, lat: dict, name: str, fn):
+        t = time.perf_counter()
+        out = fn()
+        lat[name] = lat.get(name, 0.0) + (time.perf_counter() - t) * 1000
+        return out
+
+    def recall(self, query: str, session_id: str | None = None, max_results: int = 50) -> RecallResult:
+        sig = self.config.signals
+        lat: dict[str, float] = {}
+        history = self._timed(lat, "history", lambda: self.memory.session_messages(session_id) if session_id
+                              else self.memory.recent(2 * self.config.default_recall_turns))
+        lists: dict[str, list[tuple[Message, float]]] = {}
+        ref = None
+        if sig.reference_enabled and self.resolver is not None:
+            ref = self._timed(lat, "reference", lambda: self.resolver.resolve(query, history))
+            if ref.reference_type != ReferenceType.NONE:
+                idx = ref.source_turns or list(range(max(0, len(history) - 2 * (ref.recall_turns or 0)), len(history)))
+                picked = [history[i] for i in sorted(idx, reverse=True) if 0 <= i < len(history)]
+                lists["reference"] = [(m, 1.0 / (1 + r)) for r, m in enumerate(picked)]
+        keywords: list[tuple[str, float]] = []
+        if sig.keyword_enabled:
+            keywords = self._timed(lat, "keywords", lambda: extract_keywords(query, sig.keyword_topk, sig.keyword_method))
+            lists["keyword"] = self._timed(lat, "lexical", lambda: self._keyword_hits(query, keywords))
+        if sig.vector_enabled:
+            lists["vector"] = self._timed(lat, "vector", lambda: self._vector_hits(query))
+        ranked = self._timed(lat, "fusion", lambda: self._fuse(lists))
+        if sig.neighbor_expansion and ranked:
+            ranked = self._timed(lat, "neighbors", lambda: self._expand(ranked))
+        ranked = ranked[:max_results]
+
+        recent: list[Message] = []
+        if session_id:
+            b = self.config.budget
+            turns = (ref.recall_turns if ref is not None and ref.recall_turns else b.min_recent_turns)
+            turns = max(b.min_recent_turns, min(b.max_recent_turns, turns))
+            recent = history[-2 * turns:] if turns else []
+        seen = {m.message_id for m in recent}
+        final = list(recent) + [r.message for r in ranked if r.message.message_id not in seen]
+        return RecallResult(
+            messages=final[:max(max_results, len(recent))], keyword_hits=len(lists.get("keyword", [])),
+            vector_hits=len(lists.get("vector", [])), reference_scope=ref.scope.value if ref is not None else None,
+            recent_turns_added=len(recent) // 2, ranked=ranked, keywords=keywords,
+            reference_hits=len(lists.get("reference", [])), latency_ms=lat)
+
+    # --- signals ----------------------------------------------------------------------------
+    def _keyword_hits(self, query: str, keywords: list[tuple[str, float]]) -> list[tuple[Message, float]]:
+        sig = self.config.signals
+        text = query if sig.lexical_query == "full" or not keywords else " ".join(k for k, _ in keywords)
+        page = self.memory.lexical_search(text, page_size=sig.lexical_top_k)
+        total = sum(w for _, w in keywords) or 1.0
+        out = []
+        for hit in page.items:
+            toks = set(segment(f"{hit.speaker or ''} {hit.content}"))
+            matched = sum(w for k, w in keywords if k in toks or k in hit.content.lower())
+            out.append((hit.message, (hit.score or 0.0) * (0.5 + 0.5 * matched / total)))
+        out.sort(key=lambda x: -x[1])
+        return out
+
+    def _vector_hits(self, query: str) -> list[tuple[Message, float]]:
+        sig = self.config.signals
+        kwargs = ({"query_embedding": self.embedder.encode_query(query)} if self.embedder is not None
+                  else {"query_text": query})
+        page = self.memory.semantic_search(top_k=sig.vector_top_k, min_score=sig.vector_threshold, **kwargs)
+        return [(h.message, h.score) for h in page.items]
+
+    # --- fusion -----------------------------------------------------------------------------
+    def _fuse(self, lists: dict[str, list[tuple[Message, float]]]) -> list[RecalledMessage]:
+        sig = self.config.signals
+        merged: dict[str, RecalledMessage] = {}
+        for name, hits in lists.items():
+            w = sig.weights.get(name, 1.0)
+            if not hits or w == 0:
+                continue
+            scores = [s for _, s in hits]
+            lo, hi = min(scores), max(scores)
+            for rank, (msg, s) in enumerate(hits):
+                part = w / (sig.rrf_k + rank + 1) if sig.fusion == "rrf" else w * ((s - lo) / (hi - lo) if hi > lo else 1.0)
+                entry = merged.setdefault(msg.message_id, RecalledMessage(msg, 0.0))
+                entry.score += part
+                entry.signals[name] = s
+        ranked = sorted(merged.values(), key=lambda r: (-r.score, r.message.timestamp))
+        if sig.session_boost and ranked:
+            counts = Counter(r.message.session_id for r in ranked)
+            for r in ranked:
+                r.score *= 1 + sig.session_boost * counts[r.message.session_id] / len(ranked)
+            ranked.sort(key=lambda r: (-r.score, r.message.timestamp))
+        return ranked
+
+    def _expand(self, ranked: list[RecalledMessage]) -> list[RecalledMessage]:
+        sig = self.config.signals
+        by_id = {r.message.message_id: r for r in ranked}
+        for anchor in ranked[:sig.neighbor_top]:
+            for m in self.memory.neighbors(anchor.message.message_id, sig.neighbor_expansion, sig.neighbor_expansion):
+                score = anchor.score * sig.neighbor_decay
+                cur = by_id.get(m.message_id)
+                if cur is None:
+                    by_id[m.message_id] = RecalledMessage(m, score, {"neighbor": score})
+                elif cur.score < score:
+                    cur.score, cur.signals["neighbor"] = score, score
+        return sorted(by_id.values(), key=lambda r: (-r.score, r.message.timestamp))

@@ -1,0 +1,67 @@
+"""SuffixBuilder (seed recall-v4 §2.3-2.4): per-message threshold -> summary with trace id or
+verbatim message, stop at the token budget, then history list + constraint + query."""
+from __future__ import annotations
+
+from dkilab.recall.config import RecallConfig
+from dkilab.recall.formatters import PromptFormatter
+from dkilab.text.lang import detect_language
+from dkilab.text.tokens import TokenCounter
+from dkilab.types import AssembledSuffix, HistoryItem, Message
+
+
+def compute_context_budget(context_window: int, config: RecallConfig, query_tokens: int,
+                           preference_tokens: int = 0) -> int:
+    """context_window - preference_tokens - instruction_tokens - query_tokens - generation_reserve (§2.3)."""
+    b = config.budget
+    return max(0, context_window - preference_tokens - b.instruction_reserve - query_tokens - b.generation_reserve)
+
+
+class SuffixBuilder:
+    def __init__(self, config: RecallConfig, formatter: PromptFormatter, summarizer, token_counter: TokenCounter):
+        self.config, self.formatter, self.summarizer, self.counter = config, formatter, summarizer, token_counter
+        self._summaries: dict[tuple[str, int], str] = {}  # (trace id, max tokens) -> summary, reused across questions
+
+    def build_items(self, messages: list[Message], context_budget: int,
+                    summarize: bool = True) -> tuple[list[HistoryItem], int, int]:
+        """(items, used_tokens, dropped): walk the list in order and stop at the first overflow (§2.3)."""
+        s = self.config.summary
+        items: list[HistoryItem] = []
+        used = 0
+        for n, msg in enumerate(messages):
+            tokens = self.counter.count_tokens(msg.content)
+            if summarize and tokens > s.per_message_threshold:
+                key = (msg.message_id, s.max_tokens_per_summary)
+                if key not in self._summaries:
+                    self._summaries[key] = self.summarizer.summarize(msg.content, max_tokens=s.max_tokens_per_summary)
+                text = self._summaries[key]
+                item = HistoryItem("summary", text, msg.message_id, msg.role, self.counter.count_tokens(text), "medium",
+                                   msg.timestamp)
+            else:
+                item = HistoryItem("message", msg.content, msg.message_id, msg.role, tokens, "high", msg.timestamp)
+            if used + item.token_count > context_budget:
+                return items, used, len(messages) - n
+            items.append(item)
+            used += item.token_count
+        return items, used, 0
+
+    def build(self, query: str, recalled_messages: list[Message], context_budget: int,
+              summarize: bool | None = None, language: str | None = None) -> AssembledSuffix:
+        """Assemble the suffix. Items are chosen in recall order (priority) and shown in time order."""
+        if summarize is None:
+            summarize = self.config.strategy == "summary_with_fact_call"
+        lang = language or self.formatter.language or detect_language(query)
+        items, used, dropped = self.build_items(recalled_messages, context_budget, summarize)
+        shown = sorted(items, key=lambda it: (it.timestamp is None, it.timestamp))
+        parts = [self.formatter.format_summary_item(it, lang) if it.type == "summary"
+                 else self.formatter.format_message_item(it, lang) for it in shown]
+        summaries = [it.trace_id for it in shown if it.type == "summary"]
+        instruct = bool(summaries) and self.config.fact_call.enabled
+        if instruct:
+            parts.append(self.formatter.format_constraint_instruction(summaries, lang))
+        parts.append(self.formatter.format_query(query, lang))
+        text = "\n\n".join(p for p in parts if p)
+        return AssembledSuffix(
+            text=text, items=shown, total_tokens=self.counter.count_tokens(text),
+            message_count=sum(1 for it in shown if it.type == "message"), summary_count=len(summaries),
+            has_fact_call_instruction=instruct, trace_ids=[it.trace_id for it in shown], history_tokens=used,
+            dropped_for_budget=dropped)
