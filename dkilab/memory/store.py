@@ -7,6 +7,7 @@ import os
 import secrets
 import tempfile
 import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import Iterable
 
@@ -47,9 +48,6 @@ CREATE INDEX IF NOT EXISTS messages_session_turn ON messages(user_id, session_id
 -- body: segmented content; extra: segmented speaker/topic/index_extra
 CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(
     body, extra, content='', tokenize='porter unicode61 remove_diacritics 2'
-);
-CREATE TABLE IF NOT EXISTS result_sets(
-    cid TEXT PRIMARY KEY, sig TEXT NOT NULL, created REAL NOT NULL, ids BLOB NOT NULL, scores BLOB NOT NULL
 );
 """
 
@@ -103,6 +101,9 @@ class MemoryStore:
         self._init_meta()
         self.cursors = CursorCodec(bytes.fromhex(self._meta["cursor_secret"]))
         self._vectors = None
+        # ranked lexical result sets behind live cursors: cid -> (created, sig, ranked); bounded LRU
+        self.result_sets: OrderedDict[str, tuple[float, str, list]] = OrderedDict()
+        self.result_set_limit = 512
 
     @classmethod
     def open(cls, path: str | os.PathLike | None = None, embedder: Embedder | None = None, **kwargs) -> "MemoryStore":

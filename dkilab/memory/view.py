@@ -13,7 +13,6 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from dkilab.memory.cursor import query_signature
-from dkilab.memory.sqlite import transaction, with_retry
 from dkilab.memory.store import _MSG_COLS, SLOT_BITS, row_to_message, user_key
 from dkilab.text.lang import has_cjk
 from dkilab.text.segment import content_tokens, segment
@@ -80,6 +79,7 @@ class UserMemory:
         self._store = store
         self._user_id = user_id
         self._ukey = user_key(user_id)
+        self._slot: int | None = None
 
     @property
     def user_id(self) -> str:
@@ -167,7 +167,9 @@ class UserMemory:
         phrases = [next(g for g in m.groups() if g is not None) for m in _PHRASE.finditer(query_text)]
         phrases = [p for p in phrases if segment(p)]
         words = list(dict.fromkeys(content_tokens(_PHRASE.sub(" ", query_text))))
-        slot = self._store.user_slot(self._user_id)
+        if self._slot is None:
+            self._slot = self._store.user_slot(self._user_id)
+        slot = self._slot
         if slot is None or (not phrases and not words):
             return []
         required = [_fts_quote(segment(p)) for p in phrases]
@@ -216,23 +218,20 @@ class UserMemory:
         return Page(items, nxt)
 
     def _save_result_set(self, ranked, sig: str) -> str:
-        cid = secrets.token_hex(8)
+        sets = self._store.result_sets
         now = time.time()
-        ids = np.fromiter((i for i, _ in ranked), dtype=np.int64, count=len(ranked)).tobytes()
-        scores = np.fromiter((s for _, s in ranked), dtype=np.float64, count=len(ranked)).tobytes()
-
-        def save():
-            with transaction(self._store.conn) as c:
-                c.execute("DELETE FROM result_sets WHERE created<?", (now - RESULT_SET_TTL,))
-                c.execute("INSERT INTO result_sets VALUES(?,?,?,?,?)", (cid, sig, now, ids, scores))
-        with_retry(save)
+        while sets and (len(sets) >= self._store.result_set_limit or next(iter(sets.values()))[0] < now - RESULT_SET_TTL):
+            sets.popitem(last=False)
+        cid = secrets.token_hex(8)
+        sets[cid] = (now, sig, ranked)
         return cid
 
     def _load_result_set(self, cid: str, sig: str):
-        row = self._store.conn.execute("SELECT sig, ids, scores FROM result_sets WHERE cid=?", (cid,)).fetchone()
-        if row is None or row["sig"] != sig:
-            raise ValueError(f"cursor has expired (result sets are kept {RESULT_SET_TTL:.0f} s); start again without a cursor")
-        return list(zip(np.frombuffer(row["ids"], np.int64).tolist(), np.frombuffer(row["scores"], np.float64).tolist()))
+        entry = self._store.result_sets.get(cid)
+        if entry is None or entry[1] != sig or entry[0] < time.time() - RESULT_SET_TTL:
+            raise ValueError("cursor has expired (ranked result sets live for an hour in the store object that made "
+                             "them); start again without a cursor")
+        return entry[2]
 
     def semantic_search(self, query_text: str | None = None, query_embedding=None, filter=None,
                         top_k: int = 10, min_score: float | None = None) -> Page:
@@ -295,6 +294,14 @@ class UserMemory:
 
     def count(self) -> int:
         return self._store.conn.execute("SELECT COUNT(*) FROM messages WHERE user_id=?", (self._user_id,)).fetchone()[0]
+
+    def speakers(self) -> dict[str, set[str]]:
+        """Speaker name -> the roles they speak in, over this user's messages."""
+        out: dict[str, set[str]] = {}
+        for r in self._store.conn.execute("SELECT DISTINCT speaker, role FROM messages WHERE user_id=? AND speaker IS NOT NULL",
+                                          (self._user_id,)):
+            out.setdefault(r[0], set()).add(r[1])
+        return out
 
     def __repr__(self) -> str:
         return f"UserMemory(user={self._user_id!r}, messages={self.count()})"

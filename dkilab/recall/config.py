@@ -30,6 +30,9 @@ class SignalsConfig(_Strict):
     neighbor_top: int = Field(5, ge=0, le=100)  # ... of this many top hits
     neighbor_decay: float = Field(0.5, ge=0, le=1)  # neighbour score = decay x anchor score
     session_boost: float = Field(0.0, ge=0)  # boost by the share of hits the message's session holds
+    # when the query names exactly one speaker of this memory, candidates come from that speaker's
+    # messages; the unfocused lists still count with this weight (0 = off: no focusing)
+    speaker_focus: float = Field(0.0, ge=0, le=1)
 
 
 class BudgetConfig(_Strict):

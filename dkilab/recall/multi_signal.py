@@ -11,6 +11,7 @@ holds many of the hits. Nothing here sees gold evidence or answers.
 """
 from __future__ import annotations
 
+import re
 import time
 from collections import Counter
 
@@ -24,6 +25,7 @@ from dkilab.types import Message, RecallResult, RecalledMessage
 class MultiSignalRecall:
     def __init__(self, config: RecallConfig, reference_resolver: ReferenceResolver | None, memory, embedder=None):
         self.config, self.resolver, self.memory, self.embedder = config, reference_resolver, memory, embedder
+        self._speakers: dict[str, set[str]] | None = None
 
     def _timed(self, lat: dict, name: str, fn):
         t = time.perf_counter()
@@ -45,11 +47,16 @@ class MultiSignalRecall:
                 picked = [history[i] for i in sorted(idx, reverse=True) if 0 <= i < len(history)]
                 lists["reference"] = [(m, 1.0 / (1 + r)) for r, m in enumerate(picked)]
         keywords: list[tuple[str, float]] = []
+        focus = self._timed(lat, "speaker", lambda: self._speaker_filter(query)) if sig.speaker_focus else None
         if sig.keyword_enabled:
             keywords = self._timed(lat, "keywords", lambda: extract_keywords(query, sig.keyword_topk, sig.keyword_method))
-            lists["keyword"] = self._timed(lat, "lexical", lambda: self._keyword_hits(query, keywords))
+            lists["keyword"] = self._timed(lat, "lexical", lambda: self._keyword_hits(query, keywords, focus))
+            if focus:
+                lists["keyword_unfocused"] = self._timed(lat, "lexical", lambda: self._keyword_hits(query, keywords))
         if sig.vector_enabled:
-            lists["vector"] = self._timed(lat, "vector", lambda: self._vector_hits(query))
+            lists["vector"] = self._timed(lat, "vector", lambda: self._vector_hits(query, focus))
+            if focus:
+                lists["vector_unfocused"] = self._timed(lat, "vector", lambda: self._vector_hits(query))
         ranked = self._timed(lat, "fusion", lambda: self._fuse(lists))
         if sig.neighbor_expansion and ranked:
             ranked = self._timed(lat, "neighbors", lambda: self._expand(ranked))
@@ -70,10 +77,21 @@ class MultiSignalRecall:
             reference_hits=len(lists.get("reference", [])), latency_ms=lat)
 
     # --- signals ----------------------------------------------------------------------------
-    def _keyword_hits(self, query: str, keywords: list[tuple[str, float]]) -> list[tuple[Message, float]]:
+    def _speaker_filter(self, query: str) -> dict | None:
+        """{role: ...} when the query names exactly one speaker and that speaker has one role."""
+        if self._speakers is None:
+            self._speakers = self.memory.speakers()
+        low = query.lower()
+        named = [s for s in self._speakers if s and re.search(rf"(?<!\w){re.escape(s.lower())}(?!\w)", low)]
+        if len(named) != 1 or len(self._speakers[named[0]]) != 1:
+            return None
+        return {"role": next(iter(self._speakers[named[0]]))}
+
+    def _keyword_hits(self, query: str, keywords: list[tuple[str, float]], filter: dict | None = None
+                      ) -> list[tuple[Message, float]]:
         sig = self.config.signals
         text = query if sig.lexical_query == "full" or not keywords else " ".join(k for k, _ in keywords)
-        page = self.memory.lexical_search(text, page_size=sig.lexical_top_k)
+        page = self.memory.lexical_search(text, filter=filter, page_size=sig.lexical_top_k)
         total = sum(w for _, w in keywords) or 1.0
         out = []
         for hit in page.items:
@@ -83,11 +101,11 @@ class MultiSignalRecall:
         out.sort(key=lambda x: -x[1])
         return out
 
-    def _vector_hits(self, query: str) -> list[tuple[Message, float]]:
+    def _vector_hits(self, query: str, filter: dict | None = None) -> list[tuple[Message, float]]:
         sig = self.config.signals
         kwargs = ({"query_embedding": self.embedder.encode_query(query)} if self.embedder is not None
                   else {"query_text": query})
-        page = self.memory.semantic_search(top_k=sig.vector_top_k, min_score=sig.vector_threshold, **kwargs)
+        page = self.memory.semantic_search(top_k=sig.vector_top_k, min_score=sig.vector_threshold, filter=filter, **kwargs)
         return [(h.message, h.score) for h in page.items]
 
     # --- fusion -----------------------------------------------------------------------------
@@ -95,7 +113,8 @@ class MultiSignalRecall:
         sig = self.config.signals
         merged: dict[str, RecalledMessage] = {}
         for name, hits in lists.items():
-            w = sig.weights.get(name, 1.0)
+            base, _, unfocused = name.partition("_")
+            w = sig.weights.get(base, 1.0) * (sig.speaker_focus if unfocused else 1.0)
             if not hits or w == 0:
                 continue
             scores = [s for _, s in hits]

@@ -99,8 +99,11 @@ class ExtractiveSummarizer:
                 chosen.pop()
             elif per_kind > 1:
                 per_kind -= 1
-            else:
-                return self.counter.truncate(out, max_tokens)
+            else:  # the line must survive: shorten the one kept sentence instead
+                line = self._missing_line(dropped, body, len(sentences), language, 1)
+                room = max_tokens - self.counter.count_tokens(line) - 1
+                head = self.counter.truncate(body, room) if room > 0 else ""
+                return (head + "\n" + line) if head else self.counter.truncate(line, max_tokens)
 
     @staticmethod
     def _missing_line(dropped: list[str], kept: str, total: int, language: str, per_kind: int = 4) -> str:

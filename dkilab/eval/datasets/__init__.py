@@ -3,3 +3,12 @@ from dkilab.eval.datasets.base import DATA_ENV, DatasetNotFoundError, data_dir
 from dkilab.eval.datasets.locomo import load_locomo
 
 __all__ = ["DATA_ENV", "DatasetNotFoundError", "data_dir", "load_locomo"]
+
+LOADERS = {"locomo": load_locomo}
+
+
+def load_dataset(name: str, data_dir=None, limit: int | None = None, question_limit: int | None = None):
+    """Load a dataset by name (see `LOADERS`)."""
+    if name not in LOADERS:
+        raise ValueError(f"unknown dataset {name!r}; known: {', '.join(sorted(LOADERS))}")
+    return LOADERS[name](data_dir, limit=limit, question_limit=question_limit)
