@@ -14,7 +14,7 @@ from typing import Iterable
 import numpy as np
 
 from dkilab.memory.cursor import CursorCodec
-from dkilab.memory.embedder import DEFAULT_EMBEDDER, Embedder
+from dkilab.memory.embedder import Embedder
 from dkilab.memory.sqlite import connect, transaction, with_retry
 from dkilab.memory.vectors import VectorIndex
 from dkilab.text.segment import segment

@@ -12,6 +12,7 @@ from datetime import datetime
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from dkilab.config import describe_errors
 from dkilab.memory.cursor import query_signature
 from dkilab.memory.store import _MSG_COLS, SLOT_BITS, row_to_message, user_key
 from dkilab.text.lang import has_cjk
@@ -56,8 +57,7 @@ def _parse_filter(filter) -> QueryFilter:
     try:
         return QueryFilter.model_validate(filter)
     except ValidationError as exc:
-        bad = "; ".join(f"filter.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        raise ValueError(f"invalid filter: {bad}") from None
+        raise ValueError(f"invalid filter: {describe_errors(exc, 'filter')}") from None
 
 
 def _check_range(name: str, value: int, lo: int, hi: int) -> int:

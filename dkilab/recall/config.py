@@ -4,8 +4,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from dkilab.config import read_yaml, validate
 
 
 class _Strict(BaseModel):
@@ -94,19 +95,8 @@ def validate_recall_config(data: dict[str, Any] | None, source: str = "<dict>") 
         data = data["dki"] or {}
     if isinstance(data, dict) and "recall" in data and isinstance(data["recall"], dict):
         data = data["recall"]
-    try:
-        return RecallConfig.model_validate(data)
-    except ValidationError as exc:
-        bad = "; ".join(f"recall.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        raise ValueError(f"{source}: invalid recall config: {bad}") from None
+    return validate(RecallConfig, data, source, "recall config", prefix="recall")
 
 
 def load_recall_config(path: str | Path) -> RecallConfig:
-    path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise FileNotFoundError(f"recall config {path} does not exist") from None
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{path}: not valid YAML: {exc}") from None
-    return validate_recall_config(raw, source=str(path))
+    return validate_recall_config(read_yaml(path), source=str(path))

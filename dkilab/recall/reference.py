@@ -14,9 +14,9 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from dkilab.config import read_yaml, validate
 from dkilab.text.lang import detect_language
 from dkilab.types import to_utc
 
@@ -110,17 +110,13 @@ class ReferenceResolverConfig(BaseModel):
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> "ReferenceResolverConfig":
-        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        raw = read_yaml(path) or {}
         for key in ("dki", "reference_resolver"):
             if isinstance(raw, dict) and key in raw:
                 raw = raw[key]
                 if key == "dki" and "reference_resolver" in raw:
                     raw = raw["reference_resolver"]
-        try:
-            return cls.model_validate(raw)
-        except ValidationError as exc:
-            bad = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-            raise ValueError(f"{path}: invalid reference resolver config: {bad}") from None
+        return validate(cls, raw, str(path), "reference resolver config")
 
 
 def _field(msg: Any, name: str) -> Any:
