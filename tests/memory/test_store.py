@@ -1,6 +1,5 @@
 from datetime import datetime, timedelta, timezone
 
-import numpy as np
 import pytest
 
 from dkilab.memory import MemoryStore, MessageNotFoundError
