@@ -7,11 +7,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from pathlib import Path
-from typing import Any
-
-import yaml
-
+from dkilab.config import read_yaml
 from dkilab.recall import MultiSignalRecall, ReferenceResolver, validate_recall_config
 
 
@@ -24,20 +20,14 @@ def reciprocal_rank(ranked_ids: list[str], evidence: list[str]) -> float:
     return next((1.0 / (i + 1) for i, mid in enumerate(ranked_ids) if mid in gold), 0.0)
 
 
-def load_dataset(spec: dict[str, Any], data_dir: str | None):
-    from dkilab.eval.datasets import load_dataset as load
-
-    return load(spec["name"], data_dir=data_dir, limit=spec.get("limit"), question_limit=spec.get("question_limit"))
-
-
 def run(config_path: str, data_dir: str | None = None, question_limit: int | None = None) -> dict[str, dict[str, float]]:
+    from dkilab.eval.datasets import load_dataset
     from dkilab.eval.stores import store_for
 
-    cfg = yaml.safe_load(Path(config_path).read_text(encoding="utf-8"))
+    cfg = read_yaml(config_path)
     spec = cfg["dataset"]
-    if question_limit:
-        spec = spec | {"question_limit": question_limit}
-    convs = load_dataset(spec, data_dir)
+    convs = load_dataset(spec["name"], data_dir=data_dir, limit=spec.get("limit"),
+                         question_limit=question_limit or spec.get("question_limit"))
     cats = set(spec.get("categories") or [])
     base = validate_recall_config(cfg.get("recall", {}), source=config_path)
     ks = cfg.get("ks", [5, 10, 20])

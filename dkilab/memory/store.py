@@ -123,6 +123,13 @@ class MemoryStore:
     def _check_embedder(self, dim: int) -> None:
         """Record the embedder on first use; refuse a store built with a different one."""
         name = self.embedder.model_name
+        if "embedding_dim" in self._meta:  # recorded once; later batches only compare
+            if int(self._meta["embedding_dim"]) != dim:
+                raise ValueError(
+                    f"{self.path / DB_FILE} holds {self._meta['embedding_dim']}-d embeddings from "
+                    f"{self._meta['embedder']!r}; the embedder {name!r} gives {dim}-d vectors")
+            return
+
         def record():
             with transaction(self.conn) as c:
                 c.execute("INSERT OR IGNORE INTO meta VALUES('embedder', ?)", (name,))

@@ -10,7 +10,7 @@ from dkilab.text.stopwords import STOPWORDS
 _CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 # a run of CJK ideographs, a number with inner separators (3.5, 10:30), or a letter/digit word (u1, don't)
 _TOKEN = re.compile(rf"[{_CJK}]+|[0-9]+(?:[.:][0-9]+)+|[^\W_{_CJK}]+(?:'[^\W_{_CJK}]+)?")
-_CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
+_CJK_RUN = re.compile(rf"[{_CJK}]+")
 
 
 @lru_cache(maxsize=1)
