@@ -189,3 +189,21 @@ class FactCall:
     found: bool = False
     malformed: bool = False
     round: int = 0
+
+
+@dataclass
+class Answer:
+    """What a strategy did for one question: the answer and everything the metrics need."""
+
+    text: str
+    strategy: str = ""
+    prompt_tokens: int = 0  # tokens of the final visible prompt (chat template included)
+    injected_tokens: int = 0  # K/V memory columns the model attended to (0 for text-only strategies)
+    generated_tokens: int = 0
+    recalled_ids: list[str] = field(default_factory=list)  # message ids the strategy put before the model
+    fact_calls: list[FactCall] = field(default_factory=list)
+    rounds: int = 1  # generations run (the fact loop adds rounds)
+    latency_ms: dict[str, float] = field(default_factory=dict)  # stage -> ms: recall, assembly, generation
+    context_text: str = ""  # every memory text the model was given (prompt suffix, K/V memories, facts)
+    prompt: str = ""  # the final visible prompt
+    metadata: dict[str, Any] = field(default_factory=dict)

@@ -73,3 +73,11 @@ def redis_url():
     proc.terminate()
     proc.wait(timeout=10)
     shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def model():
+    """The real offline SmolLM2-135M-Instruct (fp32 CPU), loaded once per test session."""
+    from dkilab.models import load_model
+
+    return load_model()

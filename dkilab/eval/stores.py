@@ -4,15 +4,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from pathlib import Path
 
+from dkilab.cache import cache_dir
 from dkilab.types import Conversation
 
 LOADER_VERSION = "1"  # bump when loaders change what they ingest
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("DKILAB_CACHE_DIR", Path.home() / ".cache" / "dkilab"))
 
 
 def store_for(conversations: list[Conversation], name: str, embedder=None, path: str | os.PathLike | None = None):

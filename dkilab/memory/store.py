@@ -21,7 +21,7 @@ from dkilab.text.segment import segment
 from dkilab.types import Message
 
 DB_FILE = "memory.sqlite"
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -40,16 +40,23 @@ CREATE TABLE IF NOT EXISTS messages(
     embedding BLOB,
     fts_id INTEGER UNIQUE
 );
--- each user owns the FTS rowid range [slot << 32, (slot + 1) << 32): a rowid-range constraint makes
--- FTS5 seek into that user's part of every posting list instead of walking the whole store's
+-- each user gets a slot; its FTS rowids are (slot << 32) | seq and its FTS5 table is fts_u{slot}
 CREATE TABLE IF NOT EXISTS users(slot INTEGER PRIMARY KEY, user_id TEXT NOT NULL UNIQUE, next_seq INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS messages_user_ts ON messages(user_id, ts, rid);
 CREATE INDEX IF NOT EXISTS messages_session_turn ON messages(user_id, session_id, turn_id, rid);
--- body: segmented content; extra: segmented speaker/topic/index_extra
-CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(
-    body, extra, content='', tokenize='porter unicode61 remove_diacritics 2'
-);
 """
+
+# One FTS5 table per user: BM25's document frequencies are that user's own (another user's data can
+# neither shift your scores nor leak through them), and bm25() no longer walks every user's postings
+# to count them, which made lexical_search grow with the whole store. Columns: body = segmented
+# content; extra = segmented speaker/topic/index_extra.
+_FTS_DDL = ("CREATE VIRTUAL TABLE IF NOT EXISTS {table} USING fts5("
+            "body, extra, content='', tokenize='porter unicode61 remove_diacritics 2')")
+
+
+def fts_table(slot: int) -> str:
+    return f"fts_u{int(slot)}"
+
 
 _MSG_COLS = "rid, message_id, user_id, session_id, turn_id, role, content, ts, topic, speaker, metadata"
 
@@ -68,6 +75,10 @@ def index_text(msg: Message) -> str:
     if msg.metadata.get("index_extra"):
         parts.append(str(msg.metadata["index_extra"]))
     return " ".join(parts)
+
+
+def _extra_text(speaker, topic, metadata: dict) -> str:
+    return " ".join(str(x) for x in (speaker, topic, metadata.get("index_extra")) if x)
 
 
 def row_to_message(row) -> Message:
@@ -117,8 +128,27 @@ class MemoryStore:
                 c.execute("INSERT OR IGNORE INTO meta VALUES('cursor_secret', ?)", (secrets.token_hex(16),))
         with_retry(init)
         self._meta = {r["key"]: r["value"] for r in self.conn.execute("SELECT key, value FROM meta")}
+        if self._meta["schema_version"] == "2":
+            with_retry(self._migrate_v2)
+            self._meta["schema_version"] = SCHEMA_VERSION
         if self._meta["schema_version"] != SCHEMA_VERSION:
             raise ValueError(f"{self.path / DB_FILE}: schema version {self._meta['schema_version']}, expected {SCHEMA_VERSION}")
+
+    def _migrate_v2(self) -> None:
+        """v2 kept one FTS5 table for all users; re-index each user's messages into its own table."""
+        with self._lock, transaction(self.conn) as c:
+            if c.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] != "2":
+                return  # another process migrated it meanwhile
+            for slot, user_id in c.execute("SELECT slot, user_id FROM users").fetchall():
+                c.execute(_FTS_DDL.format(table=fts_table(slot)))
+                rows = c.execute("SELECT fts_id, content, speaker, topic, metadata FROM messages WHERE user_id=?",
+                                 (user_id,)).fetchall()
+                c.executemany(f"INSERT INTO {fts_table(slot)}(rowid, body, extra) VALUES(?,?,?)",
+                              [(r["fts_id"], " ".join(segment(r["content"])),
+                                " ".join(segment(_extra_text(r["speaker"], r["topic"], json.loads(r["metadata"])))))
+                               for r in rows])
+            c.execute("DROP TABLE IF EXISTS messages_fts")
+            c.execute("UPDATE meta SET value=? WHERE key='schema_version'", (SCHEMA_VERSION,))
 
     def _check_embedder(self, dim: int) -> None:
         """Record the embedder on first use; refuse a store built with a different one."""
@@ -200,7 +230,7 @@ class MemoryStore:
         self._check_embedder(vecs.shape[1])
         rows = []
         for m, v in zip(fresh, vecs):
-            extra = " ".join(x for x in (m.speaker, m.topic, m.metadata.get("index_extra")) if x)
+            extra = _extra_text(m.speaker, m.topic, m.metadata)
             rows.append((m, v.tobytes(), " ".join(segment(m.content)), " ".join(segment(extra))))
         return with_retry(lambda: self._insert(rows))
 
@@ -228,7 +258,7 @@ class MemoryStore:
                      m.topic, m.speaker, json.dumps(m.metadata, ensure_ascii=False, default=str), emb, fts_id),
                 )
                 if cur.rowcount:  # another process may have stored it meanwhile
-                    c.execute("INSERT INTO messages_fts(rowid, body, extra) VALUES(?,?,?)", (fts_id, body, extra))
+                    c.execute(f"INSERT INTO {fts_table(slot_seq[0])}(rowid, body, extra) VALUES(?,?,?)", (fts_id, body, extra))
                     slot_seq[1] += 1
                     added += 1
             for user_id, (slot, seq) in seqs.items():
@@ -240,6 +270,7 @@ class MemoryStore:
         row = c.execute("SELECT slot, next_seq FROM users WHERE user_id=?", (user_id,)).fetchone()
         if row is None:
             cur = c.execute("INSERT INTO users(user_id, next_seq) VALUES(?, 0)", (user_id,))
+            c.execute(_FTS_DDL.format(table=fts_table(cur.lastrowid)))
             return cur.lastrowid, 0
         return row["slot"], row["next_seq"]
 

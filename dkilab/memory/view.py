@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from dkilab.config import describe_errors
 from dkilab.memory.cursor import query_signature
-from dkilab.memory.store import _MSG_COLS, SLOT_BITS, row_to_message, user_key
+from dkilab.memory.store import _MSG_COLS, fts_table, row_to_message, user_key
 from dkilab.text.lang import has_cjk
 from dkilab.text.segment import content_tokens, segment
 from dkilab.types import Hit, Message, Page, to_utc
@@ -163,7 +163,7 @@ class UserMemory:
         return self._page(ranked, 0, page_size, sig, None)
 
     def _rank(self, query_text: str, f: QueryFilter) -> list[tuple[int, float]]:
-        """[(fts_id, score)] best first; fts ids of this user only (its rowid range)."""
+        """[(fts_id, score)] best first, from this user's own FTS table."""
         phrases = [next(g for g in m.groups() if g is not None) for m in _PHRASE.finditer(query_text)]
         phrases = [p for p in phrases if segment(p)]
         words = list(dict.fromkeys(content_tokens(_PHRASE.sub(" ", query_text))))
@@ -175,19 +175,17 @@ class UserMemory:
         required = [_fts_quote(segment(p)) for p in phrases]
         optional = [*required, *(_fts_quote([w]) for w in words)]
         match = " AND ".join([*required, "(" + " OR ".join(optional) + ")"])
-        lo, hi = slot << SLOT_BITS, (slot + 1) << SLOT_BITS
-        cap = self._store.result_cap
+        fts, cap = fts_table(slot), self._store.result_cap
         if f == QueryFilter():
             rows = self._store.conn.execute(
-                "SELECT rowid AS id, bm25(messages_fts, 1.0, 0.6) AS s FROM messages_fts WHERE messages_fts MATCH ? "
-                "AND rowid >= ? AND rowid < ? ORDER BY s LIMIT ?", (match, lo, hi, cap)).fetchall()
+                f"SELECT rowid AS id, bm25({fts}, 1.0, 0.6) AS s FROM {fts} WHERE {fts} MATCH ? ORDER BY s LIMIT ?",
+                (match, cap)).fetchall()
         else:
             where, args = self._filter_sql(f, "m")
             rows = self._store.conn.execute(
-                "SELECT messages_fts.rowid AS id, bm25(messages_fts, 1.0, 0.6) AS s FROM messages_fts "
-                "JOIN messages m ON m.fts_id = messages_fts.rowid WHERE messages_fts MATCH ? "
-                f"AND messages_fts.rowid >= ? AND messages_fts.rowid < ? AND {where} ORDER BY s LIMIT ?",
-                [match, lo, hi, *args, cap]).fetchall()
+                f"SELECT {fts}.rowid AS id, bm25({fts}, 1.0, 0.6) AS s FROM {fts} "
+                f"JOIN messages m ON m.fts_id = {fts}.rowid WHERE {fts} MATCH ? AND {where} ORDER BY s LIMIT ?",
+                [match, *args, cap]).fetchall()
         ranked = [(r["id"], -float(r["s"])) for r in rows]
         if not ranked and any(has_cjk(p) for p in phrases):
             ranked = self._substring_fallback(phrases, f)

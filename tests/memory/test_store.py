@@ -174,3 +174,31 @@ def test_store_refuses_other_embedding_size(tmp_path):
         s.add_messages([msg("z1", "hello")], embeddings=random_unit(1, dim=16))
         with pytest.raises(ValueError, match="16-d"):
             s.add_messages([msg("z2", "world")], embeddings=random_unit(1, dim=8))
+
+
+def test_other_users_data_never_changes_my_lexical_scores(filled):
+    """BM25 statistics are per user: flooding another user with the same words leaves mine alone."""
+    alice = filled.for_user("alice")
+    before = [(h.message_id, h.score) for h in alice.lexical_search("grey cat Lisbon").items]
+    filled.add_messages([msg(f"m{i}", f"grey cat number {i} flies to Lisbon", user="mallory", session="ms")
+                         for i in range(40)], embeddings=random_unit(40))
+    after = [(h.message_id, h.score) for h in alice.lexical_search("grey cat Lisbon").items]
+    assert after == before and before
+
+
+def test_v2_store_is_migrated_to_per_user_fts(embedder, tmp_path):
+    """A store written by schema v2 (one shared FTS table) opens, re-indexed, with nothing lost."""
+    with MemoryStore.open(tmp_path / "s", embedder=embedder) as s:
+        s.add_messages(CORPUS, embeddings=random_unit(len(CORPUS)))
+        expected = {u: ids(s.for_user(u).lexical_search("不吃辣 grey cat")) for u in ("alice", "bob")}
+        c = s.conn  # rewrite it into the v2 layout
+        c.execute("CREATE VIRTUAL TABLE messages_fts USING fts5(body, extra, content='', "
+                  "tokenize='porter unicode61 remove_diacritics 2')")
+        for (slot,) in c.execute("SELECT slot FROM users").fetchall():
+            c.execute(f"DROP TABLE fts_u{slot}")
+        c.execute("UPDATE meta SET value='2' WHERE key='schema_version'")
+        c.commit()
+    with MemoryStore.open(tmp_path / "s", embedder=embedder) as s:
+        assert s.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "3"
+        assert {u: ids(s.for_user(u).lexical_search("不吃辣 grey cat")) for u in ("alice", "bob")} == expected
+        assert expected["alice"] and expected["bob"]

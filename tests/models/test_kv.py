@@ -1,0 +1,79 @@
+"""K/V memory injection on the real offline SmolLM2 (fp32): the properties ARCHITECTURE §5 asks for."""
+import torch
+import pytest
+
+from dkilab.models import encode_memory, next_token_logits
+
+MEMORY = "Earlier the user said: my cat is called Pixel and she is grey.\n"
+PROMPT = "<|im_start|>user\nWhat is my cat called?<|im_end|>\n<|im_start|>assistant\nYour cat is called"
+
+
+def kl(p: torch.Tensor, q: torch.Tensor) -> float:
+    return float(torch.sum(torch.softmax(p, -1) * (torch.log_softmax(p, -1) - torch.log_softmax(q, -1))))
+
+
+@pytest.fixture(scope="module")
+def mem(model):
+    return encode_memory(model, MEMORY)
+
+
+def test_alpha_zero_is_exactly_no_memory(model, mem):
+    base = next_token_logits(model, PROMPT)
+    assert torch.equal(next_token_logits(model, PROMPT, [(mem, 0.0)]), base)
+    assert model.generate(PROMPT, 8, memories=[(mem, 0.0)]) == model.generate(PROMPT, 8)
+
+
+def test_alpha_one_equals_memory_text_in_front(model, mem):
+    ids = [mem.sink_id, *mem.token_ids, *model.encode(PROMPT)]
+    with torch.inference_mode():
+        ref = model.model(input_ids=torch.tensor([ids])).logits[0, -1]
+    got = next_token_logits(model, PROMPT, [(mem, 1.0)])
+    assert float((got - ref).abs().max()) <= 1e-3
+    assert "Pixel" in model.generate(PROMPT, 6, memories=[(mem, 1.0)])
+    assert "Pixel" not in model.generate(PROMPT, 6)  # the answer really comes from the memory
+
+
+def test_intermediate_alpha_moves_monotonically_between_the_ends(model, mem):
+    base, full = next_token_logits(model, PROMPT), next_token_logits(model, PROMPT, [(mem, 1.0)])
+    pixel = model.encode(" Pixel")[0]
+    rows = []
+    for alpha in (0.0, 0.25, 0.5, 0.75, 1.0):
+        logits = next_token_logits(model, PROMPT, [(mem, alpha)])
+        rows.append((kl(logits, base), kl(logits, full), float(torch.softmax(logits, -1)[pixel])))
+    to_base, to_full, p_pixel = zip(*rows)
+    assert list(to_base) == sorted(to_base) and list(to_full) == sorted(to_full, reverse=True), rows
+    assert list(p_pixel) == sorted(p_pixel) and p_pixel[-1] > 0.5 > p_pixel[0], rows
+
+
+def test_stored_memory_is_reused_unchanged(model, mem):
+    before = [(k.clone(), v.clone()) for k, v in mem.layers]
+    first = next_token_logits(model, PROMPT, [(mem, 0.6)])
+    model.generate(PROMPT, 4, memories=[(mem, 0.6)])
+    assert torch.equal(next_token_logits(model, PROMPT, [(mem, 0.6)]), first)
+    assert all(torch.equal(k, k0) and torch.equal(v, v0) for (k, v), (k0, v0) in zip(mem.layers, before))
+
+
+def test_several_blocks_each_with_its_own_alpha(model, mem):
+    other = encode_memory(model, "The user lives in Lisbon.\n")
+    base = next_token_logits(model, PROMPT)
+    only_cat = next_token_logits(model, PROMPT, [(mem, 1.0)])
+    # a block at alpha 0 is left out entirely
+    assert torch.equal(next_token_logits(model, PROMPT, [(other, 0.0), (mem, 1.0)]), only_cat)
+    both = next_token_logits(model, PROMPT, [(other, 1.0), (mem, 1.0)])
+    pixel = model.encode(" Pixel")[0]
+    assert torch.softmax(both, -1)[pixel] > 0.5 > float(torch.softmax(base, -1)[pixel])
+    # the Lisbon block sits before the cat block: same as the texts in that order, except that the
+    # cat block was encoded on its own (it never attended to the Lisbon block)
+    ids = [mem.sink_id, *other.token_ids, *mem.token_ids, *model.encode(PROMPT)]
+    with torch.inference_mode():
+        ref = model.model(input_ids=torch.tensor([ids])).logits[0, -1]
+    assert kl(both, ref) < 0.2
+
+
+def test_bad_alpha_and_bad_memory_are_refused(model, mem):
+    with pytest.raises(ValueError, match="alpha"):
+        next_token_logits(model, PROMPT, [(mem, -0.5)])
+    with pytest.raises(TypeError, match="MemoryKV"):
+        next_token_logits(model, PROMPT, [("some text", 1.0)])
+    with pytest.raises(ValueError, match="empty"):
+        encode_memory(model, "")
