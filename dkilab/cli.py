@@ -26,6 +26,13 @@ def _cmd_bench_retrieval(args: argparse.Namespace) -> int:
     return bench_main(args.config, data_dir=args.data_dir, question_limit=args.limit)
 
 
+def _cmd_bench_strategies(args: argparse.Namespace) -> int:
+    from dkilab.bench.strategies import main as bench_main
+
+    return bench_main(data_dir=args.data_dir, questions=args.questions, model_spec=args.model,
+                      max_prompt_tokens=args.max_prompt_tokens)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="dkilab", description="Conversational-memory research workbench.")
     p.add_argument("--version", action="version", version=f"dkilab {__version__}")
@@ -47,6 +54,12 @@ def build_parser() -> argparse.ArgumentParser:
     br.add_argument("--data-dir", default=None, help="dataset directory (default: $DKILAB_DATA_DIR)")
     br.add_argument("--limit", type=int, default=None, help="questions per conversation")
     br.set_defaults(func=_cmd_bench_retrieval)
+    bst = bench_sub.add_parser("strategies", help="tokens, latency per stage and fact calls of every strategy on LoCoMo")
+    bst.add_argument("--data-dir", default=None, help="dataset directory (default: $DKILAB_DATA_DIR)")
+    bst.add_argument("--questions", type=int, default=20, help="LoCoMo questions (default 20)")
+    bst.add_argument("--model", default="offline:smollm2", help="model spec (default offline:smollm2)")
+    bst.add_argument("--max-prompt-tokens", type=int, default=4096, help="prompt cap for every strategy (default 4096)")
+    bst.set_defaults(func=_cmd_bench_strategies)
     return p
 
 

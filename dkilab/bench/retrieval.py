@@ -7,17 +7,10 @@ from __future__ import annotations
 
 import statistics
 import time
+
 from dkilab.config import read_yaml
+from dkilab.eval.metrics.retrieval import evidence_recall, reciprocal_rank
 from dkilab.recall import MultiSignalRecall, ReferenceResolver, validate_recall_config
-
-
-def evidence_recall(ranked_ids: list[str], evidence: list[str], k: int) -> float:
-    return len(set(ranked_ids[:k]) & set(evidence)) / len(set(evidence))
-
-
-def reciprocal_rank(ranked_ids: list[str], evidence: list[str]) -> float:
-    gold = set(evidence)
-    return next((1.0 / (i + 1) for i, mid in enumerate(ranked_ids) if mid in gold), 0.0)
 
 
 def run(config_path: str, data_dir: str | None = None, question_limit: int | None = None) -> dict[str, dict[str, float]]:

@@ -1,10 +1,11 @@
 """Dataset loaders into the normalised `Conversation` / `QAItem` form."""
 from dkilab.eval.datasets.base import DATA_ENV, DatasetNotFoundError, data_dir
+from dkilab.eval.datasets.fixtures import load_fixtures
 from dkilab.eval.datasets.locomo import load_locomo
 
-__all__ = ["DATA_ENV", "DatasetNotFoundError", "data_dir", "load_locomo"]
+__all__ = ["DATA_ENV", "DatasetNotFoundError", "data_dir", "load_locomo", "load_fixtures", "load_dataset", "LOADERS"]
 
-LOADERS = {"locomo": load_locomo}
+LOADERS = {"locomo": load_locomo, "fixtures": load_fixtures}
 
 
 def load_dataset(name: str, data_dir=None, limit: int | None = None, question_limit: int | None = None):

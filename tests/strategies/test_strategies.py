@@ -1,0 +1,133 @@
+"""Every registered strategy answers real questions on the offline model over a two-session history."""
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from dkilab.strategies import BUILTIN, STRATEGIES, create_strategy
+from dkilab.types import Message
+
+T0 = datetime(2026, 5, 2, 18, 0, tzinfo=timezone.utc)
+PREFS = ["The user is vegetarian."]
+LONG = ("Here is the whole story of my move. " + "We packed boxes for days and the van was late twice. " * 12
+        + "In the end the new flat is at 14 Rua Augusta in Lisbon, on the third floor.")
+
+
+def conversation() -> list[Message]:
+    turns = [
+        ("s1", "user", "My cat is called Pixel. She is grey and very playful."),
+        ("s1", "assistant", "Pixel sounds lovely! Grey cats are great."),
+        ("s1", "user", "I work as a nurse at the city hospital."),
+        ("s1", "assistant", "That is demanding work. Thank you for what you do."),
+        ("s2", "user", LONG),
+        ("s2", "assistant", "Congratulations on the new flat!"),
+        ("s2", "user", "Tomorrow I will buy plants for the balcony."),
+        ("s2", "assistant", "Nice, a balcony garden will brighten the flat."),
+    ]
+    out = []
+    for i, (session, role, text) in enumerate(turns):
+        day = 0 if session == "s1" else 7
+        out.append(Message(f"u1:{i}", "u1", session, i // 2, role, text, T0 + timedelta(days=day, minutes=i),
+                           speaker="Ana" if role == "user" else "Assistant"))
+    return out
+
+
+@pytest.fixture(scope="module")
+def memory(embedder, tmp_path_factory):
+    from dkilab.memory import MemoryStore
+
+    store = MemoryStore.open(tmp_path_factory.mktemp("strategies") / "store", embedder=embedder)
+    store.add_messages(conversation())
+    yield store.for_user("u1")
+    store.close()
+
+
+SMALL = {"max_new_tokens": 12}
+
+
+def test_registry_lists_every_strategy():
+    assert set(BUILTIN) <= set(STRATEGIES)
+    with pytest.raises(KeyError, match="unknown strategy 'nope'.*recall_v4"):
+        create_strategy("nope")
+    with pytest.raises(ValueError, match=r"stable\.preference_alpha"):
+        create_strategy("stable", {"preference_alpha": -1})
+    with pytest.raises(ValueError, match=r"recall_v4.*budget\.min_recent_turns|min_recent_turns"):
+        create_strategy("recall_v4", {"recall": {"budget": {"min_recent_turns": 9, "max_recent_turns": 2}}})
+
+
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
+def test_every_registered_strategy_answers(name, memory, model):
+    strategy = create_strategy(name, SMALL)
+    ans = strategy.answer("What is my cat called?", memory, model, preferences=PREFS)
+    assert ans.strategy == name and ans.text.strip()
+    assert ans.prompt_tokens > 0 and ans.generated_tokens > 0 and ans.rounds >= 1
+    assert ans.latency_ms["generation"] > 0
+    if strategy.uses_kv:  # the preference block (and full_attention's history) as K/V
+        assert ans.injected_tokens > model.count_tokens("The user is vegetarian.")
+        assert "vegetarian" in ans.context_text
+    else:
+        assert ans.injected_tokens == 0
+    if name != "no_memory":
+        assert "u1:0" in ans.recalled_ids and "Pixel" in ans.context_text
+
+
+@pytest.mark.parametrize("name", ["full_history", "recall_v4"])
+def test_memory_strategies_answer_from_memory(name, memory, model):
+    # (full_attention gives SmolLM2-135M the same history as K/V, and the tiny model does not use it
+    # to answer here; the K/V mechanics themselves are proven in tests/models/test_kv.py)
+    ans = create_strategy(name, SMALL).answer("What is my cat called?", memory, model)
+    assert "Pixel" in ans.text
+    assert "Pixel" not in create_strategy("no_memory", SMALL).answer("What is my cat called?", memory, model).text
+
+
+def test_full_history_drops_oldest_first(memory, model):
+    full = create_strategy("full_history", SMALL).answer("Where is my new flat?", memory, model)
+    capped = create_strategy("full_history", {**SMALL, "max_prompt_tokens": 260}).answer(
+        "Where is my new flat?", memory, model)
+    assert len(full.recalled_ids) == 8 and full.metadata["dropped_oldest"] == 0
+    assert 0 < len(capped.recalled_ids) < 8 and capped.recalled_ids == full.recalled_ids[-len(capped.recalled_ids):]
+    assert capped.prompt_tokens <= 260
+
+
+def test_recall_v4_summarises_long_messages_with_trace_ids(memory, model):
+    strategy = create_strategy("recall_v4", {**SMALL, "recall": {"summary": {"per_message_threshold": 60}}})
+    ans = strategy.answer("Where is my new flat?", memory, model)
+    assert ans.metadata["summaries"] >= 1 and "u1:4" in ans.recalled_ids
+    assert 'trace_id="u1:4"' in ans.prompt or "u1:4" in ans.prompt  # the summary names its trace id
+    assert "retrieve_fact" in ans.prompt  # the constraint text offers the fact call
+    assert ans.rounds == 1 + len(ans.fact_calls) or ans.metadata["fact_loop_stopped"] != "answered"
+
+
+def test_recall_v4_fallbacks(memory, model):
+    flat = create_strategy("recall_v4", {**SMALL, "recall": {"strategy": "flat_history",
+                                                               "budget": {"min_recent_turns": 1, "max_recent_turns": 1}}})
+    ans = flat.answer("Where is my new flat?", memory, model)
+    assert ans.recalled_ids == ["u1:6", "u1:7"] and ans.fact_calls == [] and ans.metadata["summaries"] == 0
+    no_calls = create_strategy("recall_v4", {**SMALL, "recall": {"summary": {"per_message_threshold": 60},
+                                                                 "fact_call": {"enabled": False}}})
+    ans = no_calls.answer("Where is my new flat?", memory, model)
+    assert ans.metadata["summaries"] >= 1 and "retrieve_fact" not in ans.prompt and ans.rounds == 1
+
+
+def test_recall_v4_prompt_is_far_below_full_history_on_a_long_history(memory, model):
+    question = "What is my cat called?"
+    v4 = create_strategy("recall_v4", {**SMALL, "recall": {"summary": {"per_message_threshold": 60}}})
+    assert v4.answer(question, memory, model).prompt_tokens < \
+        create_strategy("full_history", SMALL).answer(question, memory, model).prompt_tokens
+
+
+def test_kv_strategies_reuse_the_preference_block(memory, model):
+    strategy = create_strategy("stable", SMALL)
+    strategy.answer("What do I like?", memory, model, preferences=PREFS)
+    cached = dict(strategy._kv_cache)
+    strategy.answer("Where do I work?", memory, model, preferences=PREFS)
+    assert len(strategy._kv_cache) == 1 and next(iter(strategy._kv_cache.values())) is next(iter(cached.values()))
+
+
+def test_text_only_models_are_refused_by_kv_strategies(memory):
+    from dkilab.models.openai_client import OpenAIChatModel
+
+    client = OpenAIChatModel("http://127.0.0.1:9", "none")
+    with pytest.raises(TypeError, match="full_attention.*K/V"):
+        create_strategy("full_attention", SMALL).answer("What is my cat called?", memory, client)
+    with pytest.raises(TypeError, match="stable.*preferences.*K/V"):
+        create_strategy("stable", SMALL).answer("What is my cat called?", memory, client, preferences=PREFS)
