@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 quickstart: setup
-	$(BIN)/dkilab demo
+	$(BIN)/dkilab run experiments/quickstart.yaml
 
 test: setup
 	$(BIN)/pytest -q

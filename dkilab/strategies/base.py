@@ -55,10 +55,14 @@ class Stages:
         self.ms: dict[str, float] = {}
 
     @contextmanager
-    def __call__(self, stage: str):
+    def __call__(self, stage: str, **inputs):
+        """Time a stage (and trace it as a span when the runner traces); yields a dict for span outputs."""
+        from dkilab.eval.tracing import span
+
         t = time.perf_counter()
         try:
-            yield
+            with span(stage, **inputs) as out:
+                yield out
         finally:
             self.ms[stage] = self.ms.get(stage, 0.0) + (time.perf_counter() - t) * 1000
 

@@ -60,7 +60,7 @@ class RecallV4(Strategy):
 
     def _answer(self, question, memory, model, *, session_id, preferences, stages):
         lang, p, cfg = language_of(question), self.params, self.params.recall
-        with stages("recall"):
+        with stages("recall", question=question) as trace:
             if cfg.strategy == "flat_history" or not cfg.enabled:
                 turns = cfg.budget.max_recent_turns if cfg.enabled else 0
                 recalled = memory.recent(2 * turns, session_id=session_id) if turns else []
@@ -68,7 +68,8 @@ class RecallV4(Strategy):
                 store = getattr(memory, "_store", None)
                 msr = MultiSignalRecall(cfg, self._resolver, memory, getattr(store, "embedder", None))
                 recalled = msr.recall(question, session_id=session_id, max_results=p.max_results).messages
-        with stages("assembly"):
+            trace["recalled_ids"] = [m.message_id for m in recalled]
+        with stages("assembly") as trace:
             memories, pref = [], preferences_text(preferences, lang)
             if pref:
                 self.require_kv(model, "preferences")
@@ -77,21 +78,31 @@ class RecallV4(Strategy):
             budget = compute_context_budget(self.window(model), cfg, model.count_tokens(question))
             budget = max(0, min(budget, p.context_budget) if p.context_budget is not None else budget)
             suffix = builder.build(question, recalled, budget, language=lang)
+            trace.update(suffix=suffix.text, budget=budget, summaries=suffix.summary_count)
         formatter = builder.formatter
         gens = []
 
         def generate(text: str) -> str:
-            with stages("generation"):
+            with stages("generation", round=len(gens)) as trace:
                 gen, prompt = self.generate(model, text, lang, memories=memories,
                                             system_extra=formatter.system_prompt(lang))
+                trace["output"] = gen.text
             gens.append((gen, prompt))
             return gen.text
 
         facts: list[str] = []
+
+        def on_call(call, text: str) -> None:
+            from dkilab.eval.tracing import span
+
+            with span("retrieve_fact", trace_id=call.trace_id, offset=call.offset, limit=call.limit) as out:
+                out.update(valid=call.valid, found=call.found, tokens=call.tokens, fact=text)
+            facts.append(text)
+
         retriever = FactRetriever(memory, model, max_fact_tokens=cfg.fact_call.max_fact_tokens)
         loop = run_fact_loop(suffix.text, generate, formatter, retriever, cfg, session_id=session_id,
                              offered=suffix.trace_ids, token_counter=model,
-                             on_call=lambda call, text: facts.append(text))
+                             on_call=on_call)
         gen, prompt = gens[-1]
         return Answer(loop.output, prompt_tokens=gen.prompt_tokens, injected_tokens=gen.injected_tokens,
                       generated_tokens=sum(g.new_tokens for g, _ in gens), recalled_ids=list(suffix.trace_ids),

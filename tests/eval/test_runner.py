@@ -1,0 +1,129 @@
+"""The experiment runner end to end: CI configs into a temporary MLflow store, error rows, resume."""
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dkilab.eval.experiment import expand_cells, load_experiment, parse_set
+from dkilab.eval.runner import check_expectations, run_experiment
+from dkilab.strategies import STRATEGIES, register
+from dkilab.strategies.no_memory import NoMemory
+from tests.conftest import ROOT
+
+CI_CONFIGS = sorted((ROOT / "experiments" / "ci").glob("*.yaml"))
+CELL_METRICS = {"score", "questions", "errors", "prompt_tokens", "hallucination_rate", "latency_total_p50_ms",
+                "questions_per_minute", "harness_overhead_p50_ms"}
+
+
+@pytest.fixture
+def uri(tmp_path):
+    return f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+
+def _cell_runs(uri, name):
+    import mlflow
+
+    mlflow.set_tracking_uri(uri)
+    exp = mlflow.get_experiment_by_name(name)
+    return mlflow.search_runs([exp.experiment_id], filter_string="tags.`dkilab.kind` = 'cell'", output_format="list")
+
+
+@pytest.mark.parametrize("path", CI_CONFIGS, ids=[p.stem for p in CI_CONFIGS])
+def test_ci_config_runs_end_to_end(path, uri, model):
+    import mlflow
+
+    cfg = load_experiment(path)
+    results = run_experiment(cfg, uri=uri, config_path=str(path), progress=False, echo=lambda *a: None)
+    assert check_expectations(cfg, results) == []
+    runs = _cell_runs(uri, cfg.name)
+    assert len(runs) == len(expand_cells(cfg)) and all(r.info.status == "FINISHED" for r in runs)
+    client = mlflow.MlflowClient(uri)
+    for run in runs:
+        assert CELL_METRICS <= set(run.data.metrics), CELL_METRICS - set(run.data.metrics)
+        assert any(k.startswith("cat/") for k in run.data.metrics)
+        assert run.data.params["strategy.name"] in STRATEGIES
+        arts = {a.path for a in client.list_artifacts(run.info.run_id)}
+        assert {"predictions.jsonl", "resolved_config.yaml", "score_by_category.png"} <= arts
+    if cfg.tracing:
+        traces = mlflow.search_traces(locations=[runs[0].info.experiment_id], return_type="list")
+        spans = {s.name for t in traces for s in t.data.spans}
+        assert {"recall", "assembly", "generation"} <= spans and any(n.startswith("question ") for n in spans)
+
+
+@register
+class Boom(NoMemory):
+    """Fails on questions that mention Pixel (for the error-row test)."""
+    name = "test_boom"
+
+    def _answer(self, question, memory, model, **kw):
+        if "Pixel" in question:
+            raise RuntimeError("boom on purpose")
+        return super()._answer(question, memory, model, **kw)
+
+
+def _config(tmp_path, name, **extra):
+    data = {"name": name, "model": {"max_context": 512}, "defaults": {"max_new_tokens": 2}, "tracing": False,
+            "datasets": [{"name": "fixtures", "limit": 1, "question_limit": 2}],
+            "strategies": [{"name": "no_memory"}, {"name": "test_boom"}]} | extra
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_error_rows_do_not_stop_the_run_and_finished_cells_are_skipped(tmp_path, uri, model):
+    import mlflow
+
+    cfg = load_experiment(_config(tmp_path, "errors"))
+    first = run_experiment(cfg, uri=uri, progress=False, echo=lambda *a: None)
+    boom = next(r for r in first if r.cell.strategy.name == "test_boom")
+    assert boom.metrics["errors"] == 1 and boom.metrics["questions"] == 2  # question 2 still answered
+    errors = Path(mlflow.MlflowClient(uri).download_artifacts(boom.run_id, "errors.txt")).read_text()
+    assert "boom on purpose" in errors and "Traceback" in errors
+    again = run_experiment(cfg, uri=uri, progress=False, echo=lambda *a: None)
+    assert all(r.skipped for r in again)
+    assert len(_cell_runs(uri, "errors")) == 2
+
+
+def test_a_killed_sweep_resumes_without_redoing_finished_cells(tmp_path, uri, model):
+    path = _config(tmp_path, "resume", strategies=[{"name": "no_memory"}], sweep={"params.max_new_tokens": [1, 2, 3]})
+    cmd = [sys.executable, "-m", "dkilab.cli", "run", str(path), "--tracking-uri", uri]
+    env = os.environ | {"PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
+                            start_new_session=True)
+    for line in proc.stdout:
+        if line.startswith("[1/3]"):
+            os.killpg(proc.pid, signal.SIGKILL)  # killed while the second cell runs
+            break
+    proc.wait()
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env, check=True).stdout
+    assert "[1/3]" in out and "skipped" in out.split("[1/3]")[1].splitlines()[0]
+    assert "score" in out.split("[2/3]")[1].splitlines()[0] and "score" in out.split("[3/3]")[1].splitlines()[0]
+    finished = [r for r in _cell_runs(uri, "resume") if r.info.status == "FINISHED"]
+    assert len(finished) == 3
+
+
+def test_config_errors_name_the_file_and_key(tmp_path):
+    bad = _config(tmp_path, "bad", strategies=[{"name": "no_such"}])
+    with pytest.raises(ValueError, match=r"bad\.yaml.*strategies\.0\.name.*no_such"):
+        load_experiment(bad)
+    with pytest.raises(ValueError, match=r"sweep\.nothing\.x"):
+        load_experiment(_config(tmp_path, "bad2", sweep={"nothing.x": [1]}))
+    with pytest.raises(ValueError, match=r"datasets\.0\.question_limit"):
+        load_experiment(_config(tmp_path, "bad3"), {"datasets.0.question_limit": -1})
+    assert parse_set(["params.preference_alpha=0.2", "model.spec=offline:smollm2"]) == {
+        "params.preference_alpha": 0.2, "model.spec": "offline:smollm2"}
+
+
+def test_sweep_grid_applies_keys_where_they_belong(tmp_path):
+    cfg = load_experiment(_config(tmp_path, "grid", strategies=[{"name": "no_memory"}, {"name": "stable"}],
+                                  sweep={"params.preference_alpha": [0.2, 0.6], "stable.recent_turns": [1, 3]}))
+    cells = expand_cells(cfg)
+    # no_memory has neither parameter: one cell; stable: 2 x 2
+    assert sorted(c.strategy.name for c in cells) == ["no_memory"] + ["stable"] * 4
+    assert {(c.strategy.params["preference_alpha"], c.strategy.params["recent_turns"])
+            for c in cells if c.strategy.name == "stable"} == {(0.2, 1), (0.2, 3), (0.6, 1), (0.6, 3)}
+    assert len({c.config_hash for c in cells}) == 5
