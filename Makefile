@@ -8,7 +8,7 @@ STAMP   := $(VENV)/.dkilab-installed
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup quickstart test test-slow test-all bench-store clean
+.PHONY: setup quickstart ui test test-slow test-all bench-store bench-strategies clean
 
 setup: $(STAMP)
 
@@ -37,6 +37,12 @@ test-all: setup
 
 bench-store: setup
 	$(BIN)/dkilab bench store
+
+bench-strategies: setup
+	$(BIN)/dkilab bench strategies
+
+ui: setup
+	$(BIN)/dkilab ui
 
 clean:
 	rm -rf $(VENV) .pytest_cache
