@@ -46,9 +46,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.limit:
         cfg = cfg.model_copy(update={"datasets": [d.model_copy(update={"question_limit": args.limit}) for d in cfg.datasets]})
     results = run_experiment(cfg, data_dir=args.data_dir, uri=args.tracking_uri, config_path=args.config)
-    from accelerate import PartialState
+    from dkilab.eval.runner import process_state
 
-    if not PartialState().is_main_process:
+    if not process_state().is_main_process:
         return 0
     table = results_table(results)
     if not table.empty:

@@ -121,7 +121,8 @@ class Cell:
     @property
     def label(self) -> str:
         sweep = ",".join(f"{k.split('.', 1)[1]}={v}" for k, v in self.point.items())
-        return f"{self.strategy.key}@{self.dataset.name}" + (f"[{sweep}]" if sweep else "")
+        split = ":ablation" if self.dataset.split == "ablation" else ""
+        return f"{self.strategy.key}@{self.dataset.name}{split}" + (f"[{sweep}]" if sweep else "")
 
 
 def _set_dotted(data: dict, dotted: str, value: Any) -> None:

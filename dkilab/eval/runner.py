@@ -133,6 +133,15 @@ def _ensure_experiment(name: str, uri: str) -> None:
     mlflow.set_experiment(name)
 
 
+def process_state():
+    """accelerate's PartialState; on a machine without CUDA, processes started by `accelerate launch
+    --multi_gpu --num_processes N` (or torchrun) join a gloo group on CPU."""
+    import torch
+    from accelerate import PartialState
+
+    return PartialState(cpu=not torch.cuda.is_available())
+
+
 def finished_hashes(experiment_name: str) -> set[str]:
     import mlflow
 
@@ -147,12 +156,11 @@ def finished_hashes(experiment_name: str) -> set[str]:
 def run_experiment(cfg: ExperimentConfig, *, data_dir=None, uri: str | None = None, config_path: str | None = None,
                    progress: bool = True, echo=print) -> list[CellResult]:
     import mlflow
-    from accelerate import PartialState
 
     from dkilab.eval import tracking
     from dkilab.models import load_model
 
-    state = PartialState()
+    state = process_state()
     main = state.is_main_process
     mlflow.set_tracking_uri(tracking_uri(uri))
     cells = expand_cells(cfg)

@@ -127,3 +127,33 @@ def test_sweep_grid_applies_keys_where_they_belong(tmp_path):
     assert {(c.strategy.params["preference_alpha"], c.strategy.params["recent_turns"])
             for c in cells if c.strategy.name == "stable"} == {(0.2, 1), (0.2, 3), (0.6, 1), (0.6, 3)}
     assert len({c.config_hash for c in cells}) == 5
+
+
+EXPERIMENTS = sorted(p for p in (ROOT / "experiments").glob("*.yaml") if not p.stem.startswith("retrieval_"))
+
+
+@pytest.mark.parametrize("path", EXPERIMENTS, ids=[p.stem for p in EXPERIMENTS])
+def test_every_experiment_config_validates(path):
+    from dkilab.strategies import create_strategy
+
+    cfg = load_experiment(path)
+    cells = expand_cells(cfg)
+    assert cells and len({c.label for c in cells}) == len(cells)
+    for cell in cells:  # strategy params are valid too
+        create_strategy(cell.strategy.name, cell.strategy.params, source=str(path))
+
+
+@pytest.mark.slow
+def test_accelerate_launch_shards_questions_over_two_cpu_processes(tmp_path, uri, model):
+    import mlflow
+
+    path = _config(tmp_path, "sharded", strategies=[{"name": "no_memory"}])
+    launcher = Path(sys.executable).parent / "accelerate"
+    out = subprocess.run([str(launcher), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+                          "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "dkilab.cli", "run", str(path),
+                          "--tracking-uri", uri], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    runs = _cell_runs(uri, "sharded")
+    assert len(runs) == 1 and runs[0].data.metrics["questions"] == 2  # both shards gathered, logged once
+    rows = Path(mlflow.MlflowClient(uri).download_artifacts(runs[0].info.run_id, "predictions.jsonl")).read_text()
+    assert len(rows.strip().splitlines()) == 2
