@@ -86,6 +86,12 @@ def test_error_rows_do_not_stop_the_run_and_finished_cells_are_skipped(tmp_path,
     again = run_experiment(cfg, uri=uri, progress=False, echo=lambda *a: None)
     assert all(r.skipped for r in again)
     assert len(_cell_runs(uri, "errors")) == 2
+    from dkilab.eval.tracking import report
+
+    table = report("errors", uri)  # `dkilab report errors`
+    assert list(table.index) == ["no_memory@fixtures", "test_boom@fixtures"] and table.loc["test_boom@fixtures", "errors"] == 1
+    with pytest.raises(KeyError, match="no MLflow experiment named 'nope'"):
+        report("nope", uri)
 
 
 def test_a_killed_sweep_resumes_without_redoing_finished_cells(tmp_path, uri, model):
