@@ -54,7 +54,6 @@ def test_ci_config_runs_end_to_end(path, uri, model):
         assert {"recall", "assembly", "generation"} <= spans and any(n.startswith("question ") for n in spans)
 
 
-@register
 class Boom(NoMemory):
     """Fails on questions that mention Pixel (for the error-row test)."""
     name = "test_boom"
@@ -74,7 +73,15 @@ def _config(tmp_path, name, **extra):
     return path
 
 
-def test_error_rows_do_not_stop_the_run_and_finished_cells_are_skipped(tmp_path, uri, model):
+@pytest.fixture
+def boom_strategy():
+    """Registered only while a test needs it (the registry test runs every registered strategy)."""
+    register(Boom)
+    yield Boom
+    STRATEGIES.pop(Boom.name, None)
+
+
+def test_error_rows_do_not_stop_the_run_and_finished_cells_are_skipped(tmp_path, uri, model, boom_strategy):
     import mlflow
 
     cfg = load_experiment(_config(tmp_path, "errors"))
@@ -112,7 +119,7 @@ def test_a_killed_sweep_resumes_without_redoing_finished_cells(tmp_path, uri, mo
     assert len(finished) == 3
 
 
-def test_config_errors_name_the_file_and_key(tmp_path):
+def test_config_errors_name_the_file_and_key(tmp_path, boom_strategy):
     bad = _config(tmp_path, "bad", strategies=[{"name": "no_such"}])
     with pytest.raises(ValueError, match=r"bad\.yaml.*strategies\.0\.name.*no_such"):
         load_experiment(bad)
