@@ -37,7 +37,3 @@ def span(name: str, outputs: dict | None = None, **inputs):
         finally:
             if out:
                 s.set_outputs(out)
-
-
-def active() -> bool:
-    return _TRACER.get() is not None

@@ -6,8 +6,6 @@ import re
 import statistics
 from typing import Any
 
-import yaml
-
 _KEY = re.compile(r"[^A-Za-z0-9_\-./ ]")
 
 
@@ -129,7 +127,3 @@ def report(experiment: str, uri: str | None = None):
         if f"metrics.{m}" in runs:
             cols[f"metrics.{m}"] = m
     return runs[list(cols)].rename(columns=cols).set_index("cell").sort_index()
-
-
-def dump_yaml(data) -> str:
-    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)

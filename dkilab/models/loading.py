@@ -71,16 +71,16 @@ def _dequantised(gguf: Path) -> Path:
     return target
 
 
-def resolve_spec(spec: str) -> tuple[str, str | None]:
-    """-> (directory or hub id to load, gguf file name or None)."""
+def resolve_spec(spec: str) -> str:
+    """The directory or hub id to load (a GGUF is dequantised into the cache first)."""
     if spec.startswith("offline:"):
-        return str(_dequantised(offline_gguf(spec))), None
+        return str(_dequantised(offline_gguf(spec)))
     path = Path(spec).expanduser()
     if path.suffix == ".gguf":
         if not path.exists():
             raise ModelNotAvailableError(f"GGUF file {path} does not exist")
-        return str(_dequantised(path)), None
-    return spec, None
+        return str(_dequantised(path))
+    return spec
 
 
 def load_model(spec: str = DEFAULT_MODEL, *, dtype: str = "auto", device: str = "cpu",
@@ -114,7 +114,7 @@ def _load_hf(spec: str, dtype: str, device: str, max_context: int | None):
     from dkilab.models.chat import ChatModel
     from dkilab.models.kv import ATTN_IMPLEMENTATION, register_attention
 
-    source, _ = resolve_spec(spec)
+    source = resolve_spec(spec)
     gpu = torch.cuda.is_available() and device in ("auto", "cuda")
     torch_dtype = {"auto": torch.bfloat16 if gpu else torch.float32, "float32": torch.float32,
                    "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,

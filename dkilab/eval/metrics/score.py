@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import math
-import statistics
 from typing import Any
 
 from dkilab.eval.metrics.abstention import is_abstention
@@ -107,7 +106,3 @@ def aggregate_by_category(rows: list[dict[str, Any]]) -> dict[str, dict[str, flo
     for r in rows:
         cats.setdefault(str(r.get("category")), []).append(r)
     return {c: aggregate(rs) for c, rs in sorted(cats.items())}
-
-
-def p50(xs):
-    return statistics.median(xs) if xs else None
