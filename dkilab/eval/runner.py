@@ -38,6 +38,27 @@ def tracking_uri(uri: str | None = None) -> str:
     return uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
 
 
+@dataclass
+class CellData:
+    """A dataset as one cell sees it: the questions to ask and the store holding the histories."""
+    items: list  # [(conversation, question)]
+    store: Any
+
+
+def load_cell_data(cell: Cell, data_dir, cache: dict | None = None) -> CellData:
+    """Questions and store for the cell's dataset; cells sharing a dataset spec share one load."""
+    from dkilab.eval.stores import store_for
+
+    key = cell.dataset.model_dump_json()
+    if cache is not None and key in cache:
+        return cache[key]
+    convs, items = _questions(cell, data_dir)
+    data = CellData(items, store_for(convs, f"{cell.dataset.name}-{cell.dataset.split}"))
+    if cache is not None:
+        cache[key] = data
+    return data
+
+
 def _questions(cell: Cell, data_dir):
     """[(conversation, question)] of the cell's dataset, after split, categories and limits."""
     from dkilab.eval.datasets import load_dataset
@@ -75,15 +96,13 @@ def _answer_row(strategy, item, conv, memory, model, dataset: str) -> tuple[dict
     return row, None
 
 
-def run_cell(cell: Cell, model, data_dir=None, state=None, trace: bool = False, progress: bool = True):
+def run_cell(cell: Cell, model, data: CellData, state=None, trace: bool = False, progress: bool = True):
     """Answer and score every question of a cell -> (rows, error tracebacks). Shards across processes."""
     from tqdm.auto import tqdm
 
-    from dkilab.eval.stores import store_for
     from dkilab.strategies import create_strategy
 
-    convs, items = _questions(cell, data_dir)
-    store = store_for(convs, f"{cell.dataset.name}-{cell.dataset.split}")
+    items, views = data.items, {}
     strategy = create_strategy(cell.strategy.name, cell.strategy.params, source=f"strategy {cell.strategy.key}")
     main = state is None or state.is_main_process
     idx = list(range(len(items)))
@@ -92,6 +111,9 @@ def run_cell(cell: Cell, model, data_dir=None, state=None, trace: bool = False, 
     def work(my_idx):
         for i in tqdm(my_idx, desc=cell.label, disable=not (progress and main), leave=False):
             conv, item = items[i]
+            if conv.user_id not in views:
+                views[conv.user_id] = data.store.for_user(conv.user_id)
+            memory = views[conv.user_id]
             if trace:
                 import mlflow
 
@@ -99,10 +121,10 @@ def run_cell(cell: Cell, model, data_dir=None, state=None, trace: bool = False, 
 
                 with tracing_to(mlflow), mlflow.start_span(name=f"question {item.qid}") as s:
                     s.set_inputs({"question": item.question, "gold": item.answer, "strategy": cell.label})
-                    row, err = _answer_row(strategy, item, conv, store.for_user(conv.user_id), model, cell.dataset.name)
+                    row, err = _answer_row(strategy, item, conv, memory, model, cell.dataset.name)
                     s.set_outputs({"prediction": row.get("prediction"), "score": row.get("score"), "error": row.get("error")})
             else:
-                row, err = _answer_row(strategy, item, conv, store.for_user(conv.user_id), model, cell.dataset.name)
+                row, err = _answer_row(strategy, item, conv, memory, model, cell.dataset.name)
             rows.append((i, row))
             if err:
                 errors.append(err)
@@ -172,6 +194,7 @@ def run_experiment(cfg: ExperimentConfig, *, data_dir=None, uri: str | None = No
         broadcast_object_list(box)
         done = box[0]
     results: list[CellResult] = []
+    datasets: dict[str, CellData] = {}
     parent = None
     if main:
         _ensure_experiment(cfg.name, tracking_uri(uri))
@@ -190,7 +213,8 @@ def run_experiment(cfg: ExperimentConfig, *, data_dir=None, uri: str | None = No
                 "dkilab.kind": "cell", "dkilab.config_hash": cell.config_hash, "strategy": cell.strategy.key,
                 "dataset": cell.dataset.name}) if main else None
             t = time.perf_counter()
-            rows, errors = run_cell(cell, model, data_dir, state, trace=cfg.tracing and main, progress=progress)
+            rows, errors = run_cell(cell, model, load_cell_data(cell, data_dir, datasets), state,
+                                    trace=cfg.tracing and main, progress=progress)
             wall = time.perf_counter() - t
             result = CellResult(cell, rows=rows)
             if main:

@@ -12,9 +12,10 @@ from collections import OrderedDict
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from dkilab.config import validate
+from dkilab.recall import MultiSignalRecall, RecallConfig, create_reference_resolver, validate_recall_config
 from dkilab.text.lang import detect_language
 from dkilab.types import Answer, Message
 
@@ -118,6 +119,14 @@ class Strategy(ABC):
             self._kv_cache.popitem(last=False)
         return kv
 
+    def preference_memories(self, model, preferences: list[str], lang: str, alpha: float) -> tuple[list, str]:
+        """([(preference K/V, alpha)] or [], the preference text): the seed's L0 block, encoded once."""
+        pref = preferences_text(preferences, lang)
+        if not pref:
+            return [], ""
+        self.require_kv(model, "preferences")
+        return [(self.memory_kv(model, pref), alpha)], pref
+
     def window(self, model) -> int:
         """Tokens available for the prompt: the model's window (or the configured cap) minus generation."""
         cap = self.params.max_prompt_tokens
@@ -130,6 +139,33 @@ class Strategy(ABC):
         gen = model.generate_full(messages, max_new_tokens=self.params.max_new_tokens,
                                   temperature=self.params.temperature, memories=memories)
         return gen, model.render(messages)
+
+
+class RecallParams(StrategyParams):
+    """Params of strategies that run MultiSignalRecall: the seed's `recall:` block and a result cap."""
+    recall: RecallConfig = Field(default_factory=RecallConfig)
+    max_results: int = Field(50, ge=1, le=1000)
+
+    @field_validator("recall", mode="before")
+    @classmethod
+    def _recall_block(cls, v: Any):
+        return v if isinstance(v, RecallConfig) else validate_recall_config(v, source="recall")
+
+
+class RecallingStrategy(Strategy):
+    """A strategy whose history comes from multi-signal recall (recall_v4, full_attention)."""
+    Params: ClassVar[type[StrategyParams]] = RecallParams
+
+    def __init__(self, params=None, source: str = "<params>"):
+        super().__init__(params, source)
+        self._resolver = create_reference_resolver()
+
+    def recall_messages(self, question: str, memory, session_id: str | None) -> list[Message]:
+        """Recall result in priority order: recent turns first, then by fused relevance."""
+        p = self.params
+        store = getattr(memory, "_store", None)
+        msr = MultiSignalRecall(p.recall, self._resolver, memory, getattr(store, "embedder", None))
+        return msr.recall(question, session_id=session_id, max_results=p.max_results).messages
 
 
 def language_of(question: str) -> str:

@@ -7,44 +7,29 @@ history comes back, e.g. the recent turns of one session).
 """
 from __future__ import annotations
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
-from dkilab.recall import MultiSignalRecall, RecallConfig, create_reference_resolver, validate_recall_config
-from dkilab.strategies.base import (Strategy, StrategyParams, history_block, language_of, preferences_text,
-                                    question_text, register)
+from dkilab.strategies.base import RecallingStrategy, RecallParams, history_block, language_of, question_text, register
 from dkilab.types import Answer
 
 
-class FullAttentionParams(StrategyParams):
+class FullAttentionParams(RecallParams):
     preference_alpha: float = Field(0.4, ge=0.0)
     history_alpha: float = Field(1.0, ge=0.0)
     history_tokens: int = Field(512, ge=16)  # K/V budget for the history block
-    recall: RecallConfig = Field(default_factory=RecallConfig)
-    max_results: int = Field(50, ge=1, le=1000)
-
-    @field_validator("recall", mode="before")
-    @classmethod
-    def _recall_block(cls, v):
-        return v if isinstance(v, RecallConfig) else validate_recall_config(v, source="full_attention.recall")
 
 
 @register
-class FullAttention(Strategy):
+class FullAttention(RecallingStrategy):
     name = "full_attention"
     Params = FullAttentionParams
     uses_kv = True
-
-    def __init__(self, params=None, source: str = "<params>"):
-        super().__init__(params, source)
-        self._resolver = create_reference_resolver()
 
     def _answer(self, question, memory, model, *, session_id, preferences, stages):
         self.require_kv(model, "the history")
         lang, p = language_of(question), self.params
         with stages("recall"):
-            store = getattr(memory, "_store", None)
-            msr = MultiSignalRecall(p.recall, self._resolver, memory, getattr(store, "embedder", None))
-            recalled = msr.recall(question, session_id=session_id, max_results=p.max_results).messages
+            recalled = self.recall_messages(question, memory, session_id)
         with stages("assembly"):
             chosen, used = [], 0
             for m in recalled:  # priority order, within the K/V budget
@@ -55,10 +40,7 @@ class FullAttention(Strategy):
                 used += cost
             chosen.sort(key=lambda m: (m.timestamp, m.turn_id))
             history = history_block(chosen, lang)
-            pref = preferences_text(preferences, lang)
-            memories = []
-            if pref:
-                memories.append((self.memory_kv(model, pref), p.preference_alpha))
+            memories, pref = self.preference_memories(model, preferences, lang, p.preference_alpha)
             if history:
                 memories.append((self.memory_kv(model, history + "\n"), p.history_alpha))
         with stages("generation"):

@@ -7,38 +7,29 @@ Fallbacks of seed §9: `recall.strategy: flat_history` is stable's fixed recent 
 """
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
-from dkilab.recall import (FactRetriever, MultiSignalRecall, RecallConfig, SuffixBuilder, compute_context_budget,
-                           create_formatter, create_reference_resolver, run_fact_loop, validate_recall_config)
-from dkilab.strategies.base import Strategy, StrategyParams, language_of, preferences_text, register
+from dkilab.recall import FactRetriever, SuffixBuilder, compute_context_budget, create_formatter, run_fact_loop
+from dkilab.strategies.base import RecallingStrategy, RecallParams, language_of, register
 from dkilab.types import Answer
 
 
-class RecallV4Params(StrategyParams):
+class RecallV4Params(RecallParams):
     preference_alpha: float = Field(0.4, ge=0.0)
-    recall: RecallConfig = Field(default_factory=RecallConfig)
-    max_results: int = Field(50, ge=1, le=1000)
     context_budget: int | None = Field(None, ge=0)  # cap on the history budget of §2.3
     summarizer: Literal["extractive", "llm"] = "extractive"
 
-    @field_validator("recall", mode="before")
-    @classmethod
-    def _recall_block(cls, v: Any):
-        return v if isinstance(v, RecallConfig) else validate_recall_config(v, source="recall_v4.recall")
-
 
 @register
-class RecallV4(Strategy):
+class RecallV4(RecallingStrategy):
     name = "recall_v4"
     Params = RecallV4Params
     uses_kv = True
 
     def __init__(self, params=None, source: str = "<params>"):
         super().__init__(params, source)
-        self._resolver = create_reference_resolver()
         self._builders: dict[tuple[int, str], SuffixBuilder] = {}
 
     def _builder(self, model, lang: str) -> SuffixBuilder:
@@ -65,15 +56,10 @@ class RecallV4(Strategy):
                 turns = cfg.budget.max_recent_turns if cfg.enabled else 0
                 recalled = memory.recent(2 * turns, session_id=session_id) if turns else []
             else:
-                store = getattr(memory, "_store", None)
-                msr = MultiSignalRecall(cfg, self._resolver, memory, getattr(store, "embedder", None))
-                recalled = msr.recall(question, session_id=session_id, max_results=p.max_results).messages
+                recalled = self.recall_messages(question, memory, session_id)
             trace["recalled_ids"] = [m.message_id for m in recalled]
         with stages("assembly") as trace:
-            memories, pref = [], preferences_text(preferences, lang)
-            if pref:
-                self.require_kv(model, "preferences")
-                memories.append((self.memory_kv(model, pref), p.preference_alpha))
+            memories, pref = self.preference_memories(model, preferences, lang, p.preference_alpha)
             builder = self._builder(model, lang)
             budget = compute_context_budget(self.window(model), cfg, model.count_tokens(question))
             budget = max(0, min(budget, p.context_budget) if p.context_budget is not None else budget)

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from dkilab.strategies.base import (Strategy, StrategyParams, history_block, language_of, preferences_text,
-                                    question_text, register)
+from dkilab.strategies.base import Strategy, StrategyParams, history_block, language_of, question_text, register
 from dkilab.types import Answer
 
 
@@ -26,10 +25,7 @@ class Stable(Strategy):
         with stages("recall"):
             recent = memory.recent(2 * p.recent_turns, session_id=session_id) if p.recent_turns else []
         with stages("assembly"):
-            memories, pref = [], preferences_text(preferences, lang)
-            if pref:
-                self.require_kv(model, "preferences")
-                memories.append((self.memory_kv(model, pref), p.preference_alpha))
+            memories, pref = self.preference_memories(model, preferences, lang, p.preference_alpha)
             history = history_block(recent, lang)
             user_text = question_text(question, lang, history)
         with stages("generation"):
