@@ -20,12 +20,6 @@ def _cmd_bench_store(args: argparse.Namespace) -> int:
     return bench_main(data_dir=args.data_dir, scale=args.scale, queries=args.queries)
 
 
-def _cmd_bench_retrieval(args: argparse.Namespace) -> int:
-    from dkilab.bench.retrieval import main as bench_main
-
-    return bench_main(args.config, data_dir=args.data_dir, question_limit=args.limit)
-
-
 def _cmd_bench_strategies(args: argparse.Namespace) -> int:
     from dkilab.bench.strategies import main as bench_main
 
@@ -114,11 +108,6 @@ def build_parser() -> argparse.ArgumentParser:
     bs.add_argument("--scale", type=int, default=100, help="synthetic store size as a multiple of LoCoMo (default 100)")
     bs.add_argument("--queries", type=int, default=200, help="queries per tool (default 200)")
     bs.set_defaults(func=_cmd_bench_store)
-    br = bench_sub.add_parser("retrieval", help="recall@k / MRR of the recall stage alone on a dataset")
-    br.add_argument("config", help="retrieval experiment YAML, e.g. experiments/retrieval_locomo.yaml")
-    br.add_argument("--data-dir", default=None, help="dataset directory (default: $DKILAB_DATA_DIR)")
-    br.add_argument("--limit", type=int, default=None, help="questions per conversation")
-    br.set_defaults(func=_cmd_bench_retrieval)
     bst = bench_sub.add_parser("strategies", help="tokens, latency per stage and fact calls of every strategy on LoCoMo")
     bst.add_argument("--data-dir", default=None, help="dataset directory (default: $DKILAB_DATA_DIR)")
     bst.add_argument("--questions", type=int, default=20, help="LoCoMo questions (default 20)")

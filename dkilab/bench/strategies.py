@@ -33,7 +33,7 @@ def run(data_dir: str | None = None, questions: int = 20, model_spec: str = "off
     model = load_model(model_spec)
     print(f"model {model.name} loaded in {time.perf_counter() - t:.1f} s; {len(qs)} questions of {conv.conversation_id} "
           f"({len(conv.messages)} messages); prompts capped at {max_prompt_tokens} tokens")
-    recall = read_yaml(recall_config).get("recall", {})
+    recall = read_yaml(recall_config)["defaults"]["recall"]
     rows = {}
     for name in strategies or BUILTIN:
         params = {"max_new_tokens": max_new_tokens, "max_prompt_tokens": max_prompt_tokens}

@@ -4,7 +4,7 @@
 name: quickstart
 seed: 0
 model: {spec: offline:smollm2, max_context: 2048}
-defaults: {max_new_tokens: 32}          # params given to every strategy (where it has them)
+defaults: {max_new_tokens: 32}          # params given to every strategy that has them (nested blocks merge)
 datasets: [{name: fixtures, question_limit: 8, split: full}]
 strategies: [{name: no_memory}, {name: recall_v4, label: v4, params: {recall: {...}}}]
 sweep:                                   # grid over dotted keys
@@ -135,6 +135,15 @@ def _set_dotted(data: dict, dotted: str, value: Any) -> None:
     node[leaf] = value
 
 
+def _merge(base: dict, over: dict) -> dict:
+    """`over` on top of `base`, nested mappings merged key by key (a strategy's `recall.signals.x`
+    changes that one key of a `recall:` block given in `defaults`)."""
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else copy.deepcopy(v)
+    return out
+
+
 def _has_param(strategy_name: str, dotted: str) -> bool:
     from dkilab.strategies import STRATEGIES
 
@@ -149,7 +158,7 @@ def expand_cells(cfg: ExperimentConfig) -> list[Cell]:
     for ds in cfg.datasets:
         for s in cfg.strategies:
             for point in grid:
-                params = {k: v for k, v in cfg.defaults.items() if _has_param(s.name, k)} | copy.deepcopy(s.params)
+                params = _merge({k: v for k, v in cfg.defaults.items() if _has_param(s.name, k)}, s.params)
                 model = cfg.model.model_dump()
                 applied = {}
                 for key, value in point.items():

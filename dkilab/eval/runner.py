@@ -181,6 +181,7 @@ def run_experiment(cfg: ExperimentConfig, *, data_dir=None, uri: str | None = No
 
     from dkilab.eval import tracking
     from dkilab.models import load_model
+    from dkilab.strategies import STRATEGIES
 
     state = process_state()
     main = state.is_main_process
@@ -208,7 +209,8 @@ def run_experiment(cfg: ExperimentConfig, *, data_dir=None, uri: str | None = No
                 results.append(CellResult(cell, skipped=True))
                 continue
             m = cell.model
-            model = load_model(m.spec, dtype=m.dtype, device=m.device, max_context=m.max_context)
+            model = (load_model(m.spec, dtype=m.dtype, device=m.device, max_context=m.max_context)
+                     if STRATEGIES[cell.strategy.name].needs_model else None)
             child = mlflow.start_run(run_name=cell.label, nested=True, tags={
                 "dkilab.kind": "cell", "dkilab.config_hash": cell.config_hash, "strategy": cell.strategy.key,
                 "dataset": cell.dataset.name}) if main else None
@@ -221,7 +223,8 @@ def run_experiment(cfg: ExperimentConfig, *, data_dir=None, uri: str | None = No
                 result.metrics = tracking.log_cell(cell, rows, errors, wall)
                 result.run_id = child.info.run_id
                 mlflow.end_run()
-                echo(f"[{n}/{len(cells)}] {cell.label}: score {result.metrics.get('score', float('nan')):.3f} "
+                main_metric = "score" if "score" in result.metrics else "recall_at_10"
+                echo(f"[{n}/{len(cells)}] {cell.label}: {main_metric} {result.metrics.get(main_metric, float('nan')):.3f} "
                      f"over {len(rows)} questions in {wall:.0f} s")
             results.append(result)
         if main:
@@ -246,14 +249,18 @@ def check_expectations(cfg: ExperimentConfig, results: list[CellResult]) -> list
     return problems
 
 
+TABLE_COLUMNS = ("score", "answer_score", "hallucination_rate", "unsupported_claim_rate", "fact_call_rate",
+                 "evidence_in_context", "recall_at_5", "recall_at_10", "recall_at_20", "mrr", "prompt_tokens",
+                 "injected_tokens", "latency_recall_p50_ms", "latency_total_p50_ms", "harness_overhead_p50_ms",
+                 "questions_per_minute", "errors")
+
+
 def results_table(results: list[CellResult]):
+    """One row per finished cell; columns of TABLE_COLUMNS that at least one cell has."""
     import pandas as pd
 
-    cols = ["score", "answer_score", "hallucination_rate", "unsupported_claim_rate", "fact_call_rate",
-            "evidence_in_context", "prompt_tokens", "injected_tokens", "latency_total_p50_ms", "questions_per_minute",
-            "errors"]
-    data = {r.cell.label: {c: r.metrics.get(c) for c in cols} for r in results if not r.skipped}
-    return pd.DataFrame.from_dict(data, orient="index")
+    data = {r.cell.label: {c: r.metrics.get(c) for c in TABLE_COLUMNS} for r in results if not r.skipped}
+    return pd.DataFrame.from_dict(data, orient="index").dropna(axis=1, how="all")
 
 
 def dumps_rows(rows) -> str:

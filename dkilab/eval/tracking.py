@@ -47,7 +47,7 @@ def log_cell(cell, rows: list[dict], errors: list[str], wall_s: float) -> dict[s
     mlflow.log_metrics(metrics)
     for cat, agg in aggregate_by_category(rows).items():
         mlflow.log_metrics({metric_key(f"cat/{cat}/{k}"): v for k, v in agg.items()
-                            if k in ("score", "questions", "hallucination_rate", "f1", "fact_call_rate")})
+                            if k in ("score", "questions", "hallucination_rate", "f1", "fact_call_rate", "recall_at_10", "mrr")})
     mlflow.log_dict(cell.resolved, "resolved_config.yaml")
     mlflow.log_text(dumps_rows(rows), "predictions.jsonl")
     if errors:
@@ -66,13 +66,14 @@ def _plot_categories(rows, title: str) -> None:
     from dkilab.eval.metrics import aggregate_by_category
 
     by_cat = aggregate_by_category(rows)
-    cats = [c for c in by_cat if "score" in by_cat[c]]
+    metric = "score" if any("score" in agg for agg in by_cat.values()) else "recall_at_10"
+    cats = [c for c in by_cat if metric in by_cat[c]]
     if not cats:
         return
     fig, ax = plt.subplots(figsize=(max(4, len(cats) * 0.9), 3))
-    ax.bar(cats, [by_cat[c]["score"] for c in cats])
+    ax.bar(cats, [by_cat[c][metric] for c in cats])
     ax.set_ylim(0, 1)
-    ax.set_ylabel("score")
+    ax.set_ylabel(metric)
     ax.set_title(title, fontsize=8)
     ax.tick_params(axis="x", labelrotation=30, labelsize=7)
     fig.tight_layout()
@@ -95,10 +96,13 @@ def log_comparison(results) -> None:
         return
     mlflow.log_text(table.to_csv(), "comparison.csv")
     mlflow.log_text(table.to_string(float_format=lambda x: f"{x:.3f}"), "comparison.txt")
+    metric = "score" if "score" in table else "recall_at_10" if "recall_at_10" in table else None
+    if metric is None:
+        return
     fig, ax = plt.subplots(figsize=(6, max(2.5, 0.35 * len(table))))
-    ax.barh(list(table.index), table["score"].fillna(0).tolist())
+    ax.barh(list(table.index), table[metric].fillna(0).tolist())
     ax.set_xlim(0, 1)
-    ax.set_xlabel("score")
+    ax.set_xlabel(metric)
     fig.tight_layout()
     mlflow.log_figure(fig, "comparison.png")
     plt.close(fig)
@@ -109,7 +113,7 @@ def report(experiment: str, uri: str | None = None):
     import mlflow
     import pandas as pd
 
-    from dkilab.eval.runner import tracking_uri
+    from dkilab.eval.runner import TABLE_COLUMNS, tracking_uri
 
     mlflow.set_tracking_uri(tracking_uri(uri))
     exp = mlflow.get_experiment_by_name(experiment)
@@ -121,9 +125,7 @@ def report(experiment: str, uri: str | None = None):
         return pd.DataFrame()
     runs = runs.drop_duplicates("tags.dkilab.config_hash")
     cols = {"tags.mlflow.runName": "cell"}
-    for m in ("score", "answer_score", "hallucination_rate", "unsupported_claim_rate", "fact_call_rate",
-              "evidence_in_context", "prompt_tokens", "injected_tokens", "latency_total_p50_ms", "questions_per_minute",
-              "errors"):
-        if f"metrics.{m}" in runs:
+    for m in TABLE_COLUMNS:
+        if f"metrics.{m}" in runs and runs[f"metrics.{m}"].notna().any():
             cols[f"metrics.{m}"] = m
     return runs[list(cols)].rename(columns=cols).set_index("cell").sort_index()

@@ -1,5 +1,6 @@
 """Strategies, one file each, registered by name: no_memory, full_history, stable, recall_v4,
-full_attention. `create_strategy(name, params)`; `STRATEGIES` lists them."""
+full_attention, and recall_only (the recall stage alone, for retrieval experiments).
+`create_strategy(name, params)`; `STRATEGIES` lists them."""
 from __future__ import annotations
 
 from importlib import import_module
@@ -7,7 +8,7 @@ from importlib import import_module
 from dkilab.strategies.base import STRATEGIES, Strategy, StrategyParams, register
 
 BUILTIN = ("no_memory", "full_history", "stable", "recall_v4", "full_attention")
-for _name in BUILTIN:
+for _name in (*BUILTIN, "recall_only"):
     import_module(f"dkilab.strategies.{_name}")
 
 

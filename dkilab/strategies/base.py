@@ -72,6 +72,7 @@ class Strategy(ABC):
     name: ClassVar[str] = ""
     Params: ClassVar[type[StrategyParams]] = StrategyParams
     uses_kv: ClassVar[bool] = False  # injects K/V memory (needs a local transformers model)
+    needs_model: ClassVar[bool] = True  # False: the runner loads no model for it (recall_only)
 
     def __init__(self, params: dict[str, Any] | StrategyParams | None = None, source: str = "<params>"):
         if isinstance(params, StrategyParams):

@@ -33,14 +33,21 @@ def test_locomo_loader_matches_the_dataset_card():
 
 @pytest.mark.slow
 @needs_data
-def test_retrieval_benchmark_runs_on_locomo(tmp_path, monkeypatch):
-    from dkilab.bench.retrieval import run
+def test_retrieval_experiment_logs_recall_at_k_to_mlflow(tmp_path, monkeypatch):
+    from dkilab.eval.experiment import load_experiment
+    from dkilab.eval.runner import run_experiment
+    from dkilab.eval.tracking import report
 
     monkeypatch.setenv("DKILAB_CACHE_DIR", str(tmp_path))
-    cfg = tmp_path / "r.yaml"
-    cfg.write_text("dataset: {name: locomo, limit: 1, categories: [1, 2, 3, 4]}\nks: [5, 10]\n"
-                   "recall: {signals: {vector_threshold: 0.0, vector_top_k: 20, lexical_top_k: 20}}\n"
-                   "variants: {bm25_only: {signals.vector_enabled: false}, fused: {}}\n")
-    rows = run(str(cfg), question_limit=40)
-    for row in rows.values():
-        assert row["questions"] > 20 and 0.2 < row["recall@10"] <= 1 and row["recall@5"] <= row["recall@10"]
+    cfg = load_experiment("experiments/retrieval_locomo.yaml",
+                          {"datasets.0.limit": 1, "datasets.0.question_limit": 40})
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    results = run_experiment(cfg, uri=uri, progress=False, echo=lambda *_: None)
+    by = {r.cell.strategy.key: r.metrics for r in results}
+    assert set(by) == {"dense_only", "bm25_only", "rrf_plain", "fused"}
+    for m in by.values():
+        assert m["questions"] >= 30 and m["errors"] == 0 and "score" not in m
+        assert 0.2 < m["recall_at_10"] <= 1 and m["recall_at_5"] <= m["recall_at_10"] <= m["recall_at_20"]
+    assert by["fused"]["recall_at_10"] > max(by["dense_only"]["recall_at_10"], by["bm25_only"]["recall_at_10"])
+    table = report("retrieval_locomo", uri)
+    assert {"recall_at_10", "mrr", "latency_recall_p50_ms"} <= set(table.columns) and "score" not in table.columns

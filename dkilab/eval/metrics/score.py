@@ -7,10 +7,12 @@ from typing import Any
 from dkilab.eval.metrics.abstention import is_abstention
 from dkilab.eval.metrics.claims import unsupported_rate
 from dkilab.eval.metrics.qa import choice_accuracy, exact_match, f1_score, locomo_score, zh_exact_match, zh_f1
+from dkilab.eval.metrics.retrieval import evidence_recall, reciprocal_rank
 from dkilab.text.lang import detect_language
 from dkilab.types import Answer, QAItem
 
 STAGES = ("recall", "assembly", "generation")
+RECALL_KS = (1, 5, 10, 20)  # evidence recall@k of retrieval-only answers (recall_only)
 
 
 def quality(item: QAItem, prediction: str, dataset: str) -> dict[str, float]:
@@ -29,8 +31,27 @@ def quality(item: QAItem, prediction: str, dataset: str) -> dict[str, float]:
     return {"score": f1, "f1": f1, "em": float(exact_match(prediction, gold))}
 
 
+def _latency(row: dict[str, Any], answer: Answer) -> dict[str, Any]:
+    for stage in STAGES:
+        row[f"latency_{stage}_ms"] = answer.latency_ms.get(stage, 0.0)
+    row["latency_total_ms"] = sum(answer.latency_ms.values())
+    return row
+
+
+def score_retrieval(item: QAItem, answer: Answer) -> dict[str, Any]:
+    """A retrieval-only row: evidence recall@k and reciprocal rank of the ranked `recalled_ids`."""
+    row: dict[str, Any] = {"answerable": item.answerable}
+    if item.evidence_ids:
+        ranked = answer.recalled_ids
+        row |= {f"recall_at_{k}": evidence_recall(ranked, item.evidence_ids, k) for k in RECALL_KS}
+        row["mrr"] = reciprocal_rank(ranked, item.evidence_ids)
+    return _latency(row, answer)
+
+
 def score_answer(item: QAItem, answer: Answer, dataset: str) -> dict[str, Any]:
     """One metric row: quality, hallucination, fact calls, retrieval and cost."""
+    if answer.metadata.get("retrieval_only"):
+        return score_retrieval(item, answer)
     row: dict[str, Any] = {"answerable": item.answerable, "abstained": is_abstention(answer.text)}
     if item.answerable:
         row |= quality(item, answer.text, dataset)
@@ -52,10 +73,7 @@ def score_answer(item: QAItem, answer: Answer, dataset: str) -> dict[str, Any]:
         "generated_tokens": answer.generated_tokens,
         "evidence_in_context": (len(gold & set(answer.recalled_ids)) / len(gold)) if gold and item.answerable else None,
     }
-    for stage in STAGES:
-        row[f"latency_{stage}_ms"] = answer.latency_ms.get(stage, 0.0)
-    row["latency_total_ms"] = sum(answer.latency_ms.values())
-    return row
+    return _latency(row, answer)
 
 
 def _mean(xs):
@@ -76,25 +94,28 @@ def aggregate(rows: list[dict[str, Any]]) -> dict[str, float]:
         return {k: v for k, v in out.items() if v is not None}
     ans = [r for r in ok if r["answerable"]]
     un = [r for r in ok if not r["answerable"]]
-    calls = sum(r["fact_calls"] for r in ok)
+    gen = [r for r in ok if "fact_calls" in r]  # rows of answering strategies (not retrieval-only)
+    calls = sum(r["fact_calls"] for r in gen)
     out |= {
-        "score": _mean([r["score"] for r in ok]),
-        "answer_score": _mean([r["score"] for r in ans]),
+        "score": _mean([r.get("score") for r in ok]),
+        "answer_score": _mean([r.get("score") for r in ans]),
         "f1": _mean([r.get("f1") for r in ans]), "em": _mean([r.get("em") for r in ans]),
         "accuracy": _mean([r.get("accuracy") for r in ans]),
-        "hallucination_rate": _mean([r["hallucinated"] for r in un]),
-        "abstention_rate_answerable": _mean([float(r["abstained"]) for r in ans]),
+        "hallucination_rate": _mean([r.get("hallucinated") for r in un]),
+        "abstention_rate_answerable": _mean([float(r["abstained"]) for r in ans if "abstained" in r]),
         "unsupported_claim_rate": _mean([r.get("unsupported_claim_rate") for r in ans]),
-        "fact_call_rate": _mean([float(r["fact_calls"] > 0) for r in ok]),
-        "mean_rounds": _mean([r["rounds"] for r in ok]),
-        "valid_call_rate": (sum(r["valid_calls"] for r in ok) / calls) if calls else None,
-        "evidence_hit_rate": (sum(r["evidence_hit_calls"] for r in ok) / calls) if calls else None,
-        "malformed_call_rate": (sum(r["malformed_calls"] for r in ok) / calls) if calls else None,
-        "fact_tokens": _mean([r["fact_tokens"] for r in ok]),
+        "fact_call_rate": _mean([float(r["fact_calls"] > 0) for r in gen]),
+        "mean_rounds": _mean([r["rounds"] for r in gen]),
+        "valid_call_rate": (sum(r["valid_calls"] for r in gen) / calls) if calls else None,
+        "evidence_hit_rate": (sum(r["evidence_hit_calls"] for r in gen) / calls) if calls else None,
+        "malformed_call_rate": (sum(r["malformed_calls"] for r in gen) / calls) if calls else None,
+        "fact_tokens": _mean([r["fact_tokens"] for r in gen]),
         "evidence_in_context": _mean([r.get("evidence_in_context") for r in ans]),
-        "prompt_tokens": _mean([r["prompt_tokens"] for r in ok]),
-        "injected_tokens": _mean([r["injected_tokens"] for r in ok]),
+        "prompt_tokens": _mean([r["prompt_tokens"] for r in gen]),
+        "injected_tokens": _mean([r["injected_tokens"] for r in gen]),
+        "mrr": _mean([r.get("mrr") for r in ok]),
     }
+    out |= {f"recall_at_{k}": _mean([r.get(f"recall_at_{k}") for r in ok]) for k in RECALL_KS}
     for stage in (*STAGES, "total"):
         xs = [r[f"latency_{stage}_ms"] for r in ok]
         out[f"latency_{stage}_p50_ms"], out[f"latency_{stage}_p95_ms"] = _pct(xs, 50), _pct(xs, 95)
