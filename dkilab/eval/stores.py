@@ -8,7 +8,7 @@ import os
 from dkilab.cache import cache_dir
 from dkilab.types import Conversation
 
-LOADER_VERSION = "1"  # bump when loaders change what they ingest
+LOADER_VERSION = "2"  # bump when loaders change what they ingest
 
 
 def store_for(conversations: list[Conversation], name: str, embedder=None, path: str | os.PathLike | None = None):

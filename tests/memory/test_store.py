@@ -202,3 +202,33 @@ def test_v2_store_is_migrated_to_per_user_fts(embedder, tmp_path):
         assert s.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "3"
         assert {u: ids(s.for_user(u).lexical_search("不吃辣 grey cat")) for u in ("alice", "bob")} == expected
         assert expected["alice"] and expected["bob"]
+
+
+def test_a_reply_is_found_through_the_turn_it_answers(store):
+    """Index text v2: a message's vector also covers the previous turn of its session, so a bare reply
+    is found by what it replies to, whether that turn came in the same batch or was stored earlier."""
+    store.add_messages([msg("q1", "Did you finally go to the pottery class you signed up for?", role="assistant"),
+                        msg("r1", "Yes, yesterday! I loved it.", turn=2)])
+    store.add_messages([msg("q2", "How was the marathon in Berlin last Sunday?", session="s9", role="assistant"),
+                        msg("d1", "I loved the new cafe near work.", session="s8")])
+    store.add_messages([msg("r2", "Exhausting, but I finished it!", session="s9", turn=2)])  # its question is stored
+    alice = store.for_user("alice")
+    replies = [h.message_id for h in alice.semantic_search("pottery class", top_k=4).items if h.message_id != "q1"]
+    assert replies[0] == "r1"
+    replies = [h.message_id for h in alice.semantic_search("Berlin marathon", top_k=4).items if h.message_id != "q2"]
+    assert replies[0] == "r2"
+    assert store._meta["index_text"] == "2"
+
+
+def test_a_store_embedded_before_index_text_versions_keeps_v1(embedder, tmp_path):
+    from dkilab.memory.store import index_text
+
+    with MemoryStore.open(tmp_path / "s", embedder=embedder) as s:
+        s.add_messages([msg("q1", "Did you go to the pottery class?", role="assistant")])
+        s.conn.execute("DELETE FROM meta WHERE key='index_text'")
+        s.conn.commit()
+    with MemoryStore.open(tmp_path / "s", embedder=embedder) as s:
+        s.add_messages([msg("r1", "Yes, yesterday!", turn=2)])
+        assert s._meta["index_text"] == "1"
+        hit = s.for_user("alice").semantic_search(query_embedding=embedder.encode([index_text(msg("r1", "Yes, yesterday!", turn=2), version="1")])[0], top_k=1)
+        assert hit.items[0].message_id == "r1" and hit.items[0].score > 0.999
