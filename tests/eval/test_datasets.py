@@ -56,3 +56,67 @@ def test_memdaily_loader_matches_the_dataset_card():
     assert all(q.metadata["answer_text"] for q in qs)
     few = load_memdaily(limit=24)
     assert len({c.questions[0].category for c in few if c.questions}) >= 20  # round-robin over the files
+
+
+def _write_madial(root, lang="en"):
+    """A two-dialogue MADial-Bench in the published layout (our own text); one line lacks its tag."""
+    d = root / "madial_bench" / lang
+    d.mkdir(parents=True)
+    dialogues = [
+        {"dialogue": ["<BOD>\n", '<Ann>: "I have a piano recital tomorrow."\n', '<Assistant>: "How exciting!"\n',
+                      '<Ann>: "I am so nervous though."\n', '<Assistant>: "Remember the spring concert? You shone."\n',
+                      "<EOD>\n"], "test-turn": [4], "relevant-id": [7], "user-id": 1},
+        {"dialogue": ["<BOD>\n", '<Ann>: "My dog Biscuit is sick."\n', '"Oh no, what happened?"\n',
+                      '<Ann>: "He will not eat."\n', '<Assistant>: "He got better fast last winter too."\n',
+                      '<Ann>: "True!"\n', "<EOD>\n"], "test-turn": [4], "relevant-id": [8, 9], "user-id": 1},
+    ]
+    memory = [{"7": {"time": "2023-04-02", "scene": "Activity", "emotion": "Happy",
+                     "event": "Ann played the piano at the spring concert and felt proud."}},
+              {"8": {"time": "2023-01-10", "scene": "Pets", "emotion": "Sad", "event": "Ann's dog Biscuit caught a cold."}},
+              {"9": {"time": "2023-01-20", "scene": "Pets", "emotion": "Happy", "event": "Biscuit recovered and Ann was relieved."}},
+              {"10": {"time": "2023-02-01", "scene": "Food", "emotion": "Happy", "event": "Someone else ate noodles."}}]
+    (d / f"MADial-Bench-{lang}-dialogue.json").write_text("\n".join(json.dumps(x) for x in dialogues) + "\n")
+    (d / f"MADial-Bench-{lang}-memory.json").write_text("\n".join(json.dumps(x) for x in memory) + "\n")
+    return d
+
+
+def test_madial_loader_keeps_the_gold_turn_out_of_the_history(tmp_path):
+    _write_madial(tmp_path)
+    (conv,) = load_dataset("madial_bench_en", data_dir=str(tmp_path))
+    assert conv.user_id == "madial-en-u1" and conv.speakers["user"] == "Ann"
+    mem = [m for m in conv.messages if m.metadata["kind"] == "memory"]
+    assert [m.message_id for m in mem] == ["madial:en:mem8", "madial:en:mem9", "madial:en:mem7"]  # by date; mem10 names no user
+    assert len({m.session_id for m in mem}) == 3  # one session each: no reply context between events
+    q1, q2 = conv.questions
+    assert (q1.question, q1.answer, q1.evidence_ids) == ("I am so nervous though.", "Remember the spring concert? You shone.",
+                                                         ["madial:en:mem7"])
+    d1 = [m for m in conv.messages if m.session_id == q1.metadata["session_id"]]
+    assert [(m.role, m.content) for m in d1] == [("user", "I have a piano recital tomorrow."), ("assistant", "How exciting!")]
+    assert all(q.answer not in m.content for q in conv.questions for m in conv.messages)
+    d2 = [m for m in conv.messages if m.session_id == q2.metadata["session_id"]]
+    assert d2[1].role == "assistant" and d2[1].content == "Oh no, what happened?"  # untagged line: speaker by position
+    assert q2.evidence_ids == ["madial:en:mem8", "madial:en:mem9"]
+    assert len(load_dataset("madial_bench_en", data_dir=str(tmp_path), limit=1)[0].questions) == 1
+
+
+def test_madial_errors_name_the_file(tmp_path):
+    with pytest.raises(DatasetNotFoundError, match=r"madial_bench/zh.*hejunqing/MADial-Bench"):
+        load_dataset("madial_bench_zh", data_dir=str(tmp_path))
+    d = _write_madial(tmp_path)
+    (d / "MADial-Bench-en-memory.json").write_text('{"7": {"time": "2023-04-02", "event": "Ann played."}}\n{oops\n')
+    with pytest.raises(ValueError, match=r"MADial-Bench-en-memory\.json, line 2"):
+        load_dataset("madial_bench_en", data_dir=str(tmp_path))
+    (d / "MADial-Bench-en-memory.json").write_text('{"7": {"time": "2023-04-02", "event": "Ann played."}}\n')
+    with pytest.raises(ValueError, match=r"mem8.*Ann"):
+        load_dataset("madial_bench_en", data_dir=str(tmp_path))
+
+
+@pytest.mark.slow
+@needs_data
+def test_madial_loader_matches_the_dataset_card():
+    for lang in ("zh", "en"):
+        convs = load_dataset(f"madial_bench_{lang}")
+        qs = [q for c in convs for q in c.questions]
+        assert len(convs) == 2 and len(qs) == 160 and sum(len(q.evidence_ids) for q in qs) == 405
+        mem = [m for c in convs for m in c.messages if m.metadata["kind"] == "memory"]
+        assert len(mem) == {"zh": 171, "en": 160}[lang]

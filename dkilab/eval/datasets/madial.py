@@ -1,0 +1,120 @@
+"""MADial-Bench (He et al., 2024): memory-augmented emotional-support dialogue, Chinese and English.
+
+Layout: `madial_bench/{zh,en}/MADial-Bench-{lang}-{dialogue,memory}.json` (JSON lines). The memory
+archive holds dated events of two users (Bart, Lisa); each of the 160 dialogues has `test-turn`
+(index of the assistant turn to generate, counting the `<BOD>` line as 0) and `relevant-id` (the gold
+memory ids the turn should draw on). Not a QA set: the task is memory recall, then the response.
+
+Normalised form: one Conversation per user, holding that user's memory events (each in its own
+session `...:mem{id}`, dated by its `time`) and, as one session per dialogue, the turns *before*
+the dialogue's first test turn. One QAItem per dialogue: the question is the user's utterance right
+before the test turn, the answer is the gold assistant turn (never stored), the evidence is the
+relevant memory ids (`madial:{lang}:mem{id}`) and `session_id` is the dialogue's session, so recall
+sees the conversation so far. `limit` takes the first N dialogues. English memory events carry no
+user id; they belong to the user the event names.
+"""
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from dkilab.eval.datasets.base import data_dir, require
+from dkilab.types import Conversation, Message, QAItem
+
+DIR = "madial_bench"
+HOW = ("Copy data/ch (as zh) and data/en from github.com/hejunqing/MADial-Bench into "
+       "<data_dir>/madial_bench/ (see datasets/madial_bench.md).")
+_TURN = re.compile(r"^<([^>]+)>\s*[:：]\s*(.*)$", re.S)
+_QUOTES = "\"'“”‘’「」"
+DIALOGUE_EPOCH = datetime(2024, 1, 1, 9, 0, tzinfo=timezone.utc)  # dialogues come after every memory event
+
+
+def _lines(path: Path) -> list[dict]:
+    out = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}, line {n}: not valid JSON ({e})") from e
+    return out
+
+
+def _turn(line: str, position: int, user: str) -> tuple[str, str]:
+    """(speaker, text) of dialogue line `position` (1 = first turn). Turns alternate user / assistant;
+    some English lines lack the `<Name>:` tag, and then the position names the speaker."""
+    m = _TURN.match(line.strip())
+    if m:
+        return m.group(1).strip(), m.group(2).strip().strip(_QUOTES).strip()
+    return (user if position % 2 else "Assistant"), line.strip().lstrip("<").strip().strip(_QUOTES).strip()
+
+
+def load_madial(lang: str, data: str | None = None, limit: int | None = None,
+                question_limit: int | None = None) -> list[Conversation]:
+    if lang not in ("zh", "en"):
+        raise ValueError(f"MADial-Bench language must be 'zh' or 'en', got {lang!r}")
+    root = require(data_dir(data) / DIR / lang, f"MADial-Bench ({lang})", HOW)
+    dia_path = require(root / f"MADial-Bench-{lang}-dialogue.json", f"MADial-Bench ({lang}) dialogues", HOW)
+    mem_path = require(root / f"MADial-Bench-{lang}-memory.json", f"MADial-Bench ({lang}) memory", HOW)
+    dialogues = _lines(dia_path)[:limit]
+    names: dict[int, str] = {}
+    for i, d in enumerate(dialogues):
+        m = _TURN.match(d["dialogue"][1].strip())
+        if m is None:
+            raise ValueError(f"{dia_path}, dialogue {i}: the first turn {d['dialogue'][1][:60]!r} does not name the user")
+        names.setdefault(d["user-id"], m.group(1).strip())
+    memory: dict[int, list[Message]] = {uid: [] for uid in names}
+    for row in _lines(mem_path):
+        (mid, ev), = row.items()
+        uid = ev.get("user-id")
+        if uid is None:  # the English archive: the user the event names
+            named = [u for u, name in names.items() if re.search(rf"\b{re.escape(name)}\b", ev["event"])]
+            uid = named[0] if len(named) == 1 else None
+        if uid not in memory:
+            continue
+        user = f"madial-{lang}-u{uid}"
+        memory[uid].append(Message(
+            f"madial:{lang}:mem{mid}", user, f"madial:{lang}:mem{mid}", 0, "user", ev["event"],
+            datetime.fromisoformat(ev["time"]).replace(hour=12, tzinfo=timezone.utc), topic=ev.get("scene"),
+            speaker=names[uid], metadata={"kind": "memory", "emotion": ev.get("emotion"), "scene": ev.get("scene")}))
+    sessions: dict[int, list[Message]] = {uid: [] for uid in names}
+    questions: dict[int, list[QAItem]] = {uid: [] for uid in names}
+    for i, d in enumerate(dialogues):
+        uid, lines = d["user-id"], d["dialogue"]
+        t = min(d["test-turn"])
+        if not 2 <= t < len(lines) or t % 2:
+            raise ValueError(f"{dia_path}, dialogue {i}: test-turn {t} is not an assistant turn of the dialogue ({len(lines)} lines)")
+        user, session = f"madial-{lang}-u{uid}", f"madial:{lang}:d{i}"
+        start = DIALOGUE_EPOCH + timedelta(days=i)
+        turns = [_turn(x, n, names[uid]) for n, x in enumerate(lines[1:t + 1], 1)]  # <BOD> is line 0
+        for n, (who, text) in enumerate(turns[:-2]):
+            sessions[uid].append(Message(
+                f"{session}:{n + 1}", user, session, n + 1, "assistant" if who == "Assistant" else "user", text,
+                start + timedelta(minutes=n), speaker=who, metadata={"kind": "dialogue"}))
+        (_, question), (_, gold) = turns[-2], turns[-1]
+        evidence = [f"madial:{lang}:mem{r}" for r in d["relevant-id"]]
+        questions[uid].append(QAItem(
+            question, gold, "memory_recall", evidence, True, start + timedelta(minutes=len(turns)),
+            qid=f"{session}:t{t}", metadata={"session_id": session, "dialogue": i}))
+    out = []
+    for uid, name in names.items():
+        user = f"madial-{lang}-u{uid}"
+        msgs = sorted(memory[uid], key=lambda m: m.timestamp) + sessions[uid]
+        known = {m.message_id for m in msgs}
+        for q in questions[uid]:
+            missing = [e for e in q.evidence_ids if e not in known]
+            if missing:
+                raise ValueError(f"{dia_path}: {q.qid} names memory ids {missing} that {mem_path} lacks for {name}")
+        out.append(Conversation(user, user, msgs, questions[uid][:question_limit], language="cn" if lang == "zh" else "en",
+                                speakers={"user": name, "assistant": "Assistant"}, metadata={"dataset": f"madial_bench_{lang}"}))
+    return out
+
+
+def load_madial_zh(data=None, limit=None, question_limit=None):
+    return load_madial("zh", data, limit, question_limit)
+
+
+def load_madial_en(data=None, limit=None, question_limit=None):
+    return load_madial("en", data, limit, question_limit)
