@@ -12,6 +12,7 @@ sweep:                                   # grid over dotted keys
   v4.recall.summary.per_message_threshold: [60, 200]   # one strategy (by label)
   model.max_context: [1024, 2048]
 expect: {v4: {score: [0.0, 1.0]}}        # CI configs: metric ranges a run must land in
+judge: {model: offline:smollm2}         # optional LLM judge -> judge_score (model and prompt logged)
 ```
 """
 from __future__ import annotations
@@ -50,6 +51,22 @@ class DatasetSpec(_Strict):
     answerable_only: bool = False
 
 
+class JudgeSpec(_Strict):
+    """Optional LLM judge (dkilab.eval.metrics.judge): a model spec as for `model.spec` (offline:smollm2,
+    a hub id or directory, a .gguf, openai:<model>@<base_url>) and an optional prompt template."""
+    model: str = "offline:smollm2"
+    prompt: str | None = None  # needs {question}, {gold}, {prediction}; default JUDGE_PROMPT
+    max_new_tokens: int = Field(6, ge=1, le=64)
+    max_context: int | None = Field(2048, ge=256)
+
+    @model_validator(mode="after")
+    def _placeholders(self):
+        missing = [f for f in ("{question}", "{gold}", "{prediction}") if self.prompt is not None and f not in self.prompt]
+        if missing:
+            raise ValueError(f"prompt lacks the placeholder(s) {', '.join(missing)}")
+        return self
+
+
 class StrategySpec(_Strict):
     name: str
     label: str | None = None
@@ -71,6 +88,7 @@ class ExperimentConfig(_Strict):
     sweep: dict[str, list[Any]] = Field(default_factory=dict)
     expect: dict[str, dict[str, tuple[float, float]]] = Field(default_factory=dict)
     tracing: bool = True
+    judge: JudgeSpec | None = None
 
     @model_validator(mode="after")
     def _check(self):
@@ -105,11 +123,17 @@ class Cell:
     model: ModelSpec
     point: dict[str, Any]  # the sweep values that apply to this cell
     seed: int
+    judge: JudgeSpec | None = None
 
     @property
     def resolved(self) -> dict[str, Any]:
-        return {"strategy": {"name": self.strategy.name, "label": self.strategy.key, "params": self.strategy.params},
-                "dataset": self.dataset.model_dump(), "model": self.model.model_dump(), "seed": self.seed}
+        out = {"strategy": {"name": self.strategy.name, "label": self.strategy.key, "params": self.strategy.params},
+               "dataset": self.dataset.model_dump(), "model": self.model.model_dump(), "seed": self.seed}
+        if self.judge is not None:
+            from dkilab.eval.metrics.judge import JUDGE_PROMPT
+
+            out["judge"] = self.judge.model_dump() | {"prompt": self.judge.prompt or JUDGE_PROMPT}
+        return out
 
     @property
     def config_hash(self) -> str:
@@ -173,7 +197,7 @@ def expand_cells(cfg: ExperimentConfig) -> list[Cell]:
                         continue
                     applied[key] = value
                 cell = Cell(StrategySpec(name=s.name, label=s.label, params=params), ds,
-                            validate(ModelSpec, model, "sweep", "model"), applied, cfg.seed)
+                            validate(ModelSpec, model, "sweep", "model"), applied, cfg.seed, cfg.judge)
                 if cell.config_hash not in seen:
                     seen.add(cell.config_hash)
                     cells.append(cell)

@@ -142,6 +142,18 @@ def run_cell(cell: Cell, model, data: CellData, state=None, trace: bool = False,
     return rows, errors
 
 
+def judge_rows(rows: list[dict[str, Any]], items: list, spec) -> None:
+    """Add the LLM judge's verdict (`judge`: 1/0/None) and raw reply to each answered row, in place."""
+    from dkilab.eval.metrics.judge import LLMJudge
+    from dkilab.models import load_model
+
+    judge = LLMJudge(load_model(spec.model, max_context=spec.max_context), spec.prompt, spec.max_new_tokens)
+    for row, (_, item) in zip(rows, items):
+        if row.get("error") or "prediction" not in row:
+            continue
+        row["judge"], row["judge_reply"] = judge.judge(item, row["prediction"])
+
+
 def _ensure_experiment(name: str, uri: str) -> None:
     """Artifacts of a local sqlite store go beside the database (not into the working directory)."""
     import mlflow
@@ -219,6 +231,8 @@ def run_experiment(cfg: ExperimentConfig, *, data_dir=None, uri: str | None = No
                                     trace=cfg.tracing and main, progress=progress)
             wall = time.perf_counter() - t
             result = CellResult(cell, rows=rows)
+            if main and cell.judge is not None:
+                judge_rows(rows, load_cell_data(cell, data_dir, datasets).items, cell.judge)
             if main:
                 result.metrics = tracking.log_cell(cell, rows, errors, wall)
                 result.run_id = child.info.run_id
@@ -250,7 +264,7 @@ def check_expectations(cfg: ExperimentConfig, results: list[CellResult]) -> list
 
 
 TABLE_COLUMNS = ("score", "answer_score", "hallucination_rate", "unsupported_claim_rate", "fact_call_rate",
-                 "evidence_in_context", "recall_at_5", "recall_at_10", "recall_at_20", "mrr", "prompt_tokens",
+                 "evidence_in_context", "judge_score", "recall_at_5", "recall_at_10", "recall_at_20", "mrr", "prompt_tokens",
                  "injected_tokens", "latency_recall_p50_ms", "latency_total_p50_ms", "harness_overhead_p50_ms",
                  "questions_per_minute", "errors")
 

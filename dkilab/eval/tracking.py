@@ -47,8 +47,11 @@ def log_cell(cell, rows: list[dict], errors: list[str], wall_s: float) -> dict[s
     mlflow.log_metrics(metrics)
     for cat, agg in aggregate_by_category(rows).items():
         mlflow.log_metrics({metric_key(f"cat/{cat}/{k}"): v for k, v in agg.items()
-                            if k in ("score", "questions", "hallucination_rate", "f1", "fact_call_rate", "recall_at_10", "mrr")})
+                            if k in ("score", "questions", "hallucination_rate", "f1", "fact_call_rate", "recall_at_10", "mrr",
+                                     "judge_score")})
     mlflow.log_dict(cell.resolved, "resolved_config.yaml")
+    if "judge" in cell.resolved:
+        mlflow.log_text(cell.resolved["judge"]["prompt"], "judge_prompt.txt")
     mlflow.log_text(dumps_rows(rows), "predictions.jsonl")
     if errors:
         mlflow.log_text("\n".join(errors), "errors.txt")

@@ -104,3 +104,26 @@ def test_score_rows_and_aggregate():
     assert agg["fact_call_rate"] == pytest.approx(2 / 3) and agg["valid_call_rate"] == 0.5
     assert agg["malformed_call_rate"] == 0.5 and agg["evidence_hit_rate"] == 0.5 and agg["mean_rounds"] == pytest.approx(4 / 3)
     assert agg["latency_generation_p50_ms"] == 0.0 and agg["prompt_tokens"] == pytest.approx(60)
+
+
+@pytest.mark.parametrize("reply,verdict", [
+    ("CORRECT", 1.0), ("Correct.", 1.0), ("WRONG", 0.0), ("incorrect", 0.0), ("The answer is wrong, not correct", 0.0),
+    ("correct, not wrong", 1.0), ("正确", 1.0), ("错误", 0.0), ("不正确", 0.0), ("I think so", None), ("", None),
+])
+def test_judge_verdicts_are_parsed_from_the_first_label(reply, verdict):
+    from dkilab.eval.metrics.judge import parse_verdict
+
+    assert parse_verdict(reply) == verdict
+
+
+def test_judge_prompt_uses_the_choice_text_and_skips_unanswerable(model):
+    from dkilab.eval.metrics.judge import LLMJudge, gold_text
+
+    mc = QAItem("我的同事叫什么？", "B", choices={"A": "王芳", "B": "李雷"})
+    assert gold_text(mc) == "李雷"
+    judge = LLMJudge(model, max_new_tokens=4)
+    assert judge.judge(QAItem("Where?", None, answerable=False), "Paris") == (None, "")
+    verdict, reply = judge.judge(QAItem("What is the capital of France?", "Paris"), "Paris")
+    assert reply and verdict in (0.0, 1.0, None)
+    with pytest.raises(ValueError, match=r"\{gold\}"):
+        LLMJudge(model, prompt="Q: {question} A: {prediction}")

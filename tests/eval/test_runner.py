@@ -170,3 +170,25 @@ def test_accelerate_launch_shards_questions_over_two_cpu_processes(tmp_path, uri
     assert len(runs) == 1 and runs[0].data.metrics["questions"] == 2  # both shards gathered, logged once
     rows = Path(mlflow.MlflowClient(uri).download_artifacts(runs[0].info.run_id, "predictions.jsonl")).read_text()
     assert len(rows.strip().splitlines()) == 2
+
+
+def test_llm_judge_scores_answers_and_logs_its_model_and_prompt(tmp_path, uri, model):
+    import mlflow
+
+    path = _config(tmp_path, "judged", strategies=[{"name": "no_memory"}],
+                   judge={"model": "offline:smollm2", "prompt": "Gold: {gold}\nQ: {question}\nA: {prediction}\n"
+                                                               "Reply CORRECT or WRONG."})
+    cfg = load_experiment(path)
+    (res,) = run_experiment(cfg, uri=uri, progress=False, echo=lambda *a: None)
+    judged = [r for r in res.rows if r["answerable"]]
+    assert judged and all("judge" in r and r["judge_reply"] for r in judged)
+    assert all(r["judge"] is None for r in res.rows if not r["answerable"])  # abstention scores those
+    assert ("judge_score" in res.metrics) == any(r["judge"] is not None for r in judged)
+    assert 0 <= res.metrics["judge_unparsed_rate"] <= 1
+    (run,) = _cell_runs(uri, "judged")
+    assert run.data.params["judge.model"] == "offline:smollm2" and "{prediction}" in run.data.params["judge.prompt"]
+    arts = {a.path for a in mlflow.MlflowClient(uri).list_artifacts(run.info.run_id)}
+    assert "judge_prompt.txt" in arts
+    bad = _config(tmp_path, "badjudge", judge={"prompt": "no placeholders"})
+    with pytest.raises(ValueError, match=r"judge.*placeholder"):
+        load_experiment(bad)

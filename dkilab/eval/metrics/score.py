@@ -114,6 +114,8 @@ def aggregate(rows: list[dict[str, Any]]) -> dict[str, float]:
         "prompt_tokens": _mean([r["prompt_tokens"] for r in gen]),
         "injected_tokens": _mean([r["injected_tokens"] for r in gen]),
         "mrr": _mean([r.get("mrr") for r in ok]),
+        "judge_score": _mean([r.get("judge") for r in ans]),  # LLM judge (when the experiment has one)
+        "judge_unparsed_rate": _mean([float(r["judge"] is None) for r in ans if "judge" in r]),
     }
     out |= {f"recall_at_{k}": _mean([r.get(f"recall_at_{k}") for r in ok]) for k in RECALL_KS}
     for stage in (*STAGES, "total"):
