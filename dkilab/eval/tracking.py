@@ -60,11 +60,8 @@ def log_cell(cell, rows: list[dict], errors: list[str], wall_s: float) -> dict[s
 
 
 def _plot_categories(rows, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import mlflow
+    from matplotlib.figure import Figure  # no pyplot: a notebook's backend stays as it is
 
     from dkilab.eval.metrics import aggregate_by_category
 
@@ -73,7 +70,8 @@ def _plot_categories(rows, title: str) -> None:
     cats = [c for c in by_cat if metric in by_cat[c]]
     if not cats:
         return
-    fig, ax = plt.subplots(figsize=(max(4, len(cats) * 0.9), 3))
+    fig = Figure(figsize=(max(4, len(cats) * 0.9), 3))
+    ax = fig.subplots()
     ax.bar(cats, [by_cat[c][metric] for c in cats])
     ax.set_ylim(0, 1)
     ax.set_ylabel(metric)
@@ -81,16 +79,12 @@ def _plot_categories(rows, title: str) -> None:
     ax.tick_params(axis="x", labelrotation=30, labelsize=7)
     fig.tight_layout()
     mlflow.log_figure(fig, "score_by_category.png")
-    plt.close(fig)
 
 
 def log_comparison(results) -> None:
     """On the parent run: the comparison table (csv + markdown) and a plot of score per cell."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import mlflow
+    from matplotlib.figure import Figure
 
     from dkilab.eval.runner import results_table
 
@@ -102,13 +96,13 @@ def log_comparison(results) -> None:
     metric = "score" if "score" in table else "recall_at_10" if "recall_at_10" in table else None
     if metric is None:
         return
-    fig, ax = plt.subplots(figsize=(6, max(2.5, 0.35 * len(table))))
+    fig = Figure(figsize=(6, max(2.5, 0.35 * len(table))))
+    ax = fig.subplots()
     ax.barh(list(table.index), table[metric].fillna(0).tolist())
     ax.set_xlim(0, 1)
     ax.set_xlabel(metric)
     fig.tight_layout()
     mlflow.log_figure(fig, "comparison.png")
-    plt.close(fig)
 
 
 def report(experiment: str, uri: str | None = None):
