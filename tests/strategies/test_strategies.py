@@ -54,7 +54,10 @@ def test_registry_lists_every_strategy():
         create_strategy("recall_v4", {"recall": {"budget": {"min_recent_turns": 9, "max_recent_turns": 2}}})
 
 
-@pytest.mark.parametrize("name", sorted(STRATEGIES))
+ANSWERING = sorted(n for n, cls in STRATEGIES.items() if cls.needs_model)
+
+
+@pytest.mark.parametrize("name", ANSWERING)
 def test_every_registered_strategy_answers(name, memory, model):
     strategy = create_strategy(name, SMALL)
     ans = strategy.answer("What is my cat called?", memory, model, preferences=PREFS)
@@ -131,3 +134,11 @@ def test_text_only_models_are_refused_by_kv_strategies(memory):
         create_strategy("full_attention", SMALL).answer("What is my cat called?", memory, client)
     with pytest.raises(TypeError, match="stable.*preferences.*K/V"):
         create_strategy("stable", SMALL).answer("What is my cat called?", memory, client, preferences=PREFS)
+
+
+def test_recall_only_ranks_without_a_model(memory):
+    strategy = create_strategy("recall_only", {"max_results": 3})
+    ans = strategy.answer("What is my cat called?", memory, None)
+    assert ans.text == "" and ans.metadata["retrieval_only"] and ans.prompt_tokens == 0
+    assert ans.recalled_ids[0] == "u1:0" and len(ans.recalled_ids) <= 3
+    assert ans.latency_ms["recall"] > 0
