@@ -71,7 +71,7 @@ def user_key(user_id: str) -> str:
 
 # What a message's vector is computed from. v2 adds the message it replies to (the previous turn of
 # its session) after its own text: a reply such as "Yes, we went yesterday!" is only findable with
-# the question it answers (LoCoMo fused recall@10 0.660 -> 0.70, `dkilab run
+# the question it answers (LoCoMo fused recall@10 0.660 -> 0.706, `dkilab run
 # experiments/retrieval_locomo.yaml`). Own text first, so the encoder's length cap cuts the context,
 # not the message. A store keeps the version it was built with (meta `index_text`).
 INDEX_TEXT_VERSION = "2"
