@@ -61,9 +61,10 @@ class JudgeSpec(_Strict):
 
     @model_validator(mode="after")
     def _placeholders(self):
-        missing = [f for f in ("{question}", "{gold}", "{prediction}") if self.prompt is not None and f not in self.prompt]
-        if missing:
-            raise ValueError(f"prompt lacks the placeholder(s) {', '.join(missing)}")
+        from dkilab.eval.metrics.judge import check_prompt
+
+        if self.prompt is not None:
+            check_prompt(self.prompt)
         return self
 
 

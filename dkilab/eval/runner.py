@@ -194,6 +194,7 @@ def run_experiment(cfg: ExperimentConfig, *, data_dir=None, uri: str | None = No
     import mlflow
 
     from dkilab.eval import tracking
+    from dkilab.eval.metrics import primary_metric
     from dkilab.models import load_model
     from dkilab.strategies import STRATEGIES
 
@@ -229,17 +230,18 @@ def run_experiment(cfg: ExperimentConfig, *, data_dir=None, uri: str | None = No
                 "dkilab.kind": "cell", "dkilab.config_hash": cell.config_hash, "strategy": cell.strategy.key,
                 "dataset": cell.dataset.name}) if main else None
             t = time.perf_counter()
-            rows, errors = run_cell(cell, model, load_cell_data(cell, data_dir, datasets), state,
+            data = load_cell_data(cell, data_dir, datasets)
+            rows, errors = run_cell(cell, model, data, state,
                                     trace=cfg.tracing and main, progress=progress)
             wall = time.perf_counter() - t
             result = CellResult(cell, rows=rows)
             if main and cell.judge is not None:
-                judge_rows(rows, load_cell_data(cell, data_dir, datasets).items, cell.judge)
+                judge_rows(rows, data.items, cell.judge)
             if main:
                 result.metrics = tracking.log_cell(cell, rows, errors, wall)
                 result.run_id = child.info.run_id
                 mlflow.end_run()
-                main_metric = "score" if "score" in result.metrics else "recall_at_10"
+                main_metric = primary_metric(result.metrics) or "score"
                 echo(f"[{n}/{len(cells)}] {cell.label}: {main_metric} {result.metrics.get(main_metric, float('nan')):.3f} "
                      f"over {len(rows)} questions in {wall:.0f} s")
             results.append(result)

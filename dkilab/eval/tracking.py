@@ -63,10 +63,10 @@ def _plot_categories(rows, title: str) -> None:
     import mlflow
     from matplotlib.figure import Figure  # no pyplot: a notebook's backend stays as it is
 
-    from dkilab.eval.metrics import aggregate_by_category
+    from dkilab.eval.metrics import aggregate_by_category, primary_metric
 
     by_cat = aggregate_by_category(rows)
-    metric = "score" if any("score" in agg for agg in by_cat.values()) else "recall_at_10"
+    metric = primary_metric({k for agg in by_cat.values() for k in agg})
     cats = [c for c in by_cat if metric in by_cat[c]]
     if not cats:
         return
@@ -86,6 +86,7 @@ def log_comparison(results) -> None:
     import mlflow
     from matplotlib.figure import Figure
 
+    from dkilab.eval.metrics import primary_metric
     from dkilab.eval.runner import results_table
 
     table = results_table(results)
@@ -93,7 +94,7 @@ def log_comparison(results) -> None:
         return
     mlflow.log_text(table.to_csv(), "comparison.csv")
     mlflow.log_text(table.to_string(float_format=lambda x: f"{x:.3f}"), "comparison.txt")
-    metric = "score" if "score" in table else "recall_at_10" if "recall_at_10" in table else None
+    metric = primary_metric(table.columns)
     if metric is None:
         return
     fig = Figure(figsize=(6, max(2.5, 0.35 * len(table))))

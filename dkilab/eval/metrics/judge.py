@@ -39,12 +39,17 @@ def gold_text(item: QAItem) -> str:
     return str(item.answer)
 
 
+def check_prompt(prompt: str) -> str:
+    """The prompt, if it has every placeholder the judge fills; else ValueError naming the missing ones."""
+    missing = [f for f in ("{question}", "{gold}", "{prediction}") if f not in prompt]
+    if missing:
+        raise ValueError(f"judge prompt lacks the placeholder(s) {', '.join(missing)}")
+    return prompt
+
+
 class LLMJudge:
     def __init__(self, model, prompt: str | None = None, max_new_tokens: int = 6):
-        self.model, self.prompt, self.max_new_tokens = model, prompt or JUDGE_PROMPT, max_new_tokens
-        for field in ("{question}", "{gold}", "{prediction}"):
-            if field not in self.prompt:
-                raise ValueError(f"judge prompt lacks the placeholder {field}")
+        self.model, self.prompt, self.max_new_tokens = model, check_prompt(prompt or JUDGE_PROMPT), max_new_tokens
 
     def judge(self, item: QAItem, prediction: str) -> tuple[float | None, str]:
         """(verdict, the judge's raw reply); None when the question is unanswerable or the reply unclear."""

@@ -76,6 +76,11 @@ def score_answer(item: QAItem, answer: Answer, dataset: str) -> dict[str, Any]:
     return _latency(row, answer)
 
 
+def primary_metric(metrics) -> str | None:
+    """The headline metric of a cell's metrics (a dict or table columns): score, else recall@10."""
+    return next((m for m in ("score", "recall_at_10") if m in metrics), None)
+
+
 def _mean(xs):
     xs = [x for x in xs if x is not None and not (isinstance(x, float) and math.isnan(x))]
     return sum(xs) / len(xs) if xs else None
