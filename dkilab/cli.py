@@ -27,39 +27,78 @@ def _cmd_bench_strategies(args: argparse.Namespace) -> int:
                       max_prompt_tokens=args.max_prompt_tokens)
 
 
+def _cmd_bench_abstention(args: argparse.Namespace) -> int:
+    from dkilab.bench.abstention import main as bench_main
+
+    return bench_main(split=args.split, judge=args.judge, show_errors=args.errors)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     import os
 
-    from dkilab.eval.experiment import load_experiment, parse_set
-    from dkilab.eval.runner import check_expectations, results_table, run_experiment, tracking_uri
+    from dkilab.eval.experiment import load_experiment, parse_set, with_question_limit
+    from dkilab.eval.runner import check_expectations, process_state, results_table, run_experiment, tracking_uri
+    from dkilab.eval.tracking import format_table
 
     if args.data_dir:
         os.environ["DKILAB_DATA_DIR"] = args.data_dir
-    overrides = parse_set(args.set)
-    cfg = load_experiment(args.config, overrides)
-    if args.limit:
-        cfg = cfg.model_copy(update={"datasets": [d.model_copy(update={"question_limit": args.limit}) for d in cfg.datasets]})
+    cfg = load_experiment(args.config, parse_set(args.set))
+    if args.limit is not None:
+        cfg = with_question_limit(cfg, args.limit)
     results = run_experiment(cfg, data_dir=args.data_dir, uri=args.tracking_uri, config_path=args.config)
-    from dkilab.eval.runner import process_state
-
     if not process_state().is_main_process:
         return 0
-    table = results_table(results)
+    table = results_table(results, intervals=True)
     if not table.empty:
-        print("\n" + table.to_string(float_format=lambda x: f"{x:.3f}"))
-    print(f"\nMLflow: {tracking_uri(args.tracking_uri)} (experiment {cfg.name!r}); open it with `dkilab ui`")
+        print("\n" + format_table(table) + "\n(± = half the 95% bootstrap interval)")
+    print(f"\nMLflow: {tracking_uri(args.tracking_uri)} (experiment {cfg.name!r}); paired differences: "
+          f"`dkilab report {cfg.name}`; open it with `dkilab ui`")
     problems = check_expectations(cfg, results)
     for p in problems:
-        print(f"EXPECTATION MISSED: {p}", file=sys.stderr)
+        print(f"EXPECTATION MISSED: {p}" if "cell failed" not in p else f"FAILED: {p}", file=sys.stderr)
     return 1 if problems else 0
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from dkilab.eval.tracking import report
+    from dkilab.eval.tracking import format_table, report
 
-    table = report(args.experiment, args.tracking_uri)
-    print(table.to_string(float_format=lambda x: f"{x:.3f}") if not table.empty else "(no finished cells)")
+    metrics = [m.strip() for m in args.metrics.split(",")] if args.metrics else None
+    table, pairs = report(args.experiment, args.tracking_uri, by_category=args.by == "category", metrics=metrics)
+    if table.empty:
+        print("(no finished cells)")
+        return 0
+    print(format_table(table) + "\n(± = half the 95% bootstrap interval over questions; with 5 or more conversations "
+                                "they are resampled whole)")
+    if not pairs.empty:
+        shown = pairs.copy()
+        for c in ("a_value", "b_value", "diff", "low", "high", "p"):
+            shown[c] = shown[c].map(lambda x: f"{x:.3f}")
+        print("\npaired differences b - a on the same questions (95% CI; real = the interval excludes 0):")
+        print(shown.to_string(index=False))
+    _print_detector_note(table)
     return 0
+
+
+def _print_detector_note(table) -> None:
+    """The abstention detector's measured accuracy, next to the metrics that rest on it."""
+    if not {"hallucination_rate"} & set(table.columns):
+        return
+    from dkilab.eval.metrics import detector_card
+
+    card = detector_card()
+    figures = ", ".join(f"{k.removeprefix('test_')} {v}" for k, v in card.items() if k.startswith("test_"))
+    print(f"\nhallucination_rate rests on the abstention detector {card['name']}-v{card['version']} "
+          f"(held-out test half: {figures}; `dkilab bench abstention`)")
 
 
 def _cmd_ui(args: argparse.Namespace) -> int:
@@ -74,11 +113,14 @@ def _cmd_ui(args: argparse.Namespace) -> int:
 
 
 def _cmd_datasets(args: argparse.Namespace) -> int:
-    from dkilab.eval.datasets import LOADERS, load_dataset
+    from dkilab.eval.datasets import DATASETS, _source_files, load_dataset
 
     if args.action == "list" or not args.name:
-        for name, fn in sorted(LOADERS.items()):
-            print(f"{name:12s} {(fn.__module__ and (__import__(fn.__module__, fromlist=['x']).__doc__ or '').strip().splitlines()[0])}")
+        for name in DATASETS.names():
+            meta = DATASETS.meta(name)
+            present = "present" if _source_files(meta, args.data_dir) else "not in the data dir"
+            print(f"{name:16s} {meta['language']:6s} scorer={meta['scorer']:7s} v{meta['version']}  {present:20s} "
+                  f"{meta['description']}")
         return 0
     convs = load_dataset(args.name, data_dir=args.data_dir)
     qs = [q for c in convs for q in c.questions]
@@ -95,6 +137,7 @@ def _cmd_datasets(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="dkilab", description="Conversational-memory research workbench.")
     p.add_argument("--version", action="version", version=f"dkilab {__version__}")
+    p.add_argument("--debug", action="store_true", help="show the traceback of a user error (config, data, model)")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     demo = sub.add_parser("demo", help="ingest the bundled fixture conversations and run each query tool")
@@ -114,10 +157,15 @@ def build_parser() -> argparse.ArgumentParser:
     bst.add_argument("--model", default="offline:smollm2", help="model spec (default offline:smollm2)")
     bst.add_argument("--max-prompt-tokens", type=int, default=4096, help="prompt cap for every strategy (default 4096)")
     bst.set_defaults(func=_cmd_bench_strategies)
+    ba = bench_sub.add_parser("abstention", help="precision/recall of the abstention detector on the labelled phrasings")
+    ba.add_argument("--split", choices=["test", "dev"], default="test", help="held-out test half (default) or dev half")
+    ba.add_argument("--judge", default=None, help="also measure an LLM judge (model spec, e.g. offline:smollm2)")
+    ba.add_argument("--errors", action="store_true", help="list the phrasings each detector gets wrong")
+    ba.set_defaults(func=_cmd_bench_abstention)
 
     run = sub.add_parser("run", help="run an experiment YAML (strategies x sweep x datasets) into MLflow")
     run.add_argument("config", help="experiment YAML, e.g. experiments/quickstart.yaml")
-    run.add_argument("--limit", type=int, default=None, help="questions per conversation")
+    run.add_argument("--limit", type=_positive_int, default=None, help="questions per conversation (>= 1)")
     run.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a dotted config key (repeatable)")
     run.add_argument("--data-dir", default=None, help="dataset directory (default: $DKILAB_DATA_DIR)")
     run.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or "
@@ -126,6 +174,9 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="comparison table of an experiment's finished cells, from MLflow")
     rep.add_argument("experiment", help="experiment name (the YAML's `name`)")
     rep.add_argument("--tracking-uri", default=None)
+    rep.add_argument("--by", choices=["none", "category"], default="none", help="paired differences per category")
+    rep.add_argument("--metrics", default=None, help="comma-separated metrics to compare pairwise "
+                                                     "(default: score or recall_at_10, and hallucination_rate)")
     rep.set_defaults(func=_cmd_report)
     ui = sub.add_parser("ui", help="the MLflow UI on the default tracking store")
     ui.add_argument("--tracking-uri", default=None)
@@ -140,13 +191,33 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _user_errors() -> tuple[type[BaseException], ...]:
+    from dkilab.config import ConfigError
+    from dkilab.eval.datasets.base import DatasetNotFoundError
+    from dkilab.models.loading import ModelNotAvailableError
+    from dkilab.registry import UnknownNameError
+
+    return ConfigError, DatasetNotFoundError, ModelNotAvailableError, UnknownNameError
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
-        parser.print_help()
-        return 0
-    return args.func(args)
+        parser.print_usage(sys.stderr)
+        print("dkilab: error: a command is required (dkilab --help lists them)", file=sys.stderr)
+        return 2
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        print("dkilab: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if args.debug or not isinstance(exc, _user_errors()) and not (isinstance(exc, KeyError) and args.command == "report"):
+            raise
+        text = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+        print(f"dkilab: error: {text}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

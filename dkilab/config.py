@@ -1,4 +1,5 @@
-"""Shared config helpers: YAML loading and pydantic errors that name the file and the dotted key."""
+"""Shared config helpers: YAML loading (duplicate keys refused) and errors that name the file and the
+dotted key, in one line."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,25 +9,52 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 
+class ConfigError(ValueError):
+    """A user's configuration is wrong: the message names the file and the dotted key (one line)."""
+
+
 def describe_errors(exc: ValidationError, prefix: str = "") -> str:
     """'prefix.a.b: message; ...' for every error of a pydantic ValidationError."""
-    head = f"{prefix}." if prefix else ""
-    return "; ".join(f"{head}{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+    parts = []
+    for e in exc.errors():
+        key = ".".join(str(p) for p in (prefix, *e["loc"]) if p != "")
+        msg = e["msg"].removeprefix("Value error, ")
+        parts.append(f"{key}: {msg}" if key else msg)
+    return "; ".join(parts)
 
 
 def validate(model: type[BaseModel], data: Any, source: str, what: str, prefix: str = "") -> BaseModel:
-    """`model.model_validate(data)`, raising ValueError('{source}: invalid {what}: {key}: {msg}')."""
+    """`model.model_validate(data)`, raising ConfigError('{source}: invalid {what}: {key}: {msg}')."""
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise ValueError(f"{source}: invalid {what}: {describe_errors(exc, prefix)}") from None
+        raise ConfigError(f"{source}: invalid {what}: {describe_errors(exc, prefix)}") from None
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a mapping with the same key twice (YAML would silently keep the last)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (first at line {seen[key] + 1})", key_node.start_mark)
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep)
 
 
 def read_yaml(path: str | Path) -> Any:
     path = Path(path)
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
+        return yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
     except FileNotFoundError:
-        raise FileNotFoundError(f"config file {path} does not exist") from None
+        raise ConfigError(f"config file {path} does not exist") from None
+    except IsADirectoryError:
+        raise ConfigError(f"config file {path} is a directory") from None
     except yaml.YAMLError as exc:
-        raise ValueError(f"{path}: not valid YAML: {exc}") from None
+        where = getattr(exc, "problem_mark", None)
+        at = f" (line {where.line + 1}, column {where.column + 1})" if where is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{path}: not valid YAML{at}: {problem}") from None

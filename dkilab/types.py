@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 
 def to_utc(ts: datetime | str | float | int | None) -> datetime | None:
@@ -192,6 +192,30 @@ class FactCall:
 
 
 @dataclass
+class ContextBudget:
+    """How a model's window is shared out for one question (seed recall-v4 §2.3), computed in one place
+    (`compute_context_budget`, `Strategy.budget`) and recorded with every answer.
+
+    history = min(cap, window - preferences - instructions - query - generation), at least 0."""
+
+    window: int  # the model's context window, or the strategy's `max_prompt_tokens` if lower
+    generation: int  # reserved for what is generated: max_new_tokens (+ fact segments when fact calls are on)
+    instructions: int = 0  # system prompt, chat template, constraint instruction, headers
+    query: int = 0
+    preferences: int = 0
+    cap: int | None = None  # an explicit cap on the history (context_budget, history_tokens)
+
+    @property
+    def history(self) -> int:
+        free = max(0, self.window - self.preferences - self.instructions - self.query - self.generation)
+        return free if self.cap is None else max(0, min(free, self.cap))
+
+    def as_dict(self) -> dict[str, int | None]:
+        return {"window": self.window, "generation": self.generation, "instructions": self.instructions,
+                "query": self.query, "preferences": self.preferences, "cap": self.cap, "history": self.history}
+
+
+@dataclass
 class Answer:
     """What a strategy did for one question: the answer and everything the metrics need."""
 
@@ -206,4 +230,57 @@ class Answer:
     latency_ms: dict[str, float] = field(default_factory=dict)  # stage -> ms: recall, assembly, generation
     context_text: str = ""  # every memory text the model was given (prompt suffix, K/V memories, facts)
     prompt: str = ""  # the final visible prompt
+    budget: ContextBudget | None = None  # the history budget the strategy worked within
     metadata: dict[str, Any] = field(default_factory=dict)
+
+
+# --- what a strategy may call: the collaborators' protocols ---------------------------------
+@runtime_checkable
+class Memory(Protocol):
+    """One user's memory as strategies and agents see it (`MemoryStore.for_user(...)`, or a client of
+    the recall service): the four query tools of seed recall-agent §3 plus `get` and two conveniences.
+    No method takes a user id."""
+
+    @property
+    def user_id(self) -> str: ...
+
+    def get(self, message_id: str) -> Message: ...
+
+    def messages_list(self, since=None, until=None, role: str | None = None, page_size: int = 50,
+                      cursor: str | None = None) -> Page: ...
+
+    def lexical_search(self, query_text: str, filter=None, page_size: int = 20, cursor: str | None = None) -> Page: ...
+
+    def semantic_search(self, query_text: str | None = None, query_embedding=None, filter=None, top_k: int = 10,
+                        min_score: float | None = None) -> Page: ...
+
+    def neighbors(self, message_id: str, before: int = 5, after: int = 5) -> list[Message]: ...
+
+    def session_messages(self, session_id: str) -> list[Message]: ...
+
+    def recent(self, n: int, session_id: str | None = None) -> list[Message]: ...
+
+    def speakers(self) -> dict[str, set[str]]: ...
+
+
+@runtime_checkable
+class ChatModel(Protocol):
+    """A chat model as strategies see it: a local transformers model (`dkilab.models.TransformersChatModel`,
+    K/V access) or a served one (`OpenAIChatModel`, text only). `generate_full` returns a Generation
+    (text, prompt_tokens, new_tokens, injected_tokens)."""
+
+    name: str
+    context_window: int
+    supports_kv: bool
+
+    def count_tokens(self, text: str) -> int: ...
+
+    def truncate(self, text: str, max_tokens: int) -> str: ...
+
+    def render(self, messages_or_prompt) -> str: ...
+
+    def generate(self, messages_or_prompt, max_new_tokens: int = 64, temperature: float = 0.0,
+                 stop: list[str] | None = None, memories=None, seed: int | None = None) -> str: ...
+
+    def generate_full(self, messages_or_prompt, max_new_tokens: int = 64, temperature: float = 0.0,
+                      stop: list[str] | None = None, memories=None, seed: int | None = None) -> Any: ...

@@ -1,8 +1,8 @@
 """Strategy benchmark: every strategy on N LoCoMo questions with a real model; per strategy the
 prompt and injected tokens, p50 latency split into recall / assembly / generation, and fact calls.
 
-The retrieval configuration of recall_v4 and full_attention is the one tuned in
-experiments/retrieval_locomo.yaml. `max_prompt_tokens` caps every prompt (CPU time: SmolLM2 prefills
+Every strategy with a `recall:` block (recall_v4, full_attention, any new one) gets the retrieval
+configuration tuned in experiments/retrieval_locomo.yaml. `max_prompt_tokens` caps every prompt (CPU time: SmolLM2 prefills
 about 600 tokens/s here), so full_history keeps the newest messages that fit.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ def run(data_dir: str | None = None, questions: int = 20, model_spec: str = "off
     from dkilab.eval.datasets import load_dataset
     from dkilab.eval.stores import store_for
     from dkilab.models import load_model
-    from dkilab.strategies import BUILTIN, create_strategy
+    from dkilab.strategies import BUILTIN, STRATEGIES, create_strategy
 
     conv = load_dataset("locomo", data_dir=data_dir, limit=1)[0]
     qs = [q for q in conv.questions if q.answerable][:questions]
@@ -37,7 +37,7 @@ def run(data_dir: str | None = None, questions: int = 20, model_spec: str = "off
     rows = {}
     for name in strategies or BUILTIN:
         params = {"max_new_tokens": max_new_tokens, "max_prompt_tokens": max_prompt_tokens}
-        if name in ("recall_v4", "full_attention"):
+        if "recall" in STRATEGIES[name].Params.model_fields:
             params["recall"] = recall
         strategy = create_strategy(name, params)
         answers = [strategy.answer(q.question, memory, model) for q in qs]

@@ -1,19 +1,30 @@
-"""Experiment YAML: datasets x strategies x sweep points -> cells, each with a stable config hash.
+"""Experiment YAML: datasets x strategies x sweep points -> cells, each validated when the file is read
+and identified by a hash of everything that decides its result.
 
 ```yaml
 name: quickstart
 seed: 0
 model: {spec: offline:smollm2, max_context: 2048}
-defaults: {max_new_tokens: 32}          # params given to every strategy that has them (nested blocks merge)
-datasets: [{name: fixtures, question_limit: 8, split: full}]
+embedder: {model: offline:minilm}          # the store's sentence encoder
+defaults: {max_new_tokens: 32}            # params for every strategy that has them (nested blocks merge)
+datasets: [{name: fixtures, question_limit: 8, split: full}]   # or {name: mine, path: mine.jsonl}
 strategies: [{name: no_memory}, {name: recall_v4, label: v4, params: {recall: {...}}}]
-sweep:                                   # grid over dotted keys
-  params.preference_alpha: [0.2, 0.6]    # every strategy that has the parameter
+sweep:                                     # grid over dotted keys
+  params.preference_alpha: [0.2, 0.6]      # every strategy that has the parameter
   v4.recall.summary.per_message_threshold: [60, 200]   # one strategy (by label)
   model.max_context: [1024, 2048]
-expect: {v4: {score: [0.0, 1.0]}}        # CI configs: metric ranges a run must land in
-judge: {model: offline:smollm2}         # optional LLM judge -> judge_score (model and prompt logged)
+expect: {v4: {score: [0.0, 1.0]}}          # CI configs: metric ranges a run must land in
+judge: {model: offline:smollm2}           # optional LLM judge -> judge_score (model and prompt logged)
 ```
+
+Everything is checked at load time, before a model loads or a run starts: unknown keys anywhere
+(also under `defaults:` and in sweep keys, which must fit at least one strategy), every cell's
+strategy params, duplicate YAML keys. Errors are one line naming the file and the dotted key.
+
+A cell's identity (`Cell.identity`, hashed into `config_hash`) is the validated, fully resolved
+params (defaults from code included), the strategy's version and prompts, the dataset's spec,
+version and scorer, the model and embedder (where the strategy uses them), the metrics' versions
+and the judge: change any of them, or a default in code, and the cell runs again.
 """
 from __future__ import annotations
 
@@ -21,14 +32,16 @@ import copy
 import hashlib
 import itertools
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from dkilab.config import read_yaml, validate
+from dkilab.config import ConfigError, read_yaml, validate
+from dkilab.registry import DATASETS, SCORERS, STRATEGIES, did_you_mean
 
 
 class _Strict(BaseModel):
@@ -42,20 +55,54 @@ class ModelSpec(_Strict):
     device: str = "cpu"
 
 
+class EmbedderSpec(_Strict):
+    """The sentence encoder of the dataset stores (semantic search): `offline:minilm`, a local directory
+    or a hub id. Stores record which encoder built them; each encoder gets its own cached store."""
+    model: str = "offline:minilm"
+    batch_size: int = Field(64, ge=1, le=4096)
+
+
 class DatasetSpec(_Strict):
     name: str
-    limit: int | None = Field(None, ge=1)  # conversations
+    path: str | None = None  # a file in the normalised format (then `name` is its label)
+    limit: int | None = Field(None, ge=1)  # conversations (MADial: dialogues)
     question_limit: int | None = Field(None, ge=1)  # questions per conversation
     split: Literal["full", "ablation"] = "full"
     categories: list[Any] | None = None
+    languages: list[Literal["en", "cn"]] | None = None  # keep the conversations in these languages
     answerable_only: bool = False
+    scorer: str | None = None  # override the dataset's declared scorer (locomo, f1, zh_f1, choice, auto)
+
+    @field_validator("scorer")
+    @classmethod
+    def _scorer(cls, v):
+        if v is not None and v not in SCORERS:
+            raise ValueError(f"unknown scorer {v!r}{did_you_mean(v, SCORERS)}; known: {', '.join(SCORERS.names())}")
+        return v
+
+    @model_validator(mode="after")
+    def _dataset(self):
+        if self.path is None and self.name not in DATASETS:
+            raise ValueError(f"unknown dataset {self.name!r}{did_you_mean(self.name, DATASETS)}; known: "
+                             f"{', '.join(DATASETS.names())} (or give `path:` to a file in the normalised format)")
+        return self
+
+    def info(self) -> dict[str, Any]:
+        from dkilab.eval.datasets import dataset_info
+
+        meta = dataset_info(self.name, self.path)
+        return {"version": meta["version"], "language": meta["language"], "scorer": self.scorer or meta["scorer"]}
 
 
 class JudgeSpec(_Strict):
     """Optional LLM judge (dkilab.eval.metrics.judge): a model spec as for `model.spec` (offline:smollm2,
-    a hub id or directory, a .gguf, openai:<model>@<base_url>) and an optional prompt template."""
+    a hub id or directory, a .gguf, openai:<model>@<base_url>) and an optional prompt template.
+    `abstention: true` also has it label every answer DECLINES/ANSWERS, which then decides abstention
+    (hallucination_rate) instead of the structural rules (the rules decide where its reply is unclear)."""
     model: str = "offline:smollm2"
     prompt: str | None = None  # needs {question}, {gold}, {prediction}; default JUDGE_PROMPT
+    abstention: bool = False
+    abstention_prompt: str | None = None  # needs {question}, {prediction}; default ABSTENTION_PROMPT
     max_new_tokens: int = Field(6, ge=1, le=64)
     max_context: int | None = Field(2048, ge=256)
 
@@ -65,7 +112,16 @@ class JudgeSpec(_Strict):
 
         if self.prompt is not None:
             check_prompt(self.prompt)
+        if self.abstention_prompt is not None:
+            check_prompt(self.abstention_prompt, ("{question}", "{prediction}"))
         return self
+
+    def resolved(self) -> dict[str, Any]:
+        from dkilab.eval.metrics.judge import ABSTENTION_PROMPT, JUDGE_PROMPT
+
+        return self.model_dump() | {"prompt": self.prompt or JUDGE_PROMPT,
+                                    "abstention_prompt": (self.abstention_prompt or ABSTENTION_PROMPT)
+                                    if self.abstention else None}
 
 
 class StrategySpec(_Strict):
@@ -79,10 +135,11 @@ class StrategySpec(_Strict):
 
 
 class ExperimentConfig(_Strict):
-    name: str
+    name: str = Field(min_length=1)
     description: str = ""
     seed: int = 0
     model: ModelSpec = Field(default_factory=ModelSpec)
+    embedder: EmbedderSpec = Field(default_factory=EmbedderSpec)
     defaults: dict[str, Any] = Field(default_factory=dict)
     datasets: list[DatasetSpec] = Field(min_length=1)
     strategies: list[StrategySpec] = Field(min_length=1)
@@ -91,57 +148,111 @@ class ExperimentConfig(_Strict):
     tracing: bool = True
     judge: JudgeSpec | None = None
 
-    @model_validator(mode="after")
-    def _check(self):
-        from dkilab.eval.datasets import LOADERS
-        from dkilab.strategies import STRATEGIES
 
-        for i, d in enumerate(self.datasets):
-            if d.name not in LOADERS:
-                raise ValueError(f"datasets.{i}.name: unknown dataset {d.name!r}; known: {', '.join(sorted(LOADERS))}")
-        keys = [s.key for s in self.strategies]
-        for i, s in enumerate(self.strategies):
-            if s.name not in STRATEGIES:
-                raise ValueError(f"strategies.{i}.name: unknown strategy {s.name!r}; registered: {', '.join(sorted(STRATEGIES))}")
-        if len(set(keys)) != len(keys):
-            raise ValueError(f"strategies: labels must be unique, got {keys} (give repeated strategies a label)")
-        for key, values in self.sweep.items():
-            root = key.split(".")[0]
-            if root not in ("params", "model", *keys) or "." not in key:
-                raise ValueError(f"sweep.{key}: a sweep key starts with params., model. or a strategy label ({', '.join(keys)})")
-            if not values:
-                raise ValueError(f"sweep.{key}: needs at least one value")
-        for label in self.expect:
-            if label not in keys:
-                raise ValueError(f"expect.{label}: no strategy with that label")
-        return self
+SWEEP_ROOTS = ("params", "model", "embedder")
+
+
+def check_config(cfg: ExperimentConfig, source: str = "<config>") -> list["Cell"]:
+    """Every check that needs the registries, then every cell's params: -> the cells, or ConfigError."""
+
+    def fail(key: str, msg: str):
+        raise ConfigError(f"{source}: {key}: {msg}")
+
+    for i, s in enumerate(cfg.strategies):
+        if s.name not in STRATEGIES:
+            fail(f"strategies.{i}.name", f"unknown strategy {s.name!r}{did_you_mean(s.name, STRATEGIES)}; "
+                                         f"registered: {', '.join(STRATEGIES.names())}")
+    keys = [s.key for s in cfg.strategies]
+    if len(set(keys)) != len(keys):
+        fail("strategies", f"labels must be unique, got {keys} (give repeated strategies a label)")
+    fields = {s.key: STRATEGIES[s.name].Params.model_fields for s in cfg.strategies}
+    every = sorted({f for fs in fields.values() for f in fs})
+    for k in cfg.defaults:
+        if not any(k in fs for fs in fields.values()):
+            fail(f"defaults.{k}", f"no strategy of this experiment has a parameter {k!r}{did_you_mean(k, every)}")
+    for key, values in cfg.sweep.items():
+        root, _, rest = key.partition(".")
+        if root not in (*SWEEP_ROOTS, *keys) or not rest:
+            fail(f"sweep.{key}", f"a sweep key is params.<param>, model.<field>, embedder.<field> or "
+                                 f"<strategy label>.<param> (labels: {', '.join(keys)})")
+        if not isinstance(values, list) or not values:
+            fail(f"sweep.{key}", "needs a list of at least one value")
+        first = rest.split(".")[0]
+        if root == "params" and not any(first in fs for fs in fields.values()):
+            fail(f"sweep.{key}", f"no strategy of this experiment has a parameter {first!r}{did_you_mean(first, every)}")
+        if root in keys and first not in fields[root]:
+            fail(f"sweep.{key}", f"strategy {root!r} has no parameter {first!r}{did_you_mean(first, fields[root])}")
+        model_fields = {"model": ModelSpec, "embedder": EmbedderSpec}.get(root)
+        if model_fields is not None and first not in model_fields.model_fields:
+            fail(f"sweep.{key}", f"{root} has no field {first!r}; fields: {', '.join(model_fields.model_fields)}")
+    for label, ranges in cfg.expect.items():
+        if label not in keys:
+            fail(f"expect.{label}", f"no strategy with that label{did_you_mean(label, keys)}")
+        for metric, (lo, hi) in ranges.items():
+            if lo > hi:
+                fail(f"expect.{label}.{metric}", f"empty range [{lo}, {hi}]")
+    return expand_cells(cfg, source)
 
 
 @dataclass
 class Cell:
-    strategy: StrategySpec
+    strategy: StrategySpec  # params: the merged YAML params (what the file said)
     dataset: DatasetSpec
     model: ModelSpec
+    embedder: EmbedderSpec
     point: dict[str, Any]  # the sweep values that apply to this cell
     seed: int
     judge: JudgeSpec | None = None
+    params: Any = field(default=None, repr=False)  # the validated Params (every default filled in)
+
+    @cached_property
+    def instance(self):
+        """A fresh strategy object for this cell (never shared between cells)."""
+        return STRATEGIES[self.strategy.name](self.params)
+
+    @property
+    def needs_model(self) -> bool:
+        return STRATEGIES[self.strategy.name].needs_model
 
     @property
     def resolved(self) -> dict[str, Any]:
-        out = {"strategy": {"name": self.strategy.name, "label": self.strategy.key, "params": self.strategy.params},
-               "dataset": self.dataset.model_dump(), "model": self.model.model_dump(), "seed": self.seed}
-        if self.judge is not None:
-            from dkilab.eval.metrics.judge import JUDGE_PROMPT
+        """What the cell runs, every default filled in (logged as params and resolved_config.yaml)."""
+        from dkilab.eval.metrics import detector_card, metrics_version
 
-            out["judge"] = self.judge.model_dump() | {"prompt": self.judge.prompt or JUDGE_PROMPT}
+        detector = dict(detector_card())
+        if self.judge is not None and self.judge.abstention:
+            from dkilab.eval.metrics.abstention import judge_card
+
+            detector = judge_card(self.judge.model, self.judge.resolved()["abstention_prompt"]) | {
+                "fallback": f"{detector['name']}-v{detector['version']}"}
+        out = {"strategy": {"name": self.strategy.name, "label": self.strategy.key, "version": self.instance.version,
+                            "params": self.params.model_dump(mode="json")},
+               "dataset": self.dataset.model_dump(mode="json") | self.dataset.info(),
+               "embedder": self.embedder.model_dump(mode="json"), "seed": self.seed,
+               "metrics": {"version": metrics_version(), "abstention_detector": detector}}
+        if self.needs_model:
+            out["model"] = self.model.model_dump(mode="json")
+        if self.judge is not None:
+            out["judge"] = self.judge.resolved()
         return out
 
-    @property
-    def config_hash(self) -> str:
-        from dkilab import __version__
+    @cached_property
+    def identity(self) -> dict[str, Any]:
+        """Everything that decides the cell's result: the resolved config plus the strategy's identity
+        (version, prompts, components configured in code such as the reference resolver's mappings)."""
+        model_name = self.model.spec if self.needs_model else ""
+        return self.resolved | {"strategy_identity": self.instance.identity(model_name)}
 
-        blob = json.dumps([__version__, self.resolved], sort_keys=True, default=str)
+    @cached_property
+    def config_hash(self) -> str:
+        blob = json.dumps(self.identity, sort_keys=True, ensure_ascii=False, default=str)
         return hashlib.sha1(blob.encode()).hexdigest()[:16]
+
+    def prompts(self) -> dict[str, str]:
+        out = self.instance.prompts(self.model.spec if self.needs_model else "")
+        if self.judge is not None:
+            out |= {f"judge.{k}": v for k, v in self.judge.resolved().items() if k.endswith("prompt") and v}
+        return out
 
     @property
     def label(self) -> str:
@@ -150,13 +261,13 @@ class Cell:
         return f"{self.strategy.key}@{self.dataset.name}{split}" + (f"[{sweep}]" if sweep else "")
 
 
-def _set_dotted(data: dict, dotted: str, value: Any) -> None:
+def _set_dotted(data: dict, dotted: str, value: Any, where: str = "") -> None:
     *parents, leaf = dotted.split(".")
     node = data
     for p in parents:
         node = node.setdefault(p, {})
         if not isinstance(node, dict):
-            raise ValueError(f"{dotted}: {p} is not a mapping")
+            raise ConfigError(f"{where or dotted}: {p} is not a mapping")
     node[leaf] = value
 
 
@@ -170,35 +281,40 @@ def _merge(base: dict, over: dict) -> dict:
 
 
 def _has_param(strategy_name: str, dotted: str) -> bool:
-    from dkilab.strategies import STRATEGIES
-
     return dotted.split(".")[0] in STRATEGIES[strategy_name].Params.model_fields
 
 
-def expand_cells(cfg: ExperimentConfig) -> list[Cell]:
-    """strategies x sweep grid x datasets, deduplicated by config hash (a key a strategy lacks is ignored)."""
+def expand_cells(cfg: ExperimentConfig, source: str = "<config>") -> list[Cell]:
+    """strategies x sweep grid x datasets, each cell's params validated, deduplicated by config hash
+    (a `params.` key a strategy lacks is not applied to it)."""
     keys = list(cfg.sweep)
     grid = [dict(zip(keys, values)) for values in itertools.product(*(cfg.sweep[k] for k in keys))] or [{}]
     cells, seen = [], set()
     for ds in cfg.datasets:
-        for s in cfg.strategies:
+        for i, s in enumerate(cfg.strategies):
             for point in grid:
                 params = _merge({k: v for k, v in cfg.defaults.items() if _has_param(s.name, k)}, s.params)
-                model = cfg.model.model_dump()
+                model, embedder = cfg.model.model_dump(), cfg.embedder.model_dump()
                 applied = {}
                 for key, value in point.items():
                     root, rest = key.split(".", 1)
-                    if root == "model":
-                        _set_dotted(model, rest, value)
-                    elif root == "params" and _has_param(s.name, rest):
-                        _set_dotted(params, rest, value)
-                    elif root == s.key:
-                        _set_dotted(params, rest, value)
+                    if root in ("model", "embedder"):
+                        _set_dotted(model if root == "model" else embedder, rest, value, f"{source}: sweep.{key}")
+                    elif (root == "params" and _has_param(s.name, rest)) or root == s.key:
+                        _set_dotted(params, rest, value, f"{source}: sweep.{key}")
                     else:
                         continue
                     applied[key] = value
+                where = f"strategies.{i} ({s.key})" + (f" at sweep point {applied}" if applied else "")
+                validated = validate(STRATEGIES[s.name].Params, params, source, f"params of {where}", "params")
                 cell = Cell(StrategySpec(name=s.name, label=s.label, params=params), ds,
-                            validate(ModelSpec, model, "sweep", "model"), applied, cfg.seed, cfg.judge)
+                            validate(ModelSpec, model, source, f"model of {where}", "model"),
+                            validate(EmbedderSpec, embedder, source, f"embedder of {where}", "embedder"),
+                            applied, cfg.seed, cfg.judge, validated)
+                try:
+                    cell.instance  # components built from the params (e.g. a reference resolver YAML)
+                except (ValueError, OSError) as exc:
+                    raise ConfigError(f"{source}: {where}: {exc}") from None
                 if cell.config_hash not in seen:
                     seen.add(cell.config_hash)
                     cells.append(cell)
@@ -210,20 +326,46 @@ def parse_set(items: list[str] | None) -> dict[str, Any]:
     out = {}
     for item in items or []:
         if "=" not in item:
-            raise ValueError(f"--set {item!r}: expected key=value")
+            raise ConfigError(f"--set {item!r}: expected key=value")
         key, value = item.split("=", 1)
-        out[key.strip()] = yaml.safe_load(value)
+        try:
+            out[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            raise ConfigError(f"--set {key.strip()}: value {value!r} is not valid YAML") from None
     return out
 
 
-def load_experiment(path: str | Path, overrides: dict[str, Any] | None = None) -> ExperimentConfig:
-    """Read and validate an experiment YAML; `overrides` are dotted keys set first (e.g. from --set)."""
-    data = read_yaml(path)
-    for key, value in (overrides or {}).items():
+def apply_overrides(data: dict, overrides: dict[str, Any], source: str = "--set") -> dict:
+    """Set dotted keys in a config mapping; `strategies.2.params.x` and `datasets.0.limit` index the lists."""
+    data = copy.deepcopy(data)
+    for key, value in overrides.items():
         parts = key.split(".")
-        if parts[0] in ("datasets", "strategies") and len(parts) > 1 and parts[1].isdigit():
-            node = data[parts[0]][int(parts[1])]
-            _set_dotted(node, ".".join(parts[2:]), value)
+        if parts[0] in ("datasets", "strategies") and len(parts) > 1:
+            items = data.get(parts[0]) or []
+            if not parts[1].isdigit() or int(parts[1]) >= len(items):
+                raise ConfigError(f"{source} {key}: the config has {len(items)} {parts[0]} "
+                                  f"(indexes 0-{len(items) - 1}); write {parts[0]}.<index>.<key>")
+            if len(parts) == 2:
+                raise ConfigError(f"{source} {key}: give a key inside the entry, e.g. {key}.params.<param>")
+            _set_dotted(items[int(parts[1])], ".".join(parts[2:]), value, f"{source} {key}")
         else:
-            _set_dotted(data, key, value)
-    return validate(ExperimentConfig, data, str(path), "experiment config")
+            _set_dotted(data, key, value, f"{source} {key}")
+    return data
+
+
+def load_experiment(path: str | Path, overrides: dict[str, Any] | None = None) -> ExperimentConfig:
+    """Read and check an experiment YAML (`overrides` = dotted keys set first, e.g. from --set): every
+    cell's params are validated here, so a typo fails now with the file and key, not after a model loads."""
+    data = read_yaml(path)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: an experiment config is a mapping (name, datasets, strategies, ...)")
+    cfg = validate(ExperimentConfig, apply_overrides(data, overrides or {}), str(path), "experiment config")
+    check_config(cfg, str(path))
+    return cfg
+
+
+def with_question_limit(cfg: ExperimentConfig, limit: int) -> ExperimentConfig:
+    """`--limit N`: N questions per conversation in every dataset."""
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        raise ConfigError(f"--limit: must be a positive number of questions per conversation, got {limit!r}")
+    return cfg.model_copy(update={"datasets": [d.model_copy(update={"question_limit": limit}) for d in cfg.datasets]})

@@ -1,23 +1,30 @@
-"""Run an experiment: cells = strategies x sweep points x datasets; per question an Answer and a
-metric row; one MLflow parent run per invocation and one child run per cell.
+"""Run an experiment: cells = strategies x sweep points x datasets; per question an Answer and a metric
+row; one MLflow parent run per invocation and one child run per cell.
 
 - A strategy exception on one question becomes an error row (traceback in errors.txt, `errors`
   metric) and the run goes on.
-- A cell whose config hash already has a FINISHED run in the experiment is skipped, so a killed
-  sweep resumes where it stopped.
+- A cell that raises (data missing, model missing, a bug) ends FAILED with its traceback, the next
+  cell runs, and `dkilab run` exits 1 naming it; Ctrl-C / SystemExit end the cell and the parent
+  KILLED. Only a FINISHED run with the completion tag counts as done (see `runstate`), so a rerun
+  redoes exactly what did not finish; cells that did are shown with their metrics read back.
+- Every cell starts cold: its strategy object is new and the store's query-embedding cache is
+  emptied after a warm-up (model, indexes), so latency does not depend on cell order.
 - Under `accelerate launch --num_processes N` the questions of each cell are split across the
-  processes and gathered on the main process, which alone talks to MLflow.
+  processes and gathered on the main process, which alone scores and talks to MLflow.
 """
 from __future__ import annotations
 
+import hashlib
+import itertools
 import json
 import time
 import traceback
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dkilab.eval.experiment import Cell, ExperimentConfig, expand_cells
+from dkilab.eval.experiment import Cell, ExperimentConfig, check_config
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_TRACKING_URI = f"sqlite:///{ROOT / 'mlflow' / 'mlflow.db'}"
@@ -28,8 +35,21 @@ class CellResult:
     cell: Cell
     metrics: dict[str, float] = field(default_factory=dict)
     rows: list[dict[str, Any]] = field(default_factory=list)
-    skipped: bool = False
+    skipped: bool = False  # finished in an earlier run: metrics read back from MLflow
     run_id: str | None = None
+    error: str | None = None  # the cell failed (its run is FAILED)
+
+    @property
+    def status(self) -> str:
+        return "failed" if self.error else "skipped" if self.skipped else "finished"
+
+    def load_rows(self) -> list[dict[str, Any]]:
+        """The per-question rows (for a skipped cell, read from its predictions.jsonl artifact)."""
+        if not self.rows and self.run_id and not self.error:
+            from dkilab.eval.tracking import run_rows
+
+            self.rows = run_rows(self.run_id)
+        return self.rows
 
 
 def tracking_uri(uri: str | None = None) -> str:
@@ -46,127 +66,185 @@ class CellData:
 
 
 def load_cell_data(cell: Cell, data_dir, cache: dict | None = None) -> CellData:
-    """Questions and store for the cell's dataset; cells sharing a dataset spec share one load."""
+    """Questions and store for the cell's dataset; cells sharing a dataset spec and embedder share one load
+    (a failed load is remembered too, so every cell on a missing dataset fails fast with the same error)."""
     from dkilab.eval.stores import store_for
+    from dkilab.memory import Embedder
 
-    key = cell.dataset.model_dump_json()
+    key = cell.dataset.model_dump_json() + cell.embedder.model_dump_json()
     if cache is not None and key in cache:
+        if isinstance(cache[key], BaseException):
+            raise cache[key]
         return cache[key]
-    convs, items = _questions(cell, data_dir)
-    data = CellData(items, store_for(convs, f"{cell.dataset.name}-{cell.dataset.split}"))
+    try:
+        convs, items = _questions(cell, data_dir)
+        label = f"{cell.dataset.name}-{cell.dataset.split}"
+        embedder = Embedder(cell.embedder.model, batch_size=cell.embedder.batch_size)
+        data = CellData(items, store_for(convs, label, embedder=embedder))
+    except Exception as exc:
+        if cache is not None:
+            cache[key] = exc
+        raise
     if cache is not None:
         cache[key] = data
     return data
 
 
 def _questions(cell: Cell, data_dir):
-    """[(conversation, question)] of the cell's dataset, after split, categories and limits."""
+    """[(conversation, question)] of the cell's dataset, after split, languages, categories and limits."""
     from dkilab.eval.datasets import load_dataset
     from dkilab.eval.datasets.ablation import ablation_split
 
     d = cell.dataset
-    convs = load_dataset(d.name, data_dir=data_dir, limit=d.limit)
+    convs = load_dataset(d.name, data_dir=data_dir, limit=d.limit, path=d.path)
+    if d.languages:
+        convs = [c for c in convs if c.language in d.languages]
     if d.split == "ablation":
         convs = ablation_split(convs)
+    cats = None if d.categories is None else {str(c) for c in d.categories}
     out = []
     for conv in convs:
-        qs = [q for q in conv.questions if (d.categories is None or q.category in d.categories)
+        qs = [q for q in conv.questions if (cats is None or str(q.category) in cats)
               and (q.answerable or not d.answerable_only)]
         out += [(conv, q) for q in qs[:d.question_limit]]
     return convs, out
 
 
-def _answer_row(strategy, item, conv, memory, model, dataset: str) -> tuple[dict[str, Any], str | None]:
-    from dkilab.eval.metrics import score_answer
+def warm_up(data: CellData, views: dict) -> None:
+    """Load what a first question would otherwise pay for (encoder, each user's index), then empty the
+    query caches: every cell measures a warm process with cold caches."""
+    embedder = data.store.embedder
+    users = list(dict.fromkeys(conv.user_id for conv, _ in data.items))
+    for uid in users:
+        views.setdefault(uid, data.store.for_user(uid))
+        if views[uid].count():
+            views[uid].semantic_search("warm up", top_k=1)
+            views[uid].lexical_search("warm up", page_size=1)
+    embedder.clear_cache()
 
-    base = {"qid": item.qid, "user_id": conv.user_id, "category": item.category, "question": item.question,
-            "gold": item.answer, "answerable": item.answerable, "evidence_ids": item.evidence_ids}
+
+def _answer(strategy, item, conv, memory, model) -> tuple[Any, float, str | None]:
+    """(Answer or None, wall ms, traceback text or None): one question, an exception caught as data."""
     t = time.perf_counter()
     try:
         answer = strategy.answer(item.question, memory, model, session_id=item.metadata.get("session_id"),
                                  preferences=conv.preferences or None)
+        return answer, (time.perf_counter() - t) * 1000, None
     except Exception as exc:  # one bad question must not stop the sweep
-        return base | {"error": f"{type(exc).__name__}: {exc}", "wall_ms": (time.perf_counter() - t) * 1000}, \
-            f"--- {item.qid}: {item.question}\n{traceback.format_exc()}"
-    wall = (time.perf_counter() - t) * 1000
-    t = time.perf_counter()
-    row = base | score_answer(item, answer, dataset) | {
-        "prediction": answer.text, "recalled_ids": answer.recalled_ids,
-        "fact_call_log": [c.__dict__ for c in answer.fact_calls], "wall_ms": wall}
-    # harness overhead: what the question cost beyond the strategy's own stages, scoring included
-    row["overhead_ms"] = max(0.0, wall - sum(answer.latency_ms.values())) + (time.perf_counter() - t) * 1000
-    return row, None
+        err = f"--- {item.qid}: {item.question}\n{traceback.format_exc()}"
+        return f"{type(exc).__name__}: {exc}", (time.perf_counter() - t) * 1000, err
 
 
 def run_cell(cell: Cell, model, data: CellData, state=None, trace: bool = False, progress: bool = True):
-    """Answer and score every question of a cell -> (rows, error tracebacks). Shards across processes."""
+    """Answer every question of a cell -> [(index, Answer | error text, wall ms)], error tracebacks.
+    Shards across processes; the result is complete on the main process."""
     from tqdm.auto import tqdm
 
-    from dkilab.strategies import create_strategy
-
     items, views = data.items, {}
-    strategy = create_strategy(cell.strategy.name, cell.strategy.params, source=f"strategy {cell.strategy.key}")
+    strategy = cell.instance
     main = state is None or state.is_main_process
-    idx = list(range(len(items)))
-    rows, errors = [], []
+    warm_up(data, views)
+    out, errors = [], []
 
     def work(my_idx):
         for i in tqdm(my_idx, desc=cell.label, disable=not (progress and main), leave=False):
             conv, item = items[i]
-            if conv.user_id not in views:
-                views[conv.user_id] = data.store.for_user(conv.user_id)
-            memory = views[conv.user_id]
+            memory = views.setdefault(conv.user_id, data.store.for_user(conv.user_id))
             if trace:
                 import mlflow
 
-                from dkilab.eval.tracing import tracing_to
+                from dkilab.tracing import tracing_to
 
                 with tracing_to(mlflow), mlflow.start_span(name=f"question {item.qid}") as s:
                     s.set_inputs({"question": item.question, "gold": item.answer, "strategy": cell.label})
-                    row, err = _answer_row(strategy, item, conv, memory, model, cell.dataset.name)
-                    s.set_outputs({"prediction": row.get("prediction"), "score": row.get("score"), "error": row.get("error")})
+                    answer, wall, err = _answer(strategy, item, conv, memory, model)
+                    s.set_outputs({"prediction": getattr(answer, "text", None), "error": err and answer})
             else:
-                row, err = _answer_row(strategy, item, conv, memory, model, cell.dataset.name)
-            rows.append((i, row))
+                answer, wall, err = _answer(strategy, item, conv, memory, model)
+            out.append((i, answer, wall))
             if err:
                 errors.append(err)
 
+    idx = list(range(len(items)))
     if state is not None and state.num_processes > 1:
         from accelerate.utils import gather_object
 
         with state.split_between_processes(idx) as mine:
             work(mine)
-        rows = gather_object(rows)
-        errors = gather_object(errors)
+        out, errors = gather_object(out), gather_object(errors)
     else:
         work(idx)
-    rows = [r for _, r in sorted(rows, key=lambda x: x[0])]
-    return rows, errors
+    return sorted(out, key=lambda x: x[0]), errors
 
 
-def judge_rows(rows: list[dict[str, Any]], items: list, spec) -> None:
-    """Add the LLM judge's verdict (`judge`: 1/0/None) and raw reply to each answered row, in place."""
+def score_cell(cell: Cell, answers, items: list, judge=None) -> list[dict[str, Any]]:
+    """One metric row per question, in question order (the judge, if any, labels answers first)."""
+    from dkilab.eval.metrics import score_answer
+
+    scorer = cell.dataset.info()["scorer"]
+    rows = []
+    for i, answer, wall in answers:
+        conv, item = items[i]
+        base = {"qid": item.qid, "user_id": conv.user_id, "category": item.category, "question": item.question,
+                "gold": item.answer, "answerable": item.answerable, "evidence_ids": item.evidence_ids}
+        if isinstance(answer, str):  # the strategy raised: an error row
+            rows.append(base | {"error": answer, "wall_ms": wall})
+            continue
+        t = time.perf_counter()
+        verdicts = judge_answer(judge, item, answer) if judge is not None else {}
+        judge_ms = verdicts.pop("judge_ms", 0.0)
+        row = base | score_answer(item, answer, scorer, verdicts.get("abstained")) | verdicts | {
+            "prediction": answer.text, "recalled_ids": answer.recalled_ids, "wall_ms": wall,
+            "prompt_digest": hashlib.sha1(f"{answer.prompt}\n{answer.context_text}".encode()).hexdigest()[:12],
+            "fact_call_log": [c.__dict__ for c in answer.fact_calls],
+            "budget": answer.budget.as_dict() if answer.budget is not None else None}
+        # harness overhead: what the question cost beyond the strategy's own stages, scoring included
+        row["overhead_ms"] = max(0.0, wall - sum(answer.latency_ms.values())) + (time.perf_counter() - t) * 1000 - judge_ms
+        rows.append(row)
+    return rows
+
+
+def judge_answer(judge, item, answer) -> dict[str, Any]:
+    """The LLM judge's fields for one answer: correctness (`judge`, 1/0/None) and, if asked, abstention."""
+    t = time.perf_counter()
+    out: dict[str, Any] = {}
+    if item.answerable and not answer.metadata.get("retrieval_only"):
+        out["judge"], out["judge_reply"] = judge.judge(item, answer.text)
+        out["judge_unparsed"] = float(out["judge"] is None)
+    if judge.abstention:
+        label, out["abstention_judge_reply"] = judge.abstains(item.question, answer.text)
+        out["abstention_judge_unparsed"] = float(label is None)
+        if label is not None:
+            out["abstained"] = label
+    out["judge_ms"] = (time.perf_counter() - t) * 1000
+    return out
+
+
+def make_judge(spec):
     from dkilab.eval.metrics.judge import LLMJudge
     from dkilab.models import load_model
 
-    judge = LLMJudge(load_model(spec.model, max_context=spec.max_context), spec.prompt, spec.max_new_tokens)
-    for row, (_, item) in zip(rows, items):
-        if row.get("error") or "prediction" not in row:
-            continue
-        row["judge"], row["judge_reply"] = judge.judge(item, row["prediction"])
+    return LLMJudge(load_model(spec.model, max_context=spec.max_context), spec.prompt, spec.max_new_tokens,
+                    spec.abstention_prompt, abstention=spec.abstention)
 
 
-def _ensure_experiment(name: str, uri: str) -> None:
-    """Artifacts of a local sqlite store go beside the database (not into the working directory)."""
+def _ensure_experiment(cfg: ExperimentConfig, uri: str) -> str:
+    """The experiment's id; artifacts of a local sqlite store go beside the database."""
     import mlflow
 
-    if mlflow.get_experiment_by_name(name) is None and uri.startswith("sqlite:///"):
-        db = Path(uri[len("sqlite:///"):])
+    exp = mlflow.get_experiment_by_name(cfg.name)
+    if exp is None:
+        location = None
+        if uri.startswith("sqlite:///"):
+            location = (Path(uri[len("sqlite:///"):]).parent / "artifacts").resolve().as_uri()
         try:
-            mlflow.create_experiment(name, artifact_location=(db.parent / "artifacts").resolve().as_uri())
+            mlflow.create_experiment(cfg.name, artifact_location=location,
+                                     tags={"mlflow.note.content": cfg.description} if cfg.description else None)
         except mlflow.exceptions.MlflowException:
             pass  # created meanwhile
-    mlflow.set_experiment(name)
+        exp = mlflow.get_experiment_by_name(cfg.name)
+    mlflow.set_experiment(experiment_id=exp.experiment_id)
+    return exp.experiment_id
 
 
 def process_state():
@@ -178,87 +256,152 @@ def process_state():
     return PartialState(cpu=not torch.cuda.is_available())
 
 
-def finished_hashes(experiment_name: str) -> set[str]:
-    import mlflow
+def _broadcast(state, value):
+    if state.num_processes <= 1:
+        return value
+    from accelerate.utils import broadcast_object_list
 
-    exp = mlflow.get_experiment_by_name(experiment_name)
-    if exp is None:
-        return set()
-    runs = mlflow.search_runs([exp.experiment_id], filter_string="tags.`dkilab.kind` = 'cell' and attributes.status = 'FINISHED'",
-                              output_format="list")
-    return {r.data.tags.get("dkilab.config_hash") for r in runs}
+    box = [value]
+    broadcast_object_list(box)
+    return box[0]
 
 
 def run_experiment(cfg: ExperimentConfig, *, data_dir=None, uri: str | None = None, config_path: str | None = None,
                    progress: bool = True, echo=print) -> list[CellResult]:
+    """Run (or resume) every cell; returns one CellResult per cell, finished, skipped or failed."""
     import mlflow
 
-    from dkilab.eval import tracking
-    from dkilab.eval.metrics import primary_metric
-    from dkilab.models import load_model
-    from dkilab.strategies import STRATEGIES
+    from dkilab.eval import runstate
 
+    cells = check_config(cfg, config_path or "<config>")
     state = process_state()
     main = state.is_main_process
-    mlflow.set_tracking_uri(tracking_uri(uri))
-    cells = expand_cells(cfg)
-    done = finished_hashes(cfg.name) if main else set()
-    if state.num_processes > 1:
-        from accelerate.utils import broadcast_object_list
+    uri = tracking_uri(uri)
+    if main:
+        runstate.open_store(uri)
+    else:
+        mlflow.set_tracking_uri(uri)
+    with runstate.store_lock(uri, cfg.name, echo) if main else nullcontext():
+        exp_id = _ensure_experiment(cfg, uri) if main else None
+        if main:
+            for run_id in runstate.mark_dead_runs_killed(exp_id):
+                echo(f"run {run_id} was left RUNNING by a process that is gone: marked KILLED")
+        return _run_cells(cfg, cells, state, exp_id, data_dir, config_path, progress, echo)
 
-        box = [done]
-        broadcast_object_list(box)
-        done = box[0]
+
+def _run_cells(cfg, cells, state, exp_id, data_dir, config_path, progress, echo) -> list[CellResult]:
+    import mlflow
+
+    from dkilab.eval import runstate, tracking
+
+    main = state.is_main_process
     results: list[CellResult] = []
-    datasets: dict[str, CellData] = {}
+    datasets: dict[str, Any] = {}
     parent = None
     if main:
-        _ensure_experiment(cfg.name, tracking_uri(uri))
         parent = mlflow.start_run(run_name=f"{cfg.name} {time.strftime('%Y-%m-%d %H:%M:%S')}",
-                                  tags={"dkilab.kind": "experiment"})
+                                  tags={"dkilab.kind": "experiment", **tracking.provenance_tags(),
+                                        **runstate.process_tags()}, description=cfg.description or None)
         tracking.log_experiment(cfg, cells, config_path)
+    status = "FINISHED"
     try:
         for n, cell in enumerate(cells, 1):
-            if cell.config_hash in done:
+            done = runstate.finished_runs(exp_id).get(cell.config_hash) if main else None  # re-checked per cell
+            skip = _broadcast(state, None if done is None else done.info.run_id)
+            if skip is not None:
+                res = CellResult(cell, skipped=True, run_id=skip,
+                                 metrics=dict(done.data.metrics) if main else {})
                 echo(f"[{n}/{len(cells)}] {cell.label}: finished before (config {cell.config_hash}), skipped")
-                results.append(CellResult(cell, skipped=True))
+                results.append(res)
                 continue
-            m = cell.model
-            model = (load_model(m.spec, dtype=m.dtype, device=m.device, max_context=m.max_context)
-                     if STRATEGIES[cell.strategy.name].needs_model else None)
-            child = mlflow.start_run(run_name=cell.label, nested=True, tags={
-                "dkilab.kind": "cell", "dkilab.config_hash": cell.config_hash, "strategy": cell.strategy.key,
-                "dataset": cell.dataset.name}) if main else None
-            t = time.perf_counter()
-            data = load_cell_data(cell, data_dir, datasets)
-            rows, errors = run_cell(cell, model, data, state,
-                                    trace=cfg.tracing and main, progress=progress)
-            wall = time.perf_counter() - t
-            result = CellResult(cell, rows=rows)
-            if main and cell.judge is not None:
-                judge_rows(rows, data.items, cell.judge)
-            if main:
-                result.metrics = tracking.log_cell(cell, rows, errors, wall)
-                result.run_id = child.info.run_id
-                mlflow.end_run()
-                main_metric = primary_metric(result.metrics) or "score"
-                echo(f"[{n}/{len(cells)}] {cell.label}: {main_metric} {result.metrics.get(main_metric, float('nan')):.3f} "
-                     f"over {len(rows)} questions in {wall:.0f} s")
-            results.append(result)
+            results.append(_run_one(cfg, cell, n, len(cells), state, data_dir, datasets, progress, echo))
         if main:
             tracking.log_comparison(results)
+            for note in sweep_notes(results):
+                echo(f"note: {note}")
+            if any(r.error for r in results):
+                status = "FAILED"
+    except (KeyboardInterrupt, SystemExit):
+        status = "KILLED"
+        raise
+    except BaseException:
+        status = "FAILED"
+        raise
     finally:
         if main and parent is not None:
-            while mlflow.active_run() is not None:
-                mlflow.end_run()
+            while mlflow.active_run() is not None and mlflow.active_run().info.run_id != parent.info.run_id:
+                mlflow.end_run(status="KILLED" if status == "KILLED" else "FAILED")
+            mlflow.end_run(status=status)
     return results
 
 
+def _run_one(cfg, cell: Cell, n: int, total: int, state, data_dir, datasets, progress, echo) -> CellResult:
+    import mlflow
+
+    from dkilab.eval import runstate, tracking
+    from dkilab.models import load_model
+
+    main = state.is_main_process
+    child = None
+    if main:
+        child = mlflow.start_run(run_name=cell.label, nested=True, tags={
+            "dkilab.kind": "cell", "dkilab.config_hash": cell.config_hash, "strategy": cell.strategy.key,
+            "dataset": cell.dataset.name, **tracking.provenance_tags(), **runstate.process_tags()})
+    result = CellResult(cell, run_id=child.info.run_id if child else None)
+    t = time.perf_counter()
+    try:
+        m = cell.model
+        model = load_model(m.spec, dtype=m.dtype, device=m.device, max_context=m.max_context) if cell.needs_model else None
+        data = load_cell_data(cell, data_dir, datasets)
+        judge = make_judge(cell.judge) if main and cell.judge is not None else None
+        answers, errors = run_cell(cell, model, data, state, trace=cfg.tracing and main, progress=progress)
+        if main:
+            result.rows = score_cell(cell, answers, data.items, judge)
+            extra = {"query_embeddings": float(data.store.embedder.cache_misses)}
+            result.metrics = tracking.log_cell(cell, result.rows, errors, time.perf_counter() - t, extra)
+            mlflow.set_tag(runstate.COMPLETE_TAG, "1")  # after every metric and artifact
+            mlflow.end_run(status="FINISHED")
+            echo(tracking.cell_line(cell, result.metrics, n, total, time.perf_counter() - t))
+    except (KeyboardInterrupt, SystemExit):
+        if main:
+            mlflow.end_run(status="KILLED")
+        raise
+    except Exception as exc:
+        if not main or state.num_processes > 1:
+            raise  # the other processes would wait in a gather forever
+        result.error = f"{type(exc).__name__}: {exc}"
+        mlflow.log_text(traceback.format_exc(), "cell_error.txt")
+        mlflow.set_tag("dkilab.error", result.error[:5000])
+        mlflow.end_run(status="FAILED")
+        echo(f"[{n}/{total}] {cell.label}: FAILED ({result.error}); the next run retries it")
+    return result
+
+
+def sweep_notes(results: list[CellResult]) -> list[str]:
+    """Sweep values that changed nothing: two cells that differ in one sweep key only and gave the same
+    prompt and the same answer on every question (e.g. a threshold no message reaches)."""
+    done = [r for r in results if not r.error and r.cell.point]
+    notes = []
+    for a, b in itertools.combinations(done, 2):
+        if (a.cell.strategy.key, a.cell.dataset) != (b.cell.strategy.key, b.cell.dataset):
+            continue
+        diff = [k for k in a.cell.point if a.cell.point[k] != b.cell.point.get(k)]
+        if len(diff) != 1:
+            continue
+        ra = {r["qid"]: (r.get("prompt_digest"), r.get("prediction"), tuple(r.get("recalled_ids") or ())) for r in a.load_rows()}
+        rb = {r["qid"]: (r.get("prompt_digest"), r.get("prediction"), tuple(r.get("recalled_ids") or ())) for r in b.load_rows()}
+        if ra and ra == rb:
+            notes.append(f"{a.cell.strategy.key} {diff[0]} = {a.cell.point[diff[0]]} and {b.cell.point[diff[0]]} gave the "
+                         f"same prompts and answers on all {len(ra)} questions of {a.cell.dataset.name}")
+    return notes
+
+
 def check_expectations(cfg: ExperimentConfig, results: list[CellResult]) -> list[str]:
-    """Metric ranges of `expect:` that a run missed (empty = all good); skipped cells are not checked."""
-    problems = []
+    """`expect:` ranges a run missed, and failed cells (empty = all good); skipped cells are checked on
+    the metrics read back from MLflow."""
+    problems = [f"{r.cell.label}: cell failed ({r.error})" for r in results if r.error]
     for res in results:
-        if res.skipped:
+        if res.error:
             continue
         for metric, (lo, hi) in cfg.expect.get(res.cell.strategy.key, {}).items():
             value = res.metrics.get(metric)
@@ -267,18 +410,12 @@ def check_expectations(cfg: ExperimentConfig, results: list[CellResult]) -> list
     return problems
 
 
-TABLE_COLUMNS = ("score", "answer_score", "hallucination_rate", "unsupported_claim_rate", "fact_call_rate",
-                 "evidence_in_context", "judge_score", "recall_at_5", "recall_at_10", "recall_at_20", "mrr", "prompt_tokens",
-                 "injected_tokens", "latency_recall_p50_ms", "latency_total_p50_ms", "harness_overhead_p50_ms",
-                 "questions_per_minute", "errors")
+def results_table(results: list[CellResult], intervals: bool = False):
+    """One row per finished or skipped cell, in config order; the declared table columns that at least
+    one cell has (`intervals=True` adds `<metric>_low` / `<metric>_high` beside each)."""
+    from dkilab.eval.tracking import metrics_frame
 
-
-def results_table(results: list[CellResult]):
-    """One row per finished cell; columns of TABLE_COLUMNS that at least one cell has."""
-    import pandas as pd
-
-    data = {r.cell.label: {c: r.metrics.get(c) for c in TABLE_COLUMNS} for r in results if not r.skipped}
-    return pd.DataFrame.from_dict(data, orient="index").dropna(axis=1, how="all")
+    return metrics_frame([(r.cell.label, r.metrics) for r in results if not r.error], intervals=intervals)
 
 
 def dumps_rows(rows) -> str:

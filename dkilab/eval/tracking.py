@@ -1,12 +1,24 @@
-"""What goes to MLflow: params (flattened resolved config), metrics overall and per category,
-artifacts (resolved config, predictions.jsonl, errors.txt, plots), and the comparison report."""
+"""What goes to MLflow and comes back from it.
+
+Per cell: params (the flattened resolved config, every default filled in), metrics overall with their
+95% bootstrap intervals (`ci95/<metric>/low|high`) and per category (`cat/<c>/<metric>`), artifacts
+(resolved_config.yaml, prompts.yaml, predictions.jsonl, errors.txt, score_by_category.png), tags
+(config hash, git commit, dkilab version). On the parent run: the comparison table with intervals
+(comparison.csv/.txt/.png) and the paired differences between cells on the same questions (paired.csv).
+`report` reads all of it back for `dkilab report`.
+"""
 from __future__ import annotations
 
+import functools
+import itertools
+import json
 import re
-import statistics
+import subprocess
+from pathlib import Path
 from typing import Any
 
 _KEY = re.compile(r"[^A-Za-z0-9_\-./ ]")
+CI = "ci95"
 
 
 def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
@@ -22,6 +34,28 @@ def metric_key(text: str) -> str:
     return _KEY.sub("_", str(text))
 
 
+def ci_keys(name: str) -> tuple[str, str]:
+    return f"{CI}/{name}/low", f"{CI}/{name}/high"
+
+
+@functools.lru_cache(maxsize=1)
+def provenance_tags() -> dict[str, str]:
+    """dkilab version and the git commit of the code that ran (with `-dirty` for local changes)."""
+    from dkilab import __version__
+
+    root = Path(__file__).resolve().parents[2]
+    tags = {"dkilab.version": __version__}
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True,
+                               text=True, timeout=5)
+        if commit.returncode == 0:
+            tags["mlflow.source.git.commit"] = commit.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return tags
+
+
 def log_experiment(cfg, cells, config_path: str | None) -> None:
     import mlflow
 
@@ -30,100 +64,258 @@ def log_experiment(cfg, cells, config_path: str | None) -> None:
                        "config_path": config_path or "<dict>"})
 
 
-def log_cell(cell, rows: list[dict], errors: list[str], wall_s: float) -> dict[str, float]:
-    import mlflow
+def _with_intervals(rows: list[dict], names: list[str] | None = None, only: bool = False) -> dict[str, float]:
+    """Aggregates (only `names` if `only`) and the 95% intervals of `names` (default: all)."""
+    from dkilab.eval.metrics import aggregate
+    from dkilab.eval.metrics.bootstrap import intervals
 
-    from dkilab.eval.metrics import aggregate, aggregate_by_category
-    from dkilab.eval.runner import dumps_rows
-
-    params = {k: (str(v)[:5000] if v is not None else "None") for k, v in flatten(cell.resolved).items()}
-    params["config_hash"] = cell.config_hash
-    mlflow.log_params(params)
     metrics = aggregate(rows)
-    ok = [r for r in rows if not r.get("error")]
-    metrics["questions_per_minute"] = 60.0 * len(rows) / wall_s if wall_s > 0 else 0.0
-    if ok:
-        metrics["harness_overhead_p50_ms"] = statistics.median(r["overhead_ms"] for r in ok)
-    mlflow.log_metrics(metrics)
-    for cat, agg in aggregate_by_category(rows).items():
-        mlflow.log_metrics({metric_key(f"cat/{cat}/{k}"): v for k, v in agg.items()
-                            if k in ("score", "questions", "hallucination_rate", "f1", "fact_call_rate", "recall_at_10", "mrr",
-                                     "judge_score")})
-    mlflow.log_dict(cell.resolved, "resolved_config.yaml")
-    if "judge" in cell.resolved:
-        mlflow.log_text(cell.resolved["judge"]["prompt"], "judge_prompt.txt")
-    mlflow.log_text(dumps_rows(rows), "predictions.jsonl")
-    if errors:
-        mlflow.log_text("\n".join(errors), "errors.txt")
-    _plot_categories(rows, cell.label)
+    if only:
+        metrics = {k: v for k, v in metrics.items() if k in names}
+    for name, (lo, hi) in intervals(rows, [n for n in metrics if names is None or n in names]).items():
+        metrics[ci_keys(name)[0]], metrics[ci_keys(name)[1]] = lo, hi
     return metrics
 
 
-def _plot_categories(rows, title: str) -> None:
+def cell_metrics(rows: list[dict], wall_s: float, extra: dict[str, float] | None = None) -> dict[str, float]:
+    """Aggregates with intervals, plus what only the cell as a whole knows."""
+    metrics = _with_intervals(rows)
+    metrics["questions_per_minute"] = 60.0 * len(rows) / wall_s if wall_s > 0 else 0.0
+    return metrics | (extra or {})
+
+
+def category_metrics(rows: list[dict]) -> dict[str, dict[str, float]]:
+    """Per category: the per-category metrics with their intervals, and the question count."""
+    from dkilab.eval.metrics import category_metrics as names
+
+    wanted = set(names()) | {"questions"}
+    cats: dict[str, list] = {}
+    for r in rows:
+        cats.setdefault(str(r.get("category")), []).append(r)
+    return {c: _with_intervals(rs, sorted(wanted), only=True) for c, rs in sorted(cats.items())}
+
+
+def log_cell(cell, rows: list[dict], errors: list[str], wall_s: float, extra: dict[str, float] | None = None
+             ) -> dict[str, float]:
+    import mlflow
+
+    from dkilab.eval.runner import dumps_rows
+
+    resolved = cell.resolved
+    params = {k: (str(v)[:5000] if v is not None else "None") for k, v in flatten(resolved).items()}
+    params["config_hash"] = cell.config_hash
+    mlflow.log_params(params)
+    metrics = cell_metrics(rows, wall_s, extra)
+    mlflow.log_metrics(metrics)
+    by_cat = category_metrics(rows)
+    for cat, agg in by_cat.items():
+        mlflow.log_metrics({metric_key(f"cat/{cat}/{k}"): v for k, v in agg.items()})
+    mlflow.log_dict(resolved, "resolved_config.yaml")
+    mlflow.log_dict(cell.prompts(), "prompts.yaml")
+    if cell.judge is not None:
+        mlflow.log_text(resolved["judge"]["prompt"], "judge_prompt.txt")
+    mlflow.log_text(dumps_rows(rows), "predictions.jsonl")
+    if errors:
+        mlflow.log_text("\n".join(errors), "errors.txt")
+    _plot_categories(by_cat, cell.label)
+    return metrics
+
+
+def _fmt(metrics: dict[str, float], name: str) -> str:
+    v = metrics.get(name)
+    if v is None:
+        return "nan"
+    lo, hi = (metrics.get(k) for k in ci_keys(name))
+    return f"{v:.3f}" + (f" [{lo:.3f}, {hi:.3f}]" if lo is not None and hi is not None else "")
+
+
+def cell_line(cell, metrics: dict[str, float], n: int, total: int, wall_s: float) -> str:
+    from dkilab.eval.metrics import primary_metric
+
+    main = primary_metric(metrics) or "score"
+    return (f"[{n}/{total}] {cell.label}: {main} {_fmt(metrics, main)} over {int(metrics.get('questions', 0))} "
+            f"questions in {wall_s:.0f} s")
+
+
+def _plot_categories(by_cat: dict[str, dict[str, float]], title: str) -> None:
     import mlflow
     from matplotlib.figure import Figure  # no pyplot: a notebook's backend stays as it is
 
-    from dkilab.eval.metrics import aggregate_by_category, primary_metric
+    from dkilab.eval.metrics import primary_metric
 
-    by_cat = aggregate_by_category(rows)
     metric = primary_metric({k for agg in by_cat.values() for k in agg})
     cats = [c for c in by_cat if metric in by_cat[c]]
     if not cats:
         return
+    vals = [by_cat[c][metric] for c in cats]
+    err = [[max(0.0, v - by_cat[c].get(ci_keys(metric)[0], v)) for c, v in zip(cats, vals)],
+           [max(0.0, by_cat[c].get(ci_keys(metric)[1], v) - v) for c, v in zip(cats, vals)]]
     fig = Figure(figsize=(max(4, len(cats) * 0.9), 3))
     ax = fig.subplots()
-    ax.bar(cats, [by_cat[c][metric] for c in cats])
+    ax.bar(cats, vals, yerr=err, capsize=3)
     ax.set_ylim(0, 1)
-    ax.set_ylabel(metric)
+    ax.set_ylabel(f"{metric} (95% CI)")
     ax.set_title(title, fontsize=8)
     ax.tick_params(axis="x", labelrotation=30, labelsize=7)
     fig.tight_layout()
     mlflow.log_figure(fig, "score_by_category.png")
 
 
+# --- tables ------------------------------------------------------------------------------------
+def metrics_frame(cells: list[tuple[str, dict[str, float]]], intervals: bool = False):
+    """label -> declared table columns (those at least one cell has), in the given order."""
+    import pandas as pd
+
+    from dkilab.eval.metrics import table_metrics
+
+    cols = [m for m in table_metrics() if any(m in metrics for _, metrics in cells)]
+    data = {}
+    for label, metrics in cells:
+        row = {}
+        for m in cols:
+            row[m] = metrics.get(m)
+            if intervals:
+                row[f"{m}_low"], row[f"{m}_high"] = (metrics.get(k) for k in ci_keys(m))
+        data[label] = row
+    frame = pd.DataFrame.from_dict(data, orient="index")
+    frame.index.name = "cell"
+    return frame.dropna(axis=1, how="all") if not frame.empty else frame
+
+
+def format_table(frame) -> str:
+    """Console text: `value ±half-width` where the table has intervals."""
+    import math
+
+    if frame.empty:
+        return "(no cells)"
+    out = frame[[c for c in frame.columns if not c.endswith(("_low", "_high"))]].copy().astype(object)
+    for col in out.columns:
+        for idx in out.index:
+            v = frame.at[idx, col]
+            lo, hi = frame.get(f"{col}_low", {}).get(idx), frame.get(f"{col}_high", {}).get(idx)
+            if v is None or (isinstance(v, float) and math.isnan(v)):
+                out.at[idx, col] = ""
+            elif lo is not None and hi is not None and not (math.isnan(lo) or math.isnan(hi)):
+                out.at[idx, col] = f"{v:.3f} ±{(hi - lo) / 2:.3f}"
+            else:
+                out.at[idx, col] = f"{v:.3f}"
+    return out.to_string()
+
+
+def pairwise(cells: list[tuple[str, str, list[dict]]], metrics: list[str] | None = None, by_category: bool = False):
+    """Paired differences (b - a) between cells on the same dataset, per metric (and category):
+    cells are (label, dataset key, rows). Columns: dataset, a, b, metric, [category], n, a_value,
+    b_value, diff, low, high, p, real."""
+    import pandas as pd
+
+    from dkilab.eval.metrics.bootstrap import paired
+    from dkilab.registry import METRICS
+
+    out = []
+    by_dataset: dict[str, list] = {}
+    for c in cells:
+        by_dataset.setdefault(c[1], []).append(c)  # config order within a dataset
+    for dataset, group in by_dataset.items():
+        for (la, _, ra), (lb, _, rb) in itertools.combinations(group, 2):
+            primary = "score" if any("score" in r for r in ra) else "recall_at_10"
+            names = metrics or [primary, "hallucination_rate"]
+            splits = [(None, ra, rb)]
+            if by_category:
+                cats = sorted({str(r.get("category")) for r in ra})
+                splits = [(c, [r for r in ra if str(r.get("category")) == c], [r for r in rb if str(r.get("category")) == c])
+                          for c in cats]
+            for name in names:
+                if name not in METRICS:
+                    continue
+                for cat, xa, xb in splits:
+                    res = paired(METRICS[name], xa, xb)
+                    if res is None:
+                        continue
+                    out.append({"dataset": dataset, "a": la, "b": lb, "metric": name,
+                                **({"category": cat} if by_category else {}), "n": int(res["n"]),
+                                "a_value": res["a"], "b_value": res["b"], "diff": res["diff"], "low": res["low"],
+                                "high": res["high"], "p": res["p"], "real": "yes" if res["real"] else ""})
+    columns = ["dataset", "a", "b", "metric", *(["category"] if by_category else []), "n", "a_value", "b_value", "diff",
+               "low", "high", "p", "real"]
+    return pd.DataFrame(out, columns=columns)
+
+
+def _dataset_key(cell) -> str:
+    d = cell.dataset
+    return f"{d.name}:{d.split}" + (f":{d.path}" if d.path else "")
+
+
 def log_comparison(results) -> None:
-    """On the parent run: the comparison table (csv + markdown) and a plot of score per cell."""
+    """On the parent run: the comparison table with intervals, its plot, and the paired differences."""
     import mlflow
     from matplotlib.figure import Figure
 
     from dkilab.eval.metrics import primary_metric
     from dkilab.eval.runner import results_table
 
-    table = results_table(results)
+    done = [r for r in results if not r.error]
+    table = results_table(done, intervals=True)
     if table.empty:
         return
     mlflow.log_text(table.to_csv(), "comparison.csv")
-    mlflow.log_text(table.to_string(float_format=lambda x: f"{x:.3f}"), "comparison.txt")
+    mlflow.log_text(format_table(table), "comparison.txt")
+    pairs = pairwise([(r.cell.label, _dataset_key(r.cell), r.load_rows()) for r in done])
+    if not pairs.empty:
+        mlflow.log_text(pairs.to_csv(index=False), "paired.csv")
     metric = primary_metric(table.columns)
     if metric is None:
         return
-    fig = Figure(figsize=(6, max(2.5, 0.35 * len(table))))
+    vals = table[metric].fillna(0).tolist()
+    lo, hi = table.get(f"{metric}_low"), table.get(f"{metric}_high")
+    err = None
+    if lo is not None and hi is not None:
+        err = [[max(0.0, v - (l if l == l else v)) for v, l in zip(vals, lo)],
+               [max(0.0, (h if h == h else v) - v) for v, h in zip(vals, hi)]]
+    longest = max(len(str(label)) for label in table.index)
+    fig = Figure(figsize=(4 + 0.07 * longest, max(2.5, 0.35 * len(table))))
     ax = fig.subplots()
-    ax.barh(list(table.index), table[metric].fillna(0).tolist())
+    ax.barh(list(table.index), vals, xerr=err, capsize=3)
+    ax.invert_yaxis()
     ax.set_xlim(0, 1)
-    ax.set_xlabel(metric)
+    ax.set_xlabel(f"{metric} (95% CI)")
     fig.tight_layout()
     mlflow.log_figure(fig, "comparison.png")
 
 
-def report(experiment: str, uri: str | None = None):
-    """A comparison table of the finished cells of an experiment (latest run per config hash)."""
+# --- reading back ------------------------------------------------------------------------------
+def run_rows(run_id: str) -> list[dict[str, Any]]:
+    """The per-question rows a cell logged (predictions.jsonl)."""
+    import os
+
+    import mlflow
+
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    path = Path(mlflow.MlflowClient().download_artifacts(run_id, "predictions.jsonl"))
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def report(experiment: str, uri: str | None = None, pairs: bool = True, by_category: bool = False,
+           metrics: list[str] | None = None):
+    """(table with intervals, paired differences) of the finished cells of an experiment: the newest
+    completed run per config hash, in the order the cells ran."""
     import mlflow
     import pandas as pd
 
-    from dkilab.eval.runner import TABLE_COLUMNS, tracking_uri
+    from dkilab.eval import runstate
+    from dkilab.eval.runner import tracking_uri
 
     mlflow.set_tracking_uri(tracking_uri(uri))
     exp = mlflow.get_experiment_by_name(experiment)
     if exp is None:
         raise KeyError(f"no MLflow experiment named {experiment!r} at {tracking_uri(uri)}")
-    runs = mlflow.search_runs([exp.experiment_id], filter_string="tags.`dkilab.kind` = 'cell' and attributes.status = 'FINISHED'",
-                              order_by=["attributes.start_time DESC"])
-    if runs.empty:
-        return pd.DataFrame()
-    runs = runs.drop_duplicates("tags.dkilab.config_hash")
-    cols = {"tags.mlflow.runName": "cell"}
-    for m in TABLE_COLUMNS:
-        if f"metrics.{m}" in runs and runs[f"metrics.{m}"].notna().any():
-            cols[f"metrics.{m}"] = m
-    return runs[list(cols)].rename(columns=cols).set_index("cell").sort_index()
+    runs = sorted(runstate.finished_runs(exp.experiment_id).values(), key=lambda r: r.info.start_time)
+    if not runs:
+        return pd.DataFrame(), pd.DataFrame()
+    cells = [(r.info.run_name, dict(r.data.metrics)) for r in runs]
+    table = metrics_frame(cells, intervals=True)
+    if not pairs:
+        return table, pd.DataFrame()
+    keyed = [(r.info.run_name, f"{r.data.params.get('dataset.name')}:{r.data.params.get('dataset.split')}"
+              + (f":{r.data.params['dataset.path']}" if r.data.params.get("dataset.path") not in (None, "None") else ""),
+              run_rows(r.info.run_id)) for r in runs]
+    return table, pairwise(keyed, metrics, by_category)

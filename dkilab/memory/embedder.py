@@ -39,6 +39,13 @@ class Embedder:
         self._lock = threading.Lock()
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._cache_size = cache_size
+        self.cache_hits = self.cache_misses = 0
+
+    def clear_cache(self) -> None:
+        """Forget memoised query embeddings (the runner starts every experiment cell cold)."""
+        with self._lock:
+            self._cache.clear()
+            self.cache_hits = self.cache_misses = 0
 
     @property
     def model(self):
@@ -72,7 +79,9 @@ class Embedder:
         hit = self._cache.get(text)
         if hit is not None:
             self._cache.move_to_end(text)
+            self.cache_hits += 1
             return hit
+        self.cache_misses += 1
         vec = self.encode([text])[0]
         self._cache[text] = vec
         if len(self._cache) > self._cache_size:

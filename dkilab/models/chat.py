@@ -1,4 +1,4 @@
-"""ChatModel: a local transformers causal LM behind one small interface the strategies use."""
+"""TransformersChatModel: a local transformers causal LM behind one small interface the strategies use."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -14,7 +14,7 @@ class Generation:
     injected_tokens: int = 0
 
 
-class ChatModel:
+class TransformersChatModel:
     """`generate(messages_or_prompt, max_new_tokens, temperature=0, stop=None, memories=None)`.
 
     A `str` prompt is tokenised exactly as given; a list of `{"role", "content"}` dicts goes through
@@ -33,7 +33,7 @@ class ChatModel:
         self.eos_token_ids = [eos] if isinstance(eos, int) else list(eos or [])
 
     def __repr__(self) -> str:
-        return f"ChatModel({self.name!r}, context_window={self.context_window})"
+        return f"TransformersChatModel({self.name!r}, context_window={self.context_window})"
 
     # --- text <-> tokens -----------------------------------------------------------------
     def encode(self, text: str) -> list[int]:

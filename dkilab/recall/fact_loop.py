@@ -39,8 +39,8 @@ def run_fact_loop(prompt: str, generate: Callable[[str], str], formatter: Prompt
     fc = config.fact_call
     result = FactLoopResult(output="", prompt=prompt)
     offered_set = set(offered) if offered is not None else None
-    enabled = fc.enabled and config.strategy == "summary_with_fact_call"
-    for round_idx in range(max(1, fc.max_rounds) if enabled else 1):
+    enabled = config.fact_calls_active  # max_rounds: 0 follows no call at all
+    for round_idx in range(fc.max_rounds if enabled else 1):
         result.output = generate(result.prompt)
         result.rounds += 1
         if not enabled:

@@ -6,6 +6,7 @@ import json
 import re
 from abc import ABC, abstractmethod
 
+from dkilab.registry import FORMATTERS
 from dkilab.types import FactRequest, FactResponse, HistoryItem
 
 ROLE = {"cn": {"user": "用户", "assistant": "助手", "system": "系统"},
@@ -38,10 +39,19 @@ class PromptFormatter(ABC):
     """
 
     name = "base"
+    matches: tuple[str, ...] = ()  # model-name fragments that select this formatter under `auto`
 
-    def __init__(self, language: str = "cn"):
+    def __init__(self, language: str = "cn", default_limit: int = 5):
         self.language = _lang(language)
+        self.default_limit = default_limit  # `limit` of a call that gives none (fact_call.batch_size)
         self.malformed_calls = 0
+
+    def templates(self, language: str | None = None) -> dict[str, str]:
+        """Every fixed text this formatter puts in a prompt (logged with each experiment cell)."""
+        lang = _lang(language or self.language)
+        out = {"constraint": self.format_constraint_instruction(["<trace_id>"], lang), "query": QUERY[lang],
+               "follow_up": FOLLOW_UP[lang], "not_found": NOT_FOUND[lang]}
+        return out | ({"system": self.system_prompt(lang)} if self.system_prompt(lang) else {})
 
     # --- history list -----------------------------------------------------------------------
     def format_summary_item(self, item: HistoryItem, language: str | None = None) -> str:
@@ -56,7 +66,8 @@ class PromptFormatter(ABC):
 
     def format_constraint_instruction(self, trace_ids: list[str], language: str | None = None) -> str:
         example = trace_ids[0] if trace_ids else "..."
-        return CONSTRAINT[_lang(language or self.language)].format(call=self.format_fact_call(FactRequest(example)))
+        call = self.format_fact_call(FactRequest(example, limit=self.default_limit))
+        return CONSTRAINT[_lang(language or self.language)].format(call=call)
 
     def format_query(self, query: str, language: str | None = None) -> str:
         return QUERY[_lang(language or self.language)].format(query=query)
@@ -143,7 +154,7 @@ class PromptFormatter(ABC):
         if not trace_id or not isinstance(trace_id, str) or trace_id in ("...", "…"):
             return self._malformed()
         offset = 0 if offset is None else offset
-        limit = 5 if limit is None else limit
+        limit = self.default_limit if limit is None else limit
         if offset < 0 or limit < 1:
             return self._malformed()
         return FactRequest(trace_id=trace_id.strip(), offset=offset, limit=limit)
@@ -153,6 +164,7 @@ class PromptFormatter(ABC):
         return None
 
 
+@FORMATTERS.register("generic")
 class GenericFormatter(PromptFormatter):
     """Plain-text call `retrieve_fact(trace_id="...", offset=0, limit=5)`; works with any model."""
 
@@ -166,11 +178,13 @@ class GenericFormatter(PromptFormatter):
         return None if found is False else found
 
 
+@FORMATTERS.register("deepseek")
 class DeepSeekFormatter(PromptFormatter):
     """DeepSeek tool-call tokens; the tool is registered in the system prompt. Plain-text calls are
     accepted too, since smaller checkpoints often fall back to them."""
 
     name = "deepseek"
+    matches = ("deepseek",)
     BEGIN, CALL, END, ENDS = "<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>"
 
     def format_fact_call(self, request: FactRequest) -> str:
@@ -195,10 +209,12 @@ class DeepSeekFormatter(PromptFormatter):
         return None if found is False else found
 
 
+@FORMATTERS.register("glm")
 class GLMFormatter(PromptFormatter):
     """ChatGLM `<|tool_call|>` calls and `<|observation|>` results."""
 
     name = "glm"
+    matches = ("glm",)
     CALL, OBSERVATION = "<|tool_call|>", "<|observation|>"
 
     def format_fact_call(self, request: FactRequest) -> str:
@@ -220,18 +236,16 @@ class GLMFormatter(PromptFormatter):
         return None if found is False else found
 
 
-FORMATTERS = {"generic": GenericFormatter, "deepseek": DeepSeekFormatter, "glm": GLMFormatter}
-
-
-def create_formatter(model_name: str = "", language: str = "cn", kind: str = "auto") -> PromptFormatter:
-    """`kind` auto picks by model name (seed §4.5): deepseek -> DeepSeek, glm/chatglm -> GLM, else generic."""
+def formatter_kind(model_name: str = "", kind: str = "auto") -> str:
+    """The registered formatter for a model: `kind`, or with `auto` the first formatter whose `matches`
+    names occur in the model name (seed §4.5: deepseek -> DeepSeek, glm/chatglm -> GLM), else generic."""
     if kind != "auto":
-        if kind not in FORMATTERS:
-            raise ValueError(f"prompt_formatter must be one of auto, {', '.join(FORMATTERS)}; got {kind!r}")
-        return FORMATTERS[kind](language=language)
+        FORMATTERS[kind]  # the error for an unknown kind
+        return kind
     name = (model_name or "").lower()
-    if "deepseek" in name:
-        return DeepSeekFormatter(language=language)
-    if "glm" in name:
-        return GLMFormatter(language=language)
-    return GenericFormatter(language=language)
+    return next((k for k, cls in FORMATTERS.items() if any(m in name for m in cls.matches)), "generic")
+
+
+def create_formatter(model_name: str = "", language: str = "cn", kind: str = "auto",
+                     default_limit: int = 5) -> PromptFormatter:
+    return FORMATTERS[formatter_kind(model_name, kind)](language=language, default_limit=default_limit)

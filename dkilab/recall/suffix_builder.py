@@ -2,24 +2,38 @@
 verbatim message, stop at the token budget, then history list + constraint + query."""
 from __future__ import annotations
 
+import hashlib
+
 from dkilab.recall.config import RecallConfig
 from dkilab.recall.formatters import PromptFormatter
 from dkilab.text.lang import detect_language
 from dkilab.text.tokens import TokenCounter
-from dkilab.types import AssembledSuffix, HistoryItem, Message
+from dkilab.types import AssembledSuffix, ContextBudget, HistoryItem, Message
 
 
-def compute_context_budget(context_window: int, config: RecallConfig, query_tokens: int,
-                           preference_tokens: int = 0) -> int:
-    """context_window - preference_tokens - instruction_tokens - query_tokens - generation_reserve (§2.3)."""
-    b = config.budget
-    return max(0, context_window - preference_tokens - b.instruction_reserve - query_tokens - b.generation_reserve)
+FOLLOW_UP_TOKENS = 32  # the follow-up line a fact round appends
+
+
+def compute_context_budget(context_window: int, config: RecallConfig, query_tokens: int, preference_tokens: int = 0,
+                           max_new_tokens: int = 0, cap: int | None = None) -> ContextBudget:
+    """The history budget of §2.3: context_window - preference_tokens - instruction_tokens - query_tokens
+    - generation_reserve, capped by `cap`. The generation reserve is `budget.generation_reserve` when
+    set, else max_new_tokens plus, when fact calls are on, the fact segments they may append."""
+    b, fc = config.budget, config.fact_call
+    reserve = b.generation_reserve
+    if reserve is None:
+        reserve = max_new_tokens + ((fc.max_fact_tokens + FOLLOW_UP_TOKENS * fc.max_rounds)
+                                    if config.fact_calls_active else 0)
+    return ContextBudget(window=context_window, generation=reserve, instructions=b.instruction_reserve,
+                         query=query_tokens, preferences=preference_tokens, cap=cap)
 
 
 class SuffixBuilder:
     def __init__(self, config: RecallConfig, formatter: PromptFormatter, summarizer, token_counter: TokenCounter):
         self.config, self.formatter, self.summarizer, self.counter = config, formatter, summarizer, token_counter
-        self._summaries: dict[tuple[str, int], str] = {}  # (trace id, max tokens) -> summary, reused across questions
+        # (content digest, max tokens) -> summary, reused across questions; keyed by the text itself, so
+        # one builder serves any user or store without handing one user's summary to another
+        self._summaries: dict[tuple[str, int], str] = {}
 
     def build_items(self, messages: list[Message], context_budget: int,
                     summarize: bool = True) -> tuple[list[HistoryItem], int, int]:
@@ -30,7 +44,7 @@ class SuffixBuilder:
         for n, msg in enumerate(messages):
             tokens = self.counter.count_tokens(msg.content)
             if summarize and tokens > s.per_message_threshold:
-                key = (msg.message_id, s.max_tokens_per_summary)
+                key = (hashlib.sha256(msg.content.encode()).hexdigest(), s.max_tokens_per_summary)
                 if key not in self._summaries:
                     self._summaries[key] = self.summarizer.summarize(msg.content, max_tokens=s.max_tokens_per_summary)
                 text = self._summaries[key]
@@ -55,7 +69,7 @@ class SuffixBuilder:
         parts = [self.formatter.format_summary_item(it, lang) if it.type == "summary"
                  else self.formatter.format_message_item(it, lang) for it in shown]
         summaries = [it.trace_id for it in shown if it.type == "summary"]
-        instruct = bool(summaries) and self.config.fact_call.enabled
+        instruct = bool(summaries) and self.config.fact_calls_active
         if instruct:
             parts.append(self.formatter.format_constraint_instruction(summaries, lang))
         parts.append(self.formatter.format_query(query, lang))

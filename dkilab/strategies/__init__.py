@@ -1,20 +1,16 @@
-"""Strategies, one file each, registered by name: no_memory, full_history, stable, recall_v4,
-full_attention, and recall_only (the recall stage alone, for retrieval experiments).
-`create_strategy(name, params)`; `STRATEGIES` lists them."""
+"""Strategies, one file each, registered by name and discovered: no_memory, full_history, stable,
+recall_v4, full_attention, and recall_only (the recall stage alone, for retrieval experiments).
+A new strategy is a new file here (see `base.py`). `create_strategy(name, params)`; `STRATEGIES`
+lists them."""
 from __future__ import annotations
 
-from importlib import import_module
+from dkilab.registry import STRATEGIES
+from dkilab.strategies.base import Strategy, StrategyParams, register
 
-from dkilab.strategies.base import STRATEGIES, Strategy, StrategyParams, register
-
-BUILTIN = ("no_memory", "full_history", "stable", "recall_v4", "full_attention")
-for _name in (*BUILTIN, "recall_only"):
-    import_module(f"dkilab.strategies.{_name}")
+BUILTIN = ("no_memory", "full_history", "stable", "recall_v4", "full_attention")  # the answering strategies of the seeds
 
 
 def create_strategy(name: str, params: dict | None = None, source: str = "<params>") -> Strategy:
-    if name not in STRATEGIES:
-        raise KeyError(f"unknown strategy {name!r}; registered: {', '.join(sorted(STRATEGIES))}")
     return STRATEGIES[name](params, source=source)
 
 

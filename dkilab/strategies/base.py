@@ -1,8 +1,12 @@
-"""The strategy interface, the registry, and what several strategies share (prompts, timing, K/V cache).
+"""The strategy interface, its registration, and what several strategies share (prompts, budget,
+timing, K/V cache).
 
 `strategy.answer(question, memory, model, *, session_id=None, preferences=None) -> Answer`, where
-`memory` is a user-bound view (`store.for_user(...)`) and `model` a ChatModel. A new strategy is one
-file: subclass `Strategy`, give it a `name` and a `Params` model, decorate it with `@register`.
+`memory` is a user-bound `Memory` (`store.for_user(...)`) and `model` a `ChatModel` (both protocols
+in `dkilab.types`). A new strategy is one file in this package: subclass `Strategy`, give it a
+`name`, a `Params` model and a `version`, decorate it with `@register`; the registry discovers it.
+Bump `version` when a change alters what the strategy does with the same params: finished cells of
+the old version then run again.
 """
 from __future__ import annotations
 
@@ -12,32 +16,33 @@ from collections import OrderedDict
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from dkilab.config import validate
-from dkilab.recall import MultiSignalRecall, RecallConfig, create_reference_resolver, validate_recall_config
+from dkilab.recall import MultiSignalRecall, RecallConfig, create_reference_resolver
+from dkilab.registry import STRATEGIES
+from dkilab.text.abstention import ABSTAIN_PHRASE
 from dkilab.text.lang import detect_language
-from dkilab.types import Answer, Message
-
-STRATEGIES: dict[str, type["Strategy"]] = {}
+from dkilab.tracing import span
+from dkilab.types import Answer, ChatModel, ContextBudget, Memory, Message
 
 SYSTEM = {
     "en": "You are a helpful assistant who remembers earlier conversations with the user. Answer in one short "
-          "sentence. If the memory does not contain the answer, reply exactly: Not mentioned.",
-    "cn": "你是一个记得与用户过往对话的助手。请用一句话简短回答。如果记忆中没有答案，请只回答：没有提到。",
+          f"sentence. If the memory does not contain the answer, reply exactly: {ABSTAIN_PHRASE['en']}",
+    "cn": f"你是一个记得与用户过往对话的助手。请用一句话简短回答。如果记忆中没有答案，请只回答：{ABSTAIN_PHRASE['cn']}",
 }
 HISTORY_HEAD = {"en": "Conversation history:", "cn": "对话历史："}
 QUESTION = {"en": "Question: {q}", "cn": "问题：{q}"}
 PREFERENCES_HEAD = {"en": "What the user has told us about themselves:", "cn": "用户的偏好与情况："}
 ROLE_NAME = {"en": {"user": "User", "assistant": "Assistant"}, "cn": {"user": "用户", "assistant": "助手"}}
+TEMPLATE_TOKENS = 64  # what a chat template adds around the system and user messages (a generous bound)
 
 
 def register(cls: type["Strategy"]) -> type["Strategy"]:
+    """Class decorator: `@register class MyStrategy(Strategy): name = "my_strategy" ...`."""
     if not getattr(cls, "name", None):
         raise TypeError(f"{cls.__name__} needs a `name`")
-    if cls.name in STRATEGIES and STRATEGIES[cls.name] is not cls:
-        raise ValueError(f"strategy {cls.name!r} is registered twice ({STRATEGIES[cls.name].__name__}, {cls.__name__})")
-    STRATEGIES[cls.name] = cls
+    STRATEGIES.add(cls.name, cls, version=cls.version, needs_model=cls.needs_model, uses_kv=cls.uses_kv)
     return cls
 
 
@@ -58,8 +63,6 @@ class Stages:
     @contextmanager
     def __call__(self, stage: str, **inputs):
         """Time a stage (and trace it as a span when the runner traces); yields a dict for span outputs."""
-        from dkilab.eval.tracing import span
-
         t = time.perf_counter()
         try:
             with span(stage, **inputs) as out:
@@ -70,6 +73,7 @@ class Stages:
 
 class Strategy(ABC):
     name: ClassVar[str] = ""
+    version: ClassVar[str] = "1"  # part of a cell's identity: bump when behaviour changes under the same params
     Params: ClassVar[type[StrategyParams]] = StrategyParams
     uses_kv: ClassVar[bool] = False  # injects K/V memory (needs a local transformers model)
     needs_model: ClassVar[bool] = True  # False: the runner loads no model for it (recall_only)
@@ -79,12 +83,12 @@ class Strategy(ABC):
             self.params = params
         else:
             self.params = validate(self.Params, params or {}, source, f"{self.name} params", prefix=self.name)
-        self._kv_cache: OrderedDict[tuple[int, str], Any] = OrderedDict()
+        self._kv_cache: OrderedDict[tuple[str, int, str], Any] = OrderedDict()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.params.model_dump(exclude_defaults=True)})"
 
-    def answer(self, question: str, memory, model, *, session_id: str | None = None,
+    def answer(self, question: str, memory: Memory, model: ChatModel | None, *, session_id: str | None = None,
                preferences: list[str] | str | None = None) -> Answer:
         if not isinstance(question, str) or not question.strip():
             raise ValueError(f"{self.name}: the question must be a non-empty string, got {question!r}")
@@ -97,20 +101,34 @@ class Strategy(ABC):
         return answer
 
     @abstractmethod
-    def _answer(self, question: str, memory, model, *, session_id, preferences: list[str], stages: Stages) -> Answer:
+    def _answer(self, question: str, memory: Memory, model: ChatModel | None, *, session_id: str | None,
+                preferences: list[str], stages: Stages) -> Answer:
         ...
 
+    def identity(self, model_name: str = "") -> dict[str, Any]:
+        """Everything besides the params that decides what this strategy does (hashed into a cell's
+        identity): its version and its prompts. Subclasses add components configured in code."""
+        return {"version": self.version, "prompts": self.prompts(model_name)}
+
+    def prompts(self, model_name: str = "") -> dict[str, str]:
+        """The prompt texts this strategy sends (logged with each cell and part of its identity)."""
+        return {f"system.{lang}": text for lang, text in SYSTEM.items()} | {
+            f"question.{lang}": QUESTION[lang] for lang in QUESTION} | {
+            f"history_head.{lang}": HISTORY_HEAD[lang] for lang in HISTORY_HEAD} | {
+            f"preferences_head.{lang}": PREFERENCES_HEAD[lang] for lang in PREFERENCES_HEAD}
+
     # --- shared helpers ------------------------------------------------------------------
-    def require_kv(self, model, why: str) -> None:
+    def require_kv(self, model: ChatModel, why: str) -> None:
         if not getattr(model, "supports_kv", False):
             raise TypeError(f"strategy {self.name!r} injects {why} as K/V memory and needs a local transformers "
                             f"model; {model!r} has no K/V access")
 
-    def memory_kv(self, model, text: str):
-        """Encode `text` once per model and reuse it (bounded LRU)."""
+    def memory_kv(self, model: ChatModel, text: str):
+        """Encode `text` once per model and reuse it (bounded LRU; the K/V of a text depends only on the
+        model and the text, so it is safe to share across users)."""
         from dkilab.models.kv import encode_memory
 
-        key = (id(model), text)
+        key = (model.name, id(model), text)
         if key in self._kv_cache:
             self._kv_cache.move_to_end(key)
             return self._kv_cache[key]
@@ -120,7 +138,7 @@ class Strategy(ABC):
             self._kv_cache.popitem(last=False)
         return kv
 
-    def preference_memories(self, model, preferences: list[str], lang: str, alpha: float) -> tuple[list, str]:
+    def preference_memories(self, model: ChatModel, preferences: list[str], lang: str, alpha: float) -> tuple[list, str]:
         """([(preference K/V, alpha)] or [], the preference text): the seed's L0 block, encoded once."""
         pref = preferences_text(preferences, lang)
         if not pref:
@@ -128,12 +146,23 @@ class Strategy(ABC):
         self.require_kv(model, "preferences")
         return [(self.memory_kv(model, pref), alpha)], pref
 
-    def window(self, model) -> int:
-        """Tokens available for the prompt: the model's window (or the configured cap) minus generation."""
+    def window(self, model: ChatModel) -> int:
+        """Tokens the model may see: its window, or the configured `max_prompt_tokens` if lower."""
         cap = self.params.max_prompt_tokens
         return min(model.context_window, cap) if cap else model.context_window
 
-    def generate(self, model, user_text: str, lang: str, memories=None, system_extra: str | None = None):
+    def budget(self, model: ChatModel, question: str, lang: str, preferences: str = "", cap: int | None = None,
+               instructions: int | None = None, generation: int | None = None) -> ContextBudget:
+        """The history budget of one question (ContextBudget): the window minus the system prompt and
+        template, the question, the preference text and max_new_tokens."""
+        if instructions is None:
+            instructions = model.count_tokens(SYSTEM[lang] + "\n" + HISTORY_HEAD[lang]) + TEMPLATE_TOKENS
+        return ContextBudget(window=self.window(model),
+                             generation=self.params.max_new_tokens if generation is None else generation,
+                             instructions=instructions, query=model.count_tokens(question_text(question, lang)),
+                             preferences=model.count_tokens(preferences) if preferences else 0, cap=cap)
+
+    def generate(self, model: ChatModel, user_text: str, lang: str, memories=None, system_extra: str | None = None):
         """Chat-template the system + user message and generate -> (Generation, prompt text)."""
         system = SYSTEM[lang] + (f"\n{system_extra}" if system_extra else "")
         messages = [{"role": "system", "content": system}, {"role": "user", "content": user_text}]
@@ -142,15 +171,22 @@ class Strategy(ABC):
         return gen, model.render(messages)
 
 
-class RecallParams(StrategyParams):
-    """Params of strategies that run MultiSignalRecall: the seed's `recall:` block and a result cap."""
-    recall: RecallConfig = Field(default_factory=RecallConfig)
-    max_results: int = Field(50, ge=1, le=1000)
+class ReferenceParams(BaseModel):
+    """The reference resolver (seed reference-resolver) as an experiment chooses it: an optional resolver
+    YAML (the keys of `ReferenceResolverConfig`, e.g. extra mappings) and the turn windows on top."""
+    model_config = ConfigDict(extra="forbid")
+    config: str | None = None  # path of a resolver YAML
+    last_few_turns: int | None = Field(None, ge=1)  # 刚才 / just now
+    recent_turns: int | None = Field(None, ge=1)  # 最近 / recently
+    session_max_turns: int | None = Field(None, ge=1)  # 这次 / this session
 
-    @field_validator("recall", mode="before")
-    @classmethod
-    def _recall_block(cls, v: Any):
-        return v if isinstance(v, RecallConfig) else validate_recall_config(v, source="recall")
+
+class RecallParams(StrategyParams):
+    """Params of strategies that run MultiSignalRecall: the seed's `recall:` block, the reference
+    resolver and a result cap."""
+    recall: RecallConfig = Field(default_factory=RecallConfig)
+    reference: ReferenceParams = Field(default_factory=ReferenceParams)
+    max_results: int = Field(50, ge=1, le=1000)
 
 
 class RecallingStrategy(Strategy):
@@ -159,13 +195,18 @@ class RecallingStrategy(Strategy):
 
     def __init__(self, params=None, source: str = "<params>"):
         super().__init__(params, source)
-        self._resolver = create_reference_resolver()
+        r = self.params.reference
+        self._resolver = create_reference_resolver(r.config, last_few_turns=r.last_few_turns,
+                                                   recent_turns=r.recent_turns, session_max_turns=r.session_max_turns)
 
-    def recall_messages(self, question: str, memory, session_id: str | None) -> list[Message]:
+    def identity(self, model_name: str = "") -> dict[str, Any]:
+        """What defines this strategy beyond its params: the resolver's full configuration (its mappings)."""
+        return super().identity(model_name) | {"reference_resolver": self._resolver.config.model_dump(mode="json")}
+
+    def recall_messages(self, question: str, memory: Memory, session_id: str | None) -> list[Message]:
         """Recall result in priority order: recent turns first, then by fused relevance."""
         p = self.params
-        store = getattr(memory, "_store", None)
-        msr = MultiSignalRecall(p.recall, self._resolver, memory, getattr(store, "embedder", None))
+        msr = MultiSignalRecall(p.recall, self._resolver, memory)
         return msr.recall(question, session_id=session_id, max_results=p.max_results).messages
 
 
@@ -183,6 +224,17 @@ def history_block(messages: list[Message], lang: str) -> str:
     if not messages:
         return ""
     return "\n".join([HISTORY_HEAD[lang], *(history_line(m, lang) for m in messages)])
+
+
+def newest_that_fit(messages: list[Message], model: ChatModel, budget: int, lang: str) -> list[Message]:
+    """The newest messages whose history lines fit `budget` tokens, oldest first."""
+    keep, used = len(messages), 0
+    for i in range(len(messages) - 1, -1, -1):
+        used += model.count_tokens(history_line(messages[i], lang)) + 1
+        if used > budget:
+            break
+        keep = i
+    return messages[keep:]
 
 
 def preferences_text(preferences: list[str], lang: str) -> str:

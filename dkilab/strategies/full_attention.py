@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from dkilab.strategies.base import RecallingStrategy, RecallParams, history_block, language_of, question_text, register
+from dkilab.strategies.base import (RecallingStrategy, RecallParams, history_block, history_line, language_of,
+                                    preferences_text, question_text, register)
 from dkilab.types import Answer
 
 
@@ -31,10 +32,12 @@ class FullAttention(RecallingStrategy):
         with stages("recall"):
             recalled = self.recall_messages(question, memory, session_id)
         with stages("assembly"):
+            pref_text = preferences_text(preferences, lang)
+            budget = self.budget(model, question, lang, pref_text, cap=p.history_tokens)
             chosen, used = [], 0
             for m in recalled:  # priority order, within the K/V budget
-                cost = model.count_tokens(m.content) + 12  # + date and speaker
-                if used + cost > p.history_tokens:
+                cost = model.count_tokens(history_line(m, lang)) + 1
+                if used + cost > budget.history:
                     break
                 chosen.append(m)
                 used += cost
@@ -47,4 +50,4 @@ class FullAttention(RecallingStrategy):
             gen, prompt = self.generate(model, question_text(question, lang), lang, memories=memories)
         return Answer(gen.text, prompt_tokens=gen.prompt_tokens, injected_tokens=gen.injected_tokens,
                       generated_tokens=gen.new_tokens, recalled_ids=[m.message_id for m in chosen],
-                      context_text="\n".join(x for x in (pref, history) if x), prompt=prompt)
+                      context_text="\n".join(x for x in (pref, history) if x), prompt=prompt, budget=budget)

@@ -3,23 +3,22 @@ multi-signal recall -> per-message summaries with trace ids inside the budget ->
 formatter -> generate -> retrieve_fact loop.
 
 Fallbacks of seed §9: `recall.strategy: flat_history` is stable's fixed recent turns, flat;
-`recall.fact_call.enabled: false` keeps the summaries but never offers or follows a fact call.
+`recall.fact_call.enabled: false` (or `max_rounds: 0`) keeps the summaries but never offers or
+follows a fact call. `recall.summary.strategy` picks the summariser (extractive | llm).
 """
 from __future__ import annotations
-
-from typing import Literal
 
 from pydantic import Field
 
 from dkilab.recall import FactRetriever, SuffixBuilder, compute_context_budget, create_formatter, run_fact_loop
 from dkilab.strategies.base import RecallingStrategy, RecallParams, language_of, register
+from dkilab.tracing import span
 from dkilab.types import Answer
 
 
 class RecallV4Params(RecallParams):
     preference_alpha: float = Field(0.4, ge=0.0)
     context_budget: int | None = Field(None, ge=0)  # cap on the history budget of §2.3
-    summarizer: Literal["extractive", "llm"] = "extractive"
 
 
 @register
@@ -30,14 +29,24 @@ class RecallV4(RecallingStrategy):
 
     def __init__(self, params=None, source: str = "<params>"):
         super().__init__(params, source)
-        self._builders: dict[tuple[int, str], SuffixBuilder] = {}
+        self._builders: dict[tuple[str, int, str], SuffixBuilder] = {}
+
+    def _formatter(self, model_name: str, lang: str):
+        cfg = self.params.recall
+        return create_formatter(model_name, lang, kind=cfg.prompt_formatter, default_limit=cfg.fact_call.batch_size)
+
+    def prompts(self, model_name: str = "") -> dict[str, str]:
+        out = super().prompts(model_name)
+        for lang in ("en", "cn"):
+            out |= {f"formatter.{k}.{lang}": v for k, v in self._formatter(model_name, lang).templates().items()}
+        return out
 
     def _builder(self, model, lang: str) -> SuffixBuilder:
-        key = (id(model), lang)
+        key = (model.name, id(model), lang)  # summaries inside are keyed by text, so users can share it
         if key not in self._builders:
             cfg = self.params.recall
-            formatter = create_formatter(model.name, lang, kind=cfg.prompt_formatter)
-            if self.params.summarizer == "llm":
+            formatter = self._formatter(model.name, lang)
+            if cfg.summary.strategy == "llm":
                 from dkilab.text.summarize import LLMSummarizer
 
                 summarizer = LLMSummarizer(lambda prompt, max_new_tokens=150: model.generate(
@@ -61,10 +70,10 @@ class RecallV4(RecallingStrategy):
         with stages("assembly") as trace:
             memories, pref = self.preference_memories(model, preferences, lang, p.preference_alpha)
             builder = self._builder(model, lang)
-            budget = compute_context_budget(self.window(model), cfg, model.count_tokens(question))
-            budget = max(0, min(budget, p.context_budget) if p.context_budget is not None else budget)
-            suffix = builder.build(question, recalled, budget, language=lang)
-            trace.update(suffix=suffix.text, budget=budget, summaries=suffix.summary_count)
+            budget = compute_context_budget(self.window(model), cfg, model.count_tokens(question),
+                                            model.count_tokens(pref) if pref else 0, p.max_new_tokens, p.context_budget)
+            suffix = builder.build(question, recalled, budget.history, language=lang)
+            trace.update(suffix=suffix.text, budget=budget.as_dict(), summaries=suffix.summary_count)
         formatter = builder.formatter
         gens = []
 
@@ -79,13 +88,12 @@ class RecallV4(RecallingStrategy):
         facts: list[str] = []
 
         def on_call(call, text: str) -> None:
-            from dkilab.eval.tracing import span
-
             with span("retrieve_fact", trace_id=call.trace_id, offset=call.offset, limit=call.limit) as out:
                 out.update(valid=call.valid, found=call.found, tokens=call.tokens, fact=text)
             facts.append(text)
 
-        retriever = FactRetriever(memory, model, max_fact_tokens=cfg.fact_call.max_fact_tokens)
+        retriever = FactRetriever(memory, model, max_fact_tokens=cfg.fact_call.max_fact_tokens,
+                                  chunk_threshold=cfg.summary.per_message_threshold)
         loop = run_fact_loop(suffix.text, generate, formatter, retriever, cfg, session_id=session_id,
                              offered=suffix.trace_ids, token_counter=model,
                              on_call=on_call)
@@ -93,7 +101,7 @@ class RecallV4(RecallingStrategy):
         return Answer(loop.output, prompt_tokens=gen.prompt_tokens, injected_tokens=gen.injected_tokens,
                       generated_tokens=sum(g.new_tokens for g, _ in gens), recalled_ids=list(suffix.trace_ids),
                       fact_calls=loop.fact_calls, rounds=loop.rounds,
-                      context_text="\n".join([pref, suffix.text, *facts]), prompt=prompt,
+                      context_text="\n".join([pref, suffix.text, *facts]), prompt=prompt, budget=budget,
                       metadata={"summaries": suffix.summary_count, "history_tokens": suffix.history_tokens,
                                 "dropped_for_budget": suffix.dropped_for_budget, "fact_loop_stopped": loop.stopped,
                                 "fact_tokens": loop.fact_tokens})

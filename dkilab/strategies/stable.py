@@ -1,10 +1,11 @@
 """stable (the seed's "现有 Stable"): preferences as K/V at negative positions (alpha 0.4) and the
-last N turns as a flat text suffix."""
+last N turns as a flat text suffix (the newest of them that fit the history budget)."""
 from __future__ import annotations
 
 from pydantic import Field
 
-from dkilab.strategies.base import Strategy, StrategyParams, history_block, language_of, question_text, register
+from dkilab.strategies.base import (Strategy, StrategyParams, history_block, language_of, newest_that_fit, question_text,
+                                    register)
 from dkilab.types import Answer
 
 
@@ -26,10 +27,12 @@ class Stable(Strategy):
             recent = memory.recent(2 * p.recent_turns, session_id=session_id) if p.recent_turns else []
         with stages("assembly"):
             memories, pref = self.preference_memories(model, preferences, lang, p.preference_alpha)
+            budget = self.budget(model, question, lang, pref)
+            recent = newest_that_fit(recent, model, budget.history, lang)
             history = history_block(recent, lang)
             user_text = question_text(question, lang, history)
         with stages("generation"):
             gen, prompt = self.generate(model, user_text, lang, memories=memories)
         return Answer(gen.text, prompt_tokens=gen.prompt_tokens, injected_tokens=gen.injected_tokens,
                       generated_tokens=gen.new_tokens, recalled_ids=[m.message_id for m in recent],
-                      context_text="\n".join(x for x in (pref, history) if x), prompt=prompt)
+                      context_text="\n".join(x for x in (pref, history) if x), prompt=prompt, budget=budget)

@@ -35,6 +35,10 @@ def test_normalisation_and_exact_match():
     assert normalize_answer("The cat, and A dog!") == "cat dog"
     assert exact_match("dog the cat", "Cat, dog.") and not exact_match("cat", "cat dog")
     assert f1_score("a an the and", "cat") == 0.0
+    # the official scorer strips articles with the `regex` package: a combining mark is a word character
+    # there (so no \b before "the"), while Python's re would strip it
+    assert normalize_answer("cafe\u0301the end") == "cafe\u0301the end"
+    assert normalize_answer("x \u0301a b") == "x \u0301a b"
 
 
 def test_chinese_f1_and_multiple_choice():
@@ -47,6 +51,7 @@ def test_chinese_f1_and_multiple_choice():
     assert choice_accuracy("不知道", "B", choices) == 0.0
 
 
+# Earlier hand-labelled phrasings, kept as a regression set beside datasets/fixtures/abstention/
 ABSTAIN = [
     "Not mentioned.", "Not mentioned in the conversation.", "That was not mentioned.", "It is not specified.",
     "This has not been mentioned.", "No information available.", "There is no information about that.",
@@ -60,6 +65,9 @@ ABSTAIN = [
     "没有提到。", "对话中没有提到这个。", "您没有提及。", "未提及。", "无法确定。", "我不知道。", "不清楚。",
     "记忆中没有相关信息。", "历史记录里没有。", "没有相关记录。", "无从得知。", "您没说过这个。", "我不记得了。",
     "无法回答这个问题。", "对话里并未提到。", "没有相关信息。", "这个我不能确定。", "您之前没有说明。",
+    # the misses issue 18 and issue 10 named
+    "The conversation does not mention this.", "That was never discussed.", "There's nothing about that in our chats.",
+    "It isn't stated anywhere.", "I'm not able to find that in my memory.", "答案是Not mentioned。",
 ]
 ANSWERS = [
     "Pixel.", "Your cat is called Pixel.", "27 Linden Row.", "Green tea.", "The Alpine Loop on 14 September.",
@@ -67,14 +75,57 @@ ANSWERS = [
     "You know it is the left knee.", "No, you stopped eating steak.", "She mentioned pottery and camping.",
     "翠湖云居。", "浅色橡木。", "三十五万。", "王经理。", "您现在能吃一点微辣。", "周一休息。", "MU5806。",
     "您说周二去。", "是的，客户签了合同。", "朵朵。", "知道了，地板是浅色橡木。", "下周开始木工。",
+    # negations about people in the story are answers (issue 18)
+    "She didn't know about the surprise party until Friday.", "He couldn't find his keys, so he was late.",
+    "She never mentioned it to her boss, only to her sister.", "The dog is called Unknown Soldier.",
+    "她不知道那天会下雨，所以没带伞。", "I'm not sure, maybe Paris.",
 ]
 
 
-def test_abstention_detector_on_labelled_phrasings():
-    assert len(ABSTAIN) + len(ANSWERS) >= 60
+def test_abstention_detector_on_regression_phrasings():
     missed = [a for a in ABSTAIN if not is_abstention(a)]
     false = [a for a in ANSWERS if is_abstention(a)]
     assert not missed and not false, (missed, false)
+
+
+def test_labelled_abstention_set_meets_its_card():
+    from collections import Counter
+
+    from dkilab.eval.metrics import load_phrasings
+
+    rows = load_phrasings()
+    assert len(rows) >= 400 and len({r["id"] for r in rows}) == len(rows) and len({r["text"] for r in rows}) == len(rows)
+    for lang in ("en", "zh"):
+        answers = [r for r in rows if r["lang"] == lang and not r["abstains"]]
+        hard = [r for r in answers if r["kind"] in ("negation", "hedge", "quote")]
+        assert len(hard) * 3 >= len(answers), lang  # at least a third of the answers are hard negatives
+        halves = Counter((r["split"], r["abstains"]) for r in rows if r["lang"] == lang)
+        for label in (True, False):  # the halves are balanced within a label (split by hash, alternating)
+            assert abs(halves[("dev", label)] - halves[("test", label)]) <= 5, (lang, label, halves)
+    assert {r["kind"] for r in rows} == {"abstain", "answer", "negation", "hedge", "quote"}
+    assert all(r["abstains"] == (r["kind"] == "abstain") for r in rows)
+
+
+@pytest.mark.parametrize("split", ["dev", "test"])
+def test_abstention_detector_precision_and_recall_per_language(split):
+    from dkilab.eval.metrics import evaluate_detector
+
+    figures = evaluate_detector(split=split)
+    assert set(figures) == {"en", "zh"}
+    for lang, m in figures.items():  # issue 18's target: >= 0.98 each, on both halves
+        assert m["precision"] >= 0.98 and m["recall"] >= 0.98, (split, lang, m)
+
+
+def test_abstention_detector_decides_on_the_whole_answer():
+    from dkilab.text.abstention import ABSTAIN_PHRASE, clauses
+
+    assert all(is_abstention(p) for p in ABSTAIN_PHRASE.values())  # the phrase the prompts ask for
+    assert is_abstention("Not mentioned.") and not is_abstention("Not mentioned. But probably Paris.")
+    assert is_abstention("I'm not sure.") and not is_abstention("I'm not sure, but I think it was May.")
+    assert not is_abstention('She said "I don\'t know".') and not is_abstention("她说：“我不知道。”")
+    assert [c.kind for c in clauses("Sorry, I don't know, could you remind me?")] == ["filler", "absence", "filler"]
+    assert [c.kind for c in clauses("她没提价格，但说房子有个阳台。")] == ["absence", "content"]
+    assert not is_abstention("") and not is_abstention("Yes.") and not is_abstention("No.")
 
 
 def test_unsupported_claims():
@@ -93,17 +144,83 @@ def test_score_rows_and_aggregate():
                   latency_ms={"recall": 2.0, "generation": 50.0})
     bad = Answer("Your dog is called Rex.", context_text="my cat Pixel", prompt_tokens=80,
                  fact_calls=[FactCall(None, 0, 0, valid=False, malformed=True)])
-    rows = [score_answer(ans_q, good, "fixtures") | {"category": "single_hop"},
-            score_answer(un_q, bad, "fixtures") | {"category": "unanswerable"},
-            score_answer(un_q, Answer("Not mentioned."), "fixtures") | {"category": "unanswerable"},
+    rows = [score_answer(ans_q, good) | {"category": "single_hop"},
+            score_answer(un_q, bad) | {"category": "unanswerable"},
+            score_answer(un_q, Answer("Not mentioned.")) | {"category": "unanswerable"},
             {"error": "Traceback ...", "category": "single_hop"}]
     assert rows[0]["score"] == 1.0 and rows[0]["evidence_in_context"] == 1.0 and rows[0]["unsupported_claim_rate"] == 0
+    assert rows[1]["hallucinated"] == 1.0 and rows[2]["hallucinated"] == 0.0 and "hallucinated" not in rows[0]
     agg = aggregate(rows)
     assert agg["errors"] == 1 and agg["questions"] == 4
     assert agg["hallucination_rate"] == 0.5 and agg["answer_score"] == 1.0
     assert agg["fact_call_rate"] == pytest.approx(2 / 3) and agg["valid_call_rate"] == 0.5
     assert agg["malformed_call_rate"] == 0.5 and agg["evidence_hit_rate"] == 0.5 and agg["mean_rounds"] == pytest.approx(4 / 3)
     assert agg["latency_generation_p50_ms"] == 0.0 and agg["prompt_tokens"] == pytest.approx(60)
+    # a judge's abstention label overrides the rules
+    assert score_answer(un_q, bad, abstained=True)["hallucinated"] == 0.0
+
+
+def test_scorers_follow_the_dataset_declaration():
+    from dkilab.registry import DATASETS, SCORERS
+
+    assert {DATASETS.meta(n)["scorer"] for n in DATASETS} <= set(SCORERS)
+    cat5 = QAItem("Did she adopt a dog?", None, 5, [], False)
+    assert score_answer(cat5, Answer("Not mentioned in the conversation"), "locomo")["score"] == 1.0
+    assert score_answer(cat5, Answer("I don't know."), "locomo")["score"] == 0.0  # the official cat-5 rule
+    assert score_answer(cat5, Answer("I don't know."), "f1")["score"] == 1.0  # elsewhere: an abstention is right
+    multi = QAItem("Hobbies?", "pottery, camping", 1, [], True)
+    assert score_answer(multi, Answer("camping and pottery"), "locomo")["score"] == pytest.approx(
+        locomo_score("camping and pottery", "pottery, camping", 1))
+    zh = QAItem("地板什么颜色？", "浅色橡木", None, [], True)
+    assert score_answer(zh, Answer("浅色橡木。"), "auto")["score"] == 1.0
+    mc = QAItem("哪天？", "B", None, [], True, choices={"A": "周一", "B": "周二"})
+    assert score_answer(mc, Answer("周二"), "auto")["accuracy"] == 1.0
+
+
+def test_metrics_are_declared_once_and_drive_tables_and_categories():
+    from dkilab.eval.metrics import category_metrics, declared, metric, metrics_version, primary_metric, table_metrics
+    from dkilab.registry import METRICS
+
+    names = [m.name for m in declared()]
+    assert len(names) == len(set(names))
+    assert table_metrics()[:2] == ["score", "answer_score"] and "hallucination_rate" in table_metrics()
+    assert "score" in category_metrics() and "prompt_tokens" not in category_metrics()
+    assert primary_metric({"recall_at_10": 1, "mrr": 1}) == "recall_at_10" and primary_metric({"score": 1}) == "score"
+    assert METRICS["hallucination_rate"].depends_on == "abstention"
+    before = metrics_version()
+
+    @metric("answer_length", higher_is_better=None, rank=44, per_category=True)
+    def answer_length(q):  # a new metric is one declaration
+        return len(q.answer.text.split())
+
+    try:
+        row = score_answer(QAItem("Q?", "a b"), Answer("one two three"))
+        assert row["answer_length"] == 3 and aggregate([row])["answer_length"] == 3
+        assert "answer_length" in table_metrics() and "answer_length" in category_metrics()
+        assert metrics_version() != before
+    finally:
+        METRICS.remove("answer_length")
+    assert metrics_version() == before
+
+
+def test_bootstrap_intervals_and_paired_differences():
+    from dkilab.eval.metrics.bootstrap import intervals, paired
+    from dkilab.registry import METRICS
+
+    rows = [{"qid": f"q{i}", "user_id": f"u{i % 8}", "answerable": True, "score": float(i % 3 == 0)} for i in range(80)]
+    lo, hi = intervals(rows)["score"]
+    mean = sum(r["score"] for r in rows) / len(rows)
+    assert lo < mean < hi and hi - lo < 0.4 and intervals(rows)["score"] == (lo, hi)  # seeded: reproducible
+    better = [r | {"score": 1.0} for r in rows]
+    res = paired(METRICS["score"], rows, better)
+    assert res["diff"] == pytest.approx(1 - mean) and res["real"] and res["low"] > 0 and res["n"] == 80
+    same = paired(METRICS["score"], rows, [dict(r) for r in rows])
+    assert same["diff"] == 0 and not same["real"]
+    noisy = [r | {"score": float(i % 2)} for i, r in enumerate(rows)]  # a small, noisy change is not called real
+    assert not paired(METRICS["score"], rows, noisy[:10] + rows[10:])["real"]
+    # fewer than 5 conversations: questions are resampled instead
+    few = [r | {"user_id": "u0"} for r in rows]
+    assert paired(METRICS["score"], few, better)["resampled"] == "question"
 
 
 @pytest.mark.parametrize("reply,verdict", [
@@ -127,3 +244,11 @@ def test_judge_prompt_uses_the_choice_text_and_skips_unanswerable(model):
     assert reply and verdict in (0.0, 1.0, None)
     with pytest.raises(ValueError, match=r"\{gold\}"):
         LLMJudge(model, prompt="Q: {question} A: {prediction}")
+
+
+@pytest.mark.parametrize("reply,label", [("DECLINES", True), ("It declines.", True), ("ANSWERS", False),
+                                         ("The answer answers it", False), ("maybe", None)])
+def test_abstention_judge_replies_are_parsed(reply, label):
+    from dkilab.eval.metrics.judge import parse_abstention
+
+    assert parse_abstention(reply) == label

@@ -1,22 +1,31 @@
-"""The experiment runner end to end: CI configs into a temporary MLflow store, error rows, resume."""
+"""The experiment runner end to end: CI configs into a temporary MLflow store, error rows, and every
+failure path of resume (a cell that raises, Ctrl-C, kill -9, two runs at once)."""
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from dkilab.eval.experiment import expand_cells, load_experiment, parse_set
-from dkilab.eval.runner import check_expectations, run_experiment
-from dkilab.strategies import STRATEGIES, register
+from dkilab.eval.experiment import expand_cells, load_experiment
+from dkilab.eval.runner import check_expectations, results_table, run_experiment
+from dkilab.registry import STRATEGIES
+from dkilab.strategies import register
 from dkilab.strategies.no_memory import NoMemory
+from dkilab.strategies.recall_only import RecallOnly
 from tests.conftest import ROOT
 
-CI_CONFIGS = sorted((ROOT / "experiments" / "ci").glob("*.yaml"))
-CELL_METRICS = {"score", "questions", "errors", "prompt_tokens", "hallucination_rate", "latency_total_p50_ms",
-                "questions_per_minute", "harness_overhead_p50_ms"}
+CI_DIR = ROOT / "experiments" / "ci"
+DATA_BACKED = {"retrieval_locomo", "sweep_locomo", "sweep_memdaily"}  # need DKILAB_DATA_DIR: make test-slow
+SPECIAL = {"resume"}  # run by its own test below
+CI_CONFIGS = sorted(p for p in CI_DIR.glob("*.yaml") if p.stem not in DATA_BACKED | SPECIAL)
+CELL_METRICS = {"score", "questions", "errors", "prompt_tokens", "latency_total_p50_ms", "questions_per_minute",
+                "harness_overhead_p50_ms", "query_embeddings", "ci95/score/low", "ci95/score/high"}
+QUIET = {"progress": False, "echo": lambda *a: None}
 
 
 @pytest.fixture
@@ -24,12 +33,47 @@ def uri(tmp_path):
     return f"sqlite:///{tmp_path / 'mlflow.db'}"
 
 
-def _cell_runs(uri, name):
+def _runs(uri, name, kind="cell"):
     import mlflow
 
     mlflow.set_tracking_uri(uri)
     exp = mlflow.get_experiment_by_name(name)
-    return mlflow.search_runs([exp.experiment_id], filter_string="tags.`dkilab.kind` = 'cell'", output_format="list")
+    return mlflow.search_runs([exp.experiment_id], filter_string=f"tags.`dkilab.kind` = '{kind}'", output_format="list")
+
+
+def _statuses(uri, name):
+    return sorted((r.info.run_name, r.info.status, r.data.tags.get("dkilab.complete")) for r in _runs(uri, name))
+
+
+def _by_point(results):
+    return {tuple(sorted(r.cell.point.items())): r for r in results if r.cell.point}
+
+
+def _check_ci_specifics(stem, results):
+    """What each CI config is there to show, beyond its metric ranges."""
+    if stem == "kv_alpha":  # alpha = 0 is exactly no memory
+        base = next(r for r in results if r.cell.strategy.name == "no_memory").rows
+        zero = next(r for r in results if r.cell.point.get("kv.preference_alpha") == 0.0).rows
+        one = next(r for r in results if r.cell.point.get("kv.preference_alpha") == 1.0).rows
+        assert [r["prediction"] for r in zero] == [r["prediction"] for r in base]
+        assert [r["prompt_tokens"] for r in zero] == [r["prompt_tokens"] for r in base]
+        assert all(r["injected_tokens"] > 0 for r in one)
+    if stem.startswith("sweep_"):  # every sweep point changes its cell; the smaller budget gives shorter prompts
+        cells = _by_point(results)
+        assert len(cells) == 4
+        digests = {k: [r["prompt_digest"] for r in res.rows] for k, res in cells.items()}
+        for a, b in [(a, b) for a in digests for b in digests if a < b]:
+            assert digests[a] != digests[b], (a, b)
+        budgets = sorted({dict(k)["v4.context_budget"] for k in cells})
+        thresholds = sorted({dict(k)["v4.recall.summary.per_message_threshold"] for k in cells})
+        for t in thresholds:
+            small, large = (cells[(("v4.context_budget", b), ("v4.recall.summary.per_message_threshold", t))] for b in budgets)
+            assert small.metrics["prompt_tokens"] < large.metrics["prompt_tokens"] - 40, (t, small.metrics, large.metrics)
+            assert all(r["budget"]["history"] <= budgets[0] for r in small.rows)
+    if stem == "ablation_zh":
+        rows = next(iter(results)).rows
+        assert any(r["category"] == "ablation" and not r["answerable"] for r in rows)
+        assert all(r["user_id"] in ("u_lin", "u_chen") for r in rows)
 
 
 @pytest.mark.parametrize("path", CI_CONFIGS, ids=[p.stem for p in CI_CONFIGS])
@@ -37,17 +81,22 @@ def test_ci_config_runs_end_to_end(path, uri, model):
     import mlflow
 
     cfg = load_experiment(path)
-    results = run_experiment(cfg, uri=uri, config_path=str(path), progress=False, echo=lambda *a: None)
+    notes = []
+    results = run_experiment(cfg, uri=uri, config_path=str(path), progress=False, echo=notes.append)
     assert check_expectations(cfg, results) == []
-    runs = _cell_runs(uri, cfg.name)
-    assert len(runs) == len(expand_cells(cfg)) and all(r.info.status == "FINISHED" for r in runs)
+    assert not [n for n in notes if n.startswith("note:")], notes  # every sweep value changed something
+    runs = _runs(uri, cfg.name)
+    assert len(runs) == len(expand_cells(cfg))
+    assert all(r.info.status == "FINISHED" and r.data.tags["dkilab.complete"] == "1" for r in runs)
     client = mlflow.MlflowClient(uri)
     for run in runs:
         assert CELL_METRICS <= set(run.data.metrics), CELL_METRICS - set(run.data.metrics)
         assert any(k.startswith("cat/") for k in run.data.metrics)
-        assert run.data.params["strategy.name"] in STRATEGIES
+        assert run.data.params["strategy.name"] in STRATEGIES and run.data.params["metrics.abstention_detector.name"]
+        assert run.data.tags["dkilab.version"] and run.data.tags["mlflow.source.git.commit"]
         arts = {a.path for a in client.list_artifacts(run.info.run_id)}
-        assert {"predictions.jsonl", "resolved_config.yaml", "score_by_category.png"} <= arts
+        assert {"predictions.jsonl", "resolved_config.yaml", "prompts.yaml", "score_by_category.png"} <= arts
+    _check_ci_specifics(path.stem, results)
     if cfg.tracing:
         traces = mlflow.search_traces(locations=[runs[0].info.experiment_id], return_type="list")
         spans = {s.name for t in traces for s in t.data.spans}
@@ -64,6 +113,28 @@ class Boom(NoMemory):
         return super()._answer(question, memory, model, **kw)
 
 
+class Interrupted(RecallOnly):
+    """Raises `Interrupted.exc` on its first question while it is set (for the Ctrl-C tests)."""
+    name = "test_interrupted"
+    exc = None
+
+    def _answer(self, question, memory, model, **kw):
+        if Interrupted.exc is not None:
+            raise Interrupted.exc()
+        return super()._answer(question, memory, model, **kw)
+
+
+@pytest.fixture
+def test_strategies():
+    """Registered only while a test needs them (the registry test runs every registered strategy)."""
+    register(Boom)
+    register(Interrupted)
+    yield
+    STRATEGIES.remove(Boom.name)
+    STRATEGIES.remove(Interrupted.name)
+    Interrupted.exc = None
+
+
 def _config(tmp_path, name, **extra):
     data = {"name": name, "model": {"max_context": 512}, "defaults": {"max_new_tokens": 2}, "tracing": False,
             "datasets": [{"name": "fixtures", "limit": 1, "question_limit": 2}],
@@ -73,87 +144,131 @@ def _config(tmp_path, name, **extra):
     return path
 
 
-@pytest.fixture
-def boom_strategy():
-    """Registered only while a test needs it (the registry test runs every registered strategy)."""
-    register(Boom)
-    yield Boom
-    STRATEGIES.pop(Boom.name, None)
-
-
-def test_error_rows_do_not_stop_the_run_and_finished_cells_are_skipped(tmp_path, uri, model, boom_strategy):
+def test_error_rows_do_not_stop_the_run_and_finished_cells_are_read_back(tmp_path, uri, model, test_strategies):
     import mlflow
 
-    cfg = load_experiment(_config(tmp_path, "errors"))
-    first = run_experiment(cfg, uri=uri, progress=False, echo=lambda *a: None)
-    boom = next(r for r in first if r.cell.strategy.name == "test_boom")
-    assert boom.metrics["errors"] == 1 and boom.metrics["questions"] == 2  # question 2 still answered
-    errors = Path(mlflow.MlflowClient(uri).download_artifacts(boom.run_id, "errors.txt")).read_text()
-    assert "boom on purpose" in errors and "Traceback" in errors
-    again = run_experiment(cfg, uri=uri, progress=False, echo=lambda *a: None)
-    assert all(r.skipped for r in again)
-    assert len(_cell_runs(uri, "errors")) == 2
     from dkilab.eval.tracking import report
 
-    table = report("errors", uri)  # `dkilab report errors`
+    cfg = load_experiment(_config(tmp_path, "errors", datasets=[{"name": "fixtures", "limit": 1, "question_limit": 4}]))
+    first = run_experiment(cfg, uri=uri, **QUIET)
+    boom = next(r for r in first if r.cell.strategy.name == "test_boom")
+    assert boom.metrics["errors"] == 1 and boom.metrics["questions"] == 4  # the other questions still answered
+    errors = Path(mlflow.MlflowClient(uri).download_artifacts(boom.run_id, "errors.txt")).read_text()
+    assert "boom on purpose" in errors and "Traceback" in errors
+    again = run_experiment(cfg, uri=uri, **QUIET)
+    assert all(r.skipped for r in again) and len(_runs(uri, "errors")) == 2
+    # skipped cells keep their place in the comparison, with the metrics read back from MLflow
+    t1, t2 = results_table(first), results_table(again)
+    assert list(t2.index) == list(t1.index) == ["no_memory@fixtures", "test_boom@fixtures"]
+    assert t2.loc["test_boom@fixtures", "errors"] == 1 and t2["score"].tolist() == pytest.approx(t1["score"].tolist())
+    assert [r.get("prediction") for r in again[1].load_rows()] == [r.get("prediction") for r in first[1].rows]
+    table, pairs = report("errors", uri)  # `dkilab report errors`
     assert list(table.index) == ["no_memory@fixtures", "test_boom@fixtures"] and table.loc["test_boom@fixtures", "errors"] == 1
+    assert {"score_low", "score_high"} <= set(table.columns)
+    assert set(pairs["metric"]) >= {"score"} and (pairs["n"] == 3).all()  # the questions both cells answered
     with pytest.raises(KeyError, match="no MLflow experiment named 'nope'"):
         report("nope", uri)
 
 
-def test_a_killed_sweep_resumes_without_redoing_finished_cells(tmp_path, uri, model):
+def test_a_cell_that_raises_ends_failed_and_only_it_runs_again(tmp_path, uri):
+    data = tmp_path / "data"
+    data.mkdir()
+    cfg = load_experiment(CI_DIR / "resume.yaml")
+    lines = []
+    first = run_experiment(cfg, uri=uri, data_dir=str(data), progress=False, echo=lines.append)
+    assert [r.status for r in first] == ["finished", "failed"] and "DatasetNotFoundError" in first[1].error
+    assert any("FAILED (DatasetNotFoundError" in line for line in lines)
+    assert check_expectations(cfg, first) == [f"{first[1].cell.label}: cell failed ({first[1].error})"]
+    assert _statuses(uri, "ci-resume") == [("recall_only@example", "FAILED", None), ("recall_only@fixtures", "FINISHED", "1")]
+    (parent,) = _runs(uri, "ci-resume", kind="experiment")
+    assert parent.info.status == "FAILED"
+    import mlflow
+
+    failed = next(r for r in _runs(uri, "ci-resume") if r.info.status == "FAILED")
+    trace = Path(mlflow.MlflowClient(uri).download_artifacts(failed.info.run_id, "cell_error.txt")).read_text()
+    assert "DatasetNotFoundError" in trace and "Traceback" in trace
+    shutil.copy(ROOT / "datasets" / "fixtures" / "normalized_example.jsonl", data)
+    second = run_experiment(cfg, uri=uri, data_dir=str(data), **QUIET)
+    assert [r.status for r in second] == ["skipped", "finished"] and check_expectations(cfg, second) == []
+    assert second[0].metrics["recall_at_10"] == first[0].metrics["recall_at_10"]
+    assert [s for s in _statuses(uri, "ci-resume") if s[1] == "FINISHED"] == [
+        ("recall_only@example", "FINISHED", "1"), ("recall_only@fixtures", "FINISHED", "1")]
+    assert all(r.skipped for r in run_experiment(cfg, uri=uri, data_dir=str(data), **QUIET))
+
+
+@pytest.mark.parametrize("exc", [KeyboardInterrupt, SystemExit])
+def test_an_interrupted_cell_ends_killed_and_runs_again(tmp_path, uri, test_strategies, exc):
+    path = _config(tmp_path, "interrupt", strategies=[{"name": "recall_only"}, {"name": "test_interrupted"}])
+    cfg = load_experiment(path)
+    Interrupted.exc = exc
+    with pytest.raises(exc):
+        run_experiment(cfg, uri=uri, **QUIET)
+    assert _statuses(uri, "interrupt") == [("recall_only@fixtures", "FINISHED", "1"),
+                                           ("test_interrupted@fixtures", "KILLED", None)]
+    assert [r.info.status for r in _runs(uri, "interrupt", kind="experiment")] == ["KILLED"]
+    Interrupted.exc = None
+    again = run_experiment(cfg, uri=uri, **QUIET)
+    assert [r.status for r in again] == ["skipped", "finished"]
+
+
+def _cli(path, uri, *extra):
+    return [sys.executable, "-m", "dkilab.cli", "run", str(path), "--tracking-uri", uri, *extra]
+
+
+ENV = os.environ | {"PYTHONUNBUFFERED": "1"}
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "kill-9"])
+def test_a_stopped_sweep_resumes_without_redoing_finished_cells(tmp_path, uri, model, sig):
     path = _config(tmp_path, "resume", strategies=[{"name": "no_memory"}], sweep={"params.max_new_tokens": [1, 2, 3]})
-    cmd = [sys.executable, "-m", "dkilab.cli", "run", str(path), "--tracking-uri", uri]
-    env = os.environ | {"PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
+    proc = subprocess.Popen(_cli(path, uri), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
                             start_new_session=True)
     for line in proc.stdout:
         if line.startswith("[1/3]"):
-            os.killpg(proc.pid, signal.SIGKILL)  # killed while the second cell runs
+            time.sleep(0.5)
+            os.killpg(proc.pid, sig)  # stopped while the second cell runs
             break
-    proc.wait()
-    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env, check=True).stdout
-    assert "[1/3]" in out and "skipped" in out.split("[1/3]")[1].splitlines()[0]
-    assert "score" in out.split("[2/3]")[1].splitlines()[0] and "score" in out.split("[3/3]")[1].splitlines()[0]
-    finished = [r for r in _cell_runs(uri, "resume") if r.info.status == "FINISHED"]
-    assert len(finished) == 3
+    rc = proc.wait()
+    stderr = proc.stderr.read()
+    if sig == signal.SIGINT:
+        assert rc == 130 and "Traceback" not in stderr, stderr[-2000:]
+        assert ("no_memory@fixtures[max_new_tokens=2]", "KILLED", None) in _statuses(uri, "resume")
+    else:  # nothing ran the cleanup: the run stays RUNNING until a later run finds its process gone
+        assert ("no_memory@fixtures[max_new_tokens=2]", "RUNNING", None) in _statuses(uri, "resume")
+    out = subprocess.run(_cli(path, uri), cwd=ROOT, capture_output=True, text=True, env=ENV)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "skipped" in out.stdout.split("[1/3]")[1].splitlines()[0]
+    assert "score" in out.stdout.split("[2/3]")[1].splitlines()[0] and "score" in out.stdout.split("[3/3]")[1].splitlines()[0]
+    statuses = _statuses(uri, "resume")
+    assert sum(s[1] == "FINISHED" and s[2] == "1" for s in statuses) == 3
+    assert [s for s in statuses if s[1] != "FINISHED"] == [("no_memory@fixtures[max_new_tokens=2]", "KILLED", None)]
+    if sig == signal.SIGKILL:  # the run the dead process left RUNNING was marked KILLED by the next run
+        assert "left RUNNING by a process that is gone: marked KILLED" in out.stdout
 
 
-def test_config_errors_name_the_file_and_key(tmp_path, boom_strategy):
-    bad = _config(tmp_path, "bad", strategies=[{"name": "no_such"}])
-    with pytest.raises(ValueError, match=r"bad\.yaml.*strategies\.0\.name.*no_such"):
-        load_experiment(bad)
-    with pytest.raises(ValueError, match=r"sweep\.nothing\.x"):
-        load_experiment(_config(tmp_path, "bad2", sweep={"nothing.x": [1]}))
-    with pytest.raises(ValueError, match=r"datasets\.0\.question_limit"):
-        load_experiment(_config(tmp_path, "bad3"), {"datasets.0.question_limit": -1})
-    assert parse_set(["params.preference_alpha=0.2", "model.spec=offline:smollm2"]) == {
-        "params.preference_alpha": 0.2, "model.spec": "offline:smollm2"}
+def test_two_runs_at_once_on_a_fresh_store_log_each_cell_once(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'fresh' / 'mlflow.db'}"
+    (tmp_path / "fresh").mkdir()
+    path = _config(tmp_path, "twice", strategies=[{"name": "recall_only"}], sweep={"params.max_results": [5, 10, 20]})
+    procs = [subprocess.Popen(_cli(path, uri), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=ENV) for _ in range(2)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [o[1][-1500:] for o in outs]
+    statuses = _statuses(uri, "twice")
+    assert len(statuses) == 3 and all(s[1] == "FINISHED" for s in statuses)
+    waited = [o for o, _ in outs if "waiting for it to finish" in o]
+    assert len(waited) == 1 and waited[0].count("skipped") == 3  # the second run read the cells back
+    assert all("recall_only@fixtures[max_results=20]" in o for o, _ in outs)  # both print the full table
 
 
-def test_sweep_grid_applies_keys_where_they_belong(tmp_path):
-    cfg = load_experiment(_config(tmp_path, "grid", strategies=[{"name": "no_memory"}, {"name": "stable"}],
-                                  sweep={"params.preference_alpha": [0.2, 0.6], "stable.recent_turns": [1, 3]}))
-    cells = expand_cells(cfg)
-    # no_memory has neither parameter: one cell; stable: 2 x 2
-    assert sorted(c.strategy.name for c in cells) == ["no_memory"] + ["stable"] * 4
-    assert {(c.strategy.params["preference_alpha"], c.strategy.params["recent_turns"])
-            for c in cells if c.strategy.name == "stable"} == {(0.2, 1), (0.2, 3), (0.6, 1), (0.6, 3)}
-    assert len({c.config_hash for c in cells}) == 5
-
-
-EXPERIMENTS = sorted(p for p in (ROOT / "experiments").glob("*.yaml") if not p.stem.startswith("retrieval_"))
-
-
-@pytest.mark.parametrize("path", EXPERIMENTS, ids=[p.stem for p in EXPERIMENTS])
-def test_every_experiment_config_validates(path):
-    from dkilab.strategies import create_strategy
-
-    cfg = load_experiment(path)
-    cells = expand_cells(cfg)
-    assert cells and len({c.label for c in cells}) == len(cells)
-    for cell in cells:  # strategy params are valid too
-        create_strategy(cell.strategy.name, cell.strategy.params, source=str(path))
+def test_every_cell_starts_with_cold_caches(tmp_path, uri):
+    path = _config(tmp_path, "cold", strategies=[{"name": "recall_only", "label": "first"},
+                                                 {"name": "recall_only", "label": "second"}],
+                   datasets=[{"name": "fixtures", "question_limit": 3}])
+    results = run_experiment(load_experiment(path), uri=uri, **QUIET)
+    # the same 12 questions: the second cell computes its query embeddings again instead of reusing the first's
+    assert [r.metrics["query_embeddings"] for r in results] == [12.0, 12.0]
+    assert all(r.metrics["questions"] == 12 for r in results)
 
 
 @pytest.mark.slow
@@ -166,7 +281,7 @@ def test_accelerate_launch_shards_questions_over_two_cpu_processes(tmp_path, uri
                           "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "dkilab.cli", "run", str(path),
                           "--tracking-uri", uri], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
-    runs = _cell_runs(uri, "sharded")
+    runs = _runs(uri, "sharded")
     assert len(runs) == 1 and runs[0].data.metrics["questions"] == 2  # both shards gathered, logged once
     rows = Path(mlflow.MlflowClient(uri).download_artifacts(runs[0].info.run_id, "predictions.jsonl")).read_text()
     assert len(rows.strip().splitlines()) == 2
@@ -176,19 +291,37 @@ def test_llm_judge_scores_answers_and_logs_its_model_and_prompt(tmp_path, uri, m
     import mlflow
 
     path = _config(tmp_path, "judged", strategies=[{"name": "no_memory"}],
-                   judge={"model": "offline:smollm2", "prompt": "Gold: {gold}\nQ: {question}\nA: {prediction}\n"
-                                                               "Reply CORRECT or WRONG."})
+                   datasets=[{"name": "fixtures", "limit": 1, "question_limit": 4}],
+                   judge={"model": "offline:smollm2", "abstention": True,
+                          "prompt": "Gold: {gold}\nQ: {question}\nA: {prediction}\nReply CORRECT or WRONG."})
     cfg = load_experiment(path)
-    (res,) = run_experiment(cfg, uri=uri, progress=False, echo=lambda *a: None)
+    (res,) = run_experiment(cfg, uri=uri, **QUIET)
     judged = [r for r in res.rows if r["answerable"]]
     assert judged and all("judge" in r and r["judge_reply"] for r in judged)
-    assert all(r["judge"] is None for r in res.rows if not r["answerable"])  # abstention scores those
+    assert all("judge" not in r for r in res.rows if not r["answerable"])  # abstention scores those
+    assert all("abstention_judge_reply" in r and r["abstention_judge_unparsed"] in (0.0, 1.0) for r in res.rows)
+    for r in res.rows:  # the judge's label (or, where unclear, the rules) decided hallucination
+        if not r["answerable"]:
+            assert r["hallucinated"] == float(not r["abstained"])
     assert ("judge_score" in res.metrics) == any(r["judge"] is not None for r in judged)
-    assert 0 <= res.metrics["judge_unparsed_rate"] <= 1
-    (run,) = _cell_runs(uri, "judged")
+    assert 0 <= res.metrics["judge_unparsed_rate"] <= 1 and "abstention_judge_unparsed_rate" in res.metrics
+    (run,) = _runs(uri, "judged")
     assert run.data.params["judge.model"] == "offline:smollm2" and "{prediction}" in run.data.params["judge.prompt"]
+    assert run.data.params["judge.abstention"] == "True" and "DECLINES" in run.data.params["judge.abstention_prompt"]
+    assert run.data.params["metrics.abstention_detector.name"] == "llm-judge"
     arts = {a.path for a in mlflow.MlflowClient(uri).list_artifacts(run.info.run_id)}
     assert "judge_prompt.txt" in arts
-    bad = _config(tmp_path, "badjudge", judge={"prompt": "no placeholders"})
-    with pytest.raises(ValueError, match=r"judge.*placeholder"):
-        load_experiment(bad)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("DKILAB_DATA_DIR"), reason="DKILAB_DATA_DIR not set")
+@pytest.mark.parametrize("path", sorted(CI_DIR.glob("*.yaml")), ids=lambda p: p.stem)
+def test_data_backed_ci_configs(path, uri, model):
+    if path.stem not in DATA_BACKED:
+        pytest.skip("runs in the fast suite")
+    cfg = load_experiment(path)
+    notes = []
+    results = run_experiment(cfg, uri=uri, config_path=str(path), progress=False, echo=notes.append)
+    assert check_expectations(cfg, results) == []
+    assert not [n for n in notes if n.startswith("note:")], notes
+    _check_ci_specifics(path.stem, results)

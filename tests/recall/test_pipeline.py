@@ -119,7 +119,17 @@ def test_suffix_builder_threshold_budget_and_constraint():
     assert len(tight.items) == 1 and tight.dropped_for_budget == 2
     flat = builder.build("When?", msgs[1:], context_budget=500)
     assert not flat.has_fact_call_instruction  # nothing summarised: no call instruction
-    assert compute_context_budget(2048, cfg, query_tokens=20, preference_tokens=30) == 2048 - 30 - 150 - 20 - 512
+    seed = cfg.with_updates({"budget.generation_reserve": 512})  # the seed's fixed reserve, when set
+    assert compute_context_budget(2048, seed, query_tokens=20, preference_tokens=30).history == 2048 - 30 - 150 - 20 - 512
+    # by default the reserve follows max_new_tokens, plus the fact segments the fact loop may append
+    b = compute_context_budget(2048, cfg, query_tokens=20, preference_tokens=30, max_new_tokens=24)
+    assert b.generation == 24 + cfg.fact_call.max_fact_tokens + 32 * cfg.fact_call.max_rounds
+    assert b.history == 2048 - 30 - 150 - 20 - b.generation and b.as_dict()["history"] == b.history
+    off = cfg.with_updates({"fact_call.max_rounds": 0})
+    assert compute_context_budget(2048, off, 20, 30, max_new_tokens=24).generation == 24
+    assert compute_context_budget(2048, off, 20, 30, max_new_tokens=24, cap=100).history == 100
+    assert compute_context_budget(300, off, 20, 30, max_new_tokens=24).history == 300 - 30 - 150 - 20 - 24
+    assert compute_context_budget(100, off, 20, 30, max_new_tokens=24).history == 0
 
 
 @pytest.fixture
@@ -206,3 +216,33 @@ def test_multi_signal_recall_signals_fusion_and_recent_supplement(memory):
     assert only_kw.vector_hits == 0 and [r.message.message_id for r in only_kw.ranked] == ["m5"]
     weighted = MultiSignalRecall(cfg.with_updates({"signals.fusion": "weighted"}), None, memory).recall("Alfama")
     assert weighted.ranked[0].message.message_id == "m5"
+
+
+def test_fact_call_knobs_are_read(memory):
+    """max_rounds 0 follows no call; batch_size is the limit of a call that gives none (and the example
+    in the constraint); the retriever pages a message in chunks above its chunk threshold."""
+    cfg = validate_recall_config({"fact_call": {"max_rounds": 0}})
+    assert not cfg.fact_calls_active
+    calls = run_fact_loop("q", lambda p: 'retrieve_fact(trace_id="m1")', GenericFormatter("en"), FactRetriever(memory), cfg)
+    assert calls.fact_calls == [] and calls.rounds == 1 and calls.stopped == "disabled"
+    f = create_formatter("x", "en", default_limit=3)
+    assert f.detect_fact_request('retrieve_fact(trace_id="m1")').limit == 3
+    assert "limit=3" in f.format_constraint_instruction(["m1"], "en")
+    assert create_formatter("x", "en").detect_fact_request('retrieve_fact(trace_id="m1")').limit == 5
+    builder = SuffixBuilder(cfg.with_updates({"summary.per_message_threshold": 30}), GenericFormatter("en"),
+                            ExtractiveSummarizer(), HeuristicTokenCounter())
+    out = builder.build("When?", [memory.get("m1")], 500)
+    assert out.summary_count == 1 and not out.has_fact_call_instruction  # no calls offered with max_rounds 0
+    chunked = FactRetriever(memory, chunk_threshold=60).retrieve("m1", limit=50)
+    whole = FactRetriever(memory, chunk_threshold=10_000).retrieve("m1", limit=50)
+    assert chunked.total_count > 1 and whole.total_count == 1
+
+
+def test_summaries_are_keyed_by_text_not_by_message_id():
+    """One builder serving two users whose messages share an id never hands one user's summary to the other."""
+    cfg = validate_recall_config({"summary": {"per_message_threshold": 5, "max_tokens_per_summary": 40}})
+    builder = SuffixBuilder(cfg, GenericFormatter("en"), ExtractiveSummarizer(), HeuristicTokenCounter())
+    alice = Message("m1", "alice", "s", 0, "user", "Alice keeps her savings at Northbank and plans to buy a red car.", T0)
+    bob = Message("m1", "bob", "s", 0, "user", "Bob moved to Porto last spring and works at a small bakery there.", T0)
+    a, b = builder.build("Q?", [alice], 500), builder.build("Q?", [bob], 500)
+    assert "Northbank" in a.text and "Northbank" not in b.text and ("Porto" in b.text or "bakery" in b.text)

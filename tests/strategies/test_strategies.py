@@ -142,3 +142,35 @@ def test_recall_only_ranks_without_a_model(memory):
     assert ans.text == "" and ans.metadata["retrieval_only"] and ans.prompt_tokens == 0
     assert ans.recalled_ids[0] == "u1:0" and len(ans.recalled_ids) <= 3
     assert ans.latency_ms["recall"] > 0
+
+
+def test_the_history_budget_is_one_figure_recorded_with_every_answer(memory, model):
+    """window - instructions - question - preferences - generation (max_new_tokens, plus the fact
+    segments when fact calls are on), capped; recorded on the Answer."""
+    for name in ("full_history", "stable", "recall_v4", "full_attention"):
+        ans = create_strategy(name, {**SMALL, "max_prompt_tokens": 600}).answer("Where is my new flat?", memory, model,
+                                                                              preferences=PREFS)
+        b = ans.budget
+        assert b is not None and b.window == 600 and b.preferences > 0, name
+        assert b.history == max(0, 600 - b.instructions - b.query - b.preferences - b.generation), name
+    v4 = create_strategy("recall_v4", {"max_new_tokens": 40, "recall": {"fact_call": {"max_fact_tokens": 100, "max_rounds": 2}}})
+    assert v4.answer("Where is my new flat?", memory, model).budget.generation == 40 + 100 + 2 * 32
+    off = create_strategy("recall_v4", {"max_new_tokens": 40, "recall": {"fact_call": {"enabled": False}}})
+    assert off.answer("Where is my new flat?", memory, model).budget.generation == 40
+    capped = create_strategy("recall_v4", {**SMALL, "context_budget": 50}).answer("Where is my new flat?", memory, model)
+    assert capped.budget.history == 50 and capped.metadata["history_tokens"] <= 50
+    fa = create_strategy("full_attention", {**SMALL, "history_tokens": 64}).answer("Where is my new flat?", memory, model)
+    assert fa.budget.history == 64 and fa.injected_tokens <= 64 + 40  # + the BOS sink and block framing
+
+
+def test_recall_knobs_from_yaml_reach_their_components(memory, model, tmp_path):
+    from dkilab.text.summarize import ExtractiveSummarizer, LLMSummarizer
+
+    llm = create_strategy("recall_v4", {**SMALL, "recall": {"summary": {"strategy": "llm"}}})
+    assert isinstance(llm._builder(model, "en").summarizer, LLMSummarizer)
+    assert isinstance(create_strategy("recall_v4", SMALL)._builder(model, "en").summarizer, ExtractiveSummarizer)
+    ref = tmp_path / "ref.yaml"
+    ref.write_text("reference_resolver:\n  reference_mappings_en:\n    that gadget: {scope: last_1_3_turns, type: temporal}\n")
+    strategy = create_strategy("recall_v4", {"reference": {"config": str(ref), "last_few_turns": 2}})
+    assert strategy._resolver.config.last_few_turns == 2 and "that gadget" in strategy._resolver.config.reference_mappings_en
+    assert strategy.identity("m")["reference_resolver"]["last_few_turns"] == 2

@@ -1,19 +1,76 @@
-"""Dataset loaders into the normalised `Conversation` / `QAItem` form."""
-from dkilab.eval.datasets.base import DATA_ENV, DatasetNotFoundError, data_dir
+"""Dataset loaders into the normalised `Conversation` / `QAItem` form, registered by name (one file
+each, discovered) and cached as Hugging Face datasets (`normalized.py`); any file in the normalised
+format loads without code (`load_dataset(label, path=...)`)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from dkilab.eval.datasets.base import DATA_ENV, DatasetNotFoundError, data_dir, register_dataset
 from dkilab.eval.datasets.fixtures import load_fixtures
 from dkilab.eval.datasets.locomo import load_locomo
 from dkilab.eval.datasets.madial import load_madial, load_madial_en, load_madial_zh
 from dkilab.eval.datasets.memdaily import load_memdaily
+from dkilab.registry import DATASETS
 
-__all__ = ["DATA_ENV", "DatasetNotFoundError", "data_dir", "load_locomo", "load_fixtures", "load_memdaily", "load_madial",
-           "load_dataset", "LOADERS"]
-
-LOADERS = {"locomo": load_locomo, "fixtures": load_fixtures, "memdaily": load_memdaily,
-           "madial_bench_zh": load_madial_zh, "madial_bench_en": load_madial_en}
+__all__ = ["DATA_ENV", "DatasetNotFoundError", "data_dir", "register_dataset", "load_locomo", "load_fixtures",
+           "load_memdaily", "load_madial", "load_madial_en", "load_madial_zh", "load_dataset", "dataset_info",
+           "resolve_path", "DATASETS"]
 
 
-def load_dataset(name: str, data_dir=None, limit: int | None = None, question_limit: int | None = None):
-    """Load a dataset by name (see `LOADERS`)."""
-    if name not in LOADERS:
-        raise ValueError(f"unknown dataset {name!r}; known: {', '.join(sorted(LOADERS))}")
-    return LOADERS[name](data_dir, limit=limit, question_limit=question_limit)
+def resolve_path(path: str, data: str | None = None) -> Path:
+    """A normalised-format file: absolute, or relative to the data dir (else to the working directory)."""
+    p = Path(path).expanduser()
+    if not p.is_absolute():
+        try:
+            p = data_dir(data) / p
+        except DatasetNotFoundError:
+            p = Path.cwd() / p
+    if not p.exists():
+        raise DatasetNotFoundError(f"dataset file {p} not found (a path in the normalised format, relative to the "
+                                   f"data dir ${DATA_ENV} or absolute; see dkilab/eval/datasets/normalized.py)")
+    return p
+
+
+def dataset_info(name: str, path: str | None = None) -> dict:
+    """What a dataset declares: language, scorer, version (a file in the normalised format: auto, auto, 1)."""
+    if path is not None:
+        return {"language": "auto", "scorer": "auto", "version": "1", "sources": (), "description": f"file {path}"}
+    return DATASETS.meta(name)
+
+
+def _source_files(meta: dict, data: str | None) -> list[Path]:
+    files: list[Path] = []
+    for pattern in meta.get("sources", ()):
+        p = Path(pattern)
+        if p.is_absolute():
+            files += [p] if p.exists() else []
+        else:
+            try:
+                root = data_dir(data)
+            except DatasetNotFoundError:
+                return []
+            files += sorted(root.glob(pattern))
+    return files
+
+
+def load_dataset(name: str, data_dir=None, limit: int | None = None, question_limit: int | None = None,
+                 path: str | None = None):
+    """Conversations of a registered dataset (or of a normalised-format file at `path`), cached."""
+    from dkilab.eval.datasets.normalized import cached, fingerprint, read_normalized
+
+    if path is not None:
+        src = resolve_path(path, data_dir)
+
+        def build():
+            convs = read_normalized(src)[:limit]
+            for c in convs:
+                c.questions = c.questions[:question_limit]
+            return convs
+
+        return cached(f"file-{src.stem}", fingerprint("file", str(src), limit, question_limit, files=[src]), build)
+    loader, meta = DATASETS[name], DATASETS.meta(name)
+    files = _source_files(meta, data_dir)
+    if not files:  # the loader says what is missing and where to get it
+        return loader(data_dir, limit=limit, question_limit=question_limit)
+    key = fingerprint(name, meta["version"], limit, question_limit, files=files)
+    return cached(name, key, lambda: loader(data_dir, limit=limit, question_limit=question_limit))

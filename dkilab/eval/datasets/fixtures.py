@@ -11,12 +11,13 @@ import json
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from dkilab.eval.datasets.base import require
+from dkilab.eval.datasets.base import register_dataset, require
 from dkilab.types import Conversation, Message, QAItem
 
 FIXTURES = Path(__file__).resolve().parents[3] / "datasets" / "fixtures" / "memory_qa.json"
 
 
+@register_dataset("fixtures", language="mixed", scorer="auto", version="1", sources=(str(FIXTURES),))
 def load_fixtures(data=None, limit: int | None = None, question_limit: int | None = None,
                   path: str | Path | None = None) -> list[Conversation]:
     """`data` (the third-party data dir) is not used: the fixtures ship with the repository."""

@@ -20,7 +20,7 @@ import re
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from dkilab.eval.datasets.base import data_dir, require
+from dkilab.eval.datasets.base import data_dir, register_dataset, require
 from dkilab.types import Conversation, Message, QAItem
 
 DIR = "madial_bench"
@@ -112,9 +112,11 @@ def load_madial(lang: str, data: str | None = None, limit: int | None = None,
     return out
 
 
+@register_dataset("madial_bench_zh", language="cn", scorer="zh_f1", version="1", sources=(f"{DIR}/zh/*.json",))
 def load_madial_zh(data=None, limit=None, question_limit=None):
     return load_madial("zh", data, limit, question_limit)
 
 
+@register_dataset("madial_bench_en", language="en", scorer="f1", version="1", sources=(f"{DIR}/en/*.json",))
 def load_madial_en(data=None, limit=None, question_limit=None):
     return load_madial("en", data, limit, question_limit)

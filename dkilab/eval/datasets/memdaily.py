@@ -15,7 +15,7 @@ import re
 from datetime import datetime, timedelta, timezone
 from itertools import zip_longest
 
-from dkilab.eval.datasets.base import data_dir, require
+from dkilab.eval.datasets.base import DatasetNotFoundError, data_dir, register_dataset, require
 from dkilab.types import Conversation, Message, QAItem
 
 DIR = "memdaily"
@@ -37,11 +37,12 @@ def _bad(q: dict) -> bool:
     return any("[ERRORQ]" in str(v) or "[ERRORA]" in str(v) for v in (q.get("question"), q.get("answer")))
 
 
+@register_dataset("memdaily", language="cn", scorer="choice", version="1", sources=(f"{DIR}/*.json",))
 def load_memdaily(data: str | None = None, limit: int | None = None, question_limit: int | None = None) -> list[Conversation]:
     root = require(data_dir(data) / DIR, "MemDaily", HOW)
     files = sorted(root.glob("*.json"))
     if not files:
-        raise FileNotFoundError(f"no MemDaily files (*.json) in {root}. {HOW}")
+        raise DatasetNotFoundError(f"no MemDaily files (*.json) in {root}. {HOW}")
     per_file = []
     for f in files:
         try:

@@ -1,13 +1,18 @@
-"""Metrics (ARCHITECTURE §6): answer quality, hallucination, fact calls, retrieval, cost."""
-from dkilab.eval.metrics.abstention import is_abstention
+"""Metrics (ARCHITECTURE §6): answer quality, hallucination, fact calls, retrieval, cost — each declared
+once (`base.metric` / `base.declare`) with its aggregation, direction and table position; scorers per
+dataset (`base.scorer`); bootstrap intervals and paired comparisons (`bootstrap`)."""
+from dkilab.eval.metrics.abstention import detector_card, evaluate_detector, is_abstention, load_phrasings
+from dkilab.eval.metrics.base import (Metric, Scored, aggregate, aggregate_by_category, category_metrics, declare,
+                                      declared, metric, metrics_version, primary_metric, scorer, table_metrics)
 from dkilab.eval.metrics.claims import claims, unsupported_claims, unsupported_rate
 from dkilab.eval.metrics.qa import (choice_accuracy, exact_match, f1_multi, f1_score, locomo_score, normalize_answer,
                                     pick_choice, zh_exact_match, zh_f1, zh_tokens)
-from dkilab.eval.metrics.retrieval import evidence_recall, reciprocal_rank
-from dkilab.eval.metrics.score import (aggregate, aggregate_by_category, primary_metric, quality,
-                                       score_answer)
+from dkilab.eval.metrics.retrieval import RECALL_KS, evidence_recall, reciprocal_rank
+from dkilab.eval.metrics.score import STAGES, score_answer
 
-__all__ = ["is_abstention", "claims", "unsupported_claims", "unsupported_rate", "choice_accuracy", "exact_match",
-           "f1_multi", "f1_score", "locomo_score", "normalize_answer", "pick_choice", "zh_exact_match", "zh_f1",
-           "zh_tokens", "evidence_recall", "reciprocal_rank", "aggregate", "aggregate_by_category", "primary_metric", "quality",
+__all__ = ["is_abstention", "detector_card", "evaluate_detector", "load_phrasings", "Metric", "Scored", "aggregate",
+           "aggregate_by_category", "category_metrics", "declare", "declared", "metric", "metrics_version",
+           "primary_metric", "scorer", "table_metrics", "claims", "unsupported_claims", "unsupported_rate",
+           "choice_accuracy", "exact_match", "f1_multi", "f1_score", "locomo_score", "normalize_answer", "pick_choice",
+           "zh_exact_match", "zh_f1", "zh_tokens", "RECALL_KS", "evidence_recall", "reciprocal_rank", "STAGES",
            "score_answer"]

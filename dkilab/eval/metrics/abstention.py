@@ -1,27 +1,105 @@
-"""Does an answer abstain ("not mentioned", "I don't know", "没有提到", "无法确定")?"""
+"""Hallucination on unanswerable questions, and how far to trust it.
+
+`hallucination_rate` = share of unanswerable questions answered anyway; `abstention_rate_answerable`
+= share of answerable ones declined. Both rest on an abstention detector: the structural rules of
+`dkilab.text.abstention` by default, or an LLM judge (`judge: {abstention: true}` in an experiment).
+Every cell logs the detector's name and version with these metrics, and its precision / recall on the
+held-out test half of the labelled phrasings (`datasets/fixtures/abstention/phrasings.jsonl`, written
+for this project: zh and en abstentions, plain answers and hard negatives with negations, hedges and
+quoted speech), so a reader knows how far a difference in hallucination can be trusted.
+"""
 from __future__ import annotations
 
-import re
+import json
+from functools import lru_cache
+from pathlib import Path
 
-_EN = [
-    r"\bnot (?:been |ever )?(?:mentioned|stated|specified|provided|given|said|discussed|recorded|available|known|clear|sure)\b",
-    r"\bno (?:information|info|mention|record|details?|data|evidence|indication)\b",
-    r"\b(?:do not|don't|dont|cannot|can't|can not|couldn't|could not|did not|didn't) (?:know|recall|remember|find|say|tell|determine|see|have (?:that|this|any|enough))\b",
-    r"\b(?:i'm|i am) (?:not sure|unsure|unable|afraid i)\b",
-    r"\bunknown\b", r"\bunanswerable\b", r"\bnot in (?:the |my )?(?:memory|history|conversation|context|records?)\b",
-    r"\b(?:never|nowhere) (?:mentioned|said|told|stated)\b", r"\bthere is no\b.*\b(?:mention|information|record)\b",
-    r"\bhaven't (?:mentioned|told|said)\b", r"\bhasn't been (?:mentioned|said|shared)\b",
-    r"\b(?:wasn't|was not|isn't|is not|weren't) (?:mentioned|shared|discussed|specified|told)\b",
-    r"\bno way to (?:know|tell)\b", r"\binsufficient information\b", r"\bnot enough (?:information|context)\b",
-]
-_ZH = [
-    r"没有(?:提到|提及|说过|讲过|记录|相关|信息|资料|说明|明确)", r"未(?:提到|提及|说明|记录|明确|告知)",
-    r"(?:不|无法|没法|不能)(?:确定|知道|得知|回答|判断|确认)", r"不清楚", r"不知道", r"无从(?:得知|知晓|判断)",
-    r"(?:记忆|历史|对话|记录)(?:中|里)?(?:没有|并无|未)", r"无(?:相关)?(?:信息|记录)", r"并未(?:提|说)",
-    r"不记得", r"没(?:提过|说过|讲过)",
-]
-_RE = re.compile("|".join(f"(?:{p})" for p in _EN + _ZH), re.IGNORECASE)
+from dkilab.eval.metrics.base import Scored, metric
+from dkilab.text.abstention import ABSTAIN_PHRASE, DETECTOR, StructuralDetector, is_abstention
+
+PHRASINGS = Path(__file__).resolve().parents[3] / "datasets" / "fixtures" / "abstention" / "phrasings.jsonl"
+
+__all__ = ["ABSTAIN_PHRASE", "DETECTOR", "StructuralDetector", "is_abstention", "load_phrasings", "evaluate_detector",
+           "detector_card"]
 
 
-def is_abstention(answer: str) -> bool:
-    return bool(_RE.search(str(answer or "").replace("’", "'")))
+@metric("abstention_rate_answerable", field="abstained", subset="answerable", higher_is_better=False,
+        depends_on="abstention", description="answerable questions the answer declined (abstention detector)")
+def _abstained(q: Scored):
+    return q.abstained
+
+
+@metric("hallucination_rate", field="hallucinated", higher_is_better=False, per_category=True, rank=10,
+        depends_on="abstention", description="unanswerable questions answered anyway (abstention detector)")
+def _hallucinated(q: Scored):
+    return None if q.item.answerable else float(not q.abstained)
+
+
+def load_phrasings(path: str | Path | None = None) -> list[dict]:
+    """The labelled phrasings: {id, lang (en|zh), text, abstains, kind, split (dev|test)} per line."""
+    path = Path(path or PHRASINGS)
+    rows = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{n}: not valid JSON ({e.msg})") from None
+    return rows
+
+
+def evaluate_detector(is_abstention_fn=None, split: str = "test", rows: list[dict] | None = None
+                      ) -> dict[str, dict[str, float]]:
+    """Precision, recall and F1 of abstention detection per language on one half of the labelled set."""
+    fn = is_abstention_fn or DETECTOR.is_abstention
+    out = {}
+    rows = [r for r in (rows if rows is not None else load_phrasings()) if r["split"] == split]
+    for lang in sorted({r["lang"] for r in rows}):
+        rs = [r for r in rows if r["lang"] == lang]
+        pred = [bool(fn(r["text"])) for r in rs]
+        tp = sum(p and r["abstains"] for p, r in zip(pred, rs))
+        fp = sum(p and not r["abstains"] for p, r in zip(pred, rs))
+        fn_ = sum(not p and r["abstains"] for p, r in zip(pred, rs))
+        precision = tp / (tp + fp) if tp + fp else 0.0
+        recall = tp / (tp + fn_) if tp + fn_ else 0.0
+        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+        out[lang] = {"precision": precision, "recall": recall, "f1": f1, "n": float(len(rs)),
+                     "errors": [r["id"] for p, r in zip(pred, rs) if p != r["abstains"]]}
+    return out
+
+
+@lru_cache(maxsize=1)
+def detector_card() -> dict[str, object]:
+    """The default detector's name, version and measured test-half precision/recall per language."""
+    card: dict[str, object] = {"name": DETECTOR.name, "version": DETECTOR.version}
+    for lang, m in evaluate_detector().items():
+        card |= {f"test_precision_{lang}": round(m["precision"], 3), f"test_recall_{lang}": round(m["recall"], 3)}
+    return card
+
+
+def _judge_cache(model: str, prompt: str):
+    import hashlib
+
+    from dkilab.cache import cache_dir
+
+    key = hashlib.sha1(f"{model}\n{prompt}\n{PHRASINGS.stat().st_size}".encode()).hexdigest()[:16]
+    return cache_dir() / "abstention" / f"judge-{key}.json"
+
+
+def judge_card(model: str, prompt: str) -> dict[str, object]:
+    """An LLM abstention judge's name, model and (if `dkilab bench abstention --judge` measured this model
+    and prompt) its test-half precision/recall; figures not measured are said to be so."""
+    card: dict[str, object] = {"name": "llm-judge", "version": "1", "model": model}
+    path = _judge_cache(model, prompt)
+    if path.exists():
+        return card | json.loads(path.read_text(encoding="utf-8"))
+    return card | {"test_figures": f"not measured: dkilab bench abstention --judge {model}"}
+
+
+def save_judge_card(model: str, prompt: str, figures: dict[str, dict[str, float]]) -> None:
+    path = _judge_cache(model, prompt)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for lang, m in figures.items():
+        out |= {f"test_precision_{lang}": round(m["precision"], 3), f"test_recall_{lang}": round(m["recall"], 3)}
+    path.write_text(json.dumps(out), encoding="utf-8")

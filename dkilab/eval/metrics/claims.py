@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from dkilab.eval.metrics.base import Scored, metric
 from dkilab.text.lang import has_cjk
 from dkilab.text.stopwords import STOPWORDS
 
@@ -51,3 +52,9 @@ def unsupported_rate(answer: str, context: str) -> float | None:
     if not found:
         return None
     return len(unsupported_claims(answer, context)) / len(found)
+
+
+@metric("unsupported_claim_rate", higher_is_better=False, subset="answerable", rank=12,
+        description="share of an answer's claims (numbers, dates, names, nouns) found nowhere in what the model was given")
+def _unsupported(q: Scored):
+    return unsupported_rate(q.answer.text, q.item.question + "\n" + q.answer.context_text) if q.item.answerable else None

@@ -10,7 +10,15 @@ from __future__ import annotations
 
 import re
 
+from dkilab.eval.metrics.base import declare
 from dkilab.types import QAItem
+
+declare("judge_score", field="judge", subset="answerable", higher_is_better=True, per_category=True, rank=5,
+        description="share of answerable questions the LLM judge labels CORRECT")
+declare("judge_unparsed_rate", field="judge_unparsed", subset="answerable", higher_is_better=False,
+        description="judge replies that named neither CORRECT nor WRONG")
+declare("abstention_judge_unparsed_rate", field="abstention_judge_unparsed", higher_is_better=False,
+        description="abstention-judge replies that named neither label (the rules decided those)")
 
 JUDGE_PROMPT = """Label a generated answer to a question as CORRECT or WRONG. You get the question, the gold answer and the generated answer.
 Be generous: the generated answer is CORRECT if it states the same fact or touches the same topic as the gold answer, even if it is longer; a date in another format is CORRECT if it names the same date. It is WRONG if it gives a different fact, says it does not know, or does not answer.
@@ -33,23 +41,51 @@ def parse_verdict(text: str) -> float | None:
     return 1.0 if right else None
 
 
+ABSTENTION_PROMPT = """Does the answer below decline to answer, saying the information is not available (not mentioned, unknown, not in the conversation), without giving any answer of its own? An answer that gives any content, even hedged, does not decline.
+
+Question: {question}
+Answer: {prediction}
+
+Reply with one word: DECLINES or ANSWERS."""
+
+_DECLINES = re.compile(r"\bdeclin|\babstain|拒绝|未回答", re.I)
+_ANSWERS = re.compile(r"\banswers?\b|回答了", re.I)
+
+
+def parse_abstention(text: str) -> bool | None:
+    """True for DECLINES, False for ANSWERS (whichever the reply states first), None if neither."""
+    d, a = _DECLINES.search(text or ""), _ANSWERS.search(text or "")
+    if d and (not a or d.start() <= a.start()):
+        return True
+    return False if a else None
+
+
 def gold_text(item: QAItem) -> str:
     if item.choices and item.answer in item.choices:
         return str(item.choices[item.answer])
     return str(item.answer)
 
 
-def check_prompt(prompt: str) -> str:
+def check_prompt(prompt: str, fields: tuple[str, ...] = ("{question}", "{gold}", "{prediction}")) -> str:
     """The prompt, if it has every placeholder the judge fills; else ValueError naming the missing ones."""
-    missing = [f for f in ("{question}", "{gold}", "{prediction}") if f not in prompt]
+    missing = [f for f in fields if f not in prompt]
     if missing:
         raise ValueError(f"judge prompt lacks the placeholder(s) {', '.join(missing)}")
     return prompt
 
 
 class LLMJudge:
-    def __init__(self, model, prompt: str | None = None, max_new_tokens: int = 6):
+    def __init__(self, model, prompt: str | None = None, max_new_tokens: int = 6, abstention_prompt: str | None = None,
+                 abstention: bool = False):
         self.model, self.prompt, self.max_new_tokens = model, check_prompt(prompt or JUDGE_PROMPT), max_new_tokens
+        self.abstention_prompt = check_prompt(abstention_prompt or ABSTENTION_PROMPT, ("{question}", "{prediction}"))
+        self.abstention = abstention  # also label abstention (DECLINES / ANSWERS) for the hallucination metrics
+
+    def abstains(self, question: str, prediction: str) -> tuple[bool | None, str]:
+        """(does the answer decline?, the judge's raw reply); None when the reply names neither label."""
+        text = self.abstention_prompt.format(question=question, prediction=prediction or "")
+        reply = self.model.generate([{"role": "user", "content": text}], max_new_tokens=self.max_new_tokens)
+        return parse_abstention(reply), reply
 
     def judge(self, item: QAItem, prediction: str) -> tuple[float | None, str]:
         """(verdict, the judge's raw reply); None when the question is unanswerable or the reply unclear."""

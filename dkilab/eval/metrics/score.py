@@ -1,136 +1,141 @@
-"""Per-question metric rows and their aggregates (overall and per category)."""
+"""The core metrics: the answer score (by the dataset's scorer), cost, fact calls and latency per stage.
+Hallucination (abstention.py), unsupported claims (claims.py), retrieval (retrieval.py) and the judge
+(judge.py) declare theirs beside their code."""
 from __future__ import annotations
 
-import math
 from typing import Any
 
-from dkilab.eval.metrics.abstention import is_abstention
-from dkilab.eval.metrics.claims import unsupported_rate
-from dkilab.eval.metrics.qa import choice_accuracy, exact_match, f1_score, locomo_score, zh_exact_match, zh_f1
-from dkilab.eval.metrics.retrieval import evidence_recall, reciprocal_rank
-from dkilab.text.lang import detect_language
+from dkilab.eval.metrics.base import Scored, declare, metric, score_row
 from dkilab.types import Answer, QAItem
 
 STAGES = ("recall", "assembly", "generation")
-RECALL_KS = (1, 5, 10, 20)  # evidence recall@k of retrieval-only answers (recall_only)
 
 
-def quality(item: QAItem, prediction: str, dataset: str) -> dict[str, float]:
-    """score (the dataset's primary measure), f1 and em for an answerable question."""
-    if item.choices:
-        acc = choice_accuracy(prediction, item.answer, item.choices)
-        return {"score": acc, "accuracy": acc}
-    gold = str(item.answer)
-    if dataset.startswith("locomo") and isinstance(item.category, int):
-        return {"score": locomo_score(prediction, gold, item.category), "f1": f1_score(prediction, gold),
-                "em": float(exact_match(prediction, gold))}
-    if detect_language(gold) == "cn":
-        f1 = zh_f1(prediction, gold)
-        return {"score": f1, "f1": f1, "em": float(zh_exact_match(prediction, gold))}
-    f1 = f1_score(prediction, gold)
-    return {"score": f1, "f1": f1, "em": float(exact_match(prediction, gold))}
+def score_answer(item: QAItem, answer: Answer, scorer: str = "auto", abstained: bool | None = None) -> dict[str, Any]:
+    """One metric row (the per-question values of every declared metric that applies); `abstained`
+    overrides the abstention detector (an LLM judge's label)."""
+    return score_row(item, answer, scorer, abstained)
 
 
-def _latency(row: dict[str, Any], answer: Answer) -> dict[str, Any]:
-    for stage in STAGES:
-        row[f"latency_{stage}_ms"] = answer.latency_ms.get(stage, 0.0)
-    row["latency_total_ms"] = sum(answer.latency_ms.values())
-    return row
+# --- quality ----------------------------------------------------------------------------------
+@metric("score", higher_is_better=True, per_category=True, rank=0, headline=True,
+        description="the dataset's primary measure; on unanswerable questions 1 for an abstention")
+def _score(q: Scored):
+    return q.quality.get("score")
 
 
-def score_retrieval(item: QAItem, answer: Answer) -> dict[str, Any]:
-    """A retrieval-only row: evidence recall@k and reciprocal rank of the ranked `recalled_ids`."""
-    row: dict[str, Any] = {"answerable": item.answerable}
-    if item.evidence_ids:
-        ranked = answer.recalled_ids
-        row |= {f"recall_at_{k}": evidence_recall(ranked, item.evidence_ids, k) for k in RECALL_KS}
-        row["mrr"] = reciprocal_rank(ranked, item.evidence_ids)
-    return _latency(row, answer)
+declare("answer_score", field="score", subset="answerable", higher_is_better=True, rank=1,
+        description="score over the answerable questions only")
 
 
-def score_answer(item: QAItem, answer: Answer, dataset: str) -> dict[str, Any]:
-    """One metric row: quality, hallucination, fact calls, retrieval and cost."""
-    if answer.metadata.get("retrieval_only"):
-        return score_retrieval(item, answer)
-    row: dict[str, Any] = {"answerable": item.answerable, "abstained": is_abstention(answer.text)}
-    if item.answerable:
-        row |= quality(item, answer.text, dataset)
-        rate = unsupported_rate(answer.text, item.question + "\n" + answer.context_text)
-        row["unsupported_claim_rate"] = rate
-    else:
-        # LoCoMo's category 5 keeps its official score; everywhere an abstention is the right answer
-        row["score"] = (locomo_score(answer.text, None, 5) if dataset.startswith("locomo") and item.category == 5
-                        else float(row["abstained"]))
-        row["hallucinated"] = float(not row["abstained"])
-    gold = set(item.evidence_ids)
-    calls = answer.fact_calls
-    row |= {
-        "fact_calls": len(calls), "rounds": answer.rounds,
-        "valid_calls": sum(c.valid for c in calls), "malformed_calls": sum(c.malformed for c in calls),
-        "evidence_hit_calls": sum(1 for c in calls if c.trace_id in gold),
-        "fact_tokens": sum(c.tokens for c in calls),
-        "prompt_tokens": answer.prompt_tokens, "injected_tokens": answer.injected_tokens,
-        "generated_tokens": answer.generated_tokens,
-        "evidence_in_context": (len(gold & set(answer.recalled_ids)) / len(gold)) if gold and item.answerable else None,
-    }
-    return _latency(row, answer)
+@metric("f1", higher_is_better=True, subset="answerable", per_category=True)
+def _f1(q: Scored):
+    return q.quality.get("f1") if q.item.answerable else None
 
 
-def primary_metric(metrics) -> str | None:
-    """The headline metric of a cell's metrics (a dict or table columns): score, else recall@10."""
-    return next((m for m in ("score", "recall_at_10") if m in metrics), None)
+@metric("em", higher_is_better=True, subset="answerable")
+def _em(q: Scored):
+    return q.quality.get("em") if q.item.answerable else None
 
 
-def _mean(xs):
-    xs = [x for x in xs if x is not None and not (isinstance(x, float) and math.isnan(x))]
-    return sum(xs) / len(xs) if xs else None
+@metric("accuracy", higher_is_better=True, subset="answerable", description="multiple-choice accuracy")
+def _accuracy(q: Scored):
+    return q.quality.get("accuracy") if q.item.answerable else None
 
 
-def _pct(xs, p):
-    xs = sorted(x for x in xs if x is not None)
-    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))] if xs else None
+# --- memory in context and fact calls ----------------------------------------------------------
+@metric("evidence_in_context", higher_is_better=True, subset="answerable", rank=20,
+        description="share of a question's gold evidence messages the strategy put before the model")
+def _evidence(q: Scored):
+    gold = set(q.item.evidence_ids)
+    return len(gold & set(q.answer.recalled_ids)) / len(gold) if gold and q.item.answerable else None
 
 
-def aggregate(rows: list[dict[str, Any]]) -> dict[str, float]:
-    """Metrics of a set of rows (error rows count in `errors` only)."""
-    ok = [r for r in rows if not r.get("error")]
-    out: dict[str, float | None] = {"questions": float(len(rows)), "errors": float(len(rows) - len(ok))}
-    if not ok:
-        return {k: v for k, v in out.items() if v is not None}
-    ans = [r for r in ok if r["answerable"]]
-    un = [r for r in ok if not r["answerable"]]
-    gen = [r for r in ok if "fact_calls" in r]  # rows of answering strategies (not retrieval-only)
-    calls = sum(r["fact_calls"] for r in gen)
-    out |= {
-        "score": _mean([r.get("score") for r in ok]),
-        "answer_score": _mean([r.get("score") for r in ans]),
-        "f1": _mean([r.get("f1") for r in ans]), "em": _mean([r.get("em") for r in ans]),
-        "accuracy": _mean([r.get("accuracy") for r in ans]),
-        "hallucination_rate": _mean([r.get("hallucinated") for r in un]),
-        "abstention_rate_answerable": _mean([float(r["abstained"]) for r in ans if "abstained" in r]),
-        "unsupported_claim_rate": _mean([r.get("unsupported_claim_rate") for r in ans]),
-        "fact_call_rate": _mean([float(r["fact_calls"] > 0) for r in gen]),
-        "mean_rounds": _mean([r["rounds"] for r in gen]),
-        "valid_call_rate": (sum(r["valid_calls"] for r in gen) / calls) if calls else None,
-        "evidence_hit_rate": (sum(r["evidence_hit_calls"] for r in gen) / calls) if calls else None,
-        "malformed_call_rate": (sum(r["malformed_calls"] for r in gen) / calls) if calls else None,
-        "fact_tokens": _mean([r["fact_tokens"] for r in gen]),
-        "evidence_in_context": _mean([r.get("evidence_in_context") for r in ans]),
-        "prompt_tokens": _mean([r["prompt_tokens"] for r in gen]),
-        "injected_tokens": _mean([r["injected_tokens"] for r in gen]),
-        "mrr": _mean([r.get("mrr") for r in ok]),
-        "judge_score": _mean([r.get("judge") for r in ans]),  # LLM judge (when the experiment has one)
-        "judge_unparsed_rate": _mean([float(r["judge"] is None) for r in ans if "judge" in r]),
-    }
-    out |= {f"recall_at_{k}": _mean([r.get(f"recall_at_{k}") for r in ok]) for k in RECALL_KS}
-    for stage in (*STAGES, "total"):
-        xs = [r[f"latency_{stage}_ms"] for r in ok]
-        out[f"latency_{stage}_p50_ms"], out[f"latency_{stage}_p95_ms"] = _pct(xs, 50), _pct(xs, 95)
-    return {k: float(v) for k, v in out.items() if v is not None}
+@metric("fact_call_rate", field="fact_called", higher_is_better=None, per_category=True, rank=15,
+        description="share of questions with at least one retrieve_fact call")
+def _fact_called(q: Scored):
+    return float(bool(q.answer.fact_calls))
 
 
-def aggregate_by_category(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    cats: dict[str, list] = {}
-    for r in rows:
-        cats.setdefault(str(r.get("category")), []).append(r)
-    return {c: aggregate(rs) for c, rs in sorted(cats.items())}
+@metric("fact_calls", field="fact_calls")
+def _fact_calls(q: Scored):
+    return len(q.answer.fact_calls)
+
+
+@metric("valid_calls", field="valid_calls")
+def _valid(q: Scored):
+    return sum(c.valid for c in q.answer.fact_calls)
+
+
+@metric("malformed_calls", field="malformed_calls")
+def _malformed(q: Scored):
+    return sum(c.malformed for c in q.answer.fact_calls)
+
+
+@metric("evidence_hit_calls", field="evidence_hit_calls")
+def _hits(q: Scored):
+    gold = set(q.item.evidence_ids)
+    return sum(1 for c in q.answer.fact_calls if c.trace_id in gold)
+
+
+declare("valid_call_rate", field="valid_calls", aggregation="ratio", ratio_of=("valid_calls", "fact_calls"),
+        higher_is_better=True, description="calls whose trace id was offered and found, per call")
+declare("evidence_hit_rate", field="evidence_hit_calls", aggregation="ratio",
+        ratio_of=("evidence_hit_calls", "fact_calls"), higher_is_better=True,
+        description="calls that asked for a gold evidence message, per call")
+declare("malformed_call_rate", field="malformed_calls", aggregation="ratio", ratio_of=("malformed_calls", "fact_calls"),
+        higher_is_better=False, description="calls that could not be parsed, per call")
+
+
+@metric("mean_rounds", field="rounds", description="generations per question (the fact loop adds rounds)")
+def _rounds(q: Scored):
+    return q.answer.rounds
+
+
+@metric("fact_tokens", field="fact_tokens", description="fact-segment tokens per question")
+def _fact_tokens(q: Scored):
+    return sum(c.tokens for c in q.answer.fact_calls)
+
+
+# --- cost ----------------------------------------------------------------------------------------
+@metric("prompt_tokens", higher_is_better=False, rank=40, description="tokens of the final visible prompt")
+def _prompt_tokens(q: Scored):
+    return q.answer.prompt_tokens
+
+
+@metric("injected_tokens", higher_is_better=False, rank=41, description="K/V memory columns attended to")
+def _injected(q: Scored):
+    return q.answer.injected_tokens
+
+
+@metric("generated_tokens")
+def _generated(q: Scored):
+    return q.answer.generated_tokens
+
+
+@metric("history_budget", rank=42, description="the history budget the strategy worked within (ContextBudget)")
+def _budget(q: Scored):
+    return q.answer.budget.history if q.answer.budget is not None else None
+
+
+def _stage_metric(stage: str) -> None:
+    field = f"latency_{stage}_ms"
+
+    def fn(q: Scored):
+        return q.answer.latency_ms.get(stage, 0.0) if stage != "total" else sum(q.answer.latency_ms.values())
+
+    metric(f"latency_{stage}_p50_ms", field=field, aggregation="p50", higher_is_better=False, kind="any",
+           rank={"recall": 50, "total": 51}.get(stage))(fn)
+    declare(f"latency_{stage}_p95_ms", field=field, aggregation="p95", higher_is_better=False)
+
+
+for _stage in (*STAGES, "total"):
+    _stage_metric(_stage)
+
+declare("harness_overhead_p50_ms", field="overhead_ms", aggregation="p50", higher_is_better=False, rank=52,
+        description="what a question costs beyond the strategy's own stages (runner, scoring)")
+declare("questions_per_minute", field="", aggregation="cell", higher_is_better=True, rank=53)
+declare("query_embeddings", field="", aggregation="cell",
+        description="query embeddings the cell computed (caches start empty in every cell)")
+declare("questions", field="questions", aggregation="count", per_category=True)
+declare("errors", field="errors", aggregation="count", higher_is_better=False, rank=60)

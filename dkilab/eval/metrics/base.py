@@ -1,0 +1,201 @@
+"""Declared metrics: each metric says what it is, and the rows, aggregates, tables, per-category lists
+and confidence intervals follow from the declarations.
+
+A metric is a per-question function plus its declaration (lm-evaluation-harness `register_metric`,
+inspect_ai `@scorer(metrics=...)`):
+
+    @metric("hallucination_rate", field="hallucinated", higher_is_better=False, per_category=True, rank=30)
+    def hallucinated(q: Scored) -> float | None:            # None: the question does not count
+        return None if q.item.answerable else float(not q.abstained)
+
+The function fills `row[field]` of every question it applies to (`kind`: answers, retrieval or
+both); the aggregate is the mean of that field over the questions that have it (or p50/p95, a
+ratio of two fields' sums, a count). Several aggregates may read one field: `declare(...)` adds an
+aggregate without a function. A new metric is one module in this package (discovered).
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Callable, Literal
+
+from dkilab.registry import METRICS, SCORERS
+from dkilab.types import Answer, QAItem
+
+Aggregation = Literal["mean", "p50", "p95", "ratio", "count", "cell"]
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    field: str  # the per-question row key it aggregates
+    aggregation: Aggregation = "mean"
+    higher_is_better: bool | None = None  # None: a cost or a count, neither better nor worse
+    subset: Literal["all", "answerable", "unanswerable"] = "all"  # the questions it is aggregated over
+    per_category: bool = False  # also logged per category (cat/<c>/<name>)
+    rank: float | None = None  # position in the comparison table; None = not in the table
+    headline: bool = False  # a cell's main figure (console line, plots): the first headline metric it has
+    kind: Literal["answer", "retrieval", "any"] = "answer"  # the rows its function runs on
+    ratio_of: tuple[str, str] | None = None  # ratio: (numerator field, denominator field), sums over rows
+    version: str = "1"
+    depends_on: str | None = None  # a component whose version it inherits, e.g. the abstention detector
+    description: str = ""
+    fn: Callable[["Scored"], Any] | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def identity(self) -> str:
+        dep = ""
+        if self.depends_on == "abstention":
+            from dkilab.text.abstention import DETECTOR
+
+            dep = f"+{DETECTOR.name}-{DETECTOR.version}"
+        return f"{self.name}@{self.version}{dep}"
+
+
+def metric(name: str, *, field: str | None = None, **decl: Any) -> Callable:
+    """Decorator: declare a metric whose per-question value the function computes."""
+
+    def deco(fn: Callable[["Scored"], Any]) -> Callable:
+        METRICS.add(name, Metric(name, field or name, fn=fn, **decl))
+        return fn
+
+    return deco
+
+
+def declare(name: str, *, field: str, **decl: Any) -> Metric:
+    """Declare an aggregate over a row field another metric (or the runner) fills."""
+    return METRICS.add(name, Metric(name, field, **decl))
+
+
+def scorer(name: str, *, version: str = "1", description: str = "") -> Callable:
+    """Decorator: a dataset's answer scorer `fn(item, prediction, abstained) -> {score, f1, ...}`."""
+
+    def deco(fn: Callable) -> Callable:
+        SCORERS.add(name, fn, version=version, description=description)
+        return fn
+
+    return deco
+
+
+@dataclass
+class Scored:
+    """One answered question as metric functions see it."""
+
+    item: QAItem
+    answer: Answer
+    scorer: str = "auto"
+    abstained_label: bool | None = None  # an LLM judge's abstention label, when one was asked
+
+    @property
+    def retrieval_only(self) -> bool:
+        return bool(self.answer.metadata.get("retrieval_only"))
+
+    @cached_property
+    def abstained(self) -> bool:
+        if self.abstained_label is not None:
+            return self.abstained_label
+        from dkilab.text.abstention import DETECTOR
+
+        return DETECTOR.is_abstention(self.answer.text)
+
+    @cached_property
+    def quality(self) -> dict[str, float]:
+        return SCORERS[self.scorer](self.item, self.answer.text, self.abstained)
+
+
+def declared() -> list[Metric]:
+    return list(METRICS.values())
+
+
+def table_metrics() -> list[str]:
+    """The comparison table's columns, in declared order."""
+    return [m.name for m in sorted((m for m in declared() if m.rank is not None), key=lambda m: m.rank)]
+
+
+def category_metrics() -> list[str]:
+    return [m.name for m in declared() if m.per_category]
+
+
+def primary_metric(metrics) -> str | None:
+    """The headline metric of a cell's metrics (a dict or table columns): the first declared one present."""
+    heads = sorted((m for m in declared() if m.headline), key=lambda m: m.rank if m.rank is not None else 1e9)
+    return next((m.name for m in heads if m.name in metrics), None)
+
+
+def metrics_version() -> str:
+    """A digest of every declared metric and scorer with its version (part of a cell's identity)."""
+    parts = sorted(m.identity for m in declared()) + sorted(f"{n}@{SCORERS.meta(n)['version']}" for n in SCORERS)
+    return hashlib.sha1("|".join(parts).encode()).hexdigest()[:12]
+
+
+def score_row(item: QAItem, answer: Answer, scorer: str = "auto", abstained: bool | None = None) -> dict[str, Any]:
+    """One question's row: every declared metric's per-question value that applies to it."""
+    q = Scored(item, answer, scorer, abstained)
+    row: dict[str, Any] = {"answerable": item.answerable}
+    for m in declared():
+        if m.fn is None or (m.kind == "answer" and q.retrieval_only) or (m.kind == "retrieval" and not q.retrieval_only):
+            continue
+        value = m.fn(q)
+        if value is not None:
+            row[m.field] = value
+    return row
+
+
+# --- aggregation ------------------------------------------------------------------------------
+def _finite(x) -> bool:
+    return isinstance(x, bool) or (isinstance(x, (int, float)) and math.isfinite(x))
+
+
+def _in_subset(row: dict, subset: str) -> bool:
+    return subset == "all" or (row.get("answerable") if subset == "answerable" else not row.get("answerable"))
+
+
+def _pct(xs: list[float], p: float) -> float | None:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))] if xs else None
+
+
+def values(m: Metric, rows: list[dict]) -> list[float]:
+    """The per-question values a mean/percentile metric aggregates (error rows excluded)."""
+    return [float(r[m.field]) for r in rows
+            if not r.get("error") and _in_subset(r, m.subset) and _finite(r.get(m.field))]
+
+
+def aggregate_metric(m: Metric, rows: list[dict]) -> float | None:
+    ok = [r for r in rows if not r.get("error")]
+    if m.aggregation == "count":
+        return float(len(rows)) if m.field == "questions" else float(len(rows) - len(ok))
+    if m.aggregation == "cell":
+        return None  # computed by the runner from the cell as a whole
+    if m.aggregation == "ratio":
+        num, den = m.ratio_of
+        sub = [r for r in ok if _in_subset(r, m.subset) and _finite(r.get(den))]
+        total = sum(float(r[den]) for r in sub)
+        return sum(float(r.get(num) or 0) for r in sub) / total if total else None
+    xs = values(m, rows)
+    if not xs:
+        return None
+    if m.aggregation == "mean":
+        return sum(xs) / len(xs)
+    return _pct(xs, 50 if m.aggregation == "p50" else 95)
+
+
+def aggregate(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Every declared metric that the rows give a value for (error rows count in `errors` only)."""
+    out = {}
+    for m in declared():
+        v = aggregate_metric(m, rows)
+        if v is not None:
+            out[m.name] = float(v)
+    return out
+
+
+def aggregate_by_category(rows: list[dict[str, Any]], names: list[str] | None = None) -> dict[str, dict[str, float]]:
+    """Per category: the per-category metrics (or `names`) and the question count."""
+    wanted = set(names or category_metrics()) | {"questions"}
+    cats: dict[str, list] = {}
+    for r in rows:
+        cats.setdefault(str(r.get("category")), []).append(r)
+    return {c: {k: v for k, v in aggregate(rs).items() if k in wanted} for c, rs in sorted(cats.items())}

@@ -1,0 +1,104 @@
+"""Uncertainty: 95% bootstrap confidence intervals for every aggregate, and paired comparisons of two
+cells on the same questions.
+
+Questions of one conversation are not independent (one user, one history), so resampling draws whole
+conversations (clusters, by `user_id`) when there are at least `MIN_CLUSTERS` of them, else single
+questions. Seeded: the same rows give the same interval. A paired difference resamples the per-question
+differences of the questions both cells answered; it is called *real* when its interval excludes 0
+(no correction for the number of comparisons: with many, expect about 1 in 20 false calls).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from dkilab.eval.metrics.base import Metric, _finite, _in_subset, aggregate_metric, declared
+
+B = 1000  # resamples
+LEVEL = 0.95
+MIN_CLUSTERS = 5
+CI_AGGREGATIONS = ("mean", "ratio", "p50", "p95")
+
+
+def _groups(rows: list[dict], cluster: str) -> tuple[np.ndarray, int, str]:
+    keys = [str(r.get(cluster)) for r in rows]
+    uniq = {k: i for i, k in enumerate(dict.fromkeys(keys))}
+    if len(uniq) >= MIN_CLUSTERS:
+        return np.array([uniq[k] for k in keys], dtype=np.int64), len(uniq), "conversation"
+    return np.arange(len(rows), dtype=np.int64), len(rows), "question"
+
+
+def _interval(stats: np.ndarray) -> tuple[float, float]:
+    stats = stats[np.isfinite(stats)]
+    if not len(stats):
+        return math.nan, math.nan
+    lo, hi = np.quantile(stats, [(1 - LEVEL) / 2, 1 - (1 - LEVEL) / 2])
+    return float(lo), float(hi)
+
+
+def _draws(n_groups: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, n_groups, size=(B, n_groups))
+
+
+def metric_ci(m: Metric, rows: list[dict[str, Any]], cluster: str = "user_id", seed: int = 0
+              ) -> tuple[float, float] | None:
+    """(low, high) of a metric's 95% interval over these rows; None if it has no interval."""
+    if m.aggregation not in CI_AGGREGATIONS:
+        return None
+    ok = [r for r in rows if not r.get("error") and _in_subset(r, m.subset)]
+    if m.aggregation == "ratio":
+        num, den = m.ratio_of
+        ok = [r for r in ok if _finite(r.get(den))]
+        x = np.array([float(r.get(num) or 0) for r in ok]), np.array([float(r[den]) for r in ok])
+    else:
+        ok = [r for r in ok if _finite(r.get(m.field))]
+        x = np.array([float(r[m.field]) for r in ok]), np.ones(len(ok))
+    if len(ok) < 2 or aggregate_metric(m, rows) is None:
+        return None
+    groups, n, _ = _groups(ok, cluster)
+    idx = _draws(n, seed)
+    if m.aggregation in ("mean", "ratio"):
+        num_g, den_g = np.bincount(groups, x[0], n), np.bincount(groups, x[1], n)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return _interval(num_g[idx].sum(1) / den_g[idx].sum(1))
+    members = [x[0][groups == g] for g in range(n)]
+    q = 50 if m.aggregation == "p50" else 95
+    stats = np.array([np.percentile(np.concatenate([members[g] for g in draw]), q, method="nearest") for draw in idx])
+    return _interval(stats)
+
+
+def intervals(rows: list[dict[str, Any]], names: list[str] | None = None, seed: int = 0) -> dict[str, tuple[float, float]]:
+    """name -> 95% interval for every declared metric (or `names`) the rows give one for."""
+    out = {}
+    for m in declared():
+        if names is not None and m.name not in names:
+            continue
+        ci = metric_ci(m, rows, seed=seed)
+        if ci is not None and all(math.isfinite(v) for v in ci):
+            out[m.name] = ci
+    return out
+
+
+def paired(m: Metric, rows_a: list[dict], rows_b: list[dict], key: str = "qid", cluster: str = "user_id",
+           seed: int = 0) -> dict[str, float] | None:
+    """B - A on the questions both answered: {n, a, b, diff, low, high, p, real}; None if not comparable."""
+    if m.aggregation != "mean":
+        return None
+    a = {r[key]: r for r in rows_a if not r.get("error") and _in_subset(r, m.subset) and _finite(r.get(m.field))}
+    pairs = [(a[r[key]], r) for r in rows_b if r.get(key) in a and not r.get("error") and _finite(r.get(m.field))]
+    if len(pairs) < 2:
+        return None
+    va = np.array([float(x[m.field]) for x, _ in pairs])
+    vb = np.array([float(y[m.field]) for _, y in pairs])
+    d = vb - va
+    groups, n, method = _groups([x for x, _ in pairs], cluster)
+    idx = _draws(n, seed)
+    sums, counts = np.bincount(groups, d, n), np.bincount(groups, None, n)
+    stats = sums[idx].sum(1) / counts[idx].sum(1)
+    lo, hi = _interval(stats)
+    p = min(1.0, 2 * min(float((stats <= 0).mean()), float((stats >= 0).mean())))
+    real = bool(lo > 0 or hi < 0)
+    return {"n": float(len(pairs)), "a": float(va.mean()), "b": float(vb.mean()), "diff": float(d.mean()),
+            "low": lo, "high": hi, "p": p, "real": real, "resampled": method}

@@ -1,0 +1,144 @@
+"""One typed registry for every pluggable component: strategies, datasets, metrics, scorers, prompt
+formatters and model loaders.
+
+A component registers itself with a decorator and carries its declarations as metadata:
+
+    @STRATEGIES.register()                       # name from the class's `name`
+    class MyStrategy(Strategy): ...
+
+    @DATASETS.register("mydata", language="en", scorer="f1", version="1")
+    def load_mydata(data_dir, limit=None, question_limit=None): ...
+
+A registry with `discover=` imports every module of that package the first time it is read, so a
+new strategy (or dataset loader, or metric module) is one file dropped into its package: nothing
+else to edit. `import dkilab.registry` imports nothing heavy.
+"""
+from __future__ import annotations
+
+import difflib
+import pkgutil
+import threading
+from importlib import import_module
+from typing import Any, Callable, Generic, Iterator, TypeVar
+
+T = TypeVar("T")
+
+
+class UnknownNameError(KeyError, ValueError):
+    """A name no component is registered under; the message lists the known ones (did you mean ...?)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+def did_you_mean(name: str, known) -> str:
+    close = difflib.get_close_matches(str(name), [str(k) for k in known], n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+class Registry(Generic[T]):
+    """name -> component, with per-name metadata (the component's declarations)."""
+
+    def __init__(self, kind: str, discover: str | tuple[str, ...] | None = None):
+        self.kind = kind
+        self._items: dict[str, T] = {}
+        self._meta: dict[str, dict[str, Any]] = {}
+        self._discover = (discover,) if isinstance(discover, str) else tuple(discover or ())
+        self._discovered = not self._discover
+        self._lock = threading.RLock()
+
+    # --- registration -------------------------------------------------------------------
+    def register(self, name: str | None = None, **meta: Any) -> Callable[[T], T]:
+        """Decorator; `name` defaults to the component's `name` attribute."""
+
+        def deco(obj: T) -> T:
+            self.add(name or getattr(obj, "name", None), obj, **meta)
+            return obj
+
+        return deco
+
+    def add(self, name: str | None, obj: T, **meta: Any) -> T:
+        if not name or not isinstance(name, str):
+            raise TypeError(f"a {self.kind} needs a non-empty name, got {name!r} for {obj!r}")
+        with self._lock:
+            if name in self._items and self._items[name] is not obj and not _same_definition(self._items[name], obj):
+                raise ValueError(f"{self.kind} {name!r} is registered twice ({self._items[name]!r}, {obj!r})")
+            self._items[name] = obj
+            self._meta[name] = dict(meta)
+        return obj
+
+    def remove(self, name: str) -> None:
+        with self._lock:
+            self._items.pop(name, None)
+            self._meta.pop(name, None)
+
+    pop = remove
+
+    # --- lookup -------------------------------------------------------------------------
+    def _ensure(self) -> None:
+        if self._discovered:
+            return
+        with self._lock:
+            if self._discovered:
+                return
+            self._discovered = True
+            for package in self._discover:
+                pkg = import_module(package)
+                for info in pkgutil.iter_modules(getattr(pkg, "__path__", [])):  # a plain module: imported above
+                    if not info.name.startswith("_"):
+                        import_module(f"{package}.{info.name}")
+
+    def __getitem__(self, name: str) -> T:
+        self._ensure()
+        try:
+            return self._items[name]
+        except (KeyError, TypeError):
+            raise UnknownNameError(f"unknown {self.kind} {name!r}{did_you_mean(name, self._items)}; "
+                                   f"registered: {', '.join(sorted(self._items))}") from None
+
+    def get(self, name: str, default: Any = None) -> T | Any:
+        self._ensure()
+        return self._items.get(name, default)
+
+    def meta(self, name: str) -> dict[str, Any]:
+        self[name]  # the error for an unknown name
+        return self._meta[name]
+
+    def __contains__(self, name: object) -> bool:
+        self._ensure()
+        return name in self._items
+
+    def __iter__(self) -> Iterator[str]:
+        self._ensure()
+        return iter(list(self._items))
+
+    def __len__(self) -> int:
+        self._ensure()
+        return len(self._items)
+
+    def names(self) -> list[str]:
+        return sorted(self)
+
+    def items(self) -> list[tuple[str, T]]:
+        self._ensure()
+        return list(self._items.items())
+
+    def values(self) -> list[T]:
+        return [v for _, v in self.items()]
+
+    def __repr__(self) -> str:
+        return f"Registry({self.kind!r}, {len(self._items)} registered)"
+
+
+def _same_definition(a: Any, b: Any) -> bool:
+    """A module imported twice (e.g. as __main__ and by name) re-registers the same definition."""
+    return (getattr(a, "__qualname__", None) == getattr(b, "__qualname__", object())
+            and getattr(a, "__module__", None) == getattr(b, "__module__", object()))
+
+
+STRATEGIES: Registry[type] = Registry("strategy", discover="dkilab.strategies")
+DATASETS: Registry[Callable] = Registry("dataset", discover="dkilab.eval.datasets")
+METRICS: Registry[Any] = Registry("metric", discover="dkilab.eval.metrics")
+SCORERS: Registry[Callable] = Registry("scorer", discover="dkilab.eval.metrics")
+FORMATTERS: Registry[type] = Registry("prompt formatter", discover="dkilab.recall.formatters")
+MODELS: Registry[Callable] = Registry("model loader", discover="dkilab.models.loading")

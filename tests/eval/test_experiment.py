@@ -1,0 +1,144 @@
+"""Experiment configs are checked when they are read (file + dotted key, one line), and a cell's
+identity covers everything that decides its result."""
+import subprocess
+import sys
+
+import pytest
+import yaml
+from pydantic import Field
+
+from dkilab.config import ConfigError
+from dkilab.eval.experiment import apply_overrides, expand_cells, load_experiment, parse_set, with_question_limit
+from tests.conftest import ROOT
+
+
+def _write(tmp_path, name="cfg", **extra):
+    data = {"name": name, "model": {"max_context": 512}, "defaults": {"max_new_tokens": 2}, "tracing": False,
+            "datasets": [{"name": "fixtures", "limit": 1, "question_limit": 2}],
+            "strategies": [{"name": "no_memory"}, {"name": "recall_v4", "label": "v4"}]} | extra
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data, allow_unicode=True))
+    return path
+
+
+@pytest.mark.parametrize("extra, pattern", [
+    ({"defaults": {"max_new_token": 2}}, r"cfg\.yaml: defaults\.max_new_token: no strategy .*did you mean 'max_new_tokens'"),
+    ({"sweep": {"params.preference_alpah": [0.2, 0.6]}}, r"cfg\.yaml: sweep\.params\.preference_alpah: .*did you mean 'preference_alpha'"),
+    ({"sweep": {"v4.contxt_budget": [1, 2]}}, r"sweep\.v4\.contxt_budget: strategy 'v4' has no parameter 'contxt_budget'.*context_budget"),
+    ({"sweep": {"v4.recall.summary.per_message_treshold": [60]}}, r"cfg\.yaml: invalid params of strategies\.1 \(v4\) at sweep point.*"
+                                                                  r"params\.recall\.summary\.per_message_treshold: Extra inputs"),
+    ({"sweep": {"v4.recall.summary.per_message_threshold": [60, -1]}}, r"sweep point \{'v4\.recall\.summary\.per_message_threshold': -1\}.*"
+                                                                      r"per_message_threshold: Input should be greater"),
+    ({"strategies": [{"name": "recall_v4", "params": {"recall": {"summary": {"strategy": "magic"}}}}]},
+     r"params\.recall\.summary\.strategy"),
+    ({"strategies": [{"name": "recal_v4"}]}, r"cfg\.yaml: strategies\.0\.name: unknown strategy 'recal_v4' \(did you mean 'recall_v4'\?\)"),
+    ({"datasets": [{"name": "locomoo"}]}, r"datasets\.0: unknown dataset 'locomoo' \(did you mean 'locomo'\?\)"),
+    ({"sweep": {"nothing.x": [1]}}, r"sweep\.nothing\.x"),
+    ({"sweep": {"model.max_contxt": [1024]}}, r"sweep\.model\.max_contxt: model has no field"),
+    ({"expect": {"v5": {"score": [0, 1]}}}, r"expect\.v5: no strategy with that label"),
+    ({"strategies": [{"name": "recall_v4", "params": {"reference": {"config": "/nonexistent/ref.yaml"}}}]},
+     r"strategies\.0 \(recall_v4\): .*ref\.yaml does not exist"),
+    ({"judge": {"prompt": "no placeholders"}}, r"judge.*placeholder"),
+    ({"datasets": [{"name": "fixtures", "scorer": "bleu"}]}, r"datasets\.0\.scorer: unknown scorer 'bleu'"),
+])
+def test_config_errors_name_the_file_and_the_dotted_key(tmp_path, extra, pattern):
+    with pytest.raises(ConfigError, match=pattern) as err:
+        load_experiment(_write(tmp_path, **extra))
+    assert "\n" not in str(err.value)
+
+
+def test_duplicate_yaml_keys_and_bad_overrides_are_refused(tmp_path):
+    path = tmp_path / "dup.yaml"
+    path.write_text("name: dup\ndatasets: [{name: fixtures}]\nstrategies: [{name: no_memory}]\nname: again\n")
+    with pytest.raises(ConfigError, match=r"dup\.yaml: not valid YAML \(line 4.*duplicate key 'name'"):
+        load_experiment(path)
+    cfg = _write(tmp_path)
+    with pytest.raises(ConfigError, match=r"--set strategies\.5\.params\.x: the config has 2 strategies \(indexes 0-1\)"):
+        load_experiment(cfg, {"strategies.5.params.x": 3})
+    with pytest.raises(ConfigError, match=r"datasets\.0\.question_limit"):
+        load_experiment(cfg, {"datasets.0.question_limit": -1})
+    with pytest.raises(ConfigError, match=r"params of strategies\.1 \(v4\).*params\.max_results"):
+        load_experiment(cfg, {"strategies.1.params.max_results": 0})
+    assert load_experiment(cfg, {"strategies.1.params.max_results": 7}).strategies[1].params == {"max_results": 7}
+    assert parse_set(["params.preference_alpha=0.2", "model.spec=offline:smollm2"]) == {
+        "params.preference_alpha": 0.2, "model.spec": "offline:smollm2"}
+    with pytest.raises(ConfigError, match="expected key=value"):
+        parse_set(["oops"])
+    loaded = load_experiment(cfg)
+    for bad in (0, -1):
+        with pytest.raises(ConfigError, match="--limit"):
+            with_question_limit(loaded, bad)
+    assert all(d.question_limit == 1 for d in with_question_limit(loaded, 1).datasets)
+    assert apply_overrides({"a": {"b": 1}}, {"a.c": 2}) == {"a": {"b": 1, "c": 2}}
+
+
+def test_cli_user_errors_are_one_line_with_exit_code_2(tmp_path):
+    bad = _write(tmp_path, defaults={"max_new_token": 2})
+    cmd = [sys.executable, "-m", "dkilab.cli"]
+    out = subprocess.run(cmd + ["run", str(bad)], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines() == [f"dkilab: error: {bad}: defaults.max_new_token: no strategy of this "
+                                                "experiment has a parameter 'max_new_token' (did you mean 'max_new_tokens'?)"]
+    debug = subprocess.run(cmd + ["--debug", "run", str(bad)], cwd=ROOT, capture_output=True, text=True)
+    assert debug.returncode != 0 and "Traceback" in debug.stderr
+    for args in (["run", str(_write(tmp_path, "ok")), "--limit", "0"], ["run", str(_write(tmp_path, "ok")), "--limit", "-1"], []):
+        out = subprocess.run(cmd + args, cwd=ROOT, capture_output=True, text=True)
+        assert out.returncode == 2 and "Traceback" not in out.stderr, (args, out.stderr)
+    missing = subprocess.run(cmd + ["run", str(tmp_path / "nope.yaml")], cwd=ROOT, capture_output=True, text=True)
+    assert missing.returncode == 2 and "nope.yaml does not exist" in missing.stderr
+
+
+def test_sweep_grid_applies_keys_where_they_belong(tmp_path):
+    cfg = load_experiment(_write(tmp_path, strategies=[{"name": "no_memory"}, {"name": "stable"}],
+                                 sweep={"params.preference_alpha": [0.2, 0.6], "stable.recent_turns": [1, 3]}))
+    cells = expand_cells(cfg)
+    # no_memory has neither parameter: one cell; stable: 2 x 2
+    assert sorted(c.strategy.name for c in cells) == ["no_memory"] + ["stable"] * 4
+    assert {(c.params.preference_alpha, c.params.recent_turns) for c in cells if c.strategy.name == "stable"} == {
+        (0.2, 1), (0.2, 3), (0.6, 1), (0.6, 3)}
+    assert len({c.config_hash for c in cells}) == 5
+
+
+def test_a_cells_identity_is_its_resolved_config(tmp_path, monkeypatch):
+    import dkilab.strategies.base as base
+    from dkilab.strategies.recall_v4 import RecallV4
+
+    plain = expand_cells(load_experiment(_write(tmp_path, "a")))[1]
+    explicit = expand_cells(load_experiment(_write(
+        tmp_path, "b", strategies=[{"name": "no_memory"}, {"name": "recall_v4", "label": "v4",
+                                                           "params": {"preference_alpha": 0.4, "recall": {"enabled": True}}}])))[1]
+    assert plain.config_hash == explicit.config_hash  # a default written out is the same cell
+    resolved = plain.resolved
+    assert resolved["strategy"]["params"]["recall"]["summary"]["per_message_threshold"] == 200  # every default filled
+    assert resolved["dataset"]["scorer"] == "auto" and resolved["dataset"]["version"]
+    assert resolved["metrics"]["abstention_detector"]["name"] == "structural"
+    assert "system.en" in plain.prompts() and "formatter.constraint.en" in plain.prompts()
+    no_memory = expand_cells(load_experiment(_write(tmp_path, "c")))[0]
+    other_embedder = expand_cells(load_experiment(_write(tmp_path, "d", embedder={"model": "/models/e5"})))[0]
+    assert no_memory.config_hash != other_embedder.config_hash and other_embedder.resolved["embedder"]["model"] == "/models/e5"
+    recall_only = load_experiment(_write(tmp_path, "e", strategies=[{"name": "recall_only"}]))
+    other_model = load_experiment(_write(tmp_path, "f", strategies=[{"name": "recall_only"}], model={"max_context": 4096}))
+    assert expand_cells(recall_only)[0].config_hash == expand_cells(other_model)[0].config_hash  # no model: not part of it
+    # a changed default in code, a new strategy version or a changed prompt: a different cell
+    class NewDefault(RecallV4.Params):
+        preference_alpha: float = Field(0.5, ge=0.0)
+
+    monkeypatch.setattr(RecallV4, "Params", NewDefault)
+    changed = expand_cells(load_experiment(_write(tmp_path, "g")))[1]
+    assert changed.params.preference_alpha == 0.5 and changed.config_hash != plain.config_hash
+    monkeypatch.undo()
+    assert expand_cells(load_experiment(_write(tmp_path, "h")))[1].config_hash == plain.config_hash
+    monkeypatch.setattr(RecallV4, "version", "99")
+    assert expand_cells(load_experiment(_write(tmp_path, "i")))[1].config_hash != plain.config_hash
+    monkeypatch.undo()
+    monkeypatch.setitem(base.SYSTEM, "en", base.SYSTEM["en"] + " Be brief.")
+    assert expand_cells(load_experiment(_write(tmp_path, "j")))[1].config_hash != plain.config_hash
+
+
+EXPERIMENTS = sorted((ROOT / "experiments").rglob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", EXPERIMENTS, ids=[str(p.relative_to(ROOT / "experiments")) for p in EXPERIMENTS])
+def test_every_experiment_config_validates(path):
+    cells = expand_cells(load_experiment(path))
+    assert cells and len({c.label for c in cells}) == len(cells)

@@ -1,0 +1,52 @@
+"""One registry for strategies, datasets, metrics, scorers, formatters and models; a new component is
+one file that registers itself."""
+import pkgutil
+import sys
+import textwrap
+
+import pytest
+
+from dkilab.registry import DATASETS, FORMATTERS, METRICS, MODELS, SCORERS, STRATEGIES, Registry, UnknownNameError
+
+
+def test_a_new_component_is_one_file_in_a_discovered_package(tmp_path, monkeypatch):
+    pkg = tmp_path / "my_plugins"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "echo_strategy.py").write_text(textwrap.dedent("""
+        from tests.test_registry import PLUGINS
+
+        @PLUGINS.register("echo", version="3")
+        class Echo:
+            pass
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    global PLUGINS
+    PLUGINS = Registry("plugin", discover="my_plugins")
+    assert "echo" in PLUGINS and PLUGINS.meta("echo") == {"version": "3"}  # found without any import or list edit
+    with pytest.raises(UnknownNameError, match=r"unknown plugin 'ecko' \(did you mean 'echo'\?\); registered: echo"):
+        PLUGINS["ecko"]
+    with pytest.raises(KeyError):
+        PLUGINS["ecko"]  # a KeyError and a ValueError (pydantic validators turn it into a config error)
+    with pytest.raises(ValueError, match="registered twice"):
+        PLUGINS.add("echo", object())
+    sys.modules.pop("my_plugins.echo_strategy", None)
+
+
+def test_every_module_of_the_strategy_package_is_registered():
+    import dkilab.strategies as pkg
+
+    files = {m.name for m in pkgutil.iter_modules(pkg.__path__)} - {"base"}
+    assert files <= set(STRATEGIES) and {STRATEGIES.meta(n)["version"] for n in STRATEGIES}
+    for name in STRATEGIES:
+        cls = STRATEGIES[name]
+        assert cls.name == name and STRATEGIES.meta(name)["needs_model"] == cls.needs_model
+
+
+def test_components_declare_what_the_harness_asks_them():
+    for name in DATASETS:
+        meta = DATASETS.meta(name)
+        assert meta["language"] in ("en", "cn", "mixed") and meta["scorer"] in SCORERS and meta["version"]
+    assert {"score", "hallucination_rate", "recall_at_10", "prompt_tokens"} <= set(METRICS)
+    assert {"generic", "deepseek", "glm"} <= set(FORMATTERS)
+    assert {"offline", "openai", "transformers"} <= set(MODELS)
