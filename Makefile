@@ -8,7 +8,7 @@ STAMP   := $(VENV)/.dkilab-installed
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup quickstart ui test test-slow test-all bench-store bench-strategies clean
+.PHONY: setup quickstart ui test test-slow test-all bench-store bench-strategies bench-abstention clean
 
 setup: $(STAMP)
 
@@ -40,6 +40,9 @@ bench-store: setup
 
 bench-strategies: setup
 	$(BIN)/dkilab bench strategies
+
+bench-abstention: setup
+	$(BIN)/dkilab bench abstention
 
 ui: setup
 	$(BIN)/dkilab ui

@@ -61,6 +61,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     table = results_table(results, intervals=True)
     if not table.empty:
         print("\n" + format_table(table) + "\n(± = half the 95% bootstrap interval)")
+        if "hallucination_rate" in table.columns:
+            from dkilab.eval.tracking import detector_notes, flatten
+
+            for note in detector_notes([flatten(r.cell.resolved) for r in results if not r.error]):
+                print(note)
     print(f"\nMLflow: {tracking_uri(args.tracking_uri)} (experiment {cfg.name!r}); paired differences: "
           f"`dkilab report {cfg.name}`; open it with `dkilab ui`")
     problems = check_expectations(cfg, results)
@@ -73,7 +78,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from dkilab.eval.tracking import format_table, report
 
     metrics = [m.strip() for m in args.metrics.split(",")] if args.metrics else None
-    table, pairs = report(args.experiment, args.tracking_uri, by_category=args.by == "category", metrics=metrics)
+    table, pairs, notes = report(args.experiment, args.tracking_uri, by_category=args.by == "category", metrics=metrics)
     if table.empty:
         print("(no finished cells)")
         return 0
@@ -85,20 +90,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
             shown[c] = shown[c].map(lambda x: f"{x:.3f}")
         print("\npaired differences b - a on the same questions (95% CI; real = the interval excludes 0):")
         print(shown.to_string(index=False))
-    _print_detector_note(table)
+    for note in notes:  # how far to trust hallucination_rate
+        print("\n" + note)
     return 0
-
-
-def _print_detector_note(table) -> None:
-    """The abstention detector's measured accuracy, next to the metrics that rest on it."""
-    if not {"hallucination_rate"} & set(table.columns):
-        return
-    from dkilab.eval.metrics import detector_card
-
-    card = detector_card()
-    figures = ", ".join(f"{k.removeprefix('test_')} {v}" for k, v in card.items() if k.startswith("test_"))
-    print(f"\nhallucination_rate rests on the abstention detector {card['name']}-v{card['version']} "
-          f"(held-out test half: {figures}; `dkilab bench abstention`)")
 
 
 def _cmd_ui(args: argparse.Namespace) -> int:

@@ -58,3 +58,18 @@ def read_yaml(path: str | Path) -> Any:
         at = f" (line {where.line + 1}, column {where.column + 1})" if where is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ConfigError(f"{path}: not valid YAML{at}: {problem}") from None
+
+
+def read_jsonl(path: str | Path) -> list[Any]:
+    """One JSON value per non-empty line; a bad line is a ValueError naming the file and the line."""
+    import json
+
+    path = Path(path)
+    out = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{n}: not valid JSON ({e.msg})") from None
+    return out

@@ -36,6 +36,7 @@ def run(data_dir: str | None = None, questions: int = 20, model_spec: str = "off
     recall = read_yaml(recall_config)["defaults"]["recall"]
     rows = {}
     for name in strategies or BUILTIN:
+        store.embedder.clear_cache()  # every strategy starts with cold query caches
         params = {"max_new_tokens": max_new_tokens, "max_prompt_tokens": max_prompt_tokens}
         if "recall" in STRATEGIES[name].Params.model_fields:
             params["recall"] = recall

@@ -294,10 +294,27 @@ def run_rows(run_id: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
+def detector_notes(params_per_cell: list[dict[str, str]]) -> list[str]:
+    """One line per abstention detector the cells used: name, version and measured test-half figures."""
+    seen = {}
+    for params in params_per_cell:
+        card = {k.removeprefix("metrics.abstention_detector."): v for k, v in params.items()
+                if k.startswith("metrics.abstention_detector.")}
+        if card:
+            seen.setdefault(json.dumps(card, sort_keys=True), card)
+    notes = []
+    for card in seen.values():
+        figures = ", ".join(f"{k.removeprefix('test_')} {v}" for k, v in sorted(card.items()) if k.startswith("test_"))
+        name = card.get("name", "?") + (f" ({card['model']})" if card.get("model") else "") + f"-v{card.get('version', '?')}"
+        notes.append(f"hallucination_rate rests on the abstention detector {name}: held-out test half "
+                     f"{figures or card.get('test_figures', 'not measured')} (`dkilab bench abstention`)")
+    return notes
+
+
 def report(experiment: str, uri: str | None = None, pairs: bool = True, by_category: bool = False,
            metrics: list[str] | None = None):
-    """(table with intervals, paired differences) of the finished cells of an experiment: the newest
-    completed run per config hash, in the order the cells ran."""
+    """(table with intervals, paired differences, detector notes) of the finished cells of an experiment:
+    the newest completed run per config hash, in the order the cells ran."""
     import mlflow
     import pandas as pd
 
@@ -310,12 +327,12 @@ def report(experiment: str, uri: str | None = None, pairs: bool = True, by_categ
         raise KeyError(f"no MLflow experiment named {experiment!r} at {tracking_uri(uri)}")
     runs = sorted(runstate.finished_runs(exp.experiment_id).values(), key=lambda r: r.info.start_time)
     if not runs:
-        return pd.DataFrame(), pd.DataFrame()
-    cells = [(r.info.run_name, dict(r.data.metrics)) for r in runs]
-    table = metrics_frame(cells, intervals=True)
+        return pd.DataFrame(), pd.DataFrame(), []
+    table = metrics_frame([(r.info.run_name, dict(r.data.metrics)) for r in runs], intervals=True)
+    notes = detector_notes([r.data.params for r in runs]) if "hallucination_rate" in table.columns else []
     if not pairs:
-        return table, pd.DataFrame()
+        return table, pd.DataFrame(), notes
     keyed = [(r.info.run_name, f"{r.data.params.get('dataset.name')}:{r.data.params.get('dataset.split')}"
               + (f":{r.data.params['dataset.path']}" if r.data.params.get("dataset.path") not in (None, "None") else ""),
               run_rows(r.info.run_id)) for r in runs]
-    return table, pairwise(keyed, metrics, by_category)
+    return table, pairwise(keyed, metrics, by_category), notes

@@ -32,8 +32,8 @@ _MENTION = (r"(?:mention(?:ed|ing)?|sa(?:y|id|ying)|t(?:ell|old|elling)|shar(?:e
             r"talk(?:ed)? about|br(?:ing|ought) up|specif(?:y|ied)|stat(?:e|ed)|giv(?:e|en)|provid(?:e|ed)|"
             r"record(?:ed)?|not(?:e|ed)|writ(?:e|ten)|cover(?:ed)?|includ(?:e|ed)|disclos(?:e|ed)|reveal(?:ed)?|"
             r"show(?:n|ed)?|contain(?:ed)?)")
-_KNOW = (r"(?:know|recall|remember|find|locate|say|tell|determine|see|answer|be (?:sure|certain)|confirm|"
-         r"work (?:that|it) out|figure (?:that|it) out)")
+_KNOW = (r"(?:know|recall|remember|find|locate|say|tell|determine|see|answer|be (?:sure|certain)|confirm|provide|give|"
+         r"share|offer|work (?:that|it) out|figure (?:that|it) out)")
 _NEG = r"(?:not|n't|never|no longer)"
 _SOURCE = (r"(?:the|our|my|your|these|those|any|past|previous)?\s*(?:past |previous |earlier )?"
            r"(?:conversation|conversations|chat|chats|chat history|conversation history|history|memory|memories|"
@@ -58,6 +58,7 @@ _EN_ABSENCE = [re.compile(p, re.I) for p in (
     r"^(?:i|we)(?: really)? (?:don't|do not|didn't|did not) have (?:that|this|it|any|enough|a record|the|such|"
     r"access|information|info|details?|records?)\b",
     r"^(?:i|we)(?:'m| am| are|'re)? (?:not |un)(?:sure|certain|(?:100|a hundred) ?%? sure)\b",
+    r"^(?:i|we)(?:'m| am| are|'re)? not (?:familiar with|aware of)\b",
     r"^(?:i(?:'m| am) afraid|sorry|unfortunately)?,?\s*i (?:can't|cannot|can not|couldn't|could not) "
     rf"(?:{_KNOW}|help with that)\b",
     r"^i wish i knew\b",
@@ -112,6 +113,7 @@ _EN_THIRD_MENTION = re.compile(
     rf"^(?P<subj>[\w' ]+?) (?:(?:has|have|had|did|does|do|was|were|is)\s*)?(?:n't|not|never)\s*(?:ever )?"
     rf"(?P<verb>{_MENTION})\b(?P<rest>.*)$", re.I)
 _EN_FILLER = [re.compile(p, re.I) for p in (
+    r"^(?:(?:i'm |i am )?sorry|i apologi[sz]e|apologies) for (?:any|the) (?:confusion|inconvenience|misunderstanding)\b",
     r"^(?:sorry|i'm sorry|i am sorry|apologies|my apologies|unfortunately|sadly|hmm+|um+|well|oh|ah|ok|okay|"
     r"alas|i'm afraid|i am afraid|honestly|to be honest)\b[,.!]?",
     r"^(?:answer|a|reply|response|the answer is|final answer)\s*[:\-]",
@@ -275,7 +277,8 @@ def _zh_kind(clause: str) -> str:
     return "content"
 
 
-_PREFIX = re.compile(r"^(?:(?:the )?(?:final )?answer(?: is)?|a|reply|response|答案(?:是|为)?|回答|答复)\s*[:：]\s*", re.I)
+_PREFIX = re.compile(r"^(?:(?:the )?(?:final )?answer(?: is)?|a|reply|response|user|assistant|答案(?:是|为)?|回答|答复|用户|助手)"
+                     r"\s*[:：]\s*", re.I)
 
 
 def clauses(answer: str) -> list[Clause]:
@@ -292,14 +295,24 @@ def clauses(answer: str) -> list[Clause]:
     return out
 
 
+_PROTOCOL = re.compile(r"^\s*(?:not mentioned|没有提到)\s*[.。!！]", re.I)
+_OFFER = re.compile(r"^(?:but|however|though|although|still|probably|maybe|perhaps|possibly|likely|i think|i believe|"
+                    r"i guess|my guess|if i had to|但|但是|不过|可是|可能|也许|大概|估计|我觉得|我猜|我认为|应该)", re.I)
+
+
 class StructuralDetector:
-    """Rule-based, English and Chinese: absence clauses and no content (see the module docstring)."""
+    """Rule-based, English and Chinese: absence clauses and no content (see the module docstring). An
+    answer that opens with the protocol phrase as a whole sentence abstains unless what follows offers an
+    answer after all ("Not mentioned. But probably Paris."): a small model often rambles on after it."""
 
     name = "structural"
     version = "2"
 
     def is_abstention(self, answer: str) -> bool:
-        kinds = [c.kind for c in clauses(answer)]
+        parts = clauses(answer)
+        kinds = [c.kind for c in parts]
+        if _PROTOCOL.match(_PREFIX.sub("", _normalise(answer))) and parts and parts[0].kind == "absence":
+            return not any(c.kind == "content" and _OFFER.match(c.text) for c in parts[1:])
         return "absence" in kinds and "content" not in kinds
 
     def explain(self, answer: str) -> list[tuple[str, str]]:

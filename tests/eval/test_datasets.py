@@ -104,7 +104,7 @@ def test_madial_errors_name_the_file(tmp_path):
         load_dataset("madial_bench_zh", data_dir=str(tmp_path))
     d = _write_madial(tmp_path)
     (d / "MADial-Bench-en-memory.json").write_text('{"7": {"time": "2023-04-02", "event": "Ann played."}}\n{oops\n')
-    with pytest.raises(ValueError, match=r"MADial-Bench-en-memory\.json, line 2"):
+    with pytest.raises(ValueError, match=r"MADial-Bench-en-memory\.json:2: not valid JSON"):
         load_dataset("madial_bench_en", data_dir=str(tmp_path))
     (d / "MADial-Bench-en-memory.json").write_text('{"7": {"time": "2023-04-02", "event": "Ann played."}}\n')
     with pytest.raises(ValueError, match=r"mem8.*Ann"):

@@ -49,5 +49,6 @@ def test_retrieval_experiment_logs_recall_at_k_to_mlflow(tmp_path, monkeypatch):
         assert m["questions"] >= 30 and m["errors"] == 0 and "score" not in m
         assert 0.2 < m["recall_at_10"] <= 1 and m["recall_at_5"] <= m["recall_at_10"] <= m["recall_at_20"]
     assert by["fused"]["recall_at_10"] > max(by["dense_only"]["recall_at_10"], by["bm25_only"]["recall_at_10"])
-    table = report("retrieval_locomo", uri)
+    table, pairs, notes = report("retrieval_locomo", uri)
     assert {"recall_at_10", "mrr", "latency_recall_p50_ms"} <= set(table.columns) and "score" not in table.columns
+    assert set(pairs["metric"]) == {"recall_at_10"} and len(pairs) == 6 and not notes  # 4 cells: 6 pairs

@@ -68,6 +68,10 @@ ABSTAIN = [
     # the misses issue 18 and issue 10 named
     "The conversation does not mention this.", "That was never discussed.", "There's nothing about that in our chats.",
     "It isn't stated anywhere.", "I'm not able to find that in my memory.", "答案是Not mentioned。",
+    # SmolLM2 outputs from the quickstart (cut at max_new_tokens)
+    "I'm sorry for any confusion, but I'm sorry for any confusion, I'm not able to provide that informati",
+    "User: I'm sorry, I'm not familiar with the colour of your bike.", "没有提到。\n\n这是一个问题，可以用一个简",
+    "The answer is not mentioned.",
 ]
 ANSWERS = [
     "Pixel.", "Your cat is called Pixel.", "27 Linden Row.", "Green tea.", "The Alpine Loop on 14 September.",
@@ -78,7 +82,8 @@ ANSWERS = [
     # negations about people in the story are answers (issue 18)
     "She didn't know about the surprise party until Friday.", "He couldn't find his keys, so he was late.",
     "She never mentioned it to her boss, only to her sister.", "The dog is called Unknown Soldier.",
-    "她不知道那天会下雨，所以没带伞。", "I'm not sure, maybe Paris.",
+    "她不知道那天会下雨，所以没带伞。", "I'm not sure, maybe Paris.", "Not mentioned. But probably Paris.",
+    "没有提到。不过可能是周二。", "The answer is \"red\"", "Tom: I crashed on the quarry hill yesterday, nothing broken.",
 ]
 
 

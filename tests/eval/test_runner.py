@@ -162,12 +162,32 @@ def test_error_rows_do_not_stop_the_run_and_finished_cells_are_read_back(tmp_pat
     assert list(t2.index) == list(t1.index) == ["no_memory@fixtures", "test_boom@fixtures"]
     assert t2.loc["test_boom@fixtures", "errors"] == 1 and t2["score"].tolist() == pytest.approx(t1["score"].tolist())
     assert [r.get("prediction") for r in again[1].load_rows()] == [r.get("prediction") for r in first[1].rows]
-    table, pairs = report("errors", uri)  # `dkilab report errors`
+    table, pairs, notes = report("errors", uri)  # `dkilab report errors`
     assert list(table.index) == ["no_memory@fixtures", "test_boom@fixtures"] and table.loc["test_boom@fixtures", "errors"] == 1
     assert {"score_low", "score_high"} <= set(table.columns)
     assert set(pairs["metric"]) >= {"score"} and (pairs["n"] == 3).all()  # the questions both cells answered
+    assert notes and "structural-v2: held-out test half precision_en 1.0" in notes[0]
     with pytest.raises(KeyError, match="no MLflow experiment named 'nope'"):
         report("nope", uri)
+
+
+def test_dkilab_report_prints_intervals_pairs_and_the_detector(tmp_path, uri, capsys):
+    from dkilab.cli import main
+
+    path = _config(tmp_path, "printed", strategies=[{"name": "recall_only", "label": "a"},
+                                                   {"name": "recall_only", "label": "b", "params": {"max_results": 3}}],
+                   datasets=[{"name": "fixtures", "question_limit": 4}])
+    assert main(["run", str(path), "--tracking-uri", uri]) == 0
+    capsys.readouterr()
+    assert main(["report", "printed", "--tracking-uri", uri]) == 0
+    out = capsys.readouterr().out
+    assert "a@fixtures" in out and "±" in out and "paired differences b - a" in out and "recall_at_10" in out
+    from dkilab.eval.tracking import report
+
+    _, by_cat, _ = report("printed", uri, by_category=True)
+    assert len(set(by_cat["category"])) > 1 and set(by_cat["metric"]) == {"recall_at_10"}
+    assert main(["report", "nope", "--tracking-uri", uri]) == 2
+    assert "no MLflow experiment named 'nope'" in capsys.readouterr().err
 
 
 def test_a_cell_that_raises_ends_failed_and_only_it_runs_again(tmp_path, uri):

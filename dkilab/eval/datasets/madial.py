@@ -15,7 +15,6 @@ user id; they belong to the user the event names.
 """
 from __future__ import annotations
 
-import json
 import re
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -32,14 +31,9 @@ DIALOGUE_EPOCH = datetime(2024, 1, 1, 9, 0, tzinfo=timezone.utc)  # dialogues co
 
 
 def _lines(path: Path) -> list[dict]:
-    out = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if line.strip():
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}, line {n}: not valid JSON ({e})") from e
-    return out
+    from dkilab.config import read_jsonl
+
+    return read_jsonl(path)
 
 
 def _turn(line: str, position: int, user: str) -> tuple[str, str]:

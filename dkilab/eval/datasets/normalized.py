@@ -33,7 +33,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from dkilab.cache import cache_dir
-from dkilab.config import describe_errors
+from dkilab.config import describe_errors, read_jsonl
 from dkilab.types import Conversation, Message, QAItem, to_utc
 
 FORMAT_VERSION = "1"
@@ -215,16 +215,9 @@ def _read_records(path: Path) -> list[dict]:
         import pandas as pd
 
         return json.loads(pd.read_parquet(path).to_json(orient="records", force_ascii=False))
-    text = path.read_text(encoding="utf-8")
     if suffix == ".jsonl":
-        out = []
-        for n, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                try:
-                    out.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{path}:{n}: not valid JSON ({e.msg})") from None
-        return out
+        return read_jsonl(path)
+    text = path.read_text(encoding="utf-8")
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:

@@ -37,15 +37,9 @@ def _hallucinated(q: Scored):
 
 def load_phrasings(path: str | Path | None = None) -> list[dict]:
     """The labelled phrasings: {id, lang (en|zh), text, abstains, kind, split (dev|test)} per line."""
-    path = Path(path or PHRASINGS)
-    rows = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{n}: not valid JSON ({e.msg})") from None
-    return rows
+    from dkilab.config import read_jsonl
+
+    return read_jsonl(path or PHRASINGS)
 
 
 def evaluate_detector(is_abstention_fn=None, split: str = "test", rows: list[dict] | None = None

@@ -33,12 +33,19 @@ _WRONG = re.compile(r"\b(wrong|incorrect)\b|错误|不正确", re.I)
 _RIGHT = re.compile(r"\bcorrect\b|正确", re.I)
 
 
+def first_label(text: str, first, second):
+    """Which of two label patterns the reply states first: True for `first`, False for `second`, None
+    for neither (a judge may explain itself; its first label counts)."""
+    a, b = first.search(text or ""), second.search(text or "")
+    if a and (not b or a.start() <= b.start()):
+        return True
+    return False if b else None
+
+
 def parse_verdict(text: str) -> float | None:
     """1.0 for CORRECT, 0.0 for WRONG (whichever the reply states first), None if it states neither."""
-    wrong, right = _WRONG.search(text or ""), _RIGHT.search(text or "")
-    if wrong and (not right or wrong.start() <= right.start()):
-        return 0.0
-    return 1.0 if right else None
+    wrong = first_label(text, _WRONG, _RIGHT)
+    return None if wrong is None else 0.0 if wrong else 1.0
 
 
 ABSTENTION_PROMPT = """Does the answer below decline to answer, saying the information is not available (not mentioned, unknown, not in the conversation), without giving any answer of its own? An answer that gives any content, even hedged, does not decline.
@@ -54,10 +61,7 @@ _ANSWERS = re.compile(r"\banswers?\b|回答了", re.I)
 
 def parse_abstention(text: str) -> bool | None:
     """True for DECLINES, False for ANSWERS (whichever the reply states first), None if neither."""
-    d, a = _DECLINES.search(text or ""), _ANSWERS.search(text or "")
-    if d and (not a or d.start() <= a.start()):
-        return True
-    return False if a else None
+    return first_label(text, _DECLINES, _ANSWERS)
 
 
 def gold_text(item: QAItem) -> str:

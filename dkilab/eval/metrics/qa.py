@@ -132,20 +132,19 @@ def _unanswerable(abstained: bool) -> dict[str, float]:
     return {"score": float(abstained)}
 
 
-@scorer("f1", description="token F1 with LoCoMo's normalisation and Porter stems")
-def score_f1(item: QAItem, prediction: str, abstained: bool) -> dict[str, float]:
-    if not item.answerable:
-        return _unanswerable(abstained)
-    f1 = f1_score(prediction, str(item.answer))
-    return {"score": f1, "f1": f1, "em": float(exact_match(prediction, str(item.answer)))}
+def _token_scorer(f1_fn, em_fn):
+    def score(item: QAItem, prediction: str, abstained: bool) -> dict[str, float]:
+        if not item.answerable:
+            return _unanswerable(abstained)
+        f1 = f1_fn(prediction, str(item.answer))
+        return {"score": f1, "f1": f1, "em": float(em_fn(prediction, str(item.answer)))}
+
+    return score
 
 
-@scorer("zh_f1", description="token F1 over jieba tokens")
-def score_zh_f1(item: QAItem, prediction: str, abstained: bool) -> dict[str, float]:
-    if not item.answerable:
-        return _unanswerable(abstained)
-    f1 = zh_f1(prediction, str(item.answer))
-    return {"score": f1, "f1": f1, "em": float(zh_exact_match(prediction, str(item.answer)))}
+score_f1 = scorer("f1", description="token F1 with LoCoMo's normalisation and Porter stems")(
+    _token_scorer(f1_score, exact_match))
+score_zh_f1 = scorer("zh_f1", description="token F1 over jieba tokens")(_token_scorer(zh_f1, zh_exact_match))
 
 
 @scorer("choice", description="multiple-choice accuracy (the picked letter, or the one choice text quoted)")

@@ -1,0 +1,37 @@
+"""The README's "one file each" examples work as written."""
+import re
+
+from dkilab.registry import METRICS, STRATEGIES
+from tests.conftest import ROOT
+
+
+def _blocks(heading: str) -> list[str]:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split(f"## {heading}", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```python\n(.*?)```", section, re.S)
+
+
+def test_the_readme_strategy_and_metric_examples_run(model, tmp_path, embedder):
+    from dkilab.eval.metrics import aggregate, score_answer, table_metrics
+    from dkilab.memory import MemoryStore
+    from dkilab.strategies import create_strategy
+    from dkilab.eval.datasets import load_fixtures
+
+    strategy_code, _dataset_code, metric_code = _blocks("Extending: one file each")
+    try:
+        exec(compile(strategy_code, "README:strategy", "exec"), {})
+        exec(compile(metric_code, "README:metric", "exec"), {})
+        conv = load_fixtures(limit=1)[0]
+        store = MemoryStore.open(tmp_path / "s", embedder=embedder)
+        store.add_messages(conv.messages)
+        item = conv.questions[0]
+        answer = create_strategy("echo_last", {"turns": 1, "max_new_tokens": 8}).answer(
+            item.question, store.for_user(conv.user_id), model, session_id=item.metadata["session_id"])
+        assert answer.strategy == "echo_last" and len(answer.recalled_ids) == 2 and answer.text
+        row = score_answer(item, answer)
+        assert row["answer_length"] == len(answer.text.split()) and "answer_length" in aggregate([row])
+        assert "answer_length" in table_metrics()
+        store.close()
+    finally:
+        STRATEGIES.remove("echo_last")
+        METRICS.remove("answer_length")
