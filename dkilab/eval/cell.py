@@ -1,0 +1,181 @@
+"""One cell's work: its questions and store, a warm-up with cold caches, the answers (sharded under
+accelerate), and the scored rows (with the LLM judge's labels when the experiment has a judge)."""
+from __future__ import annotations
+
+import hashlib
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+from dkilab.eval.experiment import Cell
+
+
+@dataclass
+class CellData:
+    """A dataset as one cell sees it: the questions to ask and the store holding the histories."""
+    items: list  # [(conversation, question)]
+    store: Any
+
+
+def load_cell_data(cell: Cell, data_dir, cache: dict | None = None) -> CellData:
+    """Questions and store for the cell's dataset; cells sharing a dataset spec and embedder share one load
+    (a failed load is remembered too, so every cell on a missing dataset fails fast with the same error)."""
+    from dkilab.eval.stores import store_for
+    from dkilab.memory import Embedder
+
+    key = cell.dataset.model_dump_json() + cell.embedder.model_dump_json()
+    if cache is not None and key in cache:
+        if isinstance(cache[key], BaseException):
+            raise cache[key]
+        return cache[key]
+    try:
+        convs, items = _questions(cell, data_dir)
+        label = f"{cell.dataset.name}-{cell.dataset.split}"
+        embedder = Embedder(cell.embedder.model, batch_size=cell.embedder.batch_size)
+        data = CellData(items, store_for(convs, label, embedder=embedder))
+    except Exception as exc:
+        if cache is not None:
+            cache[key] = exc
+        raise
+    if cache is not None:
+        cache[key] = data
+    return data
+
+
+def _questions(cell: Cell, data_dir):
+    """[(conversation, question)] of the cell's dataset, after split, languages, categories and limits."""
+    from dkilab.eval.datasets import load_dataset
+    from dkilab.eval.datasets.ablation import ablation_split
+
+    d = cell.dataset
+    convs = load_dataset(d.name, data_dir=data_dir, limit=d.limit, path=d.path)
+    if d.languages:
+        convs = [c for c in convs if c.language in d.languages]
+    if d.split == "ablation":
+        convs = ablation_split(convs)
+    cats = None if d.categories is None else {str(c) for c in d.categories}
+    out = []
+    for conv in convs:
+        qs = [q for q in conv.questions if (cats is None or str(q.category) in cats)
+              and (q.answerable or not d.answerable_only)]
+        out += [(conv, q) for q in qs[:d.question_limit]]
+    return convs, out
+
+
+def warm_up(data: CellData, views: dict) -> None:
+    """Load what a first question would otherwise pay for (encoder, each user's index), then empty the
+    query caches: every cell measures a warm process with cold caches."""
+    embedder = data.store.embedder
+    users = list(dict.fromkeys(conv.user_id for conv, _ in data.items))
+    for uid in users:
+        views.setdefault(uid, data.store.for_user(uid))
+        if views[uid].count():
+            views[uid].semantic_search("warm up", top_k=1)
+            views[uid].lexical_search("warm up", page_size=1)
+    embedder.clear_cache()
+
+
+def _answer(strategy, item, conv, memory, model) -> tuple[Any, float, str | None]:
+    """(Answer or None, wall ms, traceback text or None): one question, an exception caught as data."""
+    t = time.perf_counter()
+    try:
+        answer = strategy.answer(item.question, memory, model, session_id=item.metadata.get("session_id"),
+                                 preferences=conv.preferences or None)
+        return answer, (time.perf_counter() - t) * 1000, None
+    except Exception as exc:  # one bad question must not stop the sweep
+        err = f"--- {item.qid}: {item.question}\n{traceback.format_exc()}"
+        return f"{type(exc).__name__}: {exc}", (time.perf_counter() - t) * 1000, err
+
+
+def run_cell(cell: Cell, model, data: CellData, state=None, trace: bool = False, progress: bool = True):
+    """Answer every question of a cell -> [(index, Answer | error text, wall ms)], error tracebacks.
+    Shards across processes; the result is complete on the main process."""
+    from tqdm.auto import tqdm
+
+    items, views = data.items, {}
+    strategy = cell.instance
+    main = state is None or state.is_main_process
+    warm_up(data, views)
+    out, errors = [], []
+
+    def work(my_idx):
+        for i in tqdm(my_idx, desc=cell.label, disable=not (progress and main), leave=False):
+            conv, item = items[i]
+            memory = views.setdefault(conv.user_id, data.store.for_user(conv.user_id))
+            if trace:
+                import mlflow
+
+                from dkilab.tracing import tracing_to
+
+                with tracing_to(mlflow), mlflow.start_span(name=f"question {item.qid}") as s:
+                    s.set_inputs({"question": item.question, "gold": item.answer, "strategy": cell.label})
+                    answer, wall, err = _answer(strategy, item, conv, memory, model)
+                    s.set_outputs({"prediction": getattr(answer, "text", None), "error": err and answer})
+            else:
+                answer, wall, err = _answer(strategy, item, conv, memory, model)
+            out.append((i, answer, wall))
+            if err:
+                errors.append(err)
+
+    idx = list(range(len(items)))
+    if state is not None and state.num_processes > 1:
+        from accelerate.utils import gather_object
+
+        with state.split_between_processes(idx) as mine:
+            work(mine)
+        out, errors = gather_object(out), gather_object(errors)
+    else:
+        work(idx)
+    return sorted(out, key=lambda x: x[0]), errors
+
+
+def score_cell(cell: Cell, answers, items: list, judge=None) -> list[dict[str, Any]]:
+    """One metric row per question, in question order (the judge, if any, labels answers first)."""
+    from dkilab.eval.metrics import score_answer
+
+    scorer = cell.dataset.info()["scorer"]
+    rows = []
+    for i, answer, wall in answers:
+        conv, item = items[i]
+        base = {"qid": item.qid, "user_id": conv.user_id, "category": item.category, "question": item.question,
+                "gold": item.answer, "answerable": item.answerable, "evidence_ids": item.evidence_ids}
+        if isinstance(answer, str):  # the strategy raised: an error row
+            rows.append(base | {"error": answer, "wall_ms": wall})
+            continue
+        t = time.perf_counter()
+        verdicts = judge_answer(judge, item, answer) if judge is not None else {}
+        judge_ms = verdicts.pop("judge_ms", 0.0)
+        row = base | score_answer(item, answer, scorer, verdicts.get("abstained")) | verdicts | {
+            "prediction": answer.text, "recalled_ids": answer.recalled_ids, "wall_ms": wall,
+            "prompt_digest": hashlib.sha1(f"{answer.prompt}\n{answer.context_text}".encode()).hexdigest()[:12],
+            "fact_call_log": [c.__dict__ for c in answer.fact_calls],
+            "budget": answer.budget.as_dict() if answer.budget is not None else None}
+        # harness overhead: what the question cost beyond the strategy's own stages, scoring included
+        row["overhead_ms"] = max(0.0, wall - sum(answer.latency_ms.values())) + (time.perf_counter() - t) * 1000 - judge_ms
+        rows.append(row)
+    return rows
+
+
+def judge_answer(judge, item, answer) -> dict[str, Any]:
+    """The LLM judge's fields for one answer: correctness (`judge`, 1/0/None) and, if asked, abstention."""
+    t = time.perf_counter()
+    out: dict[str, Any] = {}
+    if item.answerable and not answer.metadata.get("retrieval_only"):
+        out["judge"], out["judge_reply"] = judge.judge(item, answer.text)
+        out["judge_unparsed"] = float(out["judge"] is None)
+    if judge.abstention:
+        label, out["abstention_judge_reply"] = judge.abstains(item.question, answer.text)
+        out["abstention_judge_unparsed"] = float(label is None)
+        if label is not None:
+            out["abstained"] = label
+    out["judge_ms"] = (time.perf_counter() - t) * 1000
+    return out
+
+
+def make_judge(spec):
+    from dkilab.eval.metrics.judge import LLMJudge
+    from dkilab.models import load_model
+
+    return LLMJudge(load_model(spec.model, max_context=spec.max_context), spec.prompt, spec.max_new_tokens,
+                    spec.abstention_prompt, abstention=spec.abstention)
