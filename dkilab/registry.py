@@ -72,8 +72,6 @@ class Registry(Generic[T]):
             self._items.pop(name, None)
             self._meta.pop(name, None)
 
-    pop = remove
-
     # --- lookup -------------------------------------------------------------------------
     def _ensure(self) -> None:
         if self._discovered:

@@ -17,8 +17,10 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from dkilab.eval.metrics.base import aggregate_by_category
+from dkilab.eval.metrics.bootstrap import ci_keys, with_intervals
+
 _KEY = re.compile(r"[^A-Za-z0-9_\-./ ]")
-CI = "ci95"
 
 
 def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
@@ -32,10 +34,6 @@ def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
 
 def metric_key(text: str) -> str:
     return _KEY.sub("_", str(text))
-
-
-def ci_keys(name: str) -> tuple[str, str]:
-    return f"{CI}/{name}/low", f"{CI}/{name}/high"
 
 
 @functools.lru_cache(maxsize=1)
@@ -64,35 +62,11 @@ def log_experiment(cfg, cells, config_path: str | None) -> None:
                        "config_path": config_path or "<dict>"})
 
 
-def _with_intervals(rows: list[dict], names: list[str] | None = None, only: bool = False) -> dict[str, float]:
-    """Aggregates (only `names` if `only`) and the 95% intervals of `names` (default: all)."""
-    from dkilab.eval.metrics import aggregate
-    from dkilab.eval.metrics.bootstrap import intervals
-
-    metrics = aggregate(rows)
-    if only:
-        metrics = {k: v for k, v in metrics.items() if k in names}
-    for name, (lo, hi) in intervals(rows, [n for n in metrics if names is None or n in names]).items():
-        metrics[ci_keys(name)[0]], metrics[ci_keys(name)[1]] = lo, hi
-    return metrics
-
-
 def cell_metrics(rows: list[dict], wall_s: float, extra: dict[str, float] | None = None) -> dict[str, float]:
     """Aggregates with intervals, plus what only the cell as a whole knows."""
-    metrics = _with_intervals(rows)
+    metrics = with_intervals(rows)
     metrics["questions_per_minute"] = 60.0 * len(rows) / wall_s if wall_s > 0 else 0.0
     return metrics | (extra or {})
-
-
-def category_metrics(rows: list[dict]) -> dict[str, dict[str, float]]:
-    """Per category: the per-category metrics with their intervals, and the question count."""
-    from dkilab.eval.metrics import category_metrics as names
-
-    wanted = set(names()) | {"questions"}
-    cats: dict[str, list] = {}
-    for r in rows:
-        cats.setdefault(str(r.get("category")), []).append(r)
-    return {c: _with_intervals(rs, sorted(wanted), only=True) for c, rs in sorted(cats.items())}
 
 
 def log_cell(cell, rows: list[dict], errors: list[str], wall_s: float, extra: dict[str, float] | None = None
@@ -107,7 +81,7 @@ def log_cell(cell, rows: list[dict], errors: list[str], wall_s: float, extra: di
     mlflow.log_params(params)
     metrics = cell_metrics(rows, wall_s, extra)
     mlflow.log_metrics(metrics)
-    by_cat = category_metrics(rows)
+    by_cat = aggregate_by_category(rows, intervals=True)
     for cat, agg in by_cat.items():
         mlflow.log_metrics({metric_key(f"cat/{cat}/{k}"): v for k, v in agg.items()})
     mlflow.log_dict(resolved, "resolved_config.yaml")

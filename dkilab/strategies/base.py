@@ -151,14 +151,12 @@ class Strategy(ABC):
         cap = self.params.max_prompt_tokens
         return min(model.context_window, cap) if cap else model.context_window
 
-    def budget(self, model: ChatModel, question: str, lang: str, preferences: str = "", cap: int | None = None,
-               instructions: int | None = None, generation: int | None = None) -> ContextBudget:
+    def budget(self, model: ChatModel, question: str, lang: str, preferences: str = "", cap: int | None = None
+               ) -> ContextBudget:
         """The history budget of one question (ContextBudget): the window minus the system prompt and
         template, the question, the preference text and max_new_tokens."""
-        if instructions is None:
-            instructions = model.count_tokens(SYSTEM[lang] + "\n" + HISTORY_HEAD[lang]) + TEMPLATE_TOKENS
-        return ContextBudget(window=self.window(model),
-                             generation=self.params.max_new_tokens if generation is None else generation,
+        instructions = model.count_tokens(SYSTEM[lang] + "\n" + HISTORY_HEAD[lang]) + TEMPLATE_TOKENS
+        return ContextBudget(window=self.window(model), generation=self.params.max_new_tokens,
                              instructions=instructions, query=model.count_tokens(question_text(question, lang)),
                              preferences=model.count_tokens(preferences) if preferences else 0, cap=cap)
 

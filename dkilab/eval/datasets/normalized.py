@@ -30,7 +30,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from dkilab.cache import cache_dir
 from dkilab.config import describe_errors, read_jsonl
@@ -40,9 +40,12 @@ FORMAT_VERSION = "1"
 
 
 def parse_time(value: Any) -> Any:
-    """ISO 8601, epoch seconds, or a date string dateutil understands ('1:56 pm on 8 May, 2023')."""
+    """ISO 8601, epoch seconds (a number or digits), or a date string dateutil understands ('1:56 pm on 8 May,
+    2023')."""
     if value is None or not isinstance(value, str):
         return to_utc(value)
+    if value.strip().replace(".", "", 1).isdigit():  # epoch seconds written as text (CSV, Parquet)
+        return to_utc(float(value))
     try:
         return to_utc(value)
     except ValueError:
@@ -56,6 +59,12 @@ def parse_time(value: Any) -> Any:
 
 class _Record(BaseModel):
     model_config = ConfigDict(extra="ignore")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nulls_are_absent(cls, data):
+        # Parquet and pandas write a missing list or key as null: treat it as absent (the default)
+        return {k: v for k, v in data.items() if v is not None} if isinstance(data, dict) else data
 
 
 class MessageRecord(_Record):

@@ -192,10 +192,16 @@ def aggregate(rows: list[dict[str, Any]]) -> dict[str, float]:
     return out
 
 
-def aggregate_by_category(rows: list[dict[str, Any]], names: list[str] | None = None) -> dict[str, dict[str, float]]:
-    """Per category: the per-category metrics (or `names`) and the question count."""
-    wanted = set(names or category_metrics()) | {"questions"}
+def aggregate_by_category(rows: list[dict[str, Any]], names: list[str] | None = None,
+                          intervals: bool = False) -> dict[str, dict[str, float]]:
+    """Per category: the per-category metrics (or `names`) and the question count, with their 95%
+    intervals (`ci95/...` keys) if asked."""
+    from dkilab.eval.metrics.bootstrap import with_intervals
+
+    wanted = sorted(set(names or category_metrics()) | {"questions"})
     cats: dict[str, list] = {}
     for r in rows:
         cats.setdefault(str(r.get("category")), []).append(r)
+    if intervals:
+        return {c: with_intervals(rs, wanted, only=True) for c, rs in sorted(cats.items())}
     return {c: {k: v for k, v in aggregate(rs).items() if k in wanted} for c, rs in sorted(cats.items())}

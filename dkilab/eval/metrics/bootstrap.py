@@ -16,6 +16,7 @@ import numpy as np
 
 from dkilab.eval.metrics.base import Metric, _finite, _in_subset, aggregate_metric, declared
 
+CI = "ci95"  # interval keys: ci95/<metric>/low|high
 B = 1000  # resamples
 LEVEL = 0.95
 MIN_CLUSTERS = 5
@@ -102,3 +103,19 @@ def paired(m: Metric, rows_a: list[dict], rows_b: list[dict], key: str = "qid", 
     real = bool(lo > 0 or hi < 0)
     return {"n": float(len(pairs)), "a": float(va.mean()), "b": float(vb.mean()), "diff": float(d.mean()),
             "low": lo, "high": hi, "p": p, "real": real, "resampled": method}
+
+
+def ci_keys(name: str) -> tuple[str, str]:
+    return f"{CI}/{name}/low", f"{CI}/{name}/high"
+
+
+def with_intervals(rows: list[dict[str, Any]], names: list[str] | None = None, only: bool = False) -> dict[str, float]:
+    """Aggregates (only `names` if `only`) plus the 95% intervals of `names` (default: all) as `ci95/...` keys."""
+    from dkilab.eval.metrics.base import aggregate
+
+    metrics = aggregate(rows)
+    if only:
+        metrics = {k: v for k, v in metrics.items() if k in names}
+    for name, (lo, hi) in intervals(rows, [n for n in metrics if names is None or n in names]).items():
+        metrics[ci_keys(name)[0]], metrics[ci_keys(name)[1]] = lo, hi
+    return metrics
