@@ -8,7 +8,7 @@ STAMP   := $(VENV)/.dkilab-installed
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup quickstart ui test test-slow test-all bench-store bench-strategies bench-abstention clean
+.PHONY: setup quickstart ui test test-slow test-all bench-store bench-strategies bench-abstention bench-agents clean
 
 setup: $(STAMP)
 
@@ -43,6 +43,9 @@ bench-strategies: setup
 
 bench-abstention: setup
 	$(BIN)/dkilab bench abstention
+
+bench-agents: setup
+	$(BIN)/dkilab bench agents
 
 ui: setup
 	$(BIN)/dkilab ui

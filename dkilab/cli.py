@@ -27,6 +27,12 @@ def _cmd_bench_strategies(args: argparse.Namespace) -> int:
                       max_prompt_tokens=args.max_prompt_tokens)
 
 
+def _cmd_bench_agents(args: argparse.Namespace) -> int:
+    from dkilab.bench.agents import main as bench_main
+
+    return bench_main(data_dir=args.data_dir, questions=args.questions, repeat=args.repeat)
+
+
 def _cmd_bench_abstention(args: argparse.Namespace) -> int:
     from dkilab.bench.abstention import main as bench_main
 
@@ -151,6 +157,11 @@ def build_parser() -> argparse.ArgumentParser:
     bst.add_argument("--model", default="offline:smollm2", help="model spec (default offline:smollm2)")
     bst.add_argument("--max-prompt-tokens", type=int, default=4096, help="prompt cap for every strategy (default 4096)")
     bst.set_defaults(func=_cmd_bench_strategies)
+    bg = bench_sub.add_parser("agents", help="recall-agent latency on LoCoMo-sized users and pointer resolution time")
+    bg.add_argument("--data-dir", default=None, help="dataset directory (default: $DKILAB_DATA_DIR; else a synthetic user)")
+    bg.add_argument("--questions", type=int, default=200, help="questions for the recall agent (default 200)")
+    bg.add_argument("--repeat", type=int, default=20, help="passes over the pointer scenarios (default 20)")
+    bg.set_defaults(func=_cmd_bench_agents)
     ba = bench_sub.add_parser("abstention", help="precision/recall of the abstention detector on the labelled phrasings")
     ba.add_argument("--split", choices=["test", "dev"], default="test", help="held-out test half (default) or dev half")
     ba.add_argument("--judge", default=None, help="also measure an LLM judge (model spec, e.g. offline:smollm2)")

@@ -35,3 +35,14 @@ def test_the_readme_strategy_and_metric_examples_run(model, tmp_path, embedder):
     finally:
         STRATEGIES.remove("echo_last")
         METRICS.remove("answer_length")
+
+
+def test_the_readme_recall_agent_example_runs(store):
+    from tests.agents.conftest import ALICE, chat
+
+    store.add_messages(chat("alice", ALICE, "a"))
+    (code,) = _blocks("Agents: recall agent and semantic pointers")
+    ns = {"store": store}
+    exec(compile(code, "README:agents", "exec"), ns)
+    out = ns["result"].output
+    assert out.memory_view.active() and out.evidence and out.limits.role == "user"

@@ -76,12 +76,27 @@ def warm_up(data: CellData, views: dict) -> None:
     embedder.clear_cache()
 
 
+CHOOSE = {"cn": "请只回答一个选项的字母。", "en": "Answer with the letter of one option."}
+
+
+def question_text(item) -> str:
+    """What the strategy is asked: the question, and for multiple choice its options and how to answer
+    (without them a model cannot pick a letter and the choice scorer scores nothing)."""
+    if not item.choices:
+        return item.question
+    from dkilab.text.lang import detect_language
+
+    options = [f"{k}. {v}" for k, v in sorted(item.choices.items())]
+    return "\n".join([item.question, *options, CHOOSE[detect_language(item.question)]])
+
+
 def _answer(strategy, item, conv, memory, model) -> tuple[Any, float, str | None]:
     """(Answer or None, wall ms, traceback text or None): one question, an exception caught as data."""
     t = time.perf_counter()
     try:
-        answer = strategy.answer(item.question, memory, model, session_id=item.metadata.get("session_id"),
-                                 preferences=conv.preferences or None)
+        answer = strategy.answer(question_text(item), memory, model, session_id=item.metadata.get("session_id"),
+                                 preferences=conv.preferences or None, asked_at=item.question_date,
+                                 task=item.metadata.get("task"))
         return answer, (time.perf_counter() - t) * 1000, None
     except Exception as exc:  # one bad question must not stop the sweep
         err = f"--- {item.qid}: {item.question}\n{traceback.format_exc()}"
@@ -151,6 +166,9 @@ def score_cell(cell: Cell, answers, items: list, judge=None) -> list[dict[str, A
             "prompt_digest": hashlib.sha1(f"{answer.prompt}\n{answer.context_text}".encode()).hexdigest()[:12],
             "fact_call_log": [c.__dict__ for c in answer.fact_calls],
             "budget": answer.budget.as_dict() if answer.budget is not None else None}
+        for key in ("memory_view", "evidence_problems", "agent_stop", "pointer"):  # agent outputs, for review
+            if key in answer.metadata:
+                row[key] = answer.metadata[key]
         # harness overhead: what the question cost beyond the strategy's own stages, scoring included
         row["overhead_ms"] = max(0.0, wall - sum(answer.latency_ms.values())) + (time.perf_counter() - t) * 1000 - judge_ms
         rows.append(row)
@@ -161,7 +179,7 @@ def judge_answer(judge, item, answer) -> dict[str, Any]:
     """The LLM judge's fields for one answer: correctness (`judge`, 1/0/None) and, if asked, abstention."""
     t = time.perf_counter()
     out: dict[str, Any] = {}
-    if item.answerable and not answer.metadata.get("retrieval_only"):
+    if item.answerable and not answer.metadata.get("retrieval_only") and not answer.metadata.get("task"):
         out["judge"], out["judge_reply"] = judge.judge(item, answer.text)
         out["judge_unparsed"] = float(out["judge"] is None)
     if judge.abstention:

@@ -13,7 +13,7 @@ sweep:                                     # grid over dotted keys
   params.preference_alpha: [0.2, 0.6]      # every strategy that has the parameter
   v4.recall.summary.per_message_threshold: [60, 200]   # one strategy (by label)
   model.max_context: [1024, 2048]
-expect: {v4: {score: [0.0, 1.0]}}          # CI configs: metric ranges a run must land in
+expect: {v4: {score: [0.0, 1.0]}}          # CI configs: metric ranges a run must land in (`v4@fixtures`: one dataset)
 judge: {model: offline:smollm2}           # optional LLM judge -> judge_score (model and prompt logged)
 ```
 
@@ -64,6 +64,7 @@ class EmbedderSpec(_Strict):
 
 class DatasetSpec(_Strict):
     name: str
+    label: str | None = Field(None, exclude=True)  # how cells and `expect` name it (default: name); not hashed
     path: str | None = None  # a file in the normalised format (then `name` is its label)
     limit: int | None = Field(None, ge=1)  # conversations (MADial: dialogues)
     question_limit: int | None = Field(None, ge=1)  # questions per conversation
@@ -86,6 +87,10 @@ class DatasetSpec(_Strict):
             raise ValueError(f"unknown dataset {self.name!r}{did_you_mean(self.name, DATASETS)}; known: "
                              f"{', '.join(DATASETS.names())} (or give `path:` to a file in the normalised format)")
         return self
+
+    @property
+    def key(self) -> str:
+        return self.label or self.name
 
     def info(self) -> dict[str, Any]:
         from dkilab.eval.datasets import dataset_info
@@ -128,6 +133,7 @@ class StrategySpec(_Strict):
     name: str
     label: str | None = None
     params: dict[str, Any] = Field(default_factory=dict)
+    datasets: list[str] | None = None  # the dataset labels (or names) it runs on; default: all
 
     @property
     def key(self) -> str:
@@ -185,9 +191,17 @@ def check_config(cfg: ExperimentConfig, source: str = "<config>") -> list["Cell"
         model_fields = {"model": ModelSpec, "embedder": EmbedderSpec}.get(root)
         if model_fields is not None and first not in model_fields.model_fields:
             fail(f"sweep.{key}", f"{root} has no field {first!r}; fields: {', '.join(model_fields.model_fields)}")
+    datasets = {d.key for d in cfg.datasets}
+    for i, st in enumerate(cfg.strategies):
+        for d in st.datasets or []:
+            if d not in datasets:
+                fail(f"strategies.{i}.datasets", f"no dataset labelled {d!r}{did_you_mean(d, datasets)}")
     for label, ranges in cfg.expect.items():
-        if label not in keys:
-            fail(f"expect.{label}", f"no strategy with that label{did_you_mean(label, keys)}")
+        strategy, _, dataset = label.partition("@")  # `label` or `label@dataset`
+        if strategy not in keys:
+            fail(f"expect.{label}", f"no strategy with that label{did_you_mean(strategy, keys)}")
+        if dataset and dataset not in datasets:
+            fail(f"expect.{label}", f"no dataset {dataset!r} in this experiment{did_you_mean(dataset, datasets)}")
         for metric, (lo, hi) in ranges.items():
             if lo > hi:
                 fail(f"expect.{label}.{metric}", f"empty range [{lo}, {hi}]")
@@ -212,7 +226,7 @@ class Cell:
 
     @property
     def needs_model(self) -> bool:
-        return STRATEGIES[self.strategy.name].needs_model
+        return self.instance.requires_model()
 
     @property
     def resolved(self) -> dict[str, Any]:
@@ -258,7 +272,7 @@ class Cell:
     def label(self) -> str:
         sweep = ",".join(f"{k.split('.', 1)[1]}={v}" for k, v in self.point.items())
         split = ":ablation" if self.dataset.split == "ablation" else ""
-        return f"{self.strategy.key}@{self.dataset.name}{split}" + (f"[{sweep}]" if sweep else "")
+        return f"{self.strategy.key}@{self.dataset.key}{split}" + (f"[{sweep}]" if sweep else "")
 
 
 def _set_dotted(data: dict, dotted: str, value: Any, where: str = "") -> None:
@@ -292,6 +306,8 @@ def expand_cells(cfg: ExperimentConfig, source: str = "<config>") -> list[Cell]:
     cells, seen = [], set()
     for ds in cfg.datasets:
         for i, s in enumerate(cfg.strategies):
+            if s.datasets is not None and ds.key not in s.datasets:
+                continue
             for point in grid:
                 params = _merge({k: v for k, v in cfg.defaults.items() if _has_param(s.name, k)}, s.params)
                 model, embedder = cfg.model.model_dump(), cfg.embedder.model_dump()
@@ -307,7 +323,7 @@ def expand_cells(cfg: ExperimentConfig, source: str = "<config>") -> list[Cell]:
                     applied[key] = value
                 where = f"strategies.{i} ({s.key})" + (f" at sweep point {applied}" if applied else "")
                 validated = validate(STRATEGIES[s.name].Params, params, source, f"params of {where}", "params")
-                cell = Cell(StrategySpec(name=s.name, label=s.label, params=params), ds,
+                cell = Cell(StrategySpec(name=s.name, label=s.label, params=params, datasets=s.datasets), ds,
                             validate(ModelSpec, model, source, f"model of {where}", "model"),
                             validate(EmbedderSpec, embedder, source, f"embedder of {where}", "embedder"),
                             applied, cfg.seed, cfg.judge, validated)

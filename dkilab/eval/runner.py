@@ -233,7 +233,9 @@ def check_expectations(cfg: ExperimentConfig, results: list[CellResult]) -> list
     for res in results:
         if res.error:
             continue
-        for metric, (lo, hi) in cfg.expect.get(res.cell.strategy.key, {}).items():
+        key = res.cell.strategy.key
+        ranges = cfg.expect.get(key, {}) | cfg.expect.get(f"{key}@{res.cell.dataset.key}", {})
+        for metric, (lo, hi) in ranges.items():
             value = res.metrics.get(metric)
             if value is None or not (lo <= value <= hi):
                 problems.append(f"{res.cell.label}: {metric} = {value} not in [{lo}, {hi}]")

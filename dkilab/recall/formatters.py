@@ -89,6 +89,28 @@ class PromptFormatter(ABC):
             body = [f"{ROLE[lang].get(m.get('role', ''), m.get('role', ''))}: {m['content']}" for m in response.messages]
         return "\n".join([head, *body, "[/FACT_SEGMENT]"])
 
+    # --- tool calls of agents (the same syntax, any tool) ---------------------------------------
+    def format_tool_call(self, name: str, args: dict) -> str:
+        """A call of tool `name` as this model writes it (generic: `name({"json": "args"})`)."""
+        return f"{name}({json.dumps(args, ensure_ascii=False, default=str)})"
+
+    def detect_tool_call(self, model_output: str, names) -> tuple[str, dict] | None:
+        """(tool name, JSON arguments) of the first call of one of `names`, None if there is none or it is
+        malformed (counted in `malformed_calls`)."""
+        text = model_output or ""
+        found = [(i, n) for n in names if (i := text.find(n)) >= 0]
+        if not found:
+            return None
+        i, name = min(found)
+        brace = text.find("{", i + len(name))
+        if brace < 0 or text[i + len(name):brace].strip(" \t\n(:") != "":
+            return self._malformed()
+        try:
+            args, _ = json.JSONDecoder().raw_decode(text[brace:])
+        except json.JSONDecodeError:
+            return self._malformed()
+        return (name, args) if isinstance(args, dict) else self._malformed()
+
     # --- fact calls -------------------------------------------------------------------------
     @abstractmethod
     def format_fact_call(self, request: FactRequest) -> str:
@@ -191,6 +213,9 @@ class DeepSeekFormatter(PromptFormatter):
         args = json.dumps({"trace_id": request.trace_id, "offset": request.offset, "limit": request.limit}, ensure_ascii=False)
         return f"{self.BEGIN}{self.CALL}retrieve_fact\n{args}{self.END}{self.ENDS}"
 
+    def format_tool_call(self, name: str, args: dict) -> str:
+        return f"{self.BEGIN}{self.CALL}{name}\n{json.dumps(args, ensure_ascii=False, default=str)}{self.END}{self.ENDS}"
+
     def system_prompt(self, language: str | None = None) -> str:
         return ("Tools: retrieve_fact(trace_id: string, offset: integer = 0, limit: integer = 5) — returns the original "
                 "records behind a [SUMMARY] trace_id, `limit` items from `offset`.")
@@ -220,6 +245,9 @@ class GLMFormatter(PromptFormatter):
     def format_fact_call(self, request: FactRequest) -> str:
         args = json.dumps({"trace_id": request.trace_id, "offset": request.offset, "limit": request.limit}, ensure_ascii=False)
         return f"{self.CALL}retrieve_fact\n{args}"
+
+    def format_tool_call(self, name: str, args: dict) -> str:
+        return f"{self.CALL}{name}\n{json.dumps(args, ensure_ascii=False, default=str)}"
 
     def format_fact_segment(self, response: FactResponse, language: str | None = None) -> str:
         return f"{self.OBSERVATION}\n" + super().format_fact_segment(response, language)

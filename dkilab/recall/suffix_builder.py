@@ -28,6 +28,9 @@ def compute_context_budget(context_window: int, config: RecallConfig, query_toke
                          query=query_tokens, preferences=preference_tokens, cap=cap)
 
 
+SEPARATOR_TOKENS = 1  # the blank line that joins two items
+
+
 class SuffixBuilder:
     def __init__(self, config: RecallConfig, formatter: PromptFormatter, summarizer, token_counter: TokenCounter):
         self.config, self.formatter, self.summarizer, self.counter = config, formatter, summarizer, token_counter
@@ -35,9 +38,11 @@ class SuffixBuilder:
         # one builder serves any user or store without handing one user's summary to another
         self._summaries: dict[tuple[str, int], str] = {}
 
-    def build_items(self, messages: list[Message], context_budget: int,
-                    summarize: bool = True) -> tuple[list[HistoryItem], int, int]:
-        """(items, used_tokens, dropped): walk the list in order and stop at the first overflow (§2.3)."""
+    def build_items(self, messages: list[Message], context_budget: int, summarize: bool = True,
+                    language: str | None = None) -> tuple[list[HistoryItem], int, int]:
+        """(items, used_tokens, dropped): walk the list in order and stop at the first overflow (§2.3).
+        An item costs what it takes in the prompt as the formatter renders it (role, trace id and
+        [SUMMARY] tags included, plus the blank line between items), so the budget bounds the prompt."""
         s = self.config.summary
         items: list[HistoryItem] = []
         used = 0
@@ -52,11 +57,16 @@ class SuffixBuilder:
                                    msg.timestamp)
             else:
                 item = HistoryItem("message", msg.content, msg.message_id, msg.role, tokens, "high", msg.timestamp)
-            if used + item.token_count > context_budget:
+            cost = self.counter.count_tokens(self._render(item, language)) + SEPARATOR_TOKENS
+            if used + cost > context_budget:
                 return items, used, len(messages) - n
             items.append(item)
-            used += item.token_count
+            used += cost
         return items, used, 0
+
+    def _render(self, item: HistoryItem, language: str | None) -> str:
+        return (self.formatter.format_summary_item(item, language) if item.type == "summary"
+                else self.formatter.format_message_item(item, language))
 
     def build(self, query: str, recalled_messages: list[Message], context_budget: int,
               summarize: bool | None = None, language: str | None = None) -> AssembledSuffix:
@@ -64,10 +74,9 @@ class SuffixBuilder:
         if summarize is None:
             summarize = self.config.strategy == "summary_with_fact_call"
         lang = language or self.formatter.language or detect_language(query)
-        items, used, dropped = self.build_items(recalled_messages, context_budget, summarize)
+        items, used, dropped = self.build_items(recalled_messages, context_budget, summarize, lang)
         shown = sorted(items, key=lambda it: (it.timestamp is None, it.timestamp))
-        parts = [self.formatter.format_summary_item(it, lang) if it.type == "summary"
-                 else self.formatter.format_message_item(it, lang) for it in shown]
+        parts = [self._render(it, lang) for it in shown]
         summaries = [it.trace_id for it in shown if it.type == "summary"]
         instruct = bool(summaries) and self.config.fact_calls_active
         if instruct:

@@ -77,6 +77,7 @@ class Strategy(ABC):
     Params: ClassVar[type[StrategyParams]] = StrategyParams
     uses_kv: ClassVar[bool] = False  # injects K/V memory (needs a local transformers model)
     needs_model: ClassVar[bool] = True  # False: the runner loads no model for it (recall_only)
+    takes_task_inputs: ClassVar[bool] = False  # True: _answer also gets asked_at= and task= (agents)
 
     def __init__(self, params: dict[str, Any] | StrategyParams | None = None, source: str = "<params>"):
         if isinstance(params, StrategyParams):
@@ -89,13 +90,16 @@ class Strategy(ABC):
         return f"{type(self).__name__}({self.params.model_dump(exclude_defaults=True)})"
 
     def answer(self, question: str, memory: Memory, model: ChatModel | None, *, session_id: str | None = None,
-               preferences: list[str] | str | None = None) -> Answer:
+               preferences: list[str] | str | None = None, asked_at=None, task: dict | None = None) -> Answer:
+        """`asked_at` (when the question is asked) and `task` (a dataset's task inputs, e.g. an agent tree;
+        never gold) reach strategies that declare `takes_task_inputs`."""
         if not isinstance(question, str) or not question.strip():
             raise ValueError(f"{self.name}: the question must be a non-empty string, got {question!r}")
         prefs = preferences if preferences is not None else self.params.preferences
         prefs = [prefs] if isinstance(prefs, str) else [p for p in (prefs or []) if p and p.strip()]
         stages = Stages()
-        answer = self._answer(question, memory, model, session_id=session_id, preferences=prefs, stages=stages)
+        extra = {"asked_at": asked_at, "task": task or {}} if self.takes_task_inputs else {}
+        answer = self._answer(question, memory, model, session_id=session_id, preferences=prefs, stages=stages, **extra)
         answer.strategy = self.name
         answer.latency_ms = {**stages.ms, **answer.latency_ms}
         return answer
@@ -104,6 +108,10 @@ class Strategy(ABC):
     def _answer(self, question: str, memory: Memory, model: ChatModel | None, *, session_id: str | None,
                 preferences: list[str], stages: Stages) -> Answer:
         ...
+
+    def requires_model(self) -> bool:
+        """Whether these params need a model (the runner loads none otherwise)."""
+        return self.needs_model
 
     def identity(self, model_name: str = "") -> dict[str, Any]:
         """Everything besides the params that decides what this strategy does (hashed into a cell's

@@ -36,6 +36,8 @@ def _write(tmp_path, name="cfg", **extra):
     ({"sweep": {"nothing.x": [1]}}, r"sweep\.nothing\.x"),
     ({"sweep": {"model.max_contxt": [1024]}}, r"sweep\.model\.max_contxt: model has no field"),
     ({"expect": {"v5": {"score": [0, 1]}}}, r"expect\.v5: no strategy with that label"),
+    ({"expect": {"v4@fixturez": {"score": [0, 1]}}}, r"expect\.v4@fixturez: no dataset 'fixturez'.*did you mean 'fixtures'"),
+    ({"strategies": [{"name": "no_memory", "datasets": ["small"]}]}, r"strategies\.0\.datasets: no dataset labelled 'small'"),
     ({"strategies": [{"name": "recall_v4", "params": {"reference": {"config": "/nonexistent/ref.yaml"}}}]},
      r"strategies\.0 \(recall_v4\): .*ref\.yaml does not exist"),
     ({"judge": {"prompt": "no placeholders"}}, r"judge.*placeholder"),
@@ -142,3 +144,23 @@ EXPERIMENTS = sorted((ROOT / "experiments").rglob("*.yaml"))
 def test_every_experiment_config_validates(path):
     cells = expand_cells(load_experiment(path))
     assert cells and len({c.label for c in cells}) == len(cells)
+
+
+def test_strategies_run_on_the_datasets_they_name(tmp_path):
+    path = _write(tmp_path, datasets=[{"name": "fixtures", "limit": 1}, {"name": "fixtures", "label": "small", "limit": 1,
+                                                                          "question_limit": 1}],
+                  strategies=[{"name": "no_memory"}, {"name": "recall_v4", "label": "v4", "datasets": ["small"]}],
+                  expect={"v4@small": {"errors": [0, 0]}})
+    cells = expand_cells(load_experiment(path))
+    assert sorted(c.label for c in cells) == ["no_memory@fixtures", "no_memory@small", "v4@small"]
+    small = next(c for c in cells if c.label == "no_memory@small")
+    assert "label" not in small.resolved["dataset"]  # a label names cells; it does not change what they run
+
+
+def test_multiple_choice_questions_show_their_options():
+    from dkilab.eval.cell import question_text
+    from dkilab.types import QAItem
+
+    item = QAItem("我的上司是哪个学校毕业的？", "D", choices={"B": "专科", "A": "本科", "D": "高中"})
+    assert question_text(item) == "我的上司是哪个学校毕业的？\nA. 本科\nB. 专科\nD. 高中\n请只回答一个选项的字母。"
+    assert question_text(QAItem("Where?", "Paris")) == "Where?"

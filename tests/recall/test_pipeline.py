@@ -115,8 +115,16 @@ def test_suffix_builder_threshold_budget_and_constraint():
     assert out.items[0].trace_id == "m1" and 'trace_id="m1"' in out.text and out.has_fact_call_instruction
     assert out.text.index("[SUMMARY") < out.text.index("TRUST AND REASONING") < out.text.index("Current user question")
     assert out.summary_count == 1 and out.message_count == 2 and out.trace_ids == ["m1", "m2", "m3"]
-    tight = builder.build("When?", msgs, context_budget=out.items[0].token_count + 3)
+    first = counter.count_tokens(builder.formatter.format_summary_item(out.items[0], "en")) + 1
+    assert first > out.items[0].token_count + 10  # the [SUMMARY trace_id=...] wrapper costs tokens too
+    tight = builder.build("When?", msgs, context_budget=first + 3)
     assert len(tight.items) == 1 and tight.dropped_for_budget == 2
+    assert len(builder.build("When?", msgs, context_budget=first - 1).items) == 0
+    # whatever the budget, the rendered history (items and the blank lines between them) stays inside it
+    for budget in (first, 40, 60, 80, 120, 500):
+        got = builder.build("When?", msgs, context_budget=budget)
+        history = "\n\n".join(builder._render(it, "en") for it in got.items)
+        assert got.history_tokens <= budget and (not got.items or counter.count_tokens(history) <= budget), budget
     flat = builder.build("When?", msgs[1:], context_budget=500)
     assert not flat.has_fact_call_instruction  # nothing summarised: no call instruction
     seed = cfg.with_updates({"budget.generation_reserve": 512})  # the seed's fixed reserve, when set

@@ -8,8 +8,8 @@ inspect_ai `@scorer(metrics=...)`):
     def hallucinated(q: Scored) -> float | None:            # None: the question does not count
         return None if q.item.answerable else float(not q.abstained)
 
-The function fills `row[field]` of every question it applies to (`kind`: answers, retrieval or
-both); the aggregate is the mean of that field over the questions that have it (or p50/p95, a
+The function fills `row[field]` of every question it applies to (`kind`: answers, retrieval, agent
+outputs or any); the aggregate is the mean of that field over the questions that have it (or p50/p95, a
 ratio of two fields' sums, a count). Several aggregates may read one field: `declare(...)` adds an
 aggregate without a function. A new metric is one module in this package (discovered).
 """
@@ -37,7 +37,7 @@ class Metric:
     per_category: bool = False  # also logged per category (cat/<c>/<name>)
     rank: float | None = None  # position in the comparison table; None = not in the table
     headline: bool = False  # a cell's main figure (console line, plots): the first headline metric it has
-    kind: Literal["answer", "retrieval", "any"] = "answer"  # the rows its function runs on
+    kind: Literal["answer", "retrieval", "agent", "any"] = "answer"  # the rows its function runs on
     ratio_of: tuple[str, str] | None = None  # ratio: (numerator field, denominator field), sums over rows
     version: str = "1"
     depends_on: str | None = None  # a component whose version it inherits, e.g. the abstention detector
@@ -92,6 +92,11 @@ class Scored:
     def retrieval_only(self) -> bool:
         return bool(self.answer.metadata.get("retrieval_only"))
 
+    @property
+    def task(self) -> str | None:
+        """None for an answer or a ranking; `memory_view` / `pointer` for an agent's output (its own metrics)."""
+        return self.answer.metadata.get("task")
+
     @cached_property
     def abstained(self) -> bool:
         if self.abstained_label is not None:
@@ -135,7 +140,8 @@ def score_row(item: QAItem, answer: Answer, scorer: str = "auto", abstained: boo
     q = Scored(item, answer, scorer, abstained)
     row: dict[str, Any] = {"answerable": item.answerable}
     for m in declared():
-        if m.fn is None or (m.kind == "answer" and q.retrieval_only) or (m.kind == "retrieval" and not q.retrieval_only):
+        if (m.fn is None or (m.kind == "answer" and (q.retrieval_only or q.task)) or
+                (m.kind == "retrieval" and not q.retrieval_only) or (m.kind == "agent" and not q.task)):
             continue
         value = m.fn(q)
         if value is not None:

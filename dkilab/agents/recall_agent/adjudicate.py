@@ -1,0 +1,78 @@
+"""Conflicts and their adjudication (seed recall-agent §4.4 context check, §4.6).
+
+Two candidates of one hypothesis conflict when they share a term and disagree: opposite polarity
+("I love spicy food" / "I can't eat spicy food anymore") or the newer one announces a change
+("现在…", "moved to"). Adjudication, in the seed's order of attribution (§4.6.2):
+  context  - one side is hypothetical, retracted or about someone else -> the other wins;
+  source   - the user's own words beat the assistant's paraphrase;
+  unresolved - both sides only hedge -> keep both, marked uncertain;
+  time     - both are the user's explicit words -> the later statement wins.
+"""
+from __future__ import annotations
+
+from dkilab.agents.recall_agent import cues
+from dkilab.agents.recall_agent.state import AgentState, Candidate, Conflict
+from dkilab.types import Message
+
+RETRACTIONS = ["开玩笑", "说错了", "不对不对", "搞错了", "just kidding", "i was joking", "scratch that", "i misspoke",
+               "that was wrong"]
+GENERIC = {"吃", "喝", "菜", "饮食", "口味", "外卖", "餐厅", "food", "eat", "drink", "diet", "dish", "menu", "工作", "work",
+           "job", "住", "live"}  # too general for two statements sharing them to be about the same thing
+SLOTS = [  # mutually exclusive facts: two statements filling one slot conflict even without negation
+    ["住在", "搬到", "搬去", "live in", "lives in", "living in", "moved to"],
+    ["在公司", "上班", "入职", "跳槽", "work at", "works at", "work as", "job at", "new job", "joined"],
+]
+
+
+def context_flag(c: Candidate, window: list[Message]) -> str | None:
+    """§4.4 context: 'hypothetical' when the statement or the turn it answers is conditional,
+    'retracted' when the user takes it back right after, else None."""
+    if cues.has_cue(c.statement, cues.HYPOTHETICAL):
+        return "hypothetical"
+    ids = [m.message_id for m in window]
+    if c.message.message_id not in ids:
+        return None
+    i = ids.index(c.message.message_id)
+    before = window[i - 1] if i > 0 else None
+    if before is not None and before.role != c.message.role and cues.has_cue(before.content, cues.HYPOTHETICAL):
+        return "hypothetical"
+    for m in window[i + 1:i + 3]:
+        if m.role == c.message.role and cues.has_cue(m.content, RETRACTIONS):
+            return "retracted"
+    return None
+
+
+def _slot(text: str) -> int | None:
+    return next((i for i, s in enumerate(SLOTS) if cues.has_cue(text, s)), None)
+
+
+def find_conflicts(candidates: list[Candidate]) -> list[Conflict]:
+    """Pairs (older, newer) of one hypothesis that disagree on a shared term or fill the same slot."""
+    out = []
+    ordered = sorted(candidates, key=lambda c: (c.message.timestamp, c.message.turn_id))
+    for i, a in enumerate(ordered):
+        for b in ordered[i + 1:]:
+            if a.hypothesis != b.hypothesis:
+                continue
+            shared = [t for t in a.matched if t in b.matched and t not in GENERIC]
+            slot = _slot(a.statement)
+            same_slot = slot is not None and slot == _slot(b.statement)
+            disagree = a.negated != b.negated or (b.changed and not a.changed) or (a.hedged and b.hedged)
+            if (shared and disagree) or same_slot:
+                out.append(Conflict(a.message.message_id, b.message.message_id, shared or a.matched[:2]))
+    return out
+
+
+def adjudicate(state: AgentState) -> list[Conflict]:
+    """Decide every conflict (§4.6.2-4.6.3): sets `winner` (None when unresolved) and `reason`."""
+    for x in state.conflicts:
+        a, b = state.candidates[x.older], state.candidates[x.newer]
+        if a.flag or b.flag:
+            x.winner, x.reason = (x.newer if a.flag else x.older), "context"
+        elif a.message.role != b.message.role:
+            x.winner, x.reason = (x.older if a.message.role == "user" else x.newer), "source"
+        elif a.hedged and b.hedged:
+            x.winner, x.reason = None, "unresolved"
+        else:
+            x.winner, x.reason = x.newer, "time"
+    return state.conflicts

@@ -1,0 +1,94 @@
+"""What the loop knows between steps: the hypotheses and narrowing, the calls made, every message seen,
+the candidates (messages that may be evidence) and the trace of steps."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import cached_property
+
+from dkilab.agents.recall_agent import cues
+from dkilab.agents.recall_agent.steps import Hypothesis, Narrowing, ToolCall
+from dkilab.types import Message
+
+_SENTENCE = re.compile(r"(?:[^。！？!?；;.\n]|\.(?=\S))+[。！？!?；;.]?")  # "3.5" and "e.g." stay whole
+_CLAUSE = re.compile(r"[^，,。！？!?；;\n]+")
+
+
+def mentions(text: str, term: str) -> bool:
+    if term.isascii():  # whole words, with plain inflections (answer/answers, live/lived)
+        stem = re.escape(term.lower().removesuffix("e") if len(term) > 3 else term.lower())
+        return re.search(rf"(?<![a-z0-9]){stem}(?:e|s|es|ed|d|ing)?(?![a-z0-9])", text.lower()) is not None
+    return term in text
+
+
+def statement_of(text: str, terms: list[str], limit: int = 120) -> str:
+    """The sentence of `text` that mentions most of `terms` (its clause if the sentence is long)."""
+    sentences = [s.strip() for s in _SENTENCE.findall(text) if s.strip()] or [text.strip()]
+    best = max(sentences, key=lambda s: sum(mentions(s, t) for t in terms))
+    if len(best) > limit:
+        clauses = [c.strip() for c in _CLAUSE.findall(best) if c.strip()]
+        best = max(clauses, key=lambda s: sum(mentions(s, t) for t in terms)) if clauses else best[:limit]
+    return best
+
+
+@dataclass
+class Candidate:
+    """A message that may be evidence for a hypothesis."""
+    message: Message
+    hypothesis: int
+    matched: list[str]  # hypothesis terms the message mentions
+    score: float  # tool score (semantic similarity or BM25), 0 for listings
+    via: str
+    statement: str = ""
+    flag: str | None = None  # context check (§4.4): hypothetical | retracted | third_party
+
+    @property
+    def rank(self) -> float:
+        return len(self.matched) + min(max(self.score, 0.0), 1.0)
+
+    @cached_property
+    def negated(self) -> bool:
+        return cues.negated(self.statement)
+
+    @cached_property
+    def changed(self) -> bool:
+        return cues.has_cue(self.statement, cues.CHANGE) is not None
+
+    @cached_property
+    def hedged(self) -> bool:
+        return cues.has_cue(self.statement, cues.HEDGES) is not None
+
+
+@dataclass
+class Conflict:
+    older: str
+    newer: str
+    shared: list[str]
+    winner: str | None = None  # None: unresolved
+    reason: str = ""  # context | source | time | unresolved
+    followed: bool = False  # a later statement was searched for (§4.6.1)
+
+
+@dataclass
+class AgentState:
+    question: str
+    now: datetime
+    hypotheses: list[Hypothesis]
+    narrowing: Narrowing
+    calls: list[ToolCall] = field(default_factory=list)
+    seen: dict[str, Message] = field(default_factory=dict)
+    candidates: dict[str, Candidate] = field(default_factory=dict)
+    expanded: set[str] = field(default_factory=set)  # anchors whose neighbours were read
+    conflicts: list[Conflict] = field(default_factory=list)
+    searched: set[int] = field(default_factory=set)  # hypotheses searched at least once
+    tried: set[tuple] = field(default_factory=set)  # (tool, hypothesis, days, role) already run
+    widened: list[str] = field(default_factory=list)
+    steps: list[dict] = field(default_factory=list)
+    stop_reason: str = ""
+    fallbacks: int = 0  # LLM policy steps that fell back to the rule step
+    policy_steps: int = 0
+
+    def relevant(self, hypothesis: int | None = None) -> list[Candidate]:
+        out = [c for c in self.candidates.values() if c.flag is None and (hypothesis is None or c.hypothesis == hypothesis)]
+        return sorted(out, key=lambda c: -c.rank)

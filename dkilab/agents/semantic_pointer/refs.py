@@ -1,0 +1,118 @@
+"""Vague references in parameter descriptions (seed semantic-pointer §3.1 step 1, §3.4.1): rules for
+Chinese and English pronouns and demonstratives, each mapped to the kind of entity it points at, and
+the seed's prompts with a tolerant JSON reader for LLM replies."""
+from __future__ import annotations
+
+import json
+import re
+
+# reference -> entity kind; the longest match wins ("那笔贷款" before "那")
+REFERENCES = {
+    "person": ["该用户", "该客户", "这位客户", "那位客户", "这个客户", "那个客户", "这个用户", "那个用户", "此人", "该人",
+               "他", "她", "对方", "that customer", "this customer", "the customer", "that client", "this client",
+               "the client", "this user", "that user", "the user", "this person", "that person", "he", "she", "him",
+               "her", "his", "their", "them"],
+    "order": ["这个订单", "该订单", "那个订单", "这笔订单", "this order", "that order", "the order"],
+    "loan": ["那笔贷款", "这笔贷款", "该贷款", "这笔借款", "那笔借款", "this loan", "that loan", "the loan"],
+    "collateral": ["该押品", "这个押品", "那个押品", "这件押品", "this collateral", "that collateral", "the collateral"],
+    "account": ["该账户", "这个账户", "那个账户", "this account", "that account", "the account"],
+    "generic": ["上述", "以上", "前面提到的", "这个", "那个", "它", "the above", "mentioned above", "aforementioned", "it",
+                "that one", "this one", "the same"],
+}
+ENTITY_WORDS = {  # words a memory line about that kind of entity contains
+    "person": ["客户", "用户", "先生", "女士", "申请人", "借款人", "customer", "client", "user", "applicant", "borrower",
+               "mr", "ms", "mrs"],
+    "order": ["订单", "order"],
+    "loan": ["贷款", "借款", "loan"],
+    "collateral": ["押品", "抵押", "collateral"],
+    "account": ["账户", "账号", "account"],
+    "generic": [],
+}
+_IDENT = re.compile(r"[A-Za-z]{0,4}[-_]?\d{3,}[\w\-]*")
+
+DETECT_PROMPT = """你是一个语义分析器。请分析以下文本，识别其中的模糊引用（代词、指示词等）。
+
+【文本】
+{text}
+
+【输出格式】
+JSON 数组，包含所有模糊引用：
+["该用户", "他", "这个", ...]
+
+如果没有模糊引用，输出空数组 []"""
+
+SYNTH_PROMPT = """你是一个语义消歧助手。请根据父级上下文，将模糊的参数描述转化为精确的语义描述。
+
+【当前参数】
+参数名: {param_name}
+原始描述: {original_desc}
+
+【当前任务上下文】
+{current_context}
+
+【父级业务记忆】（从近到远）
+{ancestor_contexts}
+
+【任务】
+1. 分析原始描述中是否存在模糊引用（如"该用户"、"他"、"这个订单"）
+2. 从父级记忆中找到对应的精确信息
+3. 生成一个自包含的语义描述，使得仅凭此描述就能精确定位数据
+
+【输出格式】
+{{
+    "resolved_desc": "完整的语义描述，包含所有必要的限定条件",
+    "confidence": 0.0-1.0,
+    "resolution_chain": ["从父级1获取的信息", "从父级2获取的信息", ...]
+}}
+
+【示例】
+输入: param_name="client_id", original_desc="该用户的ID"
+父级记忆: "任务目标：处理昨天的第二个客户的投诉"
+输出: {{
+    "resolved_desc": "昨天第二个需要处理投诉的客户的ID",
+    "confidence": 0.9,
+    "resolution_chain": ["父级任务目标：处理昨天的第二个客户的投诉"]
+}}"""
+
+
+def _find(text: str, ref: str) -> bool:
+    if ref.isascii():
+        return re.search(rf"(?<![A-Za-z]){re.escape(ref)}(?![A-Za-z])", text, re.I) is not None
+    if len(ref) == 1:  # 他/她/它, not inside 其他/其它
+        return re.search(rf"(?<!其){ref}", text) is not None
+    return ref in text
+
+
+def detect_references(text: str) -> list[tuple[str, str]]:
+    """[(reference, entity kind)] in `text`, longest references first, none inside another."""
+    found: list[tuple[str, str]] = []
+    for kind, refs in REFERENCES.items():
+        found += [(r, kind) for r in refs if _find(text, r)]
+    found.sort(key=lambda x: -len(x[0]))
+    out: list[tuple[str, str]] = []
+    for ref, kind in found:
+        if not any(ref.lower() in kept.lower() for kept, _ in out):
+            out.append((ref, kind))
+    return out
+
+
+def has_identifier(text: str) -> bool:
+    return _IDENT.search(text) is not None
+
+
+def loose_json(text: str):
+    """The first JSON object or array in an LLM reply (code fences, prose around it, single quotes and
+    trailing commas tolerated); None when there is none."""
+    text = re.sub(r"```(?:json)?", "", text or "")
+    for opener, closer in (("{", "}"), ("[", "]")):
+        start = text.find(opener)
+        end = text.rfind(closer)
+        if start < 0 or end <= start:
+            continue
+        chunk = text[start:end + 1]
+        for candidate in (chunk, re.sub(r",\s*([}\]])", r"\1", chunk.replace("'", '"'))):
+            try:
+                return json.loads(candidate)
+            except json.JSONDecodeError:
+                continue
+    return None

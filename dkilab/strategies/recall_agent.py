@@ -1,0 +1,99 @@
+"""recall_agent: the recall agent (seed recall-agent.md) as a strategy. The agent builds a memory view
+with verbatim evidence from the four query tools; the model answers from the view (visible text, or a
+K/V block with `view_alpha`) plus the evidence messages as the history suffix.
+
+`answer: false` stops after the view: the cell is scored on the view alone (view recall/precision,
+evidence validity, adjudication, tool calls), and the rule policy then needs no model.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from dkilab.strategies.base import (StrategyParams, Strategy, history_block, language_of, newest_that_fit, preferences_text,
+                                    question_text, register)
+from dkilab.types import Answer
+
+VIEW_HEAD = {"en": "What the user's memory shows (recall agent):", "cn": "用户记忆（回忆 Agent 整理）："}
+KIND = {"en": {"preferences": "preference", "profile": "profile", "constraints": "constraint"},
+        "cn": {"preferences": "偏好", "profile": "背景", "constraints": "约束"}}
+UNCERTAIN = {"en": " (uncertain: conflicting evidence)", "cn": "（不确定：证据矛盾）"}
+
+
+class RecallAgentParams(StrategyParams):
+    policy: Literal["rule", "llm"] = "rule"
+    answer: bool = True  # false: the memory view only (scored by the view metrics)
+    view_as: Literal["text", "kv"] = "text"
+    view_alpha: float = Field(1.0, ge=0.0)  # alpha of the view block when view_as = kv
+    max_calls: int = Field(8, ge=1, le=50)
+    max_items: int = Field(5, ge=1, le=50)
+    default_days: int | None = Field(30, ge=1)  # the window when the question has no time cue (None: all time)
+    evidence_tokens: int = Field(512, ge=0)  # budget of the evidence messages shown as history
+    policy_max_new_tokens: int = Field(96, ge=8, le=1024)
+
+
+def view_text(output, lang: str) -> str:
+    lines = [VIEW_HEAD[lang]]
+    for kind in ("preferences", "profile", "constraints"):
+        for item in getattr(output.memory_view, kind):
+            if item.active:
+                lines.append(f"- [{KIND[lang][kind]}] {item.statement}" + (UNCERTAIN[lang] if item.uncertain else ""))
+    return "\n".join(lines) + "\n" if len(lines) > 1 else ""
+
+
+@register
+class RecallAgentStrategy(Strategy):
+    name = "recall_agent"
+    Params = RecallAgentParams
+    takes_task_inputs = True
+
+    def requires_model(self) -> bool:
+        return self.params.answer or self.params.policy == "llm"
+
+    def prompts(self, model_name: str = "") -> dict[str, str]:
+        from dkilab.agents.recall_agent.policy import PLAN, SYNTH
+
+        out = super().prompts(model_name) | {f"view_head.{k}": v for k, v in VIEW_HEAD.items()}
+        return out | ({"policy.plan": PLAN, "policy.synthesis": SYNTH} if self.params.policy == "llm" else {})
+
+    def _answer(self, question, memory, model, *, session_id, preferences, stages, asked_at=None, task=None):
+        from dkilab.agents.recall_agent import RecallAgent
+        from dkilab.recall import create_formatter
+
+        lang, p = language_of(question), self.params
+        with stages("recall", question=question) as trace:
+            formatter = create_formatter(model.name, lang) if p.policy == "llm" else None
+            agent = RecallAgent(memory, p.policy, model, formatter, p.max_calls, p.max_items, p.default_days)
+            if p.policy == "llm":
+                agent.policy.max_new_tokens = p.policy_max_new_tokens
+            result = agent.recall(question, now=asked_at)
+            out = result.output
+            trace.update(memory_view=out.memory_view.model_dump(mode="json"), stop=result.stop_reason)
+        meta = {"memory_view": out.model_dump(mode="json"), "evidence_problems": result.evidence_problems,
+                "agent_tool_calls": result.tool_calls, "agent_rounds": result.rounds,
+                "policy_steps": result.policy_steps,
+                "policy_fallbacks": result.policy_fallbacks, "agent_stop": result.stop_reason, "agent_steps": result.steps}
+        evidence_ids = [e.message_id for e in out.evidence]
+        if not p.answer:
+            return Answer("", recalled_ids=evidence_ids, rounds=0, metadata=meta | {"task": "memory_view"})
+        with stages("assembly"):
+            view = view_text(out, lang)
+            pref = preferences_text(preferences, lang)
+            budget = self.budget(model, question, lang, pref + (view if p.view_as == "text" else ""),
+                                 cap=p.evidence_tokens)
+            msgs = sorted((memory.get(i) for i in evidence_ids), key=lambda m: (m.timestamp, m.turn_id))
+            shown = newest_that_fit(msgs, model, budget.history, lang)
+            history = history_block(shown, lang)
+            memories = None
+            visible = pref + view
+            if p.view_as == "kv" and view:
+                self.require_kv(model, "the memory view")
+                memories, visible = [(self.memory_kv(model, view), p.view_alpha)], pref
+            user_text = (visible + "\n" if visible else "") + question_text(question, lang, history)
+        with stages("generation"):
+            gen, prompt = self.generate(model, user_text, lang, memories=memories)
+        return Answer(gen.text, prompt_tokens=gen.prompt_tokens, injected_tokens=gen.injected_tokens,
+                      generated_tokens=gen.new_tokens, recalled_ids=[m.message_id for m in shown],
+                      context_text="\n".join(x for x in (pref, view, history) if x), prompt=prompt, budget=budget,
+                      metadata=meta)
