@@ -17,7 +17,9 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def _cmd_bench_store(args: argparse.Namespace) -> int:
     from dkilab.bench.store import main as bench_main
 
-    return bench_main(data_dir=args.data_dir, scale=args.scale, queries=args.queries)
+    return bench_main(data_dir=args.data_dir, scale=args.scale, queries=args.queries,
+                      parts=[p.strip() for p in args.parts.split(",") if p.strip()], writers=args.writers,
+                      writer_messages=args.writer_messages, readers=args.readers, open_users=args.open_users)
 
 
 def _cmd_bench_strategies(args: argparse.Namespace) -> int:
@@ -150,6 +152,12 @@ def build_parser() -> argparse.ArgumentParser:
     bs.add_argument("--data-dir", default=None, help="dataset directory (default: $DKILAB_DATA_DIR)")
     bs.add_argument("--scale", type=int, default=100, help="synthetic store size as a multiple of LoCoMo (default 100)")
     bs.add_argument("--queries", type=int, default=200, help="queries per tool (default 200)")
+    bs.add_argument("--parts", default="locomo,synthetic,concurrency,open",
+                    help="comma-separated parts to run (default: locomo,synthetic,concurrency,open)")
+    bs.add_argument("--writers", type=int, default=4, help="concurrency: writer processes (default 4)")
+    bs.add_argument("--writer-messages", type=int, default=2000, help="concurrency: messages per writer (default 2000)")
+    bs.add_argument("--readers", type=int, default=2, help="concurrency: reader threads (default 2)")
+    bs.add_argument("--open-users", type=int, default=10_000, help="open time: users in the store (default 10000)")
     bs.set_defaults(func=_cmd_bench_store)
     bst = bench_sub.add_parser("strategies", help="tokens, latency per stage and fact calls of every strategy on LoCoMo")
     bst.add_argument("--data-dir", default=None, help="dataset directory (default: $DKILAB_DATA_DIR)")

@@ -1,4 +1,6 @@
-"""Store benchmark: ingest rate and query-tool latency at LoCoMo size and at 100x that size.
+"""Store benchmark: ingest rate and query-tool latency at LoCoMo size and at 100x that size, then
+concurrent writers and readers (messages lost must be 0) and open time at 10k users
+(`dkilab.bench.concurrency`). `--parts` picks some of: locomo, synthetic, concurrency, open.
 
 1. LoCoMo: every conversation (one user each) with real MiniLM embeddings.
 2. Synthetic: `scale` users who each hold all ten LoCoMo conversations (so each user is 10x a
@@ -60,7 +62,25 @@ def _report(name: str, n_msgs: int, n_users: int, ingest_s: float, lat: dict[str
             print(f"  {tool:16s} {_pct(xs, 50):8.2f} {_pct(xs, 95):8.2f}")
 
 
-def main(data_dir: str | None = None, scale: int = 100, queries: int = 200) -> int:
+PARTS = ("locomo", "synthetic", "concurrency", "open")
+
+
+def main(data_dir: str | None = None, scale: int = 100, queries: int = 200, parts=PARTS, writers: int = 4,
+         writer_messages: int = 2000, readers: int = 2, open_users: int = 10_000) -> int:
+    from dkilab.bench import concurrency as conc
+
+    unknown = set(parts) - set(PARTS)
+    if unknown:
+        raise ValueError(f"unknown bench store parts {sorted(unknown)}; the parts are {', '.join(PARTS)}")
+    if "locomo" in parts or "synthetic" in parts:
+        _sizes(data_dir, scale, queries, parts)
+    c = conc.concurrency(writers, writer_messages, readers) if "concurrency" in parts else None
+    o = conc.open_time(open_users) if "open" in parts else None
+    conc.report(c, o)
+    return 1 if c is not None and (c["lost"] or c["write_errors"] or c["read_errors"]) else 0
+
+
+def _sizes(data_dir, scale: int, queries: int, parts) -> None:
     from dkilab.eval.datasets import load_locomo
     from dkilab.memory import Embedder, MemoryStore
 
@@ -80,6 +100,8 @@ def main(data_dir: str | None = None, scale: int = 100, queries: int = 200) -> i
         _report("LoCoMo (real MiniLM embeddings)", len(msgs), len(convs), ingest, lat)
         results["locomo"] = lat
         store.close()
+        if "synthetic" not in parts:
+            return
 
         n_users = max(1, scale)
         store = MemoryStore.open(f"{tmp}/synthetic", embedder=embedder)
@@ -99,4 +121,3 @@ def main(data_dir: str | None = None, scale: int = 100, queries: int = 200) -> i
         store.close()
     growth = statistics.median(results["synthetic"]["semantic_search"]) / statistics.median(results["locomo"]["semantic_search"])
     print(f"\nsemantic_search p50 growth from LoCoMo size to {scale}x: {growth:.2f}x")
-    return 0

@@ -3,9 +3,9 @@ from dkilab.memory.embedder import Embedder
 from dkilab.memory.l1 import L1Memory
 from dkilab.memory.l2 import L2Memory
 from dkilab.memory.manager import MemoryManager
-from dkilab.memory.sessions import SessionManager, SessionRecord
+from dkilab.memory.sessions import SessionManager, SessionNotFoundError, SessionRecord
 from dkilab.memory.store import MemoryStore
 from dkilab.memory.view import MessageNotFoundError, QueryFilter, UserMemory
 
 __all__ = ["Embedder", "MemoryStore", "UserMemory", "MessageNotFoundError", "QueryFilter", "MemoryManager",
-           "SessionManager", "SessionRecord", "L1Memory", "L2Memory"]
+           "SessionManager", "SessionNotFoundError", "SessionRecord", "L1Memory", "L2Memory"]

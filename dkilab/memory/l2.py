@@ -3,7 +3,9 @@
 State: {session_id, current_customer_id, operation_chain: [{intent, active_domain, business_object,
 operation_stage, last_action, last_update}, ...]}; the last chain entry is the current operation.
 Every version is kept in SQLite for audit (the seed's ES index); the current state lives in the
-hot backend (SQLite or Redis) and expires with the session.
+hot backend (SQLite or Redis) and expires `l2_ttl` after its session's last use. Every call names the
+user and needs the user's session (live, to update); an update is one compare-and-set on the backend,
+so concurrent updates never lose one.
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import sqlite3
 import time
 from typing import Any, Callable, Sequence
 
-from dkilab.memory.sessions import DEFAULT_TTL, iso
+from dkilab.memory.sessions import SessionManager, SessionNotFoundError, check_user, iso
 from dkilab.memory.sqlite import transaction, with_retry
 
 DEFAULT_STAGE_ORDER = ("创建", "入库", "审批")
@@ -26,19 +28,31 @@ CREATE TABLE IF NOT EXISTS l2_versions(
 
 
 class L2Memory:
-    def __init__(self, backend, conn: sqlite3.Connection, stage_order: Sequence[str] = DEFAULT_STAGE_ORDER,
-                 ttl: float = DEFAULT_TTL, clock: Callable[[], float] = time.time):
+    def __init__(self, sessions: SessionManager, conn: sqlite3.Connection,
+                 stage_order: Sequence[str] = DEFAULT_STAGE_ORDER, clock: Callable[[], float] = time.time):
         if len(set(stage_order)) != len(stage_order):
             raise ValueError(f"stage_order has repeated stages: {list(stage_order)}")
-        self.backend, self.conn, self.stage_order = backend, conn, tuple(stage_order)
-        self.ttl, self.clock = float(ttl), clock
+        self.sessions, self.backend, self.conn = sessions, sessions.backend, conn
+        self.stage_order, self.clock = tuple(stage_order), clock
         with_retry(lambda: conn.executescript(AUDIT_SCHEMA))
 
-    def get_l2_state(self, session_id: str) -> dict[str, Any] | None:
+    @property
+    def ttl(self) -> float:
+        return self.sessions.l2_ttl
+
+    def _owned(self, session_id: str, user_id) -> str:
+        user = check_user(user_id)
+        if self.sessions.owner(session_id) != user:
+            raise SessionNotFoundError(session_id)
+        return user
+
+    def get_l2_state(self, session_id: str, *, user_id: str | int) -> dict[str, Any] | None:
+        """The session's current state (None when it has none or it expired)."""
+        self._owned(session_id, user_id)
         return self.backend.get_l2(session_id, self.clock())
 
     def update_l2_state(self, session_id: str, intent: str, entities: dict[str, Any] | None,
-                        previous_l2: dict[str, Any] | None = None) -> dict[str, Any]:
+                        previous_l2: dict[str, Any] | None = None, *, user_id: str | int) -> dict[str, Any]:
         """Merge a new (intent, entities) extraction into the session's state and save a new version.
 
         1. a different intent overwrites the whole state;
@@ -51,10 +65,24 @@ class L2Memory:
         if entities is not None and not isinstance(entities, dict):
             raise ValueError(f"L2 update for session {session_id!r}: entities must be a dict, got {type(entities).__name__}")
         entities = dict(entities or {})
-        previous = previous_l2 if previous_l2 is not None else self.get_l2_state(session_id)
-        chain = list((previous or {}).get("operation_chain") or [])
-        last = chain[-1] if chain else None
+        self.sessions.require(session_id, user_id)
         now = self.clock()
+        rules: list[str] = []
+
+        def update(current):
+            state, rule = self._merge(session_id, intent, entities, previous_l2 if previous_l2 is not None else current, now)
+            state["version"] = int((current or {}).get("version", 0)) + 1
+            rules[:] = [rule]
+            return state
+        state = self.backend.update_l2(session_id, update, self.ttl, now)
+        self._audit(session_id, state, rules[0], now)
+        return state
+
+    def _merge(self, session_id: str, intent: str, entities: dict[str, Any], previous: dict[str, Any] | None,
+               now: float) -> tuple[dict[str, Any], str]:
+        """(new state, rule applied): the four rules on the previous state."""
+        chain = [dict(e) for e in (previous or {}).get("operation_chain") or []]
+        last = chain[-1] if chain else None
         obj = entities.get("business_object")
         fresh = {"intent": intent, **{k: entities.get(k) for k in ENTRY_FIELDS},
                  **{k: v for k, v in entities.items() if k not in ENTRY_FIELDS and k != "customer_id"}}
@@ -72,10 +100,7 @@ class L2Memory:
             chain = chain + [entry]
             customer = customer if customer is not None else (previous or {}).get("current_customer_id")
         chain[-1]["last_update"] = iso(now)
-        state = {"session_id": session_id, "current_customer_id": customer, "operation_chain": chain}
-        self.backend.set_l2(session_id, state, self.ttl, now)
-        self._audit(session_id, state, rule, now)
-        return state
+        return {"session_id": session_id, "current_customer_id": customer, "operation_chain": chain}, rule
 
     def _forward_stage(self, old: str | None, new: str | None) -> str | None:
         if new is None or old is None:
@@ -93,8 +118,9 @@ class L2Memory:
                           (session_id, v, json.dumps(state, ensure_ascii=False), rule, now))
         with_retry(save)
 
-    def history(self, session_id: str) -> list[dict[str, Any]]:
+    def history(self, session_id: str, *, user_id: str | int) -> list[dict[str, Any]]:
         """Every saved version of the session's L2 state, oldest first: {version, rule, created_at, state}."""
+        self._owned(session_id, user_id)
         rows = self.conn.execute("SELECT version, state, rule, created_at FROM l2_versions WHERE session_id=? "
                                  "ORDER BY version", (session_id,)).fetchall()
         return [{"version": r["version"], "rule": r["rule"], "created_at": iso(r["created_at"]),

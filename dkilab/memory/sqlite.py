@@ -3,14 +3,24 @@ from __future__ import annotations
 
 import random
 import sqlite3
+import threading
 import time
 from typing import Callable, TypeVar
 
 T = TypeVar("T")
 
 
+class Connection(sqlite3.Connection):
+    """A connection shared by threads: `transaction` holds its lock, so one thread's transaction never
+    interleaves with another's on the same connection (other processes are kept out by SQLite's lock)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.write_lock = threading.RLock()
+
+
 def connect(path: str) -> sqlite3.Connection:
-    conn = sqlite3.connect(path, timeout=30.0, isolation_level=None, check_same_thread=False)
+    conn = sqlite3.connect(path, timeout=30.0, isolation_level=None, check_same_thread=False, factory=Connection)
     conn.row_factory = sqlite3.Row
     if path != ":memory:":
         conn.execute("PRAGMA journal_mode=WAL")
@@ -36,10 +46,19 @@ class transaction:
 
     def __init__(self, conn: sqlite3.Connection):
         self.conn = conn
+        self.lock = getattr(conn, "write_lock", None) or threading.RLock()
 
     def __enter__(self) -> sqlite3.Connection:
-        self.conn.execute("BEGIN IMMEDIATE")
+        self.lock.acquire()
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+        except BaseException:
+            self.lock.release()
+            raise
         return self.conn
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        self.conn.execute("ROLLBACK" if exc_type else "COMMIT")
+        try:
+            self.conn.execute("ROLLBACK" if exc_type else "COMMIT")
+        finally:
+            self.lock.release()

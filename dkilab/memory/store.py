@@ -9,7 +9,7 @@ import tempfile
 import threading
 from collections import OrderedDict
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 import numpy as np
 
@@ -21,13 +21,13 @@ from dkilab.text.segment import segment
 from dkilab.types import Message
 
 DB_FILE = "memory.sqlite"
-SCHEMA_VERSION = "3"
+SCHEMA_VERSION = "4"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS messages(
     rid INTEGER PRIMARY KEY,
-    message_id TEXT NOT NULL UNIQUE,
+    message_id TEXT NOT NULL,
     user_id TEXT NOT NULL,
     session_id TEXT NOT NULL,
     turn_id INTEGER NOT NULL,
@@ -38,7 +38,8 @@ CREATE TABLE IF NOT EXISTS messages(
     speaker TEXT,
     metadata TEXT NOT NULL,
     embedding BLOB,
-    fts_id INTEGER UNIQUE
+    fts_id INTEGER UNIQUE,
+    UNIQUE(user_id, message_id)  -- ids are per user: bob never learns that alice uses an id
 );
 -- each user gets a slot; its FTS rowids are (slot << 32) | seq and its FTS5 table is fts_u{slot}
 CREATE TABLE IF NOT EXISTS users(slot INTEGER PRIMARY KEY, user_id TEXT NOT NULL UNIQUE, next_seq INTEGER NOT NULL);
@@ -93,6 +94,23 @@ def _extra_text(speaker, topic, metadata: dict) -> str:
     return " ".join(str(x) for x in (speaker, topic, metadata.get("index_extra")) if x)
 
 
+def _reindex_fts(c) -> None:
+    """Rebuild every user's FTS table from the messages (inside the caller's transaction)."""
+    for slot, user_id in c.execute("SELECT slot, user_id FROM users").fetchall():
+        c.execute(f"DROP TABLE IF EXISTS {fts_table(slot)}")
+        c.execute(_FTS_DDL.format(table=fts_table(slot)))
+        rows = c.execute("SELECT fts_id, content, speaker, topic, metadata FROM messages WHERE user_id=?",
+                         (user_id,)).fetchall()
+        c.executemany(f"INSERT INTO {fts_table(slot)}(rowid, body, extra) VALUES(?,?,?)",
+                      [(r["fts_id"], " ".join(segment(r["content"])),
+                        " ".join(segment(_extra_text(r["speaker"], r["topic"], json.loads(r["metadata"])))))
+                       for r in rows])
+
+
+class _TurnTaken(Exception):
+    """Another writer stored the turn this one allocated (add_turn retries)."""
+
+
 def row_to_message(row) -> Message:
     return Message(
         message_id=row["message_id"], user_id=row["user_id"], session_id=row["session_id"],
@@ -124,9 +142,10 @@ class MemoryStore:
         self._init_meta()
         self.cursors = CursorCodec(bytes.fromhex(self._meta["cursor_secret"]))
         self._vectors = None
-        # ranked lexical result sets behind live cursors: cid -> (created, sig, ranked); bounded LRU
-        self.result_sets: OrderedDict[str, tuple[float, str, list]] = OrderedDict()
-        self.result_set_limit = 512
+        # ranked lexical result sets behind live cursors: (user, cid) -> (created, sig, ranked); bounded
+        # per user and in all (dkilab.memory.view)
+        self.result_sets: OrderedDict[tuple[str, str], tuple[float, str, list]] = OrderedDict()
+        self.result_set_users: dict[str, OrderedDict[str, None]] = {}
 
     @classmethod
     def open(cls, path: str | os.PathLike | None = None, embedder: Embedder | None = None, **kwargs) -> "MemoryStore":
@@ -138,11 +157,15 @@ class MemoryStore:
             with transaction(self.conn) as c:
                 c.execute("INSERT OR IGNORE INTO meta VALUES('schema_version', ?)", (SCHEMA_VERSION,))
                 c.execute("INSERT OR IGNORE INTO meta VALUES('cursor_secret', ?)", (secrets.token_hex(16),))
+                c.execute("INSERT OR IGNORE INTO meta VALUES('store_id', ?)", (secrets.token_hex(8),))
         with_retry(init)
         self._meta = {r["key"]: r["value"] for r in self.conn.execute("SELECT key, value FROM meta")}
         if self._meta["schema_version"] == "2":
             with_retry(self._migrate_v2)
-            self._meta["schema_version"] = SCHEMA_VERSION
+            self._meta["schema_version"] = "3"
+        if self._meta["schema_version"] == "3":
+            with_retry(self._migrate_v3)
+            self._meta["schema_version"] = "4"
         if self._meta["schema_version"] != SCHEMA_VERSION:
             raise ValueError(f"{self.path / DB_FILE}: schema version {self._meta['schema_version']}, expected {SCHEMA_VERSION}")
 
@@ -151,16 +174,26 @@ class MemoryStore:
         with self._lock, transaction(self.conn) as c:
             if c.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] != "2":
                 return  # another process migrated it meanwhile
-            for slot, user_id in c.execute("SELECT slot, user_id FROM users").fetchall():
-                c.execute(_FTS_DDL.format(table=fts_table(slot)))
-                rows = c.execute("SELECT fts_id, content, speaker, topic, metadata FROM messages WHERE user_id=?",
-                                 (user_id,)).fetchall()
-                c.executemany(f"INSERT INTO {fts_table(slot)}(rowid, body, extra) VALUES(?,?,?)",
-                              [(r["fts_id"], " ".join(segment(r["content"])),
-                                " ".join(segment(_extra_text(r["speaker"], r["topic"], json.loads(r["metadata"])))))
-                               for r in rows])
+            _reindex_fts(c)
             c.execute("DROP TABLE IF EXISTS messages_fts")
-            c.execute("UPDATE meta SET value=? WHERE key='schema_version'", (SCHEMA_VERSION,))
+            c.execute("UPDATE meta SET value='3' WHERE key='schema_version'")
+
+    def _migrate_v3(self) -> None:
+        """v3 made message ids unique store-wide; v4 makes them unique per user. Rows keep their rid
+        (the FAISS ids and FTS rowids stay valid)."""
+        with self._lock, transaction(self.conn) as c:
+            if c.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] != "3":
+                return  # another process migrated it meanwhile
+            ddl = _SCHEMA.split("CREATE TABLE IF NOT EXISTS messages(", 1)[1].split(");", 1)[0]
+            c.execute(f"CREATE TABLE messages_v4({ddl})")
+            c.execute("INSERT INTO messages_v4 SELECT * FROM messages")
+            c.execute("DROP TABLE messages")
+            c.execute("ALTER TABLE messages_v4 RENAME TO messages")
+            for stmt in _SCHEMA.split(";"):
+                if "CREATE INDEX" in stmt:
+                    c.execute(stmt)
+            _reindex_fts(c)  # v4 segments NFKC-normalised text
+            c.execute("UPDATE meta SET value='4' WHERE key='schema_version'")
 
     def _check_embedder(self, dim: int) -> None:
         """Record the embedder on first use; refuse a store built with a different one."""
@@ -188,66 +221,83 @@ class MemoryStore:
     def vectors(self):
         if self._vectors is None:
             dim = int(self._meta.get("embedding_dim") or self.embedder.dim)
-            self._vectors = VectorIndex(dim, None if self._tmpdir else self.path / "faiss")
+            self._vectors = VectorIndex(dim, None if self._tmpdir else self.path / "faiss", self._meta["store_id"])
         return self._vectors
 
     # --- ingest ---------------------------------------------------------------------------
     def add_messages(self, messages: Iterable[Message], embeddings: np.ndarray | None = None,
                      batch_size: int = 512, show_progress: bool = False) -> int:
-        """Ingest messages in bulk; returns how many were new.
+        """Ingest messages in bulk; returns how many were new. All or nothing: the whole call is
+        validated first and written in one transaction, so an error leaves the store as it was.
 
-        Idempotent by `message_id`: a message already stored with the same content is skipped; the
-        same id with different content raises ValueError naming it (nothing of that batch is written).
-        `embeddings` (n, dim), unit rows, may be given to skip the embedder (benchmarks, tests).
+        Message ids are per user (bob may use an id alice uses). Idempotent by (user, message_id): a
+        message already stored with the same content is skipped; the same id with other content raises
+        ValueError naming it, also when a concurrent writer stored it first. `embeddings` (n, dim),
+        unit rows, may be given to skip the embedder (benchmarks, tests).
         """
-        batch: list[Message] = []
-        added = offset = 0
-        for msg in messages:
-            if not isinstance(msg, Message):
-                raise TypeError(f"add_messages expects dkilab.types.Message, got {type(msg).__name__}")
-            batch.append(msg)
-            if len(batch) >= batch_size:
-                added += self._add_batch(batch, None if embeddings is None else embeddings[offset:offset + len(batch)], show_progress)
-                offset += len(batch)
-                batch = []
-        if batch:
-            added += self._add_batch(batch, None if embeddings is None else embeddings[offset:offset + len(batch)], show_progress)
-            offset += len(batch)
-        if embeddings is not None and offset != len(embeddings):
-            raise ValueError(f"add_messages got {offset} messages but {len(embeddings)} embeddings")
-        return added
+        msgs = self._validated(messages, embeddings)
+        rows = self._prepare(msgs, embeddings, batch_size, show_progress)
+        return with_retry(lambda: self._insert(rows)) if rows else 0
 
-    def _add_batch(self, batch: list[Message], vecs: np.ndarray | None, show_progress: bool) -> int:
-        ids = [m.message_id for m in batch]
-        if len(set(ids)) != len(ids):
-            dup = next(i for i in ids if ids.count(i) > 1)
-            raise ValueError(f"message_id {dup!r} appears twice in one batch")
-        existing = self._existing(ids)
+    def _validated(self, messages: Iterable[Message], embeddings) -> list[Message]:
+        msgs = list(messages)
+        seen: set[tuple[str, str]] = set()
+        for m in msgs:
+            if not isinstance(m, Message):
+                raise TypeError(f"add_messages expects dkilab.types.Message, got {type(m).__name__}")
+            for name in ("message_id", "user_id", "session_id", "role", "content"):
+                value = getattr(m, name)
+                if not isinstance(value, str) or (name != "content" and not value):
+                    raise ValueError(f"message {m.message_id!r}: {name} must be a non-empty string, got {value!r}")
+                try:
+                    value.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise ValueError(f"message {m.message_id!r}: {name} is not valid text (lone surrogate)") from None
+            key = (m.user_id, m.message_id)
+            if key in seen:
+                raise ValueError(f"message_id {m.message_id!r} appears twice in one call (user {m.user_id!r}); "
+                                 "nothing was written")
+            seen.add(key)
+        if embeddings is not None:
+            shape = getattr(embeddings, "shape", None)
+            if shape is None or len(shape) != 2 or shape[0] != len(msgs):
+                raise ValueError(f"add_messages got {len(msgs)} messages but embeddings of shape {shape}; nothing was written")
+            if not np.all(np.isfinite(embeddings)):
+                raise ValueError("add_messages: embeddings contain NaN or infinity; nothing was written")
+        return msgs
+
+    def _prepare(self, msgs: list[Message], embeddings, batch_size: int, show_progress: bool) -> list[tuple]:
+        """Rows for the messages that are not stored yet (embedded); ValueError on a conflicting id."""
+        existing = self._existing([(m.user_id, m.message_id) for m in msgs])
         fresh_idx = []
-        for i, m in enumerate(batch):
-            old = existing.get(m.message_id)
+        for i, m in enumerate(msgs):
+            old = existing.get((m.user_id, m.message_id))
             if old is None:
                 fresh_idx.append(i)
-            elif old != (m.user_id, m.content):
-                raise ValueError(
-                    f"message_id {m.message_id!r} is already stored with a different user or content; "
-                    "message ids must be unique (nothing from this batch was written)")
+            elif old != m.content:
+                raise self._conflict(m)
         if not fresh_idx:
-            return 0
-        fresh = [batch[i] for i in fresh_idx]
-        if vecs is None:
+            return []
+        fresh = [msgs[i] for i in fresh_idx]
+        if embeddings is None:
             version = self._index_text_version()
-            prev = self._previous_turns(batch, fresh) if version != "1" else {}
-            vecs = self.embedder.encode([index_text(m, prev.get(m.message_id), version) for m in fresh],
-                                        show_progress=show_progress)
+            prev = self._previous_turns(msgs, fresh) if version != "1" else {}
+            texts = [index_text(m, prev.get(m.message_id), version) for m in fresh]
+            vecs = np.concatenate([self.embedder.encode(texts[i:i + batch_size], show_progress=show_progress)
+                                   for i in range(0, len(texts), batch_size)])
         else:
-            vecs = np.ascontiguousarray(np.asarray(vecs, dtype=np.float32)[fresh_idx])
+            vecs = np.ascontiguousarray(np.asarray(embeddings, dtype=np.float32)[fresh_idx])
         self._check_embedder(vecs.shape[1])
         rows = []
         for m, v in zip(fresh, vecs):
             extra = _extra_text(m.speaker, m.topic, m.metadata)
             rows.append((m, v.tobytes(), " ".join(segment(m.content)), " ".join(segment(extra))))
-        return with_retry(lambda: self._insert(rows))
+        return rows
+
+    @staticmethod
+    def _conflict(m: Message) -> ValueError:
+        return ValueError(f"message_id {m.message_id!r} is already stored for user {m.user_id!r} with different "
+                          "content; message ids are immutable (nothing from this call was written)")
 
     def _index_text_version(self) -> str:
         """The store's recorded index-text version; a store embedded before versions were recorded is v1."""
@@ -283,18 +333,42 @@ class MemoryStore:
                 out[m.message_id] = best
         return out
 
-    def _existing(self, ids: list[str]) -> dict[str, tuple[str, str]]:
+    def _existing(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], str]:
+        """(user_id, message_id) -> stored content, for the keys that are stored."""
         out = {}
-        for i in range(0, len(ids), 500):
-            chunk = ids[i:i + 500]
-            q = f"SELECT message_id, user_id, content FROM messages WHERE message_id IN ({','.join('?' * len(chunk))})"
-            out.update({r["message_id"]: (r["user_id"], r["content"]) for r in self.conn.execute(q, chunk)})
+        for i in range(0, len(keys), 400):
+            chunk = keys[i:i + 400]
+            q = ("SELECT user_id, message_id, content FROM messages WHERE (user_id, message_id) IN "
+                 f"(VALUES {','.join(['(?,?)'] * len(chunk))})")
+            out.update({(r["user_id"], r["message_id"]): r["content"]
+                        for r in self.conn.execute(q, [x for k in chunk for x in k])})
         return out
 
-    def _insert(self, rows) -> int:
+    def add_turn(self, user_id: str, session_id: str, make: Callable[[int], Message]) -> Message:
+        """Store `make(turn_id)` at the session's next turn id (max + 1), allocated and inserted
+        atomically: concurrent threads or processes adding to one session get distinct turns."""
+        for _ in range(100):
+            last = self._max_turn(self.conn, user_id, session_id)
+            msg = make(last + 1)
+            rows = self._prepare(self._validated([msg], None), None, 1, False)
+            try:
+                with_retry(lambda: self._insert(rows, expect_turn=(user_id, session_id, last)))
+                return msg
+            except _TurnTaken:
+                continue  # another writer took that turn: allocate again
+        raise RuntimeError(f"could not allocate a turn in session {session_id!r} (100 concurrent attempts lost)")
+
+    @staticmethod
+    def _max_turn(c, user_id: str, session_id: str) -> int:
+        return c.execute("SELECT COALESCE(MAX(turn_id), 0) FROM messages WHERE user_id=? AND session_id=?",
+                         (user_id, session_id)).fetchone()[0]
+
+    def _insert(self, rows, expect_turn: tuple[str, str, int] | None = None) -> int:
         added = 0
         seqs: dict[str, list[int]] = {}
         with self._lock, transaction(self.conn) as c:
+            if expect_turn is not None and self._max_turn(c, *expect_turn[:2]) != expect_turn[2]:
+                raise _TurnTaken()
             for m, emb, body, extra in rows:
                 if m.user_id not in seqs:
                     seqs[m.user_id] = list(self._user_slot(c, m.user_id))
@@ -306,10 +380,17 @@ class MemoryStore:
                     (m.message_id, m.user_id, m.session_id, m.turn_id, m.role, m.content, m.timestamp.timestamp(),
                      m.topic, m.speaker, json.dumps(m.metadata, ensure_ascii=False, default=str), emb, fts_id),
                 )
-                if cur.rowcount:  # another process may have stored it meanwhile
+                if cur.rowcount:
                     c.execute(f"INSERT INTO {fts_table(slot_seq[0])}(rowid, body, extra) VALUES(?,?,?)", (fts_id, body, extra))
                     slot_seq[1] += 1
                     added += 1
+                    continue
+                # another writer stored (user, id) since _prepare looked: same content is a no-op,
+                # other content is the documented conflict (raised inside the transaction: all rolled back)
+                stored = c.execute("SELECT content FROM messages WHERE user_id=? AND message_id=?",
+                                   (m.user_id, m.message_id)).fetchone()
+                if stored is None or stored[0] != m.content:
+                    raise self._conflict(m)
             for user_id, (slot, seq) in seqs.items():
                 c.execute("UPDATE users SET next_seq=? WHERE slot=?", (seq, slot))
         return added
@@ -345,7 +426,7 @@ class MemoryStore:
     def flush(self) -> None:
         """Persist the FAISS indexes (the SQLite data is durable at every commit)."""
         if self._vectors is not None:
-            self._vectors.flush()
+            self._vectors.flush(self.conn)
 
     def close(self) -> None:
         self.flush()

@@ -5,19 +5,27 @@ their own `IndexIDMap2(IndexFlatIP)` keyed by SQLite rowid. One index per user k
 proportional to that user's history rather than to the whole store, and makes cross-user results
 impossible by construction. Indexes are caught up from SQLite before each search (rows with a
 higher rowid than the index holds) and persisted under `<store>/faiss/` on flush.
+
+A persisted index is a cache: beside `{user}.faiss` a `{user}.json` records the store id, the vector
+count, the highest rowid covered and the file's sha256. An index that fails to read, belongs to
+another store (a recreated database), disagrees with SQLite (a restored or edited database) or whose
+bytes changed is rebuilt from the embeddings in SQLite, with a warning.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import sqlite3
 import threading
+import warnings
 from pathlib import Path
 
 import numpy as np
 
 
 class VectorIndex:
-    def __init__(self, dim: int, directory: Path | None):
+    def __init__(self, dim: int, directory: Path | None, store_id: str = ""):
         import faiss
 
         self._faiss = faiss
@@ -27,27 +35,70 @@ class VectorIndex:
         self._max_rid: dict[str, int] = {}
         self._dirty: set[str] = set()
         self._lock = threading.Lock()
+        self.store_id = store_id
+        self._users: dict[str, str] = {}  # user key -> user id
+        self.rebuilt: list[tuple[str, str]] = []  # (user key, why) of every index rebuilt from SQLite
 
     def _path(self, ukey: str) -> Path | None:
         return self.directory / f"{ukey}.faiss" if self.directory else None
 
-    def _load(self, ukey: str):
+    def _load(self, conn: sqlite3.Connection, user_id: str, ukey: str):
         faiss = self._faiss
         path = self._path(ukey)
+        index, why = None, None
         if path is not None and path.exists():
-            index = faiss.read_index(str(path))
-            ids = faiss.vector_to_array(index.id_map)
-            self._max_rid[ukey] = int(ids.max()) if len(ids) else 0
-        else:
+            try:
+                index, self._max_rid[ukey] = self._read_checked(conn, user_id, path)
+            except Exception as exc:  # any failure: the index is a cache, SQLite has everything
+                why = str(exc) or type(exc).__name__
+                warnings.warn(f"FAISS index {path} is unusable ({why}); rebuilding it from SQLite", RuntimeWarning,
+                              stacklevel=3)
+                self.rebuilt.append((ukey, why))
+        if index is None:
             index = faiss.IndexIDMap2(faiss.IndexFlatIP(self.dim))
             self._max_rid[ukey] = 0
+            if why is not None:
+                self._dirty.add(ukey)
         self._indexes[ukey] = index
         return index
+
+    def _read_checked(self, conn: sqlite3.Connection, user_id: str, path: Path):
+        """(index, max rowid) of a persisted index that matches its record and SQLite; raises otherwise."""
+        meta_path = path.with_suffix(".json")
+        if not meta_path.exists():
+            raise ValueError("no record of what it covers")
+        meta = json.loads(meta_path.read_text())
+        data = path.read_bytes()
+        if hashlib.sha256(data).hexdigest() != meta.get("sha256"):
+            raise ValueError("its bytes changed since it was written")
+        if meta.get("store_id") != self.store_id:
+            raise ValueError("it was built for another store (the database was recreated)")
+        index = self._faiss.deserialize_index(np.frombuffer(data, dtype=np.uint8))
+        if index.d != self.dim or index.ntotal != meta.get("ntotal"):
+            raise ValueError(f"it holds {index.ntotal} {index.d}-d vectors, its record says {meta.get('ntotal')}")
+        count, top, rows_sha = self._rows_digest(conn, user_id, int(meta.get("max_rid", 0)))
+        if count != index.ntotal or top != meta.get("max_rid") or rows_sha != meta.get("rows_sha256"):
+            raise ValueError(f"it covers {index.ntotal} vectors up to row {meta.get('max_rid')}, SQLite holds {count} "
+                             f"up to row {top}" + (" with other rows" if count == index.ntotal else "")
+                             + " (a restored or edited database)")
+        return index, int(meta["max_rid"])
+
+    @staticmethod
+    def _rows_digest(conn: sqlite3.Connection, user_id: str, max_rid: int) -> tuple[int, int, str]:
+        """(count, max rowid, sha256 over rowids and embeddings) of the user's rows up to `max_rid`."""
+        h, count, top = hashlib.sha256(), 0, 0
+        for rid, emb in conn.execute("SELECT rid, embedding FROM messages WHERE user_id=? AND rid<=? AND embedding "
+                                     "IS NOT NULL ORDER BY rid", (user_id, max_rid)):
+            h.update(rid.to_bytes(8, "little"))
+            h.update(emb)
+            count, top = count + 1, rid
+        return count, top, h.hexdigest()
 
     def index_for(self, conn: sqlite3.Connection, user_id: str, ukey: str):
         """The user's index, caught up with every embedding committed to SQLite."""
         with self._lock:
-            index = self._indexes.get(ukey) or self._load(ukey)
+            self._users[ukey] = user_id
+            index = self._indexes.get(ukey) or self._load(conn, user_id, ukey)
             rows = conn.execute(
                 "SELECT rid, embedding FROM messages WHERE user_id=? AND rid>? AND embedding IS NOT NULL ORDER BY rid",
                 (user_id, self._max_rid[ukey]),
@@ -74,7 +125,7 @@ class VectorIndex:
         keep = ids[0] >= 0
         return scores[0][keep], ids[0][keep]
 
-    def flush(self) -> None:
+    def flush(self, conn: sqlite3.Connection | None = None) -> None:
         """Write every changed index atomically (tmp file + rename) beside the database."""
         if self.directory is None:
             return
@@ -82,7 +133,14 @@ class VectorIndex:
             self.directory.mkdir(parents=True, exist_ok=True)
             for ukey in sorted(self._dirty):
                 path = self._path(ukey)
-                tmp = path.with_suffix(f".tmp{os.getpid()}")
-                self._faiss.write_index(self._indexes[ukey], str(tmp))
-                os.replace(tmp, path)
+                index = self._indexes[ukey]
+                data = self._faiss.serialize_index(index).tobytes()
+                meta = {"store_id": self.store_id, "ntotal": int(index.ntotal), "max_rid": int(self._max_rid[ukey]),
+                        "sha256": hashlib.sha256(data).hexdigest(),
+                        "rows_sha256": self._rows_digest(conn, self._users[ukey], self._max_rid[ukey])[2] if conn else None}
+                tmp, tmp_meta = path.with_suffix(f".tmp{os.getpid()}"), path.with_suffix(f".jtmp{os.getpid()}")
+                tmp.write_bytes(data)
+                tmp_meta.write_text(json.dumps(meta))
+                os.replace(tmp, path)  # a crash between the two renames leaves a mismatch: rebuilt on load
+                os.replace(tmp_meta, path.with_suffix(".json"))
             self._dirty.clear()

@@ -4,13 +4,15 @@ No method takes a user id; every SQL statement and FAISS index is scoped to the 
 """
 from __future__ import annotations
 
+import math
 import re
 import secrets
 import time
+from collections import OrderedDict
 from datetime import datetime
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dkilab.config import describe_errors
 from dkilab.memory.cursor import query_signature
@@ -21,6 +23,9 @@ from dkilab.types import Hit, Message, Page, to_utc
 
 _PHRASE = re.compile(r'"([^"]*)"|“([^”]*)”|「([^」]*)」')
 RESULT_SET_TTL = 3600.0
+RESULT_SETS_PER_USER = 64  # live lexical cursors a user may hold; the oldest is dropped first
+RESULT_SETS_TOTAL = 4096  # over all users of one store object
+MAX_QUERY_CHARS = 4000  # longer query text is refused (a 1 MB query took 15 s)
 
 
 class MessageNotFoundError(KeyError):
@@ -44,9 +49,29 @@ class QueryFilter(BaseModel):
     """`filter` of lexical_search / semantic_search: {role, session_id, time_range: {since, until}}."""
 
     model_config = ConfigDict(extra="forbid")
-    role: str | None = None
-    session_id: str | None = None
+    role: str | None = Field(None, min_length=1)  # "" is not "any role": it is refused (None is)
+    session_id: str | None = Field(None, min_length=1)
     time_range: TimeRange | None = None
+
+
+def check_text(name: str, value, max_chars: int = MAX_QUERY_CHARS) -> str:
+    """A query string: TypeError if it is not text, ValueError if it is not valid text or too long."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a string, got {type(value).__name__}")
+    if len(value) > max_chars:
+        raise ValueError(f"{name} has {len(value)} characters; at most {max_chars} are searched")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{name} is not valid text (it holds a lone surrogate)") from None
+    return value
+
+
+def _time_range(since, until) -> TimeRange:
+    try:
+        return TimeRange(since=since, until=until)
+    except ValidationError as exc:
+        raise ValueError(f"invalid time range: {describe_errors(exc)} (give datetimes or ISO 8601 text)") from None
 
 
 def _parse_filter(filter) -> QueryFilter:
@@ -108,6 +133,7 @@ class UserMemory:
         return out
 
     def _row(self, message_id: str):
+        check_text("message_id", message_id, 1000)
         row = self._store.conn.execute(
             f"SELECT {_MSG_COLS} FROM messages WHERE message_id=? AND user_id=?", (message_id, self._user_id)).fetchone()
         if row is None:
@@ -122,7 +148,7 @@ class UserMemory:
                       cursor: str | None = None) -> Page:
         """Messages in time order (since inclusive, until exclusive); keyset-paged over a snapshot."""
         _check_range("page_size", page_size, 1, 1000)
-        f = QueryFilter(role=role, time_range=TimeRange(since=since, until=until))
+        f = _parse_filter({"role": role, "time_range": _time_range(since, until)})
         sig = query_signature("messages_list", self._user_id, f.model_dump(mode="json"))
         conn = self._store.conn
         if cursor is None:
@@ -152,7 +178,7 @@ class UserMemory:
         """
         _check_range("page_size", page_size, 1, 200)
         f = _parse_filter(filter)
-        if not isinstance(query_text, str) or not query_text.strip():
+        if not check_text("query_text", query_text).strip():
             return Page([], None)
         sig = query_signature("lexical_search", self._user_id, query_text, f.model_dump(mode="json"))
         if cursor is not None:
@@ -216,19 +242,26 @@ class UserMemory:
         return Page(items, nxt)
 
     def _save_result_set(self, ranked, sig: str) -> str:
-        sets = self._store.result_sets
-        now = time.time()
-        while sets and (len(sets) >= self._store.result_set_limit or next(iter(sets.values()))[0] < now - RESULT_SET_TTL):
-            sets.popitem(last=False)
+        """Keep a ranked result set behind a cursor: at most RESULT_SETS_PER_USER per user (one user's
+        queries never expire another's cursors) and RESULT_SETS_TOTAL per store object, for an hour."""
+        store, now = self._store, time.time()
+        sets = store.result_sets
+        mine = store.result_set_users.setdefault(self._user_id, OrderedDict())
+        while mine and (len(mine) >= RESULT_SETS_PER_USER or sets[(self._user_id, next(iter(mine)))][0] < now - RESULT_SET_TTL):
+            sets.pop((self._user_id, mine.popitem(last=False)[0]), None)
+        while len(sets) >= RESULT_SETS_TOTAL:
+            (user, cid), _ = sets.popitem(last=False)
+            store.result_set_users.get(user, {}).pop(cid, None)
         cid = secrets.token_hex(8)
-        sets[cid] = (now, sig, ranked)
+        sets[(self._user_id, cid)] = (now, sig, ranked)
+        mine[cid] = None
         return cid
 
     def _load_result_set(self, cid: str, sig: str):
-        entry = self._store.result_sets.get(cid)
+        entry = self._store.result_sets.get((self._user_id, cid))
         if entry is None or entry[1] != sig or entry[0] < time.time() - RESULT_SET_TTL:
-            raise ValueError("cursor has expired (ranked result sets live for an hour in the store object that made "
-                             "them); start again without a cursor")
+            raise ValueError(f"cursor has expired: a user's ranked result sets are kept for an hour, the latest "
+                             f"{RESULT_SETS_PER_USER} of them, in the process that made them; start again without a cursor")
         return entry[2]
 
     def semantic_search(self, query_text: str | None = None, query_embedding=None, filter=None,
@@ -238,16 +271,17 @@ class UserMemory:
         f = _parse_filter(filter)
         if (query_text is None) == (query_embedding is None):
             raise ValueError("semantic_search needs exactly one of query_text or query_embedding")
+        if min_score is not None and (isinstance(min_score, bool) or not isinstance(min_score, (int, float))
+                                      or not math.isfinite(min_score)):
+            raise ValueError(f"min_score must be a number (cosine similarity, -1..1), got {min_score!r}")
         store = self._store
         if query_embedding is None:
-            if not isinstance(query_text, str) or not query_text.strip():
+            if not check_text("query_text", query_text).strip():
                 return Page([], None)
             query = store.embedder.encode_query(query_text)
         else:
-            query = np.asarray(query_embedding, dtype=np.float32).reshape(-1)
+            query = self._query_vector(query_embedding, store.vectors.dim)
         index = store.vectors.index_for(store.conn, self._user_id, self._ukey)
-        if query.shape[0] != store.vectors.dim:
-            raise ValueError(f"query_embedding has {query.shape[0]} dimensions, the store holds {store.vectors.dim}")
         allowed = None
         if f != QueryFilter():
             where, args = self._filter_sql(f)
@@ -258,6 +292,25 @@ class UserMemory:
         items = [Hit(msgs[int(r)], float(s)) for s, r in zip(scores, rids)
                  if int(r) in msgs and (min_score is None or s >= min_score)]
         return Page(items, None)
+
+    @staticmethod
+    def _query_vector(query_embedding, dim: int) -> np.ndarray:
+        """A (dim,) or (1, dim) finite unit vector, else ValueError naming what is wrong."""
+        try:
+            arr = np.asarray(query_embedding, dtype=np.float32)
+        except (TypeError, ValueError):
+            raise ValueError("query_embedding must be a vector of numbers") from None
+        if arr.ndim == 2 and arr.shape[0] == 1:
+            arr = arr[0]
+        if arr.ndim != 1 or arr.shape[0] != dim:
+            raise ValueError(f"query_embedding has shape {tuple(arr.shape)}; the store holds ({dim},) vectors")
+        if not np.all(np.isfinite(arr)):
+            raise ValueError("query_embedding contains NaN or infinity")
+        norm = float(np.linalg.norm(arr))
+        if abs(norm - 1.0) > 1e-3:
+            raise ValueError(f"query_embedding must be unit length (scores are cosines), its norm is {norm:.4g}; "
+                             "normalise it")
+        return arr
 
     def neighbors(self, message_id: str, before: int = 5, after: int = 5) -> list[Message]:
         """The anchor message with up to `before`/`after` messages around it in the same session."""
@@ -284,6 +337,7 @@ class UserMemory:
 
     def recent(self, n: int, session_id: str | None = None) -> list[Message]:
         """The latest `n` messages (of one session if given), oldest first."""
+        _check_range("n", n, 0, 1_000_000)
         where, args = self._filter_sql(QueryFilter(session_id=session_id))
         rows = self._store.conn.execute(
             f"SELECT {_MSG_COLS} FROM messages WHERE {where} ORDER BY ts DESC, turn_id DESC, rid DESC LIMIT ?",

@@ -23,7 +23,30 @@ QUERY = {"cn": "用户当前问题: {query}", "en": "Current user question: {que
 FOLLOW_UP = {"cn": "请基于以上补充事实回答用户问题。", "en": "Answer the user's question based on the facts above."}
 NOT_FOUND = {"cn": "未找到 trace_id={trace_id} 的原始记录。", "en": "No original record found for trace_id={trace_id}."}
 _QUOTES = "\"'“”‘’「」`"
-_INT = re.compile(r"^\s*(-?\d+)\s*$")
+_INT = re.compile(r"^\s*(-?\d{1,9})\s*$")  # more digits than an offset can use: malformed, never int() of 5,000 digits
+MAX_CALL_ARGS = 2000  # characters between "retrieve_fact(" and ")"; a longer argument list is malformed
+MAX_OFFSET, MAX_LIMIT = 1_000_000, 1000
+
+
+def _split_args(args: str) -> list[str]:
+    """Split on commas outside quotes, in one pass."""
+    parts, buf, quote = [], [], None
+    closing = {"“": "”", "‘": "’", "「": "」"}
+    for ch in args:
+        if quote is not None:
+            buf.append(ch)
+            if ch == quote:
+                quote = None
+        elif ch in _QUOTES:
+            buf.append(ch)
+            quote = closing.get(ch, ch)
+        elif ch == ",":
+            parts.append("".join(buf))
+            buf = []
+        else:
+            buf.append(ch)
+    parts.append("".join(buf))
+    return [p for p in parts if p.strip()]
 
 
 def _lang(language: str) -> str:
@@ -130,9 +153,11 @@ class PromptFormatter(ABC):
         if end < 0:
             return self._malformed()
         args = output[m.end():end]
+        if len(args) > MAX_CALL_ARGS:
+            return self._malformed()
         trace_id = offset = limit = None
         positional = []
-        for part in (p for p in re.split(r",(?=(?:[^\"'“”]*[\"'“”][^\"'“”]*[\"'“”])*[^\"'“”]*$)", args) if p.strip()):
+        for part in _split_args(args):
             if re.match(r"\s*\w+\s*[=:]", part):
                 key, value = re.split(r"[=:]", part, maxsplit=1)
                 key, value = key.strip().lower(), value.strip().strip(_QUOTES).strip()
@@ -168,8 +193,8 @@ class PromptFormatter(ABC):
         if not isinstance(args, dict):
             return self._malformed()
         off, lim = args.get("offset"), args.get("limit")
-        if (off is not None and not isinstance(off, int)) or (lim is not None and not isinstance(lim, int)):
-            return self._malformed()
+        if any(v is not None and (not isinstance(v, int) or isinstance(v, bool)) for v in (off, lim)):
+            return self._malformed()  # JSON true is not an offset
         return self._request(args.get("trace_id"), off, lim)
 
     def _request(self, trace_id, offset, limit) -> FactRequest | None:
@@ -177,7 +202,7 @@ class PromptFormatter(ABC):
             return self._malformed()
         offset = 0 if offset is None else offset
         limit = self.default_limit if limit is None else limit
-        if offset < 0 or limit < 1:
+        if not 0 <= offset <= MAX_OFFSET or not 1 <= limit <= MAX_LIMIT:
             return self._malformed()
         return FactRequest(trace_id=trace_id.strip(), offset=offset, limit=limit)
 

@@ -11,6 +11,7 @@ the old version then run again.
 from __future__ import annotations
 
 import time
+import weakref
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from contextlib import contextmanager
@@ -84,7 +85,9 @@ class Strategy(ABC):
             self.params = params
         else:
             self.params = validate(self.Params, params or {}, source, f"{self.name} params", prefix=self.name)
-        self._kv_cache: OrderedDict[tuple[str, int, str], Any] = OrderedDict()
+        # model -> {text: K/V}: held by the model object itself (weakly), so a model that is gone and a new
+        # one that reuses its memory address never share entries
+        self._kv_cache: weakref.WeakKeyDictionary[Any, OrderedDict[str, Any]] = weakref.WeakKeyDictionary()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.params.model_dump(exclude_defaults=True)})"
@@ -136,14 +139,14 @@ class Strategy(ABC):
         model and the text, so it is safe to share across users)."""
         from dkilab.models.kv import encode_memory
 
-        key = (model.name, id(model), text)
-        if key in self._kv_cache:
-            self._kv_cache.move_to_end(key)
-            return self._kv_cache[key]
+        cache = self._kv_cache.setdefault(model, OrderedDict())
+        if text in cache:
+            cache.move_to_end(text)
+            return cache[text]
         kv = encode_memory(model, text)
-        self._kv_cache[key] = kv
-        while len(self._kv_cache) > 64:
-            self._kv_cache.popitem(last=False)
+        cache[text] = kv
+        while len(cache) > 64:
+            cache.popitem(last=False)
         return kv
 
     def preference_memories(self, model: ChatModel, preferences: list[str], lang: str, alpha: float) -> tuple[list, str]:

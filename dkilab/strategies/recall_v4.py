@@ -8,6 +8,8 @@ follows a fact call. `recall.summary.strategy` picks the summariser (extractive 
 """
 from __future__ import annotations
 
+import weakref
+
 from pydantic import Field
 
 from dkilab.recall import FactRetriever, SuffixBuilder, compute_context_budget, create_formatter, run_fact_loop
@@ -29,7 +31,8 @@ class RecallV4(RecallingStrategy):
 
     def __init__(self, params=None, source: str = "<params>"):
         super().__init__(params, source)
-        self._builders: dict[tuple[str, int, str], SuffixBuilder] = {}
+        # model -> {language: builder}, held weakly by the model object (see Strategy.memory_kv)
+        self._builders: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     def _formatter(self, model_name: str, lang: str):
         cfg = self.params.recall
@@ -42,8 +45,8 @@ class RecallV4(RecallingStrategy):
         return out
 
     def _builder(self, model, lang: str) -> SuffixBuilder:
-        key = (model.name, id(model), lang)  # summaries inside are keyed by text, so users can share it
-        if key not in self._builders:
+        builders = self._builders.setdefault(model, {})  # summaries inside are keyed by text: users can share it
+        if lang not in builders:
             cfg = self.params.recall
             formatter = self._formatter(model.name, lang)
             if cfg.summary.strategy == "llm":
@@ -55,8 +58,8 @@ class RecallV4(RecallingStrategy):
                 from dkilab.text.summarize import ExtractiveSummarizer
 
                 summarizer = ExtractiveSummarizer(model)
-            self._builders[key] = SuffixBuilder(cfg, formatter, summarizer, model)
-        return self._builders[key]
+            builders[lang] = SuffixBuilder(cfg, formatter, summarizer, model)
+        return builders[lang]
 
     def _answer(self, question, memory, model, *, session_id, preferences, stages):
         lang, p, cfg = language_of(question), self.params, self.params.recall

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import re
+import unicodedata
 from functools import lru_cache
 
 from dkilab.text.stopwords import STOPWORDS
@@ -23,9 +24,10 @@ def _jieba():
 
 
 def segment(text: str) -> list[str]:
-    """Lower-cased tokens of `text`; Chinese runs are cut by jieba (precise mode)."""
+    """Lower-cased tokens of NFKC-normalised `text` (fullwidth "Ａｐｐｌｅ" is "apple"); Chinese runs are
+    cut by jieba (precise mode)."""
     tokens: list[str] = []
-    for match in _TOKEN.finditer(text.lower()):
+    for match in _TOKEN.finditer(unicodedata.normalize("NFKC", text).lower()):
         tok = match.group(0)
         if _CJK_RUN.fullmatch(tok):
             tokens.extend(w for w in _jieba().lcut(tok) if w.strip())

@@ -174,3 +174,26 @@ def test_recall_knobs_from_yaml_reach_their_components(memory, model, tmp_path):
     strategy = create_strategy("recall_v4", {"reference": {"config": str(ref), "last_few_turns": 2}})
     assert strategy._resolver.config.last_few_turns == 2 and "that gadget" in strategy._resolver.config.reference_mappings_en
     assert strategy.identity("m")["reference_resolver"]["last_few_turns"] == 2
+
+
+@pytest.mark.parametrize("name", ["recall_v4", "full_attention", "recall_agent"])  # the strategies with caches
+def test_one_strategy_instance_over_two_users_with_colliding_ids_never_mixes_them(name, model, embedder, tmp_path):
+    """Alice and Bob both have messages m0..m3 (ids are per user): one strategy instance answers for
+    each in turn, and every cache it keeps (summaries, K/V blocks, query embeddings) stays with its user."""
+    from dkilab.memory import MemoryStore
+
+    story = {"alice": "Alice keeps bees on the roof of the Lisbon library and sells the honey on Fridays.",
+             "bob": "Bob repairs old bicycles in a garage in Porto and rides to the coast every Sunday."}
+    with MemoryStore.open(tmp_path / "s", embedder=embedder) as store:
+        for user, text in story.items():
+            store.add_messages([Message(f"m{i}", user, "s1", i, "user" if i % 2 == 0 else "assistant",
+                                        text * 3 if i == 0 else f"{user} message {i}", T0 + timedelta(minutes=i))
+                                for i in range(4)])
+        strategy = create_strategy(name, {"max_new_tokens": 1, **({"recall": {"summary": {"per_message_threshold": 20}}}
+                                                                   if name == "recall_v4" else {})})
+        for user, other in (("alice", "bob"), ("bob", "alice"), ("alice", "bob")):
+            answer = strategy.answer("Tell me about the bees, honey, bicycles, Lisbon or Porto.", store.for_user(user), model)
+            seen = answer.prompt + answer.context_text
+            assert story[user].split()[0] in seen, (user, seen[:300])
+            marker = {"alice": "library", "bob": "garage"}  # words of each story the question does not contain
+            assert story[other].split()[0] not in seen and marker[other] not in seen, (user, seen[:300])

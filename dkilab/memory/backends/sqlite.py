@@ -22,10 +22,13 @@ class SQLiteBackend:
         self.conn = conn
         with_retry(lambda: conn.executescript(SCHEMA))
 
+    def ping(self) -> bool:
+        return True
+
     def create_session(self, session_id: str, data: dict[str, Any], ttl: float, now: float) -> bool:
         def create():
             with transaction(self.conn) as c:
-                row = c.execute("SELECT 1 FROM sessions WHERE session_id=?", (session_id,)).fetchone()
+                row = c.execute("SELECT expires_at FROM sessions WHERE session_id=?", (session_id,)).fetchone()
                 if row:
                     return False
                 c.execute("INSERT INTO sessions VALUES(?,?,?)", (session_id, json.dumps(data), now + ttl))
@@ -38,7 +41,7 @@ class SQLiteBackend:
             return None
         return json.loads(row["data"])
 
-    def touch_session(self, session_id: str, ttl: float, now: float) -> bool:
+    def touch_session(self, session_id: str, ttl: float, l2_ttl: float, now: float) -> bool:
         def touch():
             with transaction(self.conn) as c:
                 row = c.execute("SELECT data, expires_at FROM sessions WHERE session_id=?", (session_id,)).fetchone()
@@ -46,6 +49,8 @@ class SQLiteBackend:
                     return False
                 data = json.loads(row["data"]) | {"last_active": now}
                 c.execute("UPDATE sessions SET data=?, expires_at=? WHERE session_id=?", (json.dumps(data), now + ttl, session_id))
+                c.execute("UPDATE l2_state SET expires_at=MAX(expires_at, ?) WHERE session_id=? AND expires_at>?",
+                          (now + l2_ttl, session_id, now))
                 return True
         return with_retry(touch)
 
@@ -55,9 +60,34 @@ class SQLiteBackend:
             return None
         return json.loads(row["state"])
 
-    def set_l2(self, session_id: str, state: dict[str, Any], ttl: float, now: float) -> None:
+    def update_l2(self, session_id: str, update, ttl: float, now: float) -> dict[str, Any]:
         def put():
-            with transaction(self.conn) as c:
+            with transaction(self.conn) as c:  # BEGIN IMMEDIATE: read-modify-write under the write lock
+                row = c.execute("SELECT state, expires_at FROM l2_state WHERE session_id=?", (session_id,)).fetchone()
+                current = json.loads(row["state"]) if row is not None and row["expires_at"] > now else None
+                state = update(current)
                 c.execute("INSERT OR REPLACE INTO l2_state VALUES(?,?,?)",
                           (session_id, json.dumps(state, ensure_ascii=False), now + ttl))
+                return state
+        return with_retry(put)
+
+    def put_session(self, session_id: str, data: dict[str, Any], expires_at: float, now: float) -> None:
+        def put():
+            with transaction(self.conn) as c:
+                c.execute("INSERT OR REPLACE INTO sessions VALUES(?,?,?)", (session_id, json.dumps(data), expires_at))
         with_retry(put)
+
+    def put_l2(self, session_id: str, state: dict[str, Any], expires_at: float, now: float) -> None:
+        def put():
+            with transaction(self.conn) as c:
+                c.execute("INSERT INTO l2_state VALUES(?,?,?) ON CONFLICT(session_id) DO UPDATE SET "
+                          "state=excluded.state, expires_at=excluded.expires_at "
+                          "WHERE json_extract(excluded.state, '$.version') >= "
+                          "COALESCE(json_extract(l2_state.state, '$.version'), 0)",
+                          (session_id, json.dumps(state, ensure_ascii=False), expires_at))
+        with_retry(put)
+
+    def expiry(self, session_id: str, now: float) -> tuple[float | None, float | None]:
+        s = self.conn.execute("SELECT expires_at FROM sessions WHERE session_id=? AND expires_at>?", (session_id, now)).fetchone()
+        l2 = self.conn.execute("SELECT expires_at FROM l2_state WHERE session_id=? AND expires_at>?", (session_id, now)).fetchone()
+        return (s[0] if s else None), (l2[0] if l2 else None)

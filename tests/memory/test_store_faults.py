@@ -1,0 +1,274 @@
+"""The store under races, partial writes and damaged files (issue 12): nothing lost, nothing leaked,
+clear errors. Threads and processes write the same store; FAISS files are damaged on disk."""
+import multiprocessing as mp
+import shutil
+import threading
+import warnings
+from datetime import datetime, timedelta, timezone
+
+import numpy as np
+import pytest
+
+from dkilab.memory import MemoryStore
+from dkilab.types import Message
+from tests.conftest import random_unit
+
+T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
+
+
+def msg(mid, text, user="alice", session="s1", turn=1, minutes=0):
+    return Message(mid, user, session, turn, "user", text, T0 + timedelta(minutes=minutes))
+
+
+def batch(user, n=50, prefix="msg"):
+    return [msg(f"{prefix}-{i}", f"{user} says thing number {i}", user, turn=i + 1, minutes=i) for i in range(n)]
+
+
+def _add_in_process(path, user, n, seed, q):
+    try:
+        from dkilab.memory import MemoryStore
+
+        with MemoryStore.open(path) as s:
+            q.put((user, s.add_messages(batch(user, n), embeddings=random_unit(n, seed=seed))))
+    except Exception as exc:  # reported to the parent, which fails the test
+        q.put((user, repr(exc)))
+
+
+def test_two_users_with_the_same_ids_at_once_lose_nothing_threads(store):
+    out, errors = {}, []
+
+    def add(user, seed):
+        try:
+            out[user] = store.add_messages(batch(user), embeddings=random_unit(50, seed=seed))
+        except Exception as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=add, args=(u, i)) for i, u in enumerate(["alice", "bob"])]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert not errors and out == {"alice": 50, "bob": 50}
+    for u in ("alice", "bob"):
+        assert store.for_user(u).get("msg-7").content == f"{u} says thing number 7"
+    assert store.count() == 100
+
+
+def test_two_users_with_the_same_ids_at_once_lose_nothing_processes(tmp_path):
+    path = str(tmp_path / "s")
+    MemoryStore.open(path).close()
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_add_in_process, args=(path, u, 50, i, q)) for i, u in enumerate(["alice", "bob"])]
+    [p.start() for p in procs]
+    got = dict(q.get(timeout=120) for _ in procs)
+    [p.join(timeout=60) for p in procs]
+    assert got == {"alice": 50, "bob": 50}
+    with MemoryStore.open(path) as s:
+        assert s.count() == 100 and len(s.for_user("bob").messages_list(page_size=100).items) == 50
+
+
+def test_a_concurrent_conflicting_write_raises_and_keeps_one_version(store):
+    results = []
+
+    def add(text, seed):
+        try:
+            results.append(store.add_messages([msg("m1", text)], embeddings=random_unit(1, seed=seed)))
+        except ValueError as exc:
+            results.append(exc)
+
+    threads = [threading.Thread(target=add, args=(f"version {i}", i)) for i in range(4)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert sorted(r for r in results if isinstance(r, int)) == [1]
+    errs = [r for r in results if isinstance(r, ValueError)]
+    assert len(errs) == 3 and all("'m1'" in str(e) and "immutable" in str(e) for e in errs)
+    assert store.count() == 1
+
+
+def test_ids_are_per_user_and_the_error_names_only_your_own(store):
+    store.add_messages([msg("x1", "alice's secret")], embeddings=random_unit(1))
+    assert store.add_messages([msg("x1", "bob's own text", "bob")], embeddings=random_unit(1, seed=1)) == 1
+    with pytest.raises(ValueError) as info:
+        store.add_messages([msg("x1", "changed", "bob")], embeddings=random_unit(1, seed=2))
+    assert "'bob'" in str(info.value) and "alice" not in str(info.value)
+
+
+def test_a_call_is_all_or_nothing_across_internal_batches(store):
+    store.add_messages([msg("m-700", "already here")], embeddings=random_unit(1))
+    many = [msg(f"m-{i}", f"text {i}", turn=i, minutes=i) for i in range(701)]  # m-700 clashes, past the first batch
+    with pytest.raises(ValueError, match="'m-700'.*nothing from this call was written"):
+        store.add_messages(many, embeddings=random_unit(701), batch_size=512)
+    assert store.count() == 1
+    with pytest.raises(ValueError, match="701 messages but embeddings of shape"):
+        store.add_messages(many[:701], embeddings=random_unit(700))
+    with pytest.raises(ValueError, match="NaN"):
+        store.add_messages([msg("n1", "x")], embeddings=np.full((1, 384), np.nan, dtype=np.float32))
+    with pytest.raises(ValueError, match="twice in one call"):
+        store.add_messages([msg("d1", "a"), msg("d1", "a")], embeddings=random_unit(2))
+    with pytest.raises(ValueError, match="lone surrogate"):
+        store.add_messages([msg("s1", "bad \ud800 text")], embeddings=random_unit(1))
+    assert store.count() == 1
+
+
+def test_a_v3_store_migrates_to_per_user_ids(embedder, tmp_path):
+    with MemoryStore.open(tmp_path / "s", embedder=embedder) as s:
+        s.add_messages(batch("alice", 5), embeddings=random_unit(5))
+        before = [m.message_id for m in s.for_user("alice").messages_list().items]
+        c = s.conn  # back to the v3 table: ids unique store-wide
+        ddl = c.execute("SELECT sql FROM sqlite_master WHERE name='messages'").fetchone()[0]
+        v3 = ddl.replace("message_id TEXT NOT NULL,", "message_id TEXT NOT NULL UNIQUE,").replace(
+            ",\n    UNIQUE(user_id, message_id)  -- ids are per user: bob never learns that alice uses an id", "")
+        c.executescript(f"BEGIN; ALTER TABLE messages RENAME TO old; {v3.replace('messages', 'messages', 1)};"
+                        "INSERT INTO messages SELECT * FROM old; DROP TABLE old;"
+                        "UPDATE meta SET value='3' WHERE key='schema_version'; COMMIT;")
+    with MemoryStore.open(tmp_path / "s", embedder=embedder) as s:
+        assert s.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "4"
+        assert [m.message_id for m in s.for_user("alice").messages_list().items] == before
+        assert s.add_messages(batch("bob", 5), embeddings=random_unit(5, seed=3)) == 5
+        assert s.for_user("alice").semantic_search("alice says thing number 3").items
+
+
+# --- FAISS files are a cache: damaged, foreign or stale ones are rebuilt from SQLite ---------------
+def _faiss_file(path):
+    (f,) = (path / "faiss").glob("*.faiss")
+    return f
+
+
+@pytest.fixture
+def persisted(embedder, tmp_path):
+    path = tmp_path / "s"
+    with MemoryStore.open(path, embedder=embedder) as s:
+        s.add_messages(batch("alice", 20))
+        expected = [h.message_id for h in s.for_user("alice").semantic_search("thing number 4", top_k=5).items]
+    return path, expected
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "empty", "flipped"])
+def test_a_damaged_index_is_rebuilt(persisted, embedder, damage):
+    path, expected = persisted
+    f = _faiss_file(path)
+    data = f.read_bytes()
+    f.write_bytes({"garbage": b"not a faiss index at all", "truncated": data[: len(data) // 2], "empty": b"",
+                   "flipped": data[:-100] + bytes(b ^ 0xFF for b in data[-100:])}[damage])
+    for _ in range(2):  # and it stays usable after the next flush
+        with MemoryStore.open(path, embedder=embedder) as s, warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            got = [h.message_id for h in s.for_user("alice").semantic_search("thing number 4", top_k=5).items]
+            assert got == expected
+        rebuilt = [x for x in w if "rebuilding it from SQLite" in str(x.message)]
+        assert len(rebuilt) == (1 if _ == 0 else 0)
+
+
+def test_a_recreated_database_with_an_old_index_indexes_its_new_messages(persisted, embedder):
+    path, _ = persisted
+    (path / "memory.sqlite").unlink()
+    for extra in ("-wal", "-shm"):
+        (path / f"memory.sqlite{extra}").unlink(missing_ok=True)
+    with MemoryStore.open(path, embedder=embedder) as s, pytest.warns(RuntimeWarning, match="another store"):
+        s.add_messages([msg("new-1", "I bought a red bicycle yesterday")])
+        hits = s.for_user("alice").semantic_search("red bicycle", top_k=5).items
+        assert [h.message_id for h in hits] == ["new-1"]
+
+
+def test_a_restored_database_does_not_resurrect_vectors(embedder, tmp_path):
+    path = tmp_path / "s"
+    with MemoryStore.open(path, embedder=embedder) as s:
+        s.add_messages(batch("alice", 5))
+    shutil.copy(path / "memory.sqlite", tmp_path / "backup.sqlite")  # closed: the WAL is checkpointed
+    with MemoryStore.open(path, embedder=embedder) as s:  # later: one more message, its vector persisted
+        s.add_messages([msg("late", "my passport number is in the blue folder", turn=9, minutes=99)])
+        assert s.for_user("alice").semantic_search("passport", top_k=1).items[0].message_id == "late"
+    shutil.copy(tmp_path / "backup.sqlite", path / "memory.sqlite")  # restore the 5-message database
+    with MemoryStore.open(path, embedder=embedder) as s, pytest.warns(RuntimeWarning, match="restored or edited"):
+        s.add_messages([msg("other", "we talked about the weather", turn=7, minutes=50)])  # takes the late rowid
+        hits = s.for_user("alice").semantic_search("passport", top_k=10).items
+        assert "late" not in [h.message_id for h in hits] and all(h.score < 0.9 for h in hits)
+
+
+# --- hostile and careless input: clear errors naming the argument, nothing accepted silently -------
+@pytest.fixture
+def two(store):
+    store.add_messages(batch("alice", 30) + batch("bob", 30) + [msg("fw", "I love Apple pie", "alice", turn=99)],
+                       embeddings=random_unit(61))
+    return store.for_user("alice"), store.for_user("bob")
+
+
+def test_one_users_queries_never_expire_anothers_cursor(two):
+    from dkilab.memory.view import RESULT_SETS_PER_USER
+
+    alice, bob = two
+    kept = bob.lexical_search("thing number", page_size=1)
+    for i in range(RESULT_SETS_PER_USER + 10):
+        alice.lexical_search(f"thing number {i}", page_size=1)
+    assert bob.lexical_search("thing number", page_size=1, cursor=kept.next_cursor).items
+    first = alice.lexical_search("says", page_size=1)
+    for i in range(RESULT_SETS_PER_USER):
+        alice.lexical_search(f"says thing {i}", page_size=1)
+    with pytest.raises(ValueError, match=f"latest {RESULT_SETS_PER_USER}"):
+        alice.lexical_search("says", page_size=1, cursor=first.next_cursor)
+
+
+def test_cursors_reveal_nothing(two):
+    import base64
+
+    alice, _ = two
+    for cursor in (alice.messages_list(page_size=1).next_cursor, alice.lexical_search("thing", page_size=1).next_cursor):
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        assert not any(word in raw for word in (b"snap", b"rid", b"cid", b'"o"', b"61", b"sig"))
+
+
+def test_bad_query_arguments_raise_errors_naming_them(two):
+    alice, _ = two
+    cases = [
+        (lambda: alice.lexical_search("bad \ud800"), ValueError, "query_text.*surrogate"),
+        (lambda: alice.lexical_search(123), TypeError, "query_text must be a string"),
+        (lambda: alice.lexical_search("x" * 5000), ValueError, "query_text has 5000 characters"),
+        (lambda: alice.semantic_search("x" * 5000), ValueError, "query_text has 5000 characters"),
+        (lambda: alice.semantic_search("cat", min_score="x"), ValueError, "min_score"),
+        (lambda: alice.semantic_search("cat", min_score=float("nan")), ValueError, "min_score"),
+        (lambda: alice.messages_list(since="yesterday"), ValueError, "since"),
+        (lambda: alice.recent(10**20), ValueError, "n must be"),
+        (lambda: alice.recent(-1), ValueError, "n must be"),
+        (lambda: alice.lexical_search("cat", filter={"role": ""}), ValueError, "filter.role"),
+        (lambda: alice.messages_list(role=""), ValueError, "role"),
+        (lambda: alice.semantic_search(query_embedding=random_unit(2)), ValueError, r"shape \(2, 384\)"),
+        (lambda: alice.semantic_search(query_embedding=random_unit(1)[0] * 37), ValueError, "unit length"),
+        (lambda: alice.semantic_search(query_embedding=np.full(384, np.nan)), ValueError, "NaN"),
+        (lambda: alice.lexical_search("cat", page_size=1, cursor="é" * 40), ValueError, "garbled"),
+        (lambda: alice.get("x" * 2000), ValueError, "message_id has 2000 characters"),
+    ]
+    for call, exc, pattern in cases:
+        with pytest.raises(exc, match=pattern):
+            call()
+    assert len(alice.semantic_search(query_embedding=random_unit(1), top_k=3).items) == 3  # (1, 384) is fine
+
+
+def test_fullwidth_text_matches_lexically(two):
+    alice, _ = two
+    assert [h.message_id for h in alice.lexical_search("Ａｐｐｌｅ").items] == ["fw"]
+    assert [h.message_id for h in alice.lexical_search("apple").items] == ["fw"]
+
+
+def test_hostile_fact_call_arguments_are_malformed_not_errors():
+    from dkilab.recall import create_formatter
+    from dkilab.recall.formatters import FactRequest
+
+    f = create_formatter("x", "en")
+    calls = ["retrieve_fact(m1, " + "9" * 5000 + ")", 'retrieve_fact("m1", offset=' + "1" * 20 + ")",
+             "retrieve_fact(" + "a," * 20000 + ")", "retrieve_fact(m1, -1)"]
+    for text in calls:
+        assert f.detect_fact_request(text) is None
+    assert f.malformed_calls == len(calls)
+    for kind in ("deepseek", "glm"):
+        g = create_formatter("x", "en", kind=kind)
+        call = g.format_fact_call(FactRequest("m1"))
+        assert '"offset": 0' in call and g.detect_fact_request(call.replace('"offset": 0', '"offset": true')) is None
+    ok = f.detect_fact_request('retrieve_fact("m1, and more", offset=2, limit=3)')
+    assert (ok.trace_id, ok.offset, ok.limit) == ("m1, and more", 2, 3)
+
+
+def test_the_concurrency_benchmark_loses_nothing():
+    from dkilab.bench.concurrency import concurrency, open_time
+
+    c = concurrency(writers=2, messages=200, readers=1)
+    assert c["lost"] == 0 and c["reported_added"] == 400 and not c["write_errors"] and not c["read_errors"]
+    assert open_time(users=30)["open_ms"] > 0
