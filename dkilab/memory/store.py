@@ -334,14 +334,17 @@ class MemoryStore:
         return out
 
     def _existing(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], str]:
-        """(user_id, message_id) -> stored content, for the keys that are stored."""
+        """(user_id, message_id) -> stored content, for the keys that are stored (one indexed lookup per
+        user and chunk of ids)."""
+        by_user: dict[str, list[str]] = {}
+        for user, mid in keys:
+            by_user.setdefault(user, []).append(mid)
         out = {}
-        for i in range(0, len(keys), 400):
-            chunk = keys[i:i + 400]
-            q = ("SELECT user_id, message_id, content FROM messages WHERE (user_id, message_id) IN "
-                 f"(VALUES {','.join(['(?,?)'] * len(chunk))})")
-            out.update({(r["user_id"], r["message_id"]): r["content"]
-                        for r in self.conn.execute(q, [x for k in chunk for x in k])})
+        for user, ids in by_user.items():
+            for i in range(0, len(ids), 500):
+                chunk = ids[i:i + 500]
+                q = f"SELECT message_id, content FROM messages WHERE user_id=? AND message_id IN ({','.join('?' * len(chunk))})"
+                out.update({(user, r["message_id"]): r["content"] for r in self.conn.execute(q, [user, *chunk])})
         return out
 
     def add_turn(self, user_id: str, session_id: str, make: Callable[[int], Message]) -> Message:
