@@ -157,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     bs.add_argument("--writers", type=int, default=4, help="concurrency: writer processes (default 4)")
     bs.add_argument("--writer-messages", type=int, default=2000, help="concurrency: messages per writer (default 2000)")
     bs.add_argument("--readers", type=int, default=2, help="concurrency: reader threads (default 2)")
-    bs.add_argument("--open-users", type=int, default=10_000, help="open time: users in the store (default 10000)")
+    bs.add_argument("--open-users", type=int, default=2000, help="open time: users in the store (default 2000)")
     bs.set_defaults(func=_cmd_bench_store)
     bst = bench_sub.add_parser("strategies", help="tokens, latency per stage and fact calls of every strategy on LoCoMo")
     bst.add_argument("--data-dir", default=None, help="dataset directory (default: $DKILAB_DATA_DIR)")

@@ -66,7 +66,7 @@ PARTS = ("locomo", "synthetic", "concurrency", "open")
 
 
 def main(data_dir: str | None = None, scale: int = 100, queries: int = 200, parts=PARTS, writers: int = 4,
-         writer_messages: int = 2000, readers: int = 2, open_users: int = 10_000) -> int:
+         writer_messages: int = 2000, readers: int = 2, open_users: int = 2000) -> int:
     from dkilab.bench import concurrency as conc
 
     unknown = set(parts) - set(PARTS)

@@ -257,3 +257,11 @@ def test_abstention_judge_replies_are_parsed(reply, label):
     from dkilab.eval.metrics.judge import parse_abstention
 
     assert parse_abstention(reply) == label
+
+
+def test_a_metric_no_question_had_is_not_the_headline():
+    from dkilab.eval.metrics import primary_metric
+
+    # a recall-agent view cell on MemDaily: no answers (score NaN), no gold statements, gold evidence ids
+    assert primary_metric({"score": float("nan"), "view_evidence_recall": 0.5, "errors": 0.0}) == "view_evidence_recall"
+    assert primary_metric({"score": 0.2, "view_recall": 1.0}) == "score"

@@ -50,7 +50,7 @@ def _view_precision(q: Scored):
     return sum(1 for item in active if gold & set(item["evidence_ids"])) / len(active)
 
 
-@metric("view_evidence_recall", kind="any", higher_is_better=True, subset="answerable", rank=7,
+@metric("view_evidence_recall", kind="any", higher_is_better=True, subset="answerable", rank=7, headline=True,
         description="gold evidence messages cited by an active view item")
 def _view_evidence_recall(q: Scored):
     view, gold = _view(q), set(q.item.evidence_ids)

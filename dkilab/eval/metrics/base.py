@@ -124,9 +124,16 @@ def category_metrics() -> list[str]:
 
 
 def primary_metric(metrics) -> str | None:
-    """The headline metric of a cell's metrics (a dict or table columns): the first declared one present."""
+    """The headline metric of a cell's metrics (a dict or table columns): the first declared one present
+    (with a value, for a dict: a metric no question of the cell had is NaN there, not a headline)."""
     heads = sorted((m for m in declared() if m.headline), key=lambda m: m.rank if m.rank is not None else 1e9)
-    return next((m.name for m in heads if m.name in metrics), None)
+
+    def present(name: str) -> bool:
+        if name not in metrics:
+            return False
+        value = metrics[name] if isinstance(metrics, dict) else None
+        return not (isinstance(value, float) and math.isnan(value))
+    return next((m.name for m in heads if present(m.name)), None)
 
 
 def metrics_version() -> str:
