@@ -36,9 +36,9 @@ class L1Memory:
     def _live(self, session_id: str, user: str) -> None:
         """The session must be the user's and live; touching it first means a hot-state failure (Redis,
         strict) stops the call before anything is stored, so a retry cannot duplicate the turn."""
-        self.sessions.require(session_id, user)
-        if not self.sessions.touch(session_id, user):
-            raise SessionNotFoundError(session_id, expired=True)
+        if not self.sessions.touch(session_id, user):  # one read and one write when all is well
+            self.sessions.require(session_id, user)  # raises: unknown, another user's, or expired
+            raise SessionNotFoundError(session_id, expired=True)  # expired between the two reads
 
     def save_user_query(self, session_id: str, turn_id: int | None = None, content: str = "", *,
                         user_id: str | int) -> int:

@@ -85,12 +85,14 @@ class VectorIndex:
 
     @staticmethod
     def _rows_digest(conn: sqlite3.Connection, user_id: str, max_rid: int) -> tuple[int, int, str]:
-        """(count, max rowid, sha256 over rowids and embeddings) of the user's rows up to `max_rid`."""
+        """(count, max rowid, sha256 over rowids and message ids) of the user's rows up to `max_rid`: a
+        reused rowid (restored or edited database) changes it, without reading the embeddings (which
+        would cost as much as rebuilding the index)."""
         h, count, top = hashlib.sha256(), 0, 0
-        for rid, emb in conn.execute("SELECT rid, embedding FROM messages WHERE user_id=? AND rid<=? AND embedding "
+        for rid, mid in conn.execute("SELECT rid, message_id FROM messages WHERE user_id=? AND rid<=? AND embedding "
                                      "IS NOT NULL ORDER BY rid", (user_id, max_rid)):
             h.update(rid.to_bytes(8, "little"))
-            h.update(emb)
+            h.update(mid.encode() + b"\0")
             count, top = count + 1, rid
         return count, top, h.hexdigest()
 
