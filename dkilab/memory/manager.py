@@ -14,7 +14,7 @@ from dkilab.memory.sessions import DEFAULT_TTL, SessionManager, SessionRecord, c
 
 
 def make_backend(conn, backend: str = "sqlite", redis_url: str | None = None, strict: bool = False,
-                 retry_after: float = 5.0):
+                 retry_after: float = 5.0, clock: Callable[[], float] = time.time):
     """The hot-state backend. With `redis`, SQLite mirrors every write and serves when Redis fails
     (with a warning; Redis is retried every `retry_after` s), unless `strict`, where a Redis failure
     raises (seed §9.7: a Redis failure must not stop the main flow)."""
@@ -35,7 +35,7 @@ def make_backend(conn, backend: str = "sqlite", redis_url: str | None = None, st
         return sqlite
     if strict:
         return redis
-    return FallbackBackend(redis, sqlite, RedisBackend.errors(), retry_after=retry_after)
+    return FallbackBackend(redis, sqlite, RedisBackend.errors(), retry_after=retry_after, clock=clock)
 
 
 class MemoryManager:
@@ -46,7 +46,7 @@ class MemoryManager:
                  ttl: float = DEFAULT_TTL, stage_order: Sequence[str] = DEFAULT_STAGE_ORDER,
                  clock: Callable[[], float] = time.time, l2_ttl: float | None = None, retry_after: float = 5.0):
         self.store = store
-        self.backend = make_backend(store.conn, backend, redis_url, strict, retry_after)
+        self.backend = make_backend(store.conn, backend, redis_url, strict, retry_after, clock)
         self.sessions = SessionManager(self.backend, ttl=ttl, clock=clock, l2_ttl=l2_ttl)
         self.records = SessionRecord(store.conn, clock=clock)
         self.sessions.owners = self.records.owner

@@ -54,8 +54,11 @@ def server():
     shutil.rmtree(s.dir, ignore_errors=True)
 
 
-def test_a_redis_outage_loses_no_session_or_l2_and_redis_is_used_again(store, server):
-    mm = MemoryManager(store, backend="redis", redis_url=server.url, ttl=600, retry_after=0.2)
+@pytest.mark.parametrize("clock", ["real", "injected"])  # the resync follows the sessions' clock
+def test_a_redis_outage_loses_no_session_or_l2_and_redis_is_used_again(store, server, clock):
+    start = time.time() - 3e7  # an injected clock months behind the real one
+    kwargs = {"clock": lambda: start + time.monotonic()} if clock == "injected" else {}
+    mm = MemoryManager(store, backend="redis", redis_url=server.url, ttl=600, retry_after=0.2, **kwargs)
     alice = mm.for_user("alice")
     sid = alice.create_session()
     alice.save_user_query(sid, content="押品怎么创建？")

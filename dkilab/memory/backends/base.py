@@ -47,9 +47,9 @@ class FallbackBackend:
     """
 
     def __init__(self, primary, mirror, errors: tuple[type[BaseException], ...], retry_after: float = 5.0,
-                 monotonic: Callable[[], float] = time.monotonic):
+                 monotonic: Callable[[], float] = time.monotonic, clock: Callable[[], float] = time.time):
         self.primary, self.mirror, self.errors = primary, mirror, errors
-        self.retry_after, self.monotonic = retry_after, monotonic
+        self.retry_after, self.monotonic, self.clock = retry_after, monotonic, clock  # clock: the sessions' own
         self.active = primary
         self._down_at: float | None = None
         self._dirty: set[str] = set()
@@ -77,7 +77,7 @@ class FallbackBackend:
             return True
 
     def _resync(self) -> None:
-        now = time.time()
+        now = self.clock()
         for sid in sorted(self._dirty):
             s_exp, l2_exp = self.mirror.expiry(sid, now)
             data = self.mirror.get_session(sid, now)
