@@ -37,6 +37,9 @@ class Embedder:
         self.device = device
         self._model = None
         self._lock = threading.Lock()
+        # one encode at a time: a fast tokenizer used by two threads at once can fail ("Already borrowed"),
+        # and the store's threads (L1 saves, readers) share one embedder
+        self._encode_lock = threading.Lock()
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._cache_size = cache_size
         self.cache_hits = self.cache_misses = 0
@@ -68,22 +71,24 @@ class Embedder:
         """Embeddings of `texts` as an (n, dim) float32 array with unit rows."""
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        vecs = self.model.encode(
-            list(texts), batch_size=self.batch_size, normalize_embeddings=True,
-            convert_to_numpy=True, show_progress_bar=show_progress,
-        )
+        model = self.model
+        with self._encode_lock:
+            vecs = model.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True,
+                                convert_to_numpy=True, show_progress_bar=show_progress)
         return np.ascontiguousarray(vecs, dtype=np.float32)
 
     def encode_query(self, text: str) -> np.ndarray:
         """One memoised query embedding, shape (dim,)."""
-        hit = self._cache.get(text)
-        if hit is not None:
-            self._cache.move_to_end(text)
-            self.cache_hits += 1
-            return hit
-        self.cache_misses += 1
+        with self._lock:
+            hit = self._cache.get(text)
+            if hit is not None:
+                self._cache.move_to_end(text)
+                self.cache_hits += 1
+                return hit
+            self.cache_misses += 1
         vec = self.encode([text])[0]
-        self._cache[text] = vec
-        if len(self._cache) > self._cache_size:
-            self._cache.popitem(last=False)
+        with self._lock:
+            self._cache[text] = vec
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
         return vec

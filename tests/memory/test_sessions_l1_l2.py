@@ -160,6 +160,7 @@ def test_concurrent_saves_in_one_session_get_distinct_turns(env, how, tmp_path):
         [p.start() for p in procs]
         turns = [t for _ in procs for t in q.get(timeout=180)]
         [p.join(timeout=60) for p in procs]
+        assert all(isinstance(t, int) for t in turns), turns  # a child's error, as text
         assert sorted(turns) == list(range(1, 9)), turns
     hist = alice.get_conversation_history(sid)
     assert sorted(h["turn_id"] for h in hist) == sorted(turns) and len({h["content"] for h in hist}) == len(turns)

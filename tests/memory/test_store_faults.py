@@ -275,3 +275,23 @@ def test_the_concurrency_benchmark_loses_nothing():
     c = concurrency(writers=2, messages=200, readers=1)
     assert c["lost"] == 0 and c["reported_added"] == 400 and not c["write_errors"] and not c["read_errors"]
     assert open_time(users=30)["open_ms"] > 0
+
+
+def test_one_embedder_serves_many_threads_at_once():
+    """The store's threads share one embedder: concurrent encodes (fresh model, no warm-up) all succeed and
+    give the same vectors as one thread would."""
+    from dkilab.memory import Embedder
+
+    emb, errors, out = Embedder(), [], {}
+
+    def work(i):
+        try:
+            out[i] = emb.encode([f"thread {i} says something about cats and trains"] * 3)
+            emb.encode_query(f"query {i % 3}")
+        except Exception as exc:
+            errors.append(repr(exc))
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert not errors and len(out) == 8
+    assert np.allclose(out[5], emb.encode(["thread 5 says something about cats and trains"] * 3), atol=1e-5)
