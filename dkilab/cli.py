@@ -86,7 +86,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from dkilab.eval.tracking import format_table, report
 
     metrics = [m.strip() for m in args.metrics.split(",")] if args.metrics else None
-    table, pairs, notes = report(args.experiment, args.tracking_uri, by_category=args.by == "category", metrics=metrics)
+    table, pairs, notes = report(args.experiment, args.tracking_uri, by_category=args.by == "category", metrics=metrics,
+                                 allow_scripted=args.allow_scripted)
     if table.empty:
         print("(no finished cells)")
         return 0
@@ -190,6 +191,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--by", choices=["none", "category"], default="none", help="paired differences per category")
     rep.add_argument("--metrics", default=None, help="comma-separated metrics to compare pairwise "
                                                      "(default: score or recall_at_10, and hallucination_rate)")
+    rep.add_argument("--allow-scripted", action="store_true",
+                     help="report cells that ran on a scripted: model (pipeline tests; refused by default)")
     rep.set_defaults(func=_cmd_report)
     ui = sub.add_parser("ui", help="the MLflow UI on the default tracking store")
     ui.add_argument("--tracking-uri", default=None)
@@ -207,10 +210,11 @@ def build_parser() -> argparse.ArgumentParser:
 def _user_errors() -> tuple[type[BaseException], ...]:
     from dkilab.config import ConfigError
     from dkilab.eval.datasets.base import DatasetNotFoundError
+    from dkilab.eval.tracking import ScriptedRunsError
     from dkilab.models.loading import ModelNotAvailableError
     from dkilab.registry import UnknownNameError
 
-    return ConfigError, DatasetNotFoundError, ModelNotAvailableError, UnknownNameError
+    return ConfigError, DatasetNotFoundError, ModelNotAvailableError, UnknownNameError, ScriptedRunsError
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -103,6 +103,16 @@ def _answer(strategy, item, conv, memory, model) -> tuple[Any, float, str | None
         return f"{type(exc).__name__}: {exc}", (time.perf_counter() - t) * 1000, err
 
 
+def in_flight(model, strategy) -> int:
+    """Questions answered at once: an endpoint's `concurrency`, a local model's `batch_size` for text
+    strategies (K/V strategies decode one question at a time: their memories differ per question)."""
+    if model is None:
+        return 1
+    if getattr(model, "supports_kv", False):
+        return 1 if strategy.uses_kv else max(1, int(getattr(model, "batch_size", 1) or 1))
+    return max(1, int(getattr(model, "concurrency", 1) or 1))
+
+
 def run_cell(cell: Cell, model, data: CellData, state=None, trace: bool = False, progress: bool = True):
     """Answer every question of a cell -> [(index, Answer | error text, wall ms)], error tracebacks.
     Shards across processes; the result is complete on the main process."""
@@ -114,24 +124,44 @@ def run_cell(cell: Cell, model, data: CellData, state=None, trace: bool = False,
     warm_up(data, views)
     out, errors = [], []
 
-    def work(my_idx):
-        for i in tqdm(my_idx, desc=cell.label, disable=not (progress and main), leave=False):
-            conv, item = items[i]
-            memory = views.setdefault(conv.user_id, data.store.for_user(conv.user_id))
-            if trace:
-                import mlflow
+    def one(i):
+        conv, item = items[i]
+        memory = views.setdefault(conv.user_id, data.store.for_user(conv.user_id))
+        if trace:
+            import mlflow
 
-                from dkilab.tracing import tracing_to
+            from dkilab.tracing import tracing_to
 
-                with tracing_to(mlflow), mlflow.start_span(name=f"question {item.qid}") as s:
-                    s.set_inputs({"question": item.question, "gold": item.answer, "strategy": cell.label})
-                    answer, wall, err = _answer(strategy, item, conv, memory, model)
-                    s.set_outputs({"prediction": getattr(answer, "text", None), "error": err and answer})
-            else:
+            with tracing_to(mlflow), mlflow.start_span(name=f"question {item.qid}") as s:
+                s.set_inputs({"question": item.question, "gold": item.answer, "strategy": cell.label})
                 answer, wall, err = _answer(strategy, item, conv, memory, model)
-            out.append((i, answer, wall))
-            if err:
-                errors.append(err)
+                s.set_outputs({"prediction": getattr(answer, "text", None), "error": err and answer})
+        else:
+            answer, wall, err = _answer(strategy, item, conv, memory, model)
+        return i, answer, wall, err
+
+    workers = in_flight(model, strategy)
+
+    def work(my_idx):
+        bar = tqdm(total=len(my_idx), desc=cell.label, disable=not (progress and main), leave=False)
+        if workers > 1:  # questions in flight together: an endpoint's concurrency or a local model's batch
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(workers, thread_name_prefix="dkilab-question") as pool:
+                results = pool.map(one, my_idx)
+                for res in results:
+                    collect(res, bar)
+        else:
+            for i in my_idx:
+                collect(one(i), bar)
+        bar.close()
+
+    def collect(res, bar):
+        i, answer, wall, err = res
+        out.append((i, answer, wall))
+        if err:
+            errors.append(err)
+        bar.update(1)
 
     idx = list(range(len(items)))
     if state is not None and state.num_processes > 1:
@@ -166,7 +196,7 @@ def score_cell(cell: Cell, answers, items: list, judge=None) -> list[dict[str, A
             "prompt_digest": hashlib.sha1(f"{answer.prompt}\n{answer.context_text}".encode()).hexdigest()[:12],
             "fact_call_log": [c.__dict__ for c in answer.fact_calls],
             "budget": answer.budget.as_dict() if answer.budget is not None else None}
-        for key in ("memory_view", "evidence_problems", "agent_stop", "pointer"):  # agent outputs, for review
+        for key in ("memory_view", "evidence_problems", "agent_stop", "pointer", "fact_protocol"):  # for review
             if key in answer.metadata:
                 row[key] = answer.metadata[key]
         # harness overhead: what the question cost beyond the strategy's own stages, scoring included

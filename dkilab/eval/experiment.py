@@ -53,6 +53,18 @@ class ModelSpec(_Strict):
     max_context: int | None = Field(2048, ge=256)
     dtype: str = "auto"
     device: str = "cpu"
+    # how it runs, not what it computes (batched = unbatched; kernels agree within fp tolerance): not
+    # part of a cell's identity, so a finished cell is reused when only these change
+    attn_implementation: Literal["auto", "sdpa", "eager"] = Field("auto", exclude=True)
+    batch_size: int = Field(1, ge=1, le=512, exclude=True)  # questions decoded together (text strategies)
+    concurrency: int = Field(4, ge=1, le=512, exclude=True)  # requests in flight to an OpenAI-compatible server
+    max_retries: int = Field(4, ge=0, le=20, exclude=True)  # 429 / 5xx / connection retries, with backoff
+    timeout: float = Field(120.0, gt=0, exclude=True)  # seconds per request try
+
+    def load_kwargs(self) -> dict:
+        return {"dtype": self.dtype, "device": self.device, "max_context": self.max_context,
+                "attn_implementation": self.attn_implementation, "batch_size": self.batch_size,
+                "concurrency": self.concurrency, "max_retries": self.max_retries, "timeout": self.timeout}
 
 
 class EmbedderSpec(_Strict):

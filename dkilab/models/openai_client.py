@@ -1,26 +1,56 @@
-"""An OpenAI-compatible chat endpoint (vLLM, llama.cpp server, a judge) behind the ChatModel interface.
+"""An OpenAI-compatible chat endpoint (vLLM, SGLang, llama.cpp server, a judge) behind the ChatModel
+interface, through the `openai` SDK: it retries 429 / 5xx / dropped connections with exponential
+backoff (honouring Retry-After) up to `max_retries`, and gives up after `timeout` seconds per try.
 
-Text in, text out: there is no K/V access, so K/V strategies refuse this model with a clear error.
+`concurrency` is how many requests the harness keeps in flight (the runner answers that many
+questions at once; `generate_many` does the same for a list of prompts). Text in, text out: there is
+no K/V access, so K/V strategies refuse this model with a clear error. Native tool calls returned by
+the server (`tool_calls`) come back as `<tool_call>{json}</tool_call>` text, the Hermes syntax the
+fact-call parser reads.
 """
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 
 from dkilab.models.chat import Generation
 from dkilab.text.tokens import HeuristicTokenCounter
 
 
+class EndpointError(RuntimeError):
+    """The server could not be reached, timed out, or answered an error after every retry."""
+
+
+def _api_messages(messages: list[dict]) -> list[dict]:
+    """Our turns in the OpenAI wire format (tool-call arguments as JSON strings)."""
+    out = []
+    for m in messages:
+        m = dict(m)
+        if m.get("tool_calls"):
+            m["tool_calls"] = [{**c, "function": {**c["function"], "arguments": json.dumps(c["function"]["arguments"])
+                                                  if not isinstance(c["function"]["arguments"], str)
+                                                  else c["function"]["arguments"]}} for c in m["tool_calls"]]
+        out.append(m)
+    return out
+
+
 class OpenAIChatModel:
     supports_kv = False
 
-    def __init__(self, base_url: str, model: str, api_key: str | None = None,
-                 max_context: int | None = None, timeout: float = 120.0):
-        self.base_url, self.model_name, self.api_key, self.timeout = base_url.rstrip("/"), model, api_key, timeout
+    def __init__(self, base_url: str, model: str, api_key: str | None = None, max_context: int | None = None,
+                 timeout: float = 120.0, max_retries: int = 4, concurrency: int = 4):
+        from openai import OpenAI
+
+        if concurrency < 1 or max_retries < 0 or timeout <= 0:
+            raise ValueError(f"concurrency >= 1, max_retries >= 0 and timeout > 0 expected, got "
+                             f"{concurrency}, {max_retries}, {timeout}")
+        self.base_url, self.model_name, self.timeout = base_url.rstrip("/"), model, timeout
+        self.max_retries, self.concurrency = max_retries, concurrency
         self.name = f"openai:{model}@{self.base_url}"
         self.context_window = int(max_context or 8192)
         self._counter = HeuristicTokenCounter()
+        self._client = OpenAI(base_url=self.base_url, api_key=api_key or "not-needed", timeout=timeout,
+                              max_retries=max_retries)
 
     def __repr__(self) -> str:
         return f"OpenAIChatModel({self.model_name!r}, base_url={self.base_url!r})"
@@ -32,41 +62,56 @@ class OpenAIChatModel:
     def truncate(self, text: str, max_tokens: int) -> str:
         return self._counter.truncate(text, max_tokens)
 
-    def render(self, messages_or_prompt) -> str:
+    def render(self, messages_or_prompt, tools: list[dict] | None = None) -> str:
         if isinstance(messages_or_prompt, str):
             return messages_or_prompt
-        return "\n".join(f"{m['role']}: {m['content']}" for m in messages_or_prompt)
+        lines = [f"{m['role']}: {m['content']}" for m in messages_or_prompt]
+        return "\n".join(([f"tools: {json.dumps(tools, ensure_ascii=False)}"] if tools else []) + lines)
 
     def generate_full(self, messages_or_prompt, max_new_tokens: int = 64, temperature: float = 0.0,
-                      stop: list[str] | None = None, memories=None, seed: int | None = None) -> Generation:
+                      stop: list[str] | None = None, memories=None, seed: int | None = None,
+                      tools: list[dict] | None = None) -> Generation:
+        import openai
+
         if memories:
             raise TypeError(f"{self!r} cannot take K/V memories: an OpenAI-compatible endpoint only returns text")
         messages = ([{"role": "user", "content": messages_or_prompt}] if isinstance(messages_or_prompt, str)
-                    else list(messages_or_prompt))
-        body = {"model": self.model_name, "messages": messages, "max_tokens": max_new_tokens,
-                "temperature": temperature}
-        if stop:
-            body["stop"] = stop
-        if seed is not None:
-            body["seed"] = seed
-        req = urllib.request.Request(f"{self.base_url}/chat/completions", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json",
-                                              **({"Authorization": f"Bearer {self.api_key}"} if self.api_key else {})})
+                    else _api_messages(messages_or_prompt))
+        kw = {k: v for k, v in (("stop", stop), ("seed", seed), ("tools", tools)) if v}
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                data = json.loads(resp.read())
-        except urllib.error.HTTPError as e:
-            raise RuntimeError(f"{self.base_url}/chat/completions answered {e.code}: {e.read()[:300]!r}") from e
-        except urllib.error.URLError as e:
-            raise RuntimeError(f"cannot reach {self.base_url}: {e.reason}") from e
+            resp = self._client.chat.completions.create(model=self.model_name, messages=messages,
+                                                        max_tokens=max_new_tokens, temperature=temperature, **kw)
+        except openai.APITimeoutError as e:
+            raise EndpointError(f"{self.base_url}: no answer within {self.timeout:g} s "
+                                f"({self.max_retries + 1} tries)") from e
+        except openai.APIConnectionError as e:
+            raise EndpointError(f"cannot reach {self.base_url} after {self.max_retries + 1} tries: {e}") from e
+        except openai.APIStatusError as e:
+            raise EndpointError(f"{self.base_url}/chat/completions answered {e.status_code} after "
+                                f"{self.max_retries + 1} tries: {str(e.message)[:300]}") from e
         try:
-            text = data["choices"][0]["message"]["content"] or ""
-        except (KeyError, IndexError, TypeError) as e:
-            raise RuntimeError(f"{self.base_url} returned no choices[0].message.content: {str(data)[:300]}") from e
-        usage = data.get("usage") or {}
-        prompt_tokens = usage.get("prompt_tokens") or self.count_tokens(self.render(messages))
-        return Generation(text.strip(), int(prompt_tokens), int(usage.get("completion_tokens") or self.count_tokens(text)))
+            msg = resp.choices[0].message
+        except (IndexError, AttributeError, TypeError) as e:
+            raise EndpointError(f"{self.base_url} returned no choices[0].message: {str(resp)[:300]}") from e
+        text = msg.content or ""
+        for call in msg.tool_calls or []:
+            fn = call.function
+            try:
+                args = json.loads(fn.arguments or "{}")
+            except json.JSONDecodeError:
+                args = fn.arguments  # left as a string: the parser counts it as malformed
+            text += f'<tool_call>{json.dumps({"name": fn.name, "arguments": args}, ensure_ascii=False)}</tool_call>'
+        usage = resp.usage
+        prompt_tokens = (usage.prompt_tokens if usage else None) or self.count_tokens(self.render(messages))
+        new = (usage.completion_tokens if usage else None) or self.count_tokens(text)
+        return Generation(text.strip(), int(prompt_tokens), int(new))
 
     def generate(self, messages_or_prompt, max_new_tokens: int = 64, temperature: float = 0.0,
-                 stop: list[str] | None = None, memories=None, seed: int | None = None) -> str:
-        return self.generate_full(messages_or_prompt, max_new_tokens, temperature, stop, memories, seed).text
+                 stop: list[str] | None = None, memories=None, seed: int | None = None,
+                 tools: list[dict] | None = None) -> str:
+        return self.generate_full(messages_or_prompt, max_new_tokens, temperature, stop, memories, seed, tools).text
+
+    def generate_many(self, prompts: list, max_new_tokens: int = 64, **kw) -> list[Generation]:
+        """`concurrency` requests in flight; results in the order of `prompts`."""
+        with ThreadPoolExecutor(self.concurrency) as pool:
+            return list(pool.map(lambda p: self.generate_full(p, max_new_tokens, **kw), prompts))

@@ -63,6 +63,9 @@ class FactCallConfig(_Strict):
     max_rounds: int = Field(3, ge=0, le=20)  # fact calls followed per question; 0 = none (no call is offered)
     max_fact_tokens: int = Field(800, ge=1)  # fact-segment tokens per question, and per call
     batch_size: int = Field(5, ge=1, le=100)  # records per call when the call gives no `limit` (offset+limit)
+    # how the call is offered: native = a tool in the model's chat template (apply_chat_template(tools=...));
+    # text = the seed's text protocol through the formatter; auto = native where the template renders tools
+    protocol: Literal["auto", "native", "text"] = "auto"
 
     @property
     def active(self) -> bool:

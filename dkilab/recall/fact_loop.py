@@ -6,6 +6,7 @@ calls ends with one more generation, so the result is an answer rather than a ca
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -24,24 +25,33 @@ class FactLoopResult:
     prompt: str = ""  # the final prompt, facts included
     fact_tokens: int = 0
     stopped: str = "answered"  # answered | max_rounds | max_fact_tokens | malformed | disabled
+    turns: list[dict] = field(default_factory=list)  # native protocol: assistant tool calls + tool results
 
 
 def run_fact_loop(prompt: str, generate: Callable[[str], str], formatter: PromptFormatter, retriever: FactRetriever,
                   config: RecallConfig, *, session_id: str | None = None, offered: list[str] | None = None,
-                  token_counter: TokenCounter | None = None, on_call: Callable[[FactCall, str], None] | None = None
-                  ) -> FactLoopResult:
+                  token_counter: TokenCounter | None = None, on_call: Callable[[FactCall, str], None] | None = None,
+                  native: bool = False) -> FactLoopResult:
     """Generate; while the output asks for retrieve_fact, append the fact segment and generate again.
 
     `generate(prompt) -> str`; `offered` = trace ids shown to the model (a call outside them is
-    counted invalid but still answered, so the model is not left without facts).
+    counted invalid but still answered, so the model is not left without facts). With `native` (the
+    model's chat template offers retrieve_fact as a tool), the call and its fact segment become an
+    assistant `tool_calls` message and a `tool` message, and `generate(prompt, turns)` is called
+    with those turns so the template renders them in the model's own format.
     """
     counter = token_counter or HeuristicTokenCounter()
+    shared, formatter = formatter, copy.copy(formatter)  # its malformed count is this question's alone
+    formatter.malformed_calls = 0
     fc = config.fact_call
     result = FactLoopResult(output="", prompt=prompt)
     offered_set = set(offered) if offered is not None else None
     enabled = config.fact_calls_active  # max_rounds: 0 follows no call at all
+    def gen() -> str:
+        return generate(result.prompt, list(result.turns)) if native else generate(result.prompt)
+
     for round_idx in range(fc.max_rounds if enabled else 1):
-        result.output = generate(result.prompt)
+        result.output = gen()
         result.rounds += 1
         if not enabled:
             result.stopped = "disabled"
@@ -50,6 +60,7 @@ def run_fact_loop(prompt: str, generate: Callable[[str], str], formatter: Prompt
         request = formatter.detect_fact_request(result.output)
         if request is None:
             if formatter.malformed_calls > before:
+                shared.malformed_calls += 1
                 result.fact_calls.append(FactCall(None, 0, 0, valid=False, malformed=True, round=round_idx))
                 result.stopped = "malformed"
             else:
@@ -67,10 +78,17 @@ def run_fact_loop(prompt: str, generate: Callable[[str], str], formatter: Prompt
             result.stopped = "max_fact_tokens"
             break
         result.fact_tokens += tokens
-        result.prompt = result.prompt + "\n" + fact_text + "\n" + formatter.follow_up()
+        if native:
+            args = {"trace_id": request.trace_id, "offset": request.offset, "limit": request.limit}
+            call_id = f"call_{round_idx}"
+            result.turns += [{"role": "assistant", "content": "", "tool_calls": [
+                {"id": call_id, "type": "function", "function": {"name": "retrieve_fact", "arguments": args}}]},
+                {"role": "tool", "tool_call_id": call_id, "name": "retrieve_fact", "content": fact_text}]
+        else:
+            result.prompt = result.prompt + "\n" + fact_text + "\n" + formatter.follow_up()
     else:
         result.stopped = "max_rounds"
     # the rounds (or the fact budget) are spent: one last generation must answer from what it has
-    result.output = generate(result.prompt)
+    result.output = gen()
     result.rounds += 1
     return result

@@ -6,6 +6,8 @@ import json
 import re
 from abc import ABC, abstractmethod
 
+from dkilab.recall.tool_calls import (DS_CALL, DS_END, DS_SEP, RETRIEVE_FACT_TOOL, MalformedToolCall,
+                                      parse_tool_calls)
 from dkilab.registry import FORMATTERS
 from dkilab.types import FactRequest, FactResponse, HistoryItem
 
@@ -182,6 +184,17 @@ class PromptFormatter(ABC):
                 limit = int(value)
         return self._request(trace_id, offset, limit)
 
+    def _parse_native(self, text: str) -> FactRequest | None | bool:
+        """A retrieve_fact call in any family's native tool-call syntax; False when there is none."""
+        try:
+            calls = parse_tool_calls(text)
+        except MalformedToolCall:
+            return self._malformed()
+        if not calls:
+            return False
+        call = next((c for c in calls if c.name == "retrieve_fact"), None)
+        return self._malformed() if call is None else self._request_from_args(call.arguments)
+
     def _parse_json_args(self, text: str) -> FactRequest | None:
         m = re.search(r"\{.*?\}", text, re.S)
         if not m:
@@ -190,6 +203,9 @@ class PromptFormatter(ABC):
             args = json.loads(m.group(0))
         except json.JSONDecodeError:
             return self._malformed()
+        return self._request_from_args(args)
+
+    def _request_from_args(self, args) -> FactRequest | None:
         if not isinstance(args, dict):
             return self._malformed()
         off, lim = args.get("offset"), args.get("limit")
@@ -221,25 +237,30 @@ class GenericFormatter(PromptFormatter):
         return f'retrieve_fact(trace_id="{request.trace_id}", offset={request.offset}, limit={request.limit})'
 
     def detect_fact_request(self, model_output: str) -> FactRequest | None:
-        found = self._parse_text_call(model_output or "")
+        text = model_output or ""
+        found = self._parse_native(text)  # a tool-trained model may answer in its own syntax anyway
+        if found is False:
+            found = self._parse_text_call(text)
         return None if found is False else found
 
 
 @FORMATTERS.register("deepseek")
 class DeepSeekFormatter(PromptFormatter):
-    """DeepSeek tool-call tokens; the tool is registered in the system prompt. Plain-text calls are
-    accepted too, since smaller checkpoints often fall back to them."""
+    """DeepSeek tool-call tokens (the V3 shape: `function<｜tool▁sep｜>name` + fenced JSON; V3.1's
+    `name<｜tool▁sep｜>{json}` and the older `name\n{json}` parse too); the tool is registered in the
+    system prompt. Plain-text calls are accepted as well, since smaller checkpoints fall back to them."""
 
     name = "deepseek"
     matches = ("deepseek",)
-    BEGIN, CALL, END, ENDS = "<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>"
-
-    def format_fact_call(self, request: FactRequest) -> str:
-        args = json.dumps({"trace_id": request.trace_id, "offset": request.offset, "limit": request.limit}, ensure_ascii=False)
-        return f"{self.BEGIN}{self.CALL}retrieve_fact\n{args}{self.END}{self.ENDS}"
+    BEGIN, CALL, SEP, END, ENDS = "<｜tool▁calls▁begin｜>", DS_CALL, DS_SEP, DS_END, "<｜tool▁calls▁end｜>"
 
     def format_tool_call(self, name: str, args: dict) -> str:
-        return f"{self.BEGIN}{self.CALL}{name}\n{json.dumps(args, ensure_ascii=False, default=str)}{self.END}{self.ENDS}"
+        body = json.dumps(args, ensure_ascii=False, default=str)
+        return f"{self.BEGIN}{self.CALL}function{self.SEP}{name}\n```json\n{body}\n```{self.END}{self.ENDS}"
+
+    def format_fact_call(self, request: FactRequest) -> str:
+        return self.format_tool_call("retrieve_fact", {"trace_id": request.trace_id, "offset": request.offset,
+                                                       "limit": request.limit})
 
     def system_prompt(self, language: str | None = None) -> str:
         return ("Tools: retrieve_fact(trace_id: string, offset: integer = 0, limit: integer = 5) — returns the original "
@@ -247,21 +268,16 @@ class DeepSeekFormatter(PromptFormatter):
 
     def detect_fact_request(self, model_output: str) -> FactRequest | None:
         text = model_output or ""
-        i = text.find(self.CALL)
-        if i >= 0:
-            chunk = text[i + len(self.CALL):]
-            end = chunk.find(self.END)
-            chunk = chunk if end < 0 else chunk[:end]
-            if not chunk.lstrip().startswith("retrieve_fact"):
-                return self._malformed()
-            return self._parse_json_args(chunk)
-        found = self._parse_text_call(text)
+        found = self._parse_native(text) if self.CALL in text else False
+        if found is False:
+            found = self._parse_text_call(text)
         return None if found is False else found
 
 
 @FORMATTERS.register("glm")
 class GLMFormatter(PromptFormatter):
-    """ChatGLM `<|tool_call|>` calls and `<|observation|>` results."""
+    """ChatGLM `<|tool_call|>` calls and `<|observation|>` results; GLM-4's bare `name\n{json}` call
+    (no marker) parses too."""
 
     name = "glm"
     matches = ("glm",)
@@ -278,14 +294,33 @@ class GLMFormatter(PromptFormatter):
         return f"{self.OBSERVATION}\n" + super().format_fact_segment(response, language)
 
     def detect_fact_request(self, model_output: str) -> FactRequest | None:
+        text = (model_output or "").split(self.OBSERVATION)[0]
+        found = self._parse_native(text)
+        if found is False:
+            found = self._parse_text_call(text)
+        return None if found is False else found
+
+
+@FORMATTERS.register("native")
+class NativeToolFormatter(PromptFormatter):
+    """retrieve_fact offered as a native tool through the model's chat template (`tools=[...]`); the
+    call is read in whichever family's syntax the model writes it (Hermes/Qwen, Llama, Mistral, GLM,
+    DeepSeek), with the seed's text call as the fallback. Fact segments go back as `tool` messages."""
+
+    name = "native"
+    tool = RETRIEVE_FACT_TOOL
+
+    def format_fact_call(self, request: FactRequest) -> str:
+        return f'the retrieve_fact tool with {{"trace_id": "{request.trace_id}", "limit": {request.limit}}}'
+
+    def templates(self, language: str | None = None) -> dict[str, str]:
+        return super().templates(language) | {"tool_schema": json.dumps(self.tool, ensure_ascii=False, sort_keys=True)}
+
+    def detect_fact_request(self, model_output: str) -> FactRequest | None:
         text = model_output or ""
-        i = text.find(self.CALL)
-        if i >= 0:
-            chunk = text[i + len(self.CALL):].split(self.OBSERVATION)[0]
-            if not chunk.lstrip().startswith("retrieve_fact"):
-                return self._malformed()
-            return self._parse_json_args(chunk)
-        found = self._parse_text_call(text)
+        found = self._parse_native(text)
+        if found is False:
+            found = self._parse_text_call(text)
         return None if found is False else found
 
 

@@ -128,10 +128,26 @@ class Strategy(ABC):
             f"history_head.{lang}": HISTORY_HEAD[lang] for lang in HISTORY_HEAD} | {
             f"preferences_head.{lang}": PREFERENCES_HEAD[lang] for lang in PREFERENCES_HEAD}
 
+    def needs_kv(self, preferences: bool = True) -> bool:
+        """Whether this configuration injects K/V memories (a model must support them); `preferences`:
+        whether the cell's data has any (strategies that inject only preferences need K/V for them)."""
+        return self.uses_kv
+
+    def check_model(self, model: ChatModel, preferences: bool = True) -> None:
+        """Refuse, before the first question, a model this strategy cannot run on (the cell fails once
+        with the reason instead of one error row per question)."""
+        if self.needs_kv(preferences):
+            self.require_kv(model, "memory")
+            from dkilab.models.kv import check_support
+
+            check_support(model.model)
+
     # --- shared helpers ------------------------------------------------------------------
     def require_kv(self, model: ChatModel, why: str) -> None:
         if not getattr(model, "supports_kv", False):
-            raise TypeError(f"strategy {self.name!r} injects {why} as K/V memory and needs a local transformers "
+            from dkilab.models.kv import KVUnsupportedError
+
+            raise KVUnsupportedError(f"strategy {self.name!r} injects {why} as K/V memory and needs a local transformers "
                             f"model; {model!r} has no K/V access")
 
     def memory_kv(self, model: ChatModel, text: str):
@@ -171,13 +187,16 @@ class Strategy(ABC):
                              instructions=instructions, query=model.count_tokens(question_text(question, lang)),
                              preferences=model.count_tokens(preferences) if preferences else 0, cap=cap)
 
-    def generate(self, model: ChatModel, user_text: str, lang: str, memories=None, system_extra: str | None = None):
-        """Chat-template the system + user message and generate -> (Generation, prompt text)."""
+    def generate(self, model: ChatModel, user_text: str, lang: str, memories=None, system_extra: str | None = None,
+                 tools: list[dict] | None = None, turns: list[dict] | None = None):
+        """Chat-template the system + user message (+ `turns`: tool calls and results) and generate ->
+        (Generation, prompt text). `tools` are offered through the model's chat template."""
         system = SYSTEM[lang] + (f"\n{system_extra}" if system_extra else "")
-        messages = [{"role": "system", "content": system}, {"role": "user", "content": user_text}]
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": user_text}, *(turns or [])]
+        kw = {"tools": tools} if tools else {}
         gen = model.generate_full(messages, max_new_tokens=self.params.max_new_tokens,
-                                  temperature=self.params.temperature, memories=memories)
-        return gen, model.render(messages)
+                                  temperature=self.params.temperature, memories=memories, **kw)
+        return gen, model.render(messages, **kw)
 
 
 class ReferenceParams(BaseModel):

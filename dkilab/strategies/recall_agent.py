@@ -57,6 +57,9 @@ class RecallAgentStrategy(Strategy):
         out = super().prompts(model_name) | {f"view_head.{k}": v for k, v in VIEW_HEAD.items()}
         return out | ({"policy.plan": PLAN, "policy.synthesis": SYNTH} if self.params.policy == "llm" else {})
 
+    def needs_kv(self, preferences: bool = True) -> bool:
+        return self.params.view_as == "kv"
+
     def _answer(self, question, memory, model, *, session_id, preferences, stages, asked_at=None, task=None):
         from dkilab.agents.recall_agent import RecallAgent
         from dkilab.recall import create_formatter

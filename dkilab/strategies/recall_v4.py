@@ -13,6 +13,7 @@ import weakref
 from pydantic import Field
 
 from dkilab.recall import FactRetriever, SuffixBuilder, compute_context_budget, create_formatter, run_fact_loop
+from dkilab.recall.tool_calls import template_supports_tools
 from dkilab.strategies.base import RecallingStrategy, RecallParams, language_of, register
 from dkilab.tracing import span
 from dkilab.types import Answer
@@ -29,26 +30,42 @@ class RecallV4(RecallingStrategy):
     Params = RecallV4Params
     uses_kv = True
 
+    def needs_kv(self, preferences: bool = True) -> bool:
+        return preferences  # only the preferences go in as K/V
+
     def __init__(self, params=None, source: str = "<params>"):
         super().__init__(params, source)
         # model -> {language: builder}, held weakly by the model object (see Strategy.memory_kv)
         self._builders: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
-    def _formatter(self, model_name: str, lang: str):
+    def _formatter(self, model_name: str, lang: str, protocol: str = "text"):
         cfg = self.params.recall
-        return create_formatter(model_name, lang, kind=cfg.prompt_formatter, default_limit=cfg.fact_call.batch_size)
+        kind = "native" if protocol == "native" else cfg.prompt_formatter
+        return create_formatter(model_name, lang, kind=kind, default_limit=cfg.fact_call.batch_size)
+
+    def protocol(self, model) -> str:
+        """How retrieve_fact is offered to `model`: native (a tool in its chat template) or text."""
+        chosen = self.params.recall.fact_call.protocol
+        if chosen != "auto":
+            return chosen
+        tok = getattr(model, "tokenizer", None)
+        return "native" if tok is not None and template_supports_tools(tok) else "text"
 
     def prompts(self, model_name: str = "") -> dict[str, str]:
-        out = super().prompts(model_name)
-        for lang in ("en", "cn"):
-            out |= {f"formatter.{k}.{lang}": v for k, v in self._formatter(model_name, lang).templates().items()}
+        out = super().prompts(model_name) | {"fact_call.protocol": self.params.recall.fact_call.protocol}
+        protocols = {"auto": ("text", "native"), "text": ("text",), "native": ("native",)}
+        for protocol in protocols[self.params.recall.fact_call.protocol]:
+            tag = "" if protocol == "text" else "native."
+            for lang in ("en", "cn"):
+                out |= {f"formatter.{tag}{k}.{lang}": v
+                        for k, v in self._formatter(model_name, lang, protocol).templates().items()}
         return out
 
     def _builder(self, model, lang: str) -> SuffixBuilder:
         builders = self._builders.setdefault(model, {})  # summaries inside are keyed by text: users can share it
         if lang not in builders:
             cfg = self.params.recall
-            formatter = self._formatter(model.name, lang)
+            formatter = self._formatter(model.name, lang, self.protocol(model))
             if cfg.summary.strategy == "llm":
                 from dkilab.text.summarize import LLMSummarizer
 
@@ -78,12 +95,14 @@ class RecallV4(RecallingStrategy):
             suffix = builder.build(question, recalled, budget.history, language=lang)
             trace.update(suffix=suffix.text, budget=budget.as_dict(), summaries=suffix.summary_count)
         formatter = builder.formatter
+        native = formatter.name == "native"
+        tools = [formatter.tool] if native else None
         gens = []
 
-        def generate(text: str) -> str:
+        def generate(text: str, turns: list | None = None) -> str:
             with stages("generation", round=len(gens)) as trace:
                 gen, prompt = self.generate(model, text, lang, memories=memories,
-                                            system_extra=formatter.system_prompt(lang))
+                                            system_extra=formatter.system_prompt(lang), tools=tools, turns=turns)
                 trace["output"] = gen.text
             gens.append((gen, prompt))
             return gen.text
@@ -99,7 +118,7 @@ class RecallV4(RecallingStrategy):
                                   chunk_threshold=cfg.summary.per_message_threshold)
         loop = run_fact_loop(suffix.text, generate, formatter, retriever, cfg, session_id=session_id,
                              offered=suffix.trace_ids, token_counter=model,
-                             on_call=on_call)
+                             on_call=on_call, native=native)
         gen, prompt = gens[-1]
         return Answer(loop.output, prompt_tokens=gen.prompt_tokens, injected_tokens=gen.injected_tokens,
                       generated_tokens=sum(g.new_tokens for g, _ in gens), recalled_ids=list(suffix.trace_ids),
@@ -107,4 +126,5 @@ class RecallV4(RecallingStrategy):
                       context_text="\n".join([pref, suffix.text, *facts]), prompt=prompt, budget=budget,
                       metadata={"summaries": suffix.summary_count, "history_tokens": suffix.history_tokens,
                                 "dropped_for_budget": suffix.dropped_for_budget, "fact_loop_stopped": loop.stopped,
+                                "fact_protocol": "native" if native else "text",
                                 "fact_tokens": loop.fact_tokens})

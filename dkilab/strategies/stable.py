@@ -20,6 +20,9 @@ class Stable(Strategy):
     Params = StableParams
     uses_kv = True
 
+    def needs_kv(self, preferences: bool = True) -> bool:
+        return preferences  # only the preferences go in as K/V
+
     def _answer(self, question, memory, model, *, session_id, preferences, stages):
         lang = language_of(question)
         p = self.params

@@ -235,3 +235,37 @@ def test_a_store_embedded_before_index_text_versions_keeps_v1(embedder, tmp_path
         assert s._meta["index_text"] == "1"
         hit = s.for_user("alice").semantic_search(query_embedding=embedder.encode([index_text(msg("r1", "Yes, yesterday!", turn=2), version="1")])[0], top_k=1)
         assert hit.items[0].message_id == "r1" and hit.items[0].score > 0.999
+
+
+def test_a_store_remembers_its_embedder_and_refuses_another(tmp_path):
+    """MiniLM and e5-small are both 384-d: the dimension alone cannot tell their vectors apart."""
+    from dkilab.memory import Embedder, MemoryStore
+    from dkilab.types import Message
+
+    store = MemoryStore.open(tmp_path / "s", embedder=Embedder("offline:e5"))
+    store.add_messages([Message(user_id="u", session_id="s", message_id="m1", role="user", content="我的猫叫咪咪",
+                                timestamp=datetime(2026, 1, 1, tzinfo=timezone.utc), turn_id=0),
+                        Message(user_id="u", session_id="s", message_id="m2", role="user", content="明天去北京出差",
+                                timestamp=datetime(2026, 1, 1, tzinfo=timezone.utc), turn_id=1)])
+    store.flush()
+    store.close()
+    again = MemoryStore.open(tmp_path / "s")  # no embedder given: the one that built it
+    assert again.embedder.model_name == "offline:e5"
+    hits = again.for_user("u").semantic_search("猫叫什么名字", top_k=1)
+    assert [h.message_id for h in hits.items] == ["m1"]
+    again.close()
+    with pytest.raises(ValueError, match=r"built with the embedder 'offline:e5'.*'offline:minilm'"):
+        MemoryStore.open(tmp_path / "s", embedder=Embedder("offline:minilm"))
+    assert MemoryStore.open(tmp_path / "s").count() == 2  # nothing lost by the refusal
+
+
+def test_e5_embeds_queries_and_passages_with_their_prefixes():
+    import numpy as np
+    from dkilab.memory import Embedder
+
+    e = Embedder("offline:e5")
+    doc = e.encode(["我的猫叫咪咪，是灰色的", "明天去北京出差"])
+    assert doc.shape == (2, 384) and np.allclose(np.linalg.norm(doc, axis=1), 1, atol=1e-4)
+    q = e.encode_query("猫的名字是什么")
+    assert not np.allclose(q, e.encode(["猫的名字是什么"])[0])  # "query: " vs "passage: "
+    assert int(np.argmax(doc @ q)) == 0

@@ -97,5 +97,5 @@ def test_openai_compatible_client(openai_server, model):
         client.generate("hi", memories=[(mem, 1.0)])
     with pytest.raises(TypeError, match="K/V"):
         next_token_logits(client, "hi")
-    with pytest.raises(RuntimeError, match="404"):
+    with pytest.raises(RuntimeError, match="404"):  # EndpointError is a RuntimeError
         load_model(f"openai:x@{url.rsplit('/', 1)[0]}/wrong").generate("hi")

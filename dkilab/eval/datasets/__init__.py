@@ -18,13 +18,14 @@ __all__ = ["DATA_ENV", "DatasetNotFoundError", "data_dir", "register_dataset", "
 
 
 def resolve_path(path: str, data: str | None = None) -> Path:
-    """A normalised-format file: absolute, or relative to the data dir (else to the working directory)."""
+    """A normalised-format file: absolute, or relative to the data dir, else to the working directory."""
     p = Path(path).expanduser()
     if not p.is_absolute():
         try:
-            p = data_dir(data) / p
+            tries = [data_dir(data) / p, Path.cwd() / p]
         except DatasetNotFoundError:
-            p = Path.cwd() / p
+            tries = [Path.cwd() / p]
+        p = next((t for t in tries if t.exists()), tries[0])
     if not p.exists():
         raise DatasetNotFoundError(f"dataset file {p} not found (a path in the normalised format, relative to the "
                                    f"data dir ${DATA_ENV} or absolute; see dkilab/eval/datasets/normalized.py)")

@@ -1,0 +1,70 @@
+"""Batched generation (left padding) is token for token what one prompt at a time gives, on the real
+offline SmolLM2; the runner's `batch_size` coalesces concurrent questions into such batches."""
+import threading
+
+import pytest
+
+PROMPTS = [[{"role": "user", "content": q}] for q in (
+    "What is the capital of France?", "Name a fruit that is red.", "我的猫叫什么名字？",
+    "How many legs does a spider have? Answer in one sentence, please, and explain why.", "天空是什么颜色？")]
+
+
+def test_batched_equals_unbatched_token_for_token(model):
+    single = [model.generate_full(p, max_new_tokens=10) for p in PROMPTS]
+    batched = model.generate_batch(PROMPTS, max_new_tokens=10)
+    assert [g.token_ids for g in batched] == [g.token_ids for g in single]
+    assert [g.text for g in batched] == [g.text for g in single]
+    assert [g.prompt_tokens for g in batched] == [g.prompt_tokens for g in single]
+
+
+def test_concurrent_callers_are_batched_and_get_their_own_answers(model, monkeypatch):
+    expected = [model.generate_full(p, max_new_tokens=6).text for p in PROMPTS]
+    sizes = []
+    real = type(model).generate_batch
+
+    def spy(self, prompts, *a, **kw):
+        sizes.append(len(prompts))
+        return real(self, prompts, *a, **kw)
+
+    monkeypatch.setattr(type(model), "generate_batch", spy)
+    monkeypatch.setattr(model, "batch_size", 8)
+    got = [None] * len(PROMPTS)
+    start = threading.Barrier(len(PROMPTS))
+
+    def ask(i):
+        start.wait()
+        got[i] = model.generate_full(PROMPTS[i], max_new_tokens=6).text
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(PROMPTS))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert got == expected
+    assert max(sizes) > 1 and sum(sizes) == len(PROMPTS)  # coalesced, nothing answered twice
+
+
+def test_a_failing_batch_fails_each_caller_and_the_batcher_lives_on(model, monkeypatch):
+    monkeypatch.setattr(model, "batch_size", 4)
+    real, calls = type(model).generate_batch, []
+
+    def flaky(self, prompts, *a, **kw):
+        calls.append(len(prompts))
+        if len(calls) == 1:
+            raise RuntimeError("CUDA out of memory (simulated)")
+        return real(self, prompts, *a, **kw)
+
+    monkeypatch.setattr(type(model), "generate_batch", flaky)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        model.generate_full(PROMPTS[0], max_new_tokens=4)
+    assert model.generate_full(PROMPTS[0], max_new_tokens=4).text  # the worker still serves
+
+
+def test_memories_and_sampling_bypass_the_batcher(model, monkeypatch):
+    from dkilab.models import encode_memory
+
+    monkeypatch.setattr(model, "batch_size", 4)
+    monkeypatch.setattr(type(model), "generate_batch", lambda *a, **k: pytest.fail("batched a K/V generation"))
+    mem = encode_memory(model, "The user likes tea.\n")
+    assert model.generate_full(PROMPTS[0], max_new_tokens=3, memories=[(mem, 1.0)]).new_tokens > 0
+    assert model.generate_full(PROMPTS[0], max_new_tokens=3, temperature=0.7, seed=1).new_tokens > 0
