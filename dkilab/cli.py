@@ -29,6 +29,19 @@ def _cmd_bench_strategies(args: argparse.Namespace) -> int:
                       max_prompt_tokens=args.max_prompt_tokens)
 
 
+def _cmd_bench_embedders(args: argparse.Namespace) -> int:
+    from dkilab.bench.embedders import main as bench_main
+
+    return bench_main(data_dir=args.data_dir, messages=args.messages, queries=args.queries)
+
+
+def _cmd_bench_generation(args: argparse.Namespace) -> int:
+    from dkilab.bench.generation import main as bench_main
+
+    sizes = tuple(int(x) for x in args.batch_sizes.split(","))
+    return bench_main(model_spec=args.model, prompts=args.prompts, new_tokens=args.new_tokens, batch_sizes=sizes)
+
+
 def _cmd_bench_agents(args: argparse.Namespace) -> int:
     from dkilab.bench.agents import main as bench_main
 
@@ -166,6 +179,17 @@ def build_parser() -> argparse.ArgumentParser:
     bst.add_argument("--model", default="offline:smollm2", help="model spec (default offline:smollm2)")
     bst.add_argument("--max-prompt-tokens", type=int, default=4096, help="prompt cap for every strategy (default 4096)")
     bst.set_defaults(func=_cmd_bench_strategies)
+    be = bench_sub.add_parser("embedders", help="encode speed of the offline sentence encoders (msgs/s, query ms)")
+    be.add_argument("--data-dir", default=None)
+    be.add_argument("--messages", type=int, default=1000)
+    be.add_argument("--queries", type=int, default=100)
+    be.set_defaults(func=_cmd_bench_embedders)
+    bgen = bench_sub.add_parser("generation", help="tokens/s of batched greedy generation at several batch sizes")
+    bgen.add_argument("--model", default="offline:smollm2")
+    bgen.add_argument("--prompts", type=int, default=16)
+    bgen.add_argument("--new-tokens", type=int, default=24)
+    bgen.add_argument("--batch-sizes", default="1,4,8,16")
+    bgen.set_defaults(func=_cmd_bench_generation)
     bg = bench_sub.add_parser("agents", help="recall-agent latency on LoCoMo-sized users and pointer resolution time")
     bg.add_argument("--data-dir", default=None, help="dataset directory (default: $DKILAB_DATA_DIR; else a synthetic user)")
     bg.add_argument("--questions", type=int, default=200, help="questions for the recall agent (default 200)")

@@ -5,7 +5,7 @@ and identified by a hash of everything that decides its result.
 name: quickstart
 seed: 0
 model: {spec: offline:smollm2, max_context: 2048}
-embedder: {model: offline:minilm}          # the store's sentence encoder
+embedder: {model: auto}   # the stores' sentence encoder: auto = MiniLM for en, e5 for zh and mixed
 defaults: {max_new_tokens: 32}            # params for every strategy that has them (nested blocks merge)
 datasets: [{name: fixtures, question_limit: 8, split: full}]   # or {name: mine, path: mine.jsonl}
 strategies: [{name: no_memory}, {name: recall_v4, label: v4, params: {recall: {...}}}]
@@ -35,7 +35,7 @@ import json
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -55,11 +55,17 @@ class ModelSpec(_Strict):
     device: str = "cpu"
     # how it runs, not what it computes (batched = unbatched; kernels agree within fp tolerance): not
     # part of a cell's identity, so a finished cell is reused when only these change
-    attn_implementation: Literal["auto", "sdpa", "eager"] = Field("auto", exclude=True)
-    batch_size: int = Field(1, ge=1, le=512, exclude=True)  # questions decoded together (text strategies)
-    concurrency: int = Field(4, ge=1, le=512, exclude=True)  # requests in flight to an OpenAI-compatible server
-    max_retries: int = Field(4, ge=0, le=20, exclude=True)  # 429 / 5xx / connection retries, with backoff
-    timeout: float = Field(120.0, gt=0, exclude=True)  # seconds per request try
+    attn_implementation: Literal["auto", "sdpa", "eager"] = "auto"
+    batch_size: int = Field(1, ge=1, le=512)  # questions decoded together (text strategies)
+    concurrency: int = Field(4, ge=1, le=512)  # requests in flight to an OpenAI-compatible server
+    max_retries: int = Field(4, ge=0, le=20)  # 429 / 5xx / connection retries, with backoff
+    timeout: float = Field(120.0, gt=0)  # seconds per request try
+
+    RUNTIME: ClassVar[set[str]] = {"attn_implementation", "batch_size", "concurrency", "max_retries", "timeout"}
+
+    def identity(self) -> dict:
+        """The fields that decide results (what a cell's hash and params record)."""
+        return self.model_dump(mode="json", exclude=self.RUNTIME)
 
     def load_kwargs(self) -> dict:
         return {"dtype": self.dtype, "device": self.device, "max_context": self.max_context,
@@ -67,10 +73,20 @@ class ModelSpec(_Strict):
                 "concurrency": self.concurrency, "max_retries": self.max_retries, "timeout": self.timeout}
 
 
+EMBEDDER_BY_LANGUAGE = {"en": "offline:minilm"}  # others (cn, mixed, auto): offline:e5 (README "Encoders")
+
+
 class EmbedderSpec(_Strict):
-    """The sentence encoder of the dataset stores (semantic search): `offline:minilm`, a local directory
-    or a hub id. Stores record which encoder built them; each encoder gets its own cached store."""
-    model: str = "offline:minilm"
+    """The sentence encoder of the dataset stores (semantic search): `auto` (by the dataset's language:
+    MiniLM for English, multilingual-e5-small for Chinese and mixed data, measured by
+    experiments/embedders.yaml), `offline:minilm`, `offline:e5`, a local directory or a hub id.
+    Stores record which encoder built them; each encoder gets its own cached store."""
+    model: str = "auto"
+
+    def for_language(self, language: str) -> "EmbedderSpec":
+        if self.model != "auto":
+            return self
+        return self.model_copy(update={"model": EMBEDDER_BY_LANGUAGE.get(language, "offline:e5")})
     batch_size: int = Field(64, ge=1, le=4096)
 
 
@@ -257,7 +273,7 @@ class Cell:
                "embedder": self.embedder.model_dump(mode="json"), "seed": self.seed,
                "metrics": {"version": metrics_version(), "abstention_detector": detector}}
         if self.needs_model:
-            out["model"] = self.model.model_dump(mode="json")
+            out["model"] = self.model.identity()
         if self.judge is not None:
             out["judge"] = self.judge.resolved()
         return out
@@ -337,7 +353,8 @@ def expand_cells(cfg: ExperimentConfig, source: str = "<config>") -> list[Cell]:
                 validated = validate(STRATEGIES[s.name].Params, params, source, f"params of {where}", "params")
                 cell = Cell(StrategySpec(name=s.name, label=s.label, params=params, datasets=s.datasets), ds,
                             validate(ModelSpec, model, source, f"model of {where}", "model"),
-                            validate(EmbedderSpec, embedder, source, f"embedder of {where}", "embedder"),
+                            validate(EmbedderSpec, embedder, source, f"embedder of {where}", "embedder"
+                                     ).for_language(ds.info()["language"]),
                             applied, cfg.seed, cfg.judge, validated)
                 try:
                     cell.instance  # components built from the params (e.g. a reference resolver YAML)

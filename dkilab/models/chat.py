@@ -72,10 +72,9 @@ class TransformersChatModel:
             if not ids or not self.tokenizer.decode(ids).endswith("\ufffd"):
                 break
             ids = ids[:-1]
-        text = self.tokenizer.decode(ids, skip_special_tokens=False)
-        for tok in self.tokenizer.all_special_tokens:
-            if tok and tok not in MARKERS:
-                text = text.replace(tok, "")
+        tok = self.tokenizer
+        drop = {i for t, i in zip(tok.all_special_tokens, tok.all_special_ids) if t not in MARKERS}
+        text = tok.decode([i for i in ids if i not in drop], skip_special_tokens=False)
         return text
 
     # --- generation ----------------------------------------------------------------------

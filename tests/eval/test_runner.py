@@ -22,7 +22,7 @@ from tests.conftest import ROOT
 
 CI_DIR = ROOT / "experiments" / "ci"
 DATA_BACKED = {"retrieval_locomo", "sweep_locomo", "sweep_memdaily"}  # need DKILAB_DATA_DIR: make test-slow
-SPECIAL = {"resume"}  # run by its own test below
+SPECIAL = {"resume", "scripted_fact_calls"}  # run by their own tests (below; tests/eval/test_scripted.py)
 CI_CONFIGS = sorted(p for p in CI_DIR.glob("*.yaml") if p.stem not in DATA_BACKED | SPECIAL)
 CELL_METRICS = {"questions", "errors", "latency_total_p50_ms", "questions_per_minute", "harness_overhead_p50_ms",
                 "query_embeddings"}  # plus the cell's headline metric with its interval
@@ -52,12 +52,14 @@ def _by_point(results):
 
 def _check_ci_specifics(stem, results):
     """What each CI config is there to show, beyond its metric ranges."""
-    if stem == "kv_alpha":  # alpha = 0 is exactly no memory
+    if stem == "kv_alpha":  # alpha = 0 is the sink-only baseline, continuous with a tiny alpha
         base = next(r for r in results if r.cell.strategy.name == "no_memory").rows
         zero = next(r for r in results if r.cell.point.get("kv.preference_alpha") == 0.0).rows
+        tiny = next(r for r in results if r.cell.point.get("kv.preference_alpha") == 1.0e-30).rows
         one = next(r for r in results if r.cell.point.get("kv.preference_alpha") == 1.0).rows
-        assert [r["prediction"] for r in zero] == [r["prediction"] for r in base]
+        assert [r["prediction"] for r in zero] == [r["prediction"] for r in tiny]
         assert [r["prompt_tokens"] for r in zero] == [r["prompt_tokens"] for r in base]
+        assert all(r["injected_tokens"] == 1 for r in zero)  # the sink column, no preference tokens
         assert all(r["injected_tokens"] > 0 for r in one)
     if stem.startswith("sweep_"):  # every sweep point changes its cell; the smaller budget gives shorter prompts
         cells = _by_point(results)

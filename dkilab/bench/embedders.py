@@ -1,0 +1,57 @@
+"""Encoder benchmark: how fast each offline sentence encoder embeds stored messages (messages/s,
+batched as the store ingests them) and one query (ms, uncached), on LoCoMo (English) and MADial-Bench
+(Chinese) messages, or on the bundled fixtures without a data dir. Quality (recall@10, MRR) comes from
+`dkilab run experiments/embedders.yaml`.
+
+    dkilab bench embedders [--data-dir DIR] [--messages 1000] [--queries 100]
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+ENCODERS = ("offline:minilm", "offline:e5")
+
+
+def _texts(data_dir, n: int) -> list[tuple[str, list[str], list[str]]]:
+    """[(label, messages, queries)] per language."""
+    from dkilab.eval.datasets import load_dataset
+
+    out = []
+    for name, label in (("locomo", "en (LoCoMo)"), ("madial_bench_zh", "zh (MADial-Bench)")):
+        try:
+            convs = load_dataset(name, data_dir=data_dir)
+        except FileNotFoundError:
+            continue
+        msgs = [m.content for c in convs for m in c.messages][:n]
+        qs = [q.question for c in convs for q in c.questions][:n]
+        out.append((label, msgs, qs))
+    if not out:
+        convs = load_dataset("fixtures")
+        out.append(("fixtures (en+zh)", [m.content for c in convs for m in c.messages],
+                    [q.question for c in convs for q in c.questions]))
+    return out
+
+
+def main(data_dir=None, messages: int = 1000, queries: int = 100) -> int:
+    from dkilab.memory import Embedder
+
+    sets = _texts(data_dir, messages)
+    print(f"{'encoder':<16} {'texts':<20} {'messages':>8} {'msgs/s':>8} {'query p50 ms':>13} {'query p95 ms':>13}")
+    for enc in ENCODERS:
+        e = Embedder(enc)
+        e.encode(["warm up"])
+        for label, msgs, qs in sets:
+            t = time.perf_counter()
+            e.encode(msgs)
+            rate = len(msgs) / (time.perf_counter() - t)
+            times = []
+            for q in qs[:queries]:
+                e.clear_cache()
+                t = time.perf_counter()
+                e.encode_query(q)
+                times.append((time.perf_counter() - t) * 1000)
+            times.sort()
+            p95 = times[min(len(times) - 1, int(0.95 * (len(times) - 1)))]
+            print(f"{enc:<16} {label:<20} {len(msgs):>8} {rate:>8.0f} {statistics.median(times):>13.1f} {p95:>13.1f}")
+    return 0

@@ -1,0 +1,26 @@
+"""The ready-made GPU configs load and validate here (no download, no GPU): every key is known, the
+sweeps expand to the cells their comments promise, and the model block asks for what a GPU run needs."""
+from pathlib import Path
+
+import pytest
+
+from dkilab.eval.experiment import check_config, load_experiment
+from tests.conftest import ROOT
+
+GPU = sorted((ROOT / "experiments" / "gpu").glob("*.yaml"))
+CELLS = {"locomo_strategies": 5, "sweep_threshold_budget": 12, "kv_alpha": 15}
+
+
+@pytest.mark.parametrize("path", GPU, ids=lambda p: p.stem)
+def test_gpu_config_validates(path: Path):
+    cfg = load_experiment(path)
+    cells = check_config(cfg, str(path))
+    assert len(cells) == CELLS[path.stem]
+    m = cfg.model
+    assert m.device == "auto" and m.dtype in ("bf16", "bfloat16") and "/" in m.spec  # a hub id, bf16, placed by accelerate
+    text = path.read_text()
+    assert "# Run:" in text and "GPU time" in text  # the command and the estimate
+
+
+def test_every_gpu_config_is_listed():
+    assert {p.stem for p in GPU} == set(CELLS)
