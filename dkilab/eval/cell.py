@@ -103,13 +103,14 @@ def _answer(strategy, item, conv, memory, model) -> tuple[Any, float, str | None
         return f"{type(exc).__name__}: {exc}", (time.perf_counter() - t) * 1000, err
 
 
-def in_flight(model, strategy) -> int:
-    """Questions answered at once: an endpoint's `concurrency`, a local model's `batch_size` for text
-    strategies (K/V strategies decode one question at a time: their memories differ per question)."""
+def in_flight(model, strategy, preferences: bool = True) -> int:
+    """Questions answered at once: an endpoint's `concurrency`, a local model's `batch_size` when the
+    strategy injects no K/V here (K/V generations decode one question at a time: their memories
+    differ per question)."""
     if model is None:
         return 1
     if getattr(model, "supports_kv", False):
-        return 1 if strategy.uses_kv else max(1, int(getattr(model, "batch_size", 1) or 1))
+        return 1 if strategy.needs_kv(preferences) else max(1, int(getattr(model, "batch_size", 1) or 1))
     return max(1, int(getattr(model, "concurrency", 1) or 1))
 
 
@@ -140,17 +141,19 @@ def run_cell(cell: Cell, model, data: CellData, state=None, trace: bool = False,
             answer, wall, err = _answer(strategy, item, conv, memory, model)
         return i, answer, wall, err
 
-    workers = in_flight(model, strategy)
+    workers = in_flight(model, strategy, preferences=any(conv.preferences for conv, _ in items))
 
     def work(my_idx):
         bar = tqdm(total=len(my_idx), desc=cell.label, disable=not (progress and main), leave=False)
         if workers > 1:  # questions in flight together: an endpoint's concurrency or a local model's batch
             from concurrent.futures import ThreadPoolExecutor
 
-            with ThreadPoolExecutor(workers, thread_name_prefix="dkilab-question") as pool:
-                results = pool.map(one, my_idx)
-                for res in results:
+            pool = ThreadPoolExecutor(workers, thread_name_prefix="dkilab-question")
+            try:
+                for res in pool.map(one, my_idx):
                     collect(res, bar)
+            finally:  # Ctrl-C or an error: drop the questions not started instead of answering them all first
+                pool.shutdown(wait=False, cancel_futures=True)
         else:
             for i in my_idx:
                 collect(one(i), bar)

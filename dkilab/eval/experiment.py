@@ -68,9 +68,8 @@ class ModelSpec(_Strict):
         return self.model_dump(mode="json", exclude=self.RUNTIME)
 
     def load_kwargs(self) -> dict:
-        return {"dtype": self.dtype, "device": self.device, "max_context": self.max_context,
-                "attn_implementation": self.attn_implementation, "batch_size": self.batch_size,
-                "concurrency": self.concurrency, "max_retries": self.max_retries, "timeout": self.timeout}
+        """Everything `load_model(spec, **...)` takes from this block."""
+        return self.model_dump(exclude={"spec"})
 
 
 EMBEDDER_BY_LANGUAGE = {"en": "offline:minilm"}  # others (cn, mixed, auto): offline:e5 (README "Encoders")

@@ -1,9 +1,9 @@
 """TransformersChatModel: a local transformers causal LM behind one small interface the strategies use."""
 from __future__ import annotations
 
-import json
 import queue
 import threading
+import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
@@ -83,13 +83,10 @@ class TransformersChatModel:
                       tools: list[dict] | None = None) -> Generation:
         from dkilab.models.kv import decode
 
-        prompt = self.render(messages_or_prompt, tools)
-        ids = self.encode(prompt)
-        if len(ids) + max_new_tokens > self.context_window:
-            raise ValueError(f"prompt of {len(ids)} tokens + {max_new_tokens} new tokens exceeds "
-                             f"{self.name}'s context window of {self.context_window}")
+        ids = self.encode(self.render(messages_or_prompt, tools))
+        self._check_window(len(ids), max_new_tokens)
         if self.batch_size > 1 and not memories and not temperature and not stop:
-            return self._batcher().submit(messages_or_prompt, max_new_tokens, tools)
+            return self._batcher().submit(ids, max_new_tokens)
         new, injected = decode(self, ids, memories, max_new_tokens, temperature, stop, seed)
         text = self.decode_new(new)
         for s in stop or []:
@@ -97,9 +94,17 @@ class TransformersChatModel:
                 text = text[: text.index(s)]
         return Generation(text.strip(), len(ids), len(new), injected, token_ids=new)
 
+    def _check_window(self, prompt_tokens: int, max_new_tokens: int) -> None:
+        if prompt_tokens + max_new_tokens > self.context_window:
+            raise ValueError(f"prompt of {prompt_tokens} tokens + {max_new_tokens} new tokens exceeds "
+                             f"{self.name}'s context window of {self.context_window}")
+
     def _batcher(self) -> "_Batcher":
         with _BATCHER_LOCK:
-            if getattr(self, "_batch_worker", None) is None or self._batch_worker.size != self.batch_size:
+            old = getattr(self, "_batch_worker", None)
+            if old is None or old.size != self.batch_size:
+                if old is not None:
+                    old.close()
                 self._batch_worker = _Batcher(self, self.batch_size)
             return self._batch_worker
 
@@ -107,26 +112,29 @@ class TransformersChatModel:
         """Greedy generation for several prompts at once (left padding, one forward pass per step):
         token for token what `generate_full` gives each prompt alone. No K/V memories (those differ
         per question); text strategies batch through `batch_size` in the model block."""
+        rendered = [self.encode(self.render(p, tools)) for p in prompts]
+        for ids in rendered:
+            self._check_window(len(ids), max_new_tokens)
+        return self.decode_batch(rendered, max_new_tokens)
+
+    def decode_batch(self, prompts_ids: list[list[int]], max_new_tokens: int) -> list[Generation]:
+        """Greedy decoding of tokenised prompts together (left padded)."""
         import torch
 
-        if not prompts:
+        if not prompts_ids:
             return []
-        rendered = [self.encode(self.render(p, tools)) for p in prompts]
-        longest = max(len(ids) for ids in rendered)
-        if longest + max_new_tokens > self.context_window:
-            raise ValueError(f"prompt of {longest} tokens + {max_new_tokens} new tokens exceeds "
-                             f"{self.name}'s context window of {self.context_window}")
+        longest = max(len(ids) for ids in prompts_ids)
         pad = self.tokenizer.pad_token_id
         pad = pad if pad is not None else (self.eos_token_ids[0] if self.eos_token_ids else 0)
         device = self.model.get_input_embeddings().weight.device
-        ids = torch.tensor([[pad] * (longest - len(r)) + r for r in rendered], device=device)
-        mask = torch.tensor([[0] * (longest - len(r)) + [1] * len(r) for r in rendered], device=device)
+        ids = torch.tensor([[pad] * (longest - len(r)) + r for r in prompts_ids], device=device)
+        mask = torch.tensor([[0] * (longest - len(r)) + [1] * len(r) for r in prompts_ids], device=device)
         with torch.inference_mode():
             out = self.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
                                       do_sample=False, pad_token_id=pad, eos_token_id=self.eos_token_ids or None,
                                       temperature=None, top_p=None, top_k=None)
         gens = []
-        for r, row in zip(rendered, out[:, longest:].tolist()):
+        for r, row in zip(prompts_ids, out[:, longest:].tolist()):
             new = []
             for t in row:
                 if t in self.eos_token_ids:
@@ -145,41 +153,51 @@ _BATCHER_LOCK = threading.Lock()
 
 
 class _Batcher:
-    """Coalesces concurrent greedy text generations into `generate_batch` calls of up to `size` prompts
+    """Coalesces concurrent greedy text generations into `decode_batch` calls of up to `size` prompts
     (the runner answers `batch_size` questions in threads; each strategy still calls `generate`). A
-    batch waits at most `wait` seconds for company; prompts with other settings go in other batches."""
+    batch waits at most `wait` seconds for company; prompts with another `max_new_tokens` go in
+    another batch. An error reaches every caller of its batch; the worker goes on."""
 
     def __init__(self, model: TransformersChatModel, size: int, wait: float = 0.05):
         self.model, self.size, self.wait = model, size, wait
         self.queue: queue.Queue = queue.Queue()
         threading.Thread(target=self._run, name="dkilab-batcher", daemon=True).start()
 
-    def submit(self, prompt, max_new_tokens: int, tools) -> Generation:
+    def submit(self, prompt_ids: list[int], max_new_tokens: int) -> Generation:
         fut: Future = Future()
-        self.queue.put((prompt, max_new_tokens, tools, fut))
+        self.queue.put((prompt_ids, max_new_tokens, fut))
         return fut.result()
+
+    def close(self) -> None:
+        self.queue.put(None)  # the worker finishes what is queued before it, then ends
 
     def _run(self) -> None:
         while True:
-            batch = [self.queue.get()]
-            deadline = threading.Event()
-            timer = threading.Timer(self.wait, deadline.set)
-            timer.start()
-            while len(batch) < self.size and not deadline.is_set():
+            first = self.queue.get()
+            if first is None:
+                return
+            batch, closing = [first], False
+            deadline = time.monotonic() + self.wait
+            while len(batch) < self.size and (left := deadline - time.monotonic()) > 0:
                 try:
-                    batch.append(self.queue.get(timeout=max(0.001, self.wait / 10)))
+                    item = self.queue.get(timeout=left)
                 except queue.Empty:
-                    continue
-            timer.cancel()
-            groups: dict = {}
+                    break
+                if item is None:
+                    closing = True
+                    break
+                batch.append(item)
+            groups: dict[int, list] = {}
             for item in batch:
-                groups.setdefault((item[1], json.dumps(item[2], sort_keys=True)), []).append(item)
-            for (max_new, _), items in groups.items():
+                groups.setdefault(item[1], []).append(item)
+            for max_new, items in groups.items():
                 try:
-                    gens = self.model.generate_batch([i[0] for i in items], max_new, items[0][2])
+                    gens = self.model.decode_batch([i[0] for i in items], max_new)
                     for item, gen in zip(items, gens):
-                        item[3].set_result(gen)
-                except BaseException as exc:  # every waiting caller gets the error, the worker lives on
+                        item[2].set_result(gen)
+                except BaseException as exc:
                     for item in items:
-                        if not item[3].done():
-                            item[3].set_exception(exc)
+                        if not item[2].done():
+                            item[2].set_exception(exc)
+            if closing:
+                return

@@ -4,16 +4,18 @@
   The visible prompt then keeps positions 0..n-1; with RoPE only relative offsets matter, so at
   alpha = 1 the model sees exactly what it would see with the memory text in front of the prompt.
 - alpha enters as an additive log(alpha) bias on the memory's key columns of every attention row
-  (softmax weight of each memory column times alpha, renormalised), through an attention function
-  registered with transformers' `AttentionInterface` that wraps SDPA's `position_bias`. V is never
-  scaled. alpha = 0 drops the block (log 0 = -inf: the block gets no weight), so the output is
-  exactly the no-memory output.
+  (softmax weight of each memory column times alpha, renormalised), added to the float attention
+  mask by functions registered with transformers' `AttentionInterface` that wrap SDPA or the
+  architecture's own eager attention (so after Gemma 2's soft-capping). V is never scaled.
 - Attention sink: a memory is encoded behind the model's BOS token, and that one column stays
   unbiased. Most heads park their attention on the first token of a sequence; if the bias scaled
   that sink too, small alphas would tear attention away from it and push the output far from both
-  the no-memory and the full-memory answer (seen on SmolLM2 during development). With the sink
-  kept, the output moves monotonically from one end to the other (tests/models/test_kv.py).
-  At alpha = 1 the model sees exactly `[BOS] + memory + prompt`.
+  ends. A block at alpha = 0 keeps its place with a bias of -inf, so alpha = 0 is the prompt after
+  a lone sink (no information from the block; the K/V strategies' no-memory baseline) and alpha -> 0
+  converges to it; at alpha = 1 the model sees exactly `[BOS] + memory + prompt`.
+- Architectures (`check_support`): RoPE with fixed frequencies and full or sliding-window attention
+  layers; caches are full layers everywhere (the masks apply a sliding window), and keys move with
+  each layer's own rotary embedding. Anything else is refused by name (`KVUnsupportedError`).
 - Several blocks (preferences, history) are laid side by side before the prompt, each with its own
   alpha: a block's cached keys are re-rotated to its place (RoPE rotations compose), so nothing is
   recomputed per question. The stored caches are never mutated: each call builds a fresh cache.
@@ -170,14 +172,14 @@ def check_support(hf) -> _Rope:
     import inspect
     import sys
 
+    arch = f"{type(hf).__name__} (model_type {getattr(hf.config, 'model_type', '?')!r})"
+    impl = getattr(hf.config, "_attn_implementation", None)
+    if impl not in (ATTN_IMPLEMENTATION, ATTN_IMPLEMENTATION_EAGER):  # checked every time: it can be switched
+        raise KVUnsupportedError(f"{arch} runs attention {impl!r}; K/V injection needs the memory-bias attention: "
+                                 "load it with dkilab.models.load_model or call dkilab.models.kv.prepare_model(model)")
     cached = getattr(hf, "_dkilab_rope", None)
     if cached is not None:
         return cached
-    arch = f"{type(hf).__name__} (model_type {getattr(hf.config, 'model_type', '?')!r})"
-    impl = getattr(hf.config, "_attn_implementation", None)
-    if impl not in (ATTN_IMPLEMENTATION, ATTN_IMPLEMENTATION_EAGER):
-        raise KVUnsupportedError(f"{arch} runs attention {impl!r}; K/V injection needs the memory-bias attention: "
-                                 "load it with dkilab.models.load_model or call dkilab.models.kv.prepare_model(model)")
     base = getattr(hf, "model", hf)
     rotary = getattr(base, "rotary_emb", None)
     apply = getattr(sys.modules[type(base).__module__], "apply_rotary_pos_emb", None)

@@ -121,10 +121,10 @@ def _load_openai(spec: str, *, max_context: int | None = None, api_key: str | No
 
 
 @MODELS.register("scripted")
-def _load_scripted(spec: str, *, max_context: int | None = None, **_):
+def _load_scripted(spec: str, *, max_context: int | None = None, concurrency: int = 1, **_):
     from dkilab.models.scripted import ScriptedModel
 
-    return ScriptedModel(spec[len("scripted:"):], max_context=max_context)
+    return ScriptedModel(spec[len("scripted:"):], max_context=max_context, concurrency=concurrency)
 
 
 @MODELS.register("offline")

@@ -14,7 +14,7 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 
 from dkilab.models.chat import Generation
-from dkilab.text.tokens import HeuristicTokenCounter
+from dkilab.models.text_only import TextOnlyModel
 
 
 class EndpointError(RuntimeError):
@@ -34,9 +34,7 @@ def _api_messages(messages: list[dict]) -> list[dict]:
     return out
 
 
-class OpenAIChatModel:
-    supports_kv = False
-
+class OpenAIChatModel(TextOnlyModel):
     def __init__(self, base_url: str, model: str, api_key: str | None = None, max_context: int | None = None,
                  timeout: float = 120.0, max_retries: int = 4, concurrency: int = 4):
         from openai import OpenAI
@@ -46,35 +44,19 @@ class OpenAIChatModel:
                              f"{concurrency}, {max_retries}, {timeout}")
         self.base_url, self.model_name, self.timeout = base_url.rstrip("/"), model, timeout
         self.max_retries, self.concurrency = max_retries, concurrency
-        self.name = f"openai:{model}@{self.base_url}"
-        self.context_window = int(max_context or 8192)
-        self._counter = HeuristicTokenCounter()
+        super().__init__(f"openai:{model}@{self.base_url}", max_context)
         self._client = OpenAI(base_url=self.base_url, api_key=api_key or "not-needed", timeout=timeout,
                               max_retries=max_retries)
 
     def __repr__(self) -> str:
         return f"OpenAIChatModel({self.model_name!r}, base_url={self.base_url!r})"
 
-    def count_tokens(self, text: str) -> int:
-        """An offline estimate: the server's tokenizer is not available here."""
-        return self._counter.count_tokens(text)
-
-    def truncate(self, text: str, max_tokens: int) -> str:
-        return self._counter.truncate(text, max_tokens)
-
-    def render(self, messages_or_prompt, tools: list[dict] | None = None) -> str:
-        if isinstance(messages_or_prompt, str):
-            return messages_or_prompt
-        lines = [f"{m['role']}: {m['content']}" for m in messages_or_prompt]
-        return "\n".join(([f"tools: {json.dumps(tools, ensure_ascii=False)}"] if tools else []) + lines)
-
     def generate_full(self, messages_or_prompt, max_new_tokens: int = 64, temperature: float = 0.0,
                       stop: list[str] | None = None, memories=None, seed: int | None = None,
                       tools: list[dict] | None = None) -> Generation:
         import openai
 
-        if memories:
-            raise TypeError(f"{self!r} cannot take K/V memories: an OpenAI-compatible endpoint only returns text")
+        self.refuse_memories(memories)
         messages = ([{"role": "user", "content": messages_or_prompt}] if isinstance(messages_or_prompt, str)
                     else _api_messages(messages_or_prompt))
         kw = {k: v for k, v in (("stop", stop), ("seed", seed), ("tools", tools)) if v}
@@ -105,11 +87,6 @@ class OpenAIChatModel:
         prompt_tokens = (usage.prompt_tokens if usage else None) or self.count_tokens(self.render(messages))
         new = (usage.completion_tokens if usage else None) or self.count_tokens(text)
         return Generation(text.strip(), int(prompt_tokens), int(new))
-
-    def generate(self, messages_or_prompt, max_new_tokens: int = 64, temperature: float = 0.0,
-                 stop: list[str] | None = None, memories=None, seed: int | None = None,
-                 tools: list[dict] | None = None) -> str:
-        return self.generate_full(messages_or_prompt, max_new_tokens, temperature, stop, memories, seed, tools).text
 
     def generate_many(self, prompts: list, max_new_tokens: int = 64, **kw) -> list[Generation]:
         """`concurrency` requests in flight; results in the order of `prompts`."""

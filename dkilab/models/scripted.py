@@ -23,7 +23,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from dkilab.models.chat import Generation
-from dkilab.text.tokens import HeuristicTokenCounter
+from dkilab.models.text_only import TextOnlyModel
 
 _TRACE = re.compile(r'trace_id="([^"]+)"')
 _SLOT = re.compile(r"\{trace_id:(\d+)\}")
@@ -41,12 +41,8 @@ class _Script(BaseModel):
     default: str = ""
 
 
-class ScriptedModel:
-    supports_kv = False
-    scripted = True
-    concurrency = 1
-
-    def __init__(self, path: str | Path, max_context: int | None = None):
+class ScriptedModel(TextOnlyModel):
+    def __init__(self, path: str | Path, max_context: int | None = None, concurrency: int = 1):
         import yaml
 
         from dkilab.config import ConfigError, describe_errors
@@ -59,24 +55,11 @@ class ScriptedModel:
         except Exception as e:  # yaml or validation: name the file and the key
             detail = describe_errors(e) if hasattr(e, "errors") else str(e)
             raise ConfigError(f"scripted model {self.path}: {detail}") from e
-        self.name = f"scripted:{self.path.name}"
-        self.context_window = int(max_context or 8192)
-        self._counter = HeuristicTokenCounter()
-        self.calls: list[str] = []  # prompts seen, for tests
+        super().__init__(f"scripted:{self.path.name}", max_context)
+        self.concurrency = concurrency  # questions the runner answers at once (as with an endpoint)
 
     def __repr__(self) -> str:
         return f"ScriptedModel({str(self.path)!r})"
-
-    def count_tokens(self, text: str) -> int:
-        return self._counter.count_tokens(text)
-
-    def truncate(self, text: str, max_tokens: int) -> str:
-        return self._counter.truncate(text, max_tokens)
-
-    def render(self, messages_or_prompt, tools: list[dict] | None = None) -> str:
-        if isinstance(messages_or_prompt, str):
-            return messages_or_prompt
-        return "\n".join(f"{m['role']}: {m['content']}" for m in messages_or_prompt)
 
     def output_for(self, messages_or_prompt) -> str:
         msgs = ([{"role": "user", "content": messages_or_prompt}] if isinstance(messages_or_prompt, str)
@@ -97,14 +80,7 @@ class ScriptedModel:
     def generate_full(self, messages_or_prompt, max_new_tokens: int = 64, temperature: float = 0.0,
                       stop: list[str] | None = None, memories=None, seed: int | None = None,
                       tools: list[dict] | None = None) -> Generation:
-        if memories:
-            raise TypeError(f"{self!r} cannot take K/V memories")
+        self.refuse_memories(memories)
         prompt = self.render(messages_or_prompt, tools)
-        self.calls.append(prompt)
         text = self.output_for(messages_or_prompt)
         return Generation(text, self.count_tokens(prompt), self.count_tokens(text))
-
-    def generate(self, messages_or_prompt, max_new_tokens: int = 64, temperature: float = 0.0,
-                 stop: list[str] | None = None, memories=None, seed: int | None = None,
-                 tools: list[dict] | None = None) -> str:
-        return self.generate_full(messages_or_prompt, max_new_tokens, temperature, stop, memories, seed, tools).text

@@ -20,13 +20,13 @@ def test_batched_equals_unbatched_token_for_token(model):
 def test_concurrent_callers_are_batched_and_get_their_own_answers(model, monkeypatch):
     expected = [model.generate_full(p, max_new_tokens=6).text for p in PROMPTS]
     sizes = []
-    real = type(model).generate_batch
+    real = type(model).decode_batch
 
-    def spy(self, prompts, *a, **kw):
+    def spy(self, prompts, *a, **kw):  # prompts arrive tokenised: rendered once, in generate_full
         sizes.append(len(prompts))
         return real(self, prompts, *a, **kw)
 
-    monkeypatch.setattr(type(model), "generate_batch", spy)
+    monkeypatch.setattr(type(model), "decode_batch", spy)
     monkeypatch.setattr(model, "batch_size", 8)
     got = [None] * len(PROMPTS)
     start = threading.Barrier(len(PROMPTS))
@@ -46,7 +46,7 @@ def test_concurrent_callers_are_batched_and_get_their_own_answers(model, monkeyp
 
 def test_a_failing_batch_fails_each_caller_and_the_batcher_lives_on(model, monkeypatch):
     monkeypatch.setattr(model, "batch_size", 4)
-    real, calls = type(model).generate_batch, []
+    real, calls = type(model).decode_batch, []
 
     def flaky(self, prompts, *a, **kw):
         calls.append(len(prompts))
@@ -54,7 +54,7 @@ def test_a_failing_batch_fails_each_caller_and_the_batcher_lives_on(model, monke
             raise RuntimeError("CUDA out of memory (simulated)")
         return real(self, prompts, *a, **kw)
 
-    monkeypatch.setattr(type(model), "generate_batch", flaky)
+    monkeypatch.setattr(type(model), "decode_batch", flaky)
     with pytest.raises(RuntimeError, match="out of memory"):
         model.generate_full(PROMPTS[0], max_new_tokens=4)
     assert model.generate_full(PROMPTS[0], max_new_tokens=4).text  # the worker still serves
@@ -64,7 +64,24 @@ def test_memories_and_sampling_bypass_the_batcher(model, monkeypatch):
     from dkilab.models import encode_memory
 
     monkeypatch.setattr(model, "batch_size", 4)
-    monkeypatch.setattr(type(model), "generate_batch", lambda *a, **k: pytest.fail("batched a K/V generation"))
+    monkeypatch.setattr(type(model), "decode_batch", lambda *a, **k: pytest.fail("batched a K/V generation"))
     mem = encode_memory(model, "The user likes tea.\n")
     assert model.generate_full(PROMPTS[0], max_new_tokens=3, memories=[(mem, 1.0)]).new_tokens > 0
     assert model.generate_full(PROMPTS[0], max_new_tokens=3, temperature=0.7, seed=1).new_tokens > 0
+
+
+def test_a_replaced_batcher_finishes_its_queue_and_ends(model, monkeypatch):
+    import time
+
+    monkeypatch.setattr(model, "batch_size", 2)
+    first = model._batcher()
+    assert model.generate_full(PROMPTS[0], max_new_tokens=2).text
+    monkeypatch.setattr(model, "batch_size", 3)
+    second = model._batcher()
+    assert second is not first and model.generate_full(PROMPTS[1], max_new_tokens=2).text
+    workers = [t for t in threading.enumerate() if t.name == "dkilab-batcher"]
+    deadline = time.monotonic() + 5
+    while len(workers) > 1 and time.monotonic() < deadline:  # the old worker saw its sentinel
+        time.sleep(0.05)
+        workers = [t for t in threading.enumerate() if t.name == "dkilab-batcher" and t.is_alive()]
+    assert len(workers) == 1

@@ -107,9 +107,12 @@ def test_several_blocks_each_with_its_own_alpha(arch_model):
     both = next_token_logits(model, PROMPT, [(other, 1.0), (mem, 1.0)])
     half = next_token_logits(model, PROMPT, [(other, 1.0), (mem, 0.5)])
     assert kl(half, only) < kl(both, only) and kl(half, both) < kl(only, both)
-    # each block's alpha acts alone: `other` at 0 leaves mem's effect, mem at 0 leaves other's
-    assert kl(next_token_logits(model, PROMPT, [(other, 0.0), (mem, 1.0)]),
-              next_token_logits(model, PROMPT, [(mem, 1.0)])) < kl(both, next_token_logits(model, PROMPT, [(mem, 1.0)])) + 1
+    # each block's alpha acts alone: turning `other` off moves the output from both blocks towards mem alone
+    # (Mistral's window, shorter than mem + prompt, hides `other` from every layer: then both are equal)
+    mem_only = next_token_logits(model, PROMPT, [(mem, 1.0)])
+    off = kl(next_token_logits(model, PROMPT, [(other, 0.0), (mem, 1.0)]), mem_only)
+    hidden = model.model.config.model_type == "mistral"
+    assert off <= kl(both, mem_only) + 1e-7 if hidden else off < kl(both, mem_only)
 
 
 def test_blocks_are_reused_unchanged(arch_model):

@@ -99,8 +99,6 @@ def tool_model():
 
 
 def test_tools_round_trip_through_apply_chat_template(tool_model):
-    from dkilab.recall.fact_loop import run_fact_loop
-
     tok = tool_model.tokenizer
     assert template_supports_tools(tok)
     msgs = [{"role": "user", "content": "what is my cat called ?"}]
@@ -113,7 +111,6 @@ def test_tools_round_trip_through_apply_chat_template(tool_model):
     rendered = tool_model.render(msgs + turns, tools=[RETRIEVE_FACT_TOOL])
     assert [(c.name, c.arguments) for c in parse_tool_calls(rendered.split("<assistant>")[1])] == [("retrieve_fact", ARGS)]
     assert "<tool_result>[FACT_SEGMENT] the cat is pixel</tool_result>" in rendered
-    assert run_fact_loop  # the loop itself: tests/recall/test_pipeline.py and tests/eval/test_scripted.py
 
 
 def test_decoding_keeps_tool_markers_that_are_special_tokens(tool_model):

@@ -1,0 +1,72 @@
+"""Questions in flight together (an endpoint's `concurrency`, a local model's `batch_size`): the same
+rows as one at a time, really concurrent, and Ctrl-C stops at once instead of answering the rest."""
+import threading
+import time
+
+import pytest
+import yaml
+
+from dkilab.eval.runner import run_experiment
+from tests.eval.test_runner import _statuses
+
+QUIET = {"progress": False, "echo": lambda *a: None}
+
+
+def _config(tmp_path, concurrency: int, name: str):
+    from dkilab.eval.experiment import load_experiment
+
+    script = tmp_path / "script.yaml"
+    script.write_text('answers:\n  - {match: "猫", outputs: ["咪咪"]}\ndefault: "I do not know."\n')
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": name, "tracing": False, "model": {"spec": f"scripted:{script}", "concurrency": concurrency},
+        "datasets": [{"name": "fixtures"}], "strategies": [{"name": "no_memory"}]}))
+    return load_experiment(path)
+
+
+def test_in_flight_gives_the_same_rows_and_really_overlaps(tmp_path, monkeypatch):
+    import dkilab.eval.cell as cell_mod
+
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    one = run_experiment(_config(tmp_path, 1, "seq"), uri=uri, **QUIET)[0].rows
+    real, live, peak, lock = cell_mod._answer, [0], [0], threading.Lock()
+
+    def slow(*a, **kw):
+        with lock:
+            live[0] += 1
+            peak[0] = max(peak[0], live[0])
+        time.sleep(0.02)
+        try:
+            return real(*a, **kw)
+        finally:
+            with lock:
+                live[0] -= 1
+
+    monkeypatch.setattr(cell_mod, "_answer", slow)
+    four = run_experiment(_config(tmp_path, 4, "par"), uri=uri, **QUIET)[0].rows
+    assert peak[0] == 4
+    strip = lambda rows: [(r["qid"], r["prediction"], r["score"]) for r in rows]  # noqa: E731
+    assert strip(four) == strip(one) and len(one) == 48
+
+
+def test_ctrl_c_with_questions_in_flight_stops_without_answering_the_rest(tmp_path, monkeypatch):
+    import dkilab.eval.cell as cell_mod
+
+    real, calls, lock = cell_mod._answer, [], threading.Lock()
+
+    def interrupted(*a, **kw):
+        with lock:
+            calls.append(1)
+            n = len(calls)
+        if n == 6:
+            raise KeyboardInterrupt
+        time.sleep(0.05)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(cell_mod, "_answer", interrupted)
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(_config(tmp_path, 3, "ctrlc"), uri=uri, **QUIET)
+    time.sleep(0.3)  # the questions already running finish; nothing new starts
+    assert len(calls) <= 6 + 3, len(calls)  # not all 48
+    assert _statuses(uri, "ctrlc") == [("no_memory@fixtures", "KILLED", None)]
