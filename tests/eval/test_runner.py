@@ -258,7 +258,9 @@ ENV = os.environ | {"PYTHONUNBUFFERED": "1"}
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "kill-9"])
 def test_a_stopped_sweep_resumes_without_redoing_finished_cells(tmp_path, uri, model, sig):
-    path = _config(tmp_path, "resume", strategies=[{"name": "no_memory"}], sweep={"params.max_new_tokens": [1, 2, 3]})
+    path = _config(tmp_path, "resume", strategies=[{"name": "no_memory"}], sweep={"params.max_new_tokens": [1, 48, 3]})
+    # the second cell decodes long enough (2 x 48 tokens) that the signal lands inside it even when the
+    # first and third take a fraction of a second
     proc = subprocess.Popen(_cli(path, uri), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
                             start_new_session=True)
     for line in proc.stdout:
@@ -270,16 +272,16 @@ def test_a_stopped_sweep_resumes_without_redoing_finished_cells(tmp_path, uri, m
     stderr = proc.stderr.read()
     if sig == signal.SIGINT:
         assert rc == 130 and "Traceback" not in stderr, stderr[-2000:]
-        assert ("no_memory@fixtures[max_new_tokens=2]", "KILLED", None) in _statuses(uri, "resume")
+        assert ("no_memory@fixtures[max_new_tokens=48]", "KILLED", None) in _statuses(uri, "resume")
     else:  # nothing ran the cleanup: the run stays RUNNING until a later run finds its process gone
-        assert ("no_memory@fixtures[max_new_tokens=2]", "RUNNING", None) in _statuses(uri, "resume")
+        assert ("no_memory@fixtures[max_new_tokens=48]", "RUNNING", None) in _statuses(uri, "resume")
     out = subprocess.run(_cli(path, uri), cwd=ROOT, capture_output=True, text=True, env=ENV)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "skipped" in out.stdout.split("[1/3]")[1].splitlines()[0]
     assert "score" in out.stdout.split("[2/3]")[1].splitlines()[0] and "score" in out.stdout.split("[3/3]")[1].splitlines()[0]
     statuses = _statuses(uri, "resume")
     assert sum(s[1] == "FINISHED" and s[2] == "1" for s in statuses) == 3
-    assert [s for s in statuses if s[1] != "FINISHED"] == [("no_memory@fixtures[max_new_tokens=2]", "KILLED", None)]
+    assert [s for s in statuses if s[1] != "FINISHED"] == [("no_memory@fixtures[max_new_tokens=48]", "KILLED", None)]
     if sig == signal.SIGKILL:  # the run the dead process left RUNNING was marked KILLED by the next run
         assert "left RUNNING by a process that is gone: marked KILLED" in out.stdout
 
