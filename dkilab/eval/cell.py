@@ -179,33 +179,49 @@ def run_cell(cell: Cell, model, data: CellData, state=None, trace: bool = False,
 
 
 def score_cell(cell: Cell, answers, items: list, judge=None) -> list[dict[str, Any]]:
-    """One metric row per question, in question order (the judge, if any, labels answers first)."""
-    from dkilab.eval.metrics import score_answer
+    """One metric row per question (per turn for a dialogue), in question order (the judge, if any,
+    labels answers first)."""
+    from dkilab.eval.metrics.session import expand_turns
 
     scorer = cell.dataset.info()["scorer"]
     rows = []
     for i, answer, wall in answers:
         conv, item = items[i]
-        base = {"qid": item.qid, "user_id": conv.user_id, "category": item.category, "question": item.question,
-                "gold": item.answer, "answerable": item.answerable, "evidence_ids": item.evidence_ids}
         if isinstance(answer, str):  # the strategy raised: an error row
-            rows.append(base | {"error": answer, "wall_ms": wall})
+            rows.append(_base_row(item, conv) | {"error": answer, "wall_ms": wall})
             continue
-        t = time.perf_counter()
-        verdicts = judge_answer(judge, item, answer) if judge is not None else {}
-        judge_ms = verdicts.pop("judge_ms", 0.0)
-        row = base | score_answer(item, answer, scorer, verdicts.get("abstained")) | verdicts | {
-            "prediction": answer.text, "recalled_ids": answer.recalled_ids, "wall_ms": wall,
-            "prompt_digest": hashlib.sha1(f"{answer.prompt}\n{answer.context_text}".encode()).hexdigest()[:12],
-            "fact_call_log": [c.__dict__ for c in answer.fact_calls],
-            "budget": answer.budget.as_dict() if answer.budget is not None else None}
-        for key in ("memory_view", "evidence_problems", "agent_stop", "pointer", "fact_protocol"):  # for review
-            if key in answer.metadata:
-                row[key] = answer.metadata[key]
-        # harness overhead: what the question cost beyond the strategy's own stages, scoring included
-        row["overhead_ms"] = max(0.0, wall - sum(answer.latency_ms.values())) + (time.perf_counter() - t) * 1000 - judge_ms
-        rows.append(row)
+        parts = expand_turns(item, answer)  # a dialogue answered turn by turn: one row per turn
+        total = sum(sum(a.latency_ms.values()) for _, a in parts) or 1.0
+        for sub, sub_answer in parts:
+            share = wall if len(parts) == 1 else wall * sum(sub_answer.latency_ms.values()) / total
+            rows.append(_score_one(sub, sub_answer, share, conv, scorer, judge))
     return rows
+
+
+def _base_row(item, conv) -> dict[str, Any]:
+    return {"qid": item.qid, "user_id": item.metadata.get("user_id") or conv.user_id, "category": item.category,
+            "question": item.question, "gold": item.answer, "answerable": item.answerable,
+            "evidence_ids": item.evidence_ids}
+
+
+def _score_one(item, answer, wall: float, conv, scorer: str, judge) -> dict[str, Any]:
+    from dkilab.eval.metrics import score_answer
+
+    base = _base_row(item, conv)
+    t = time.perf_counter()
+    verdicts = judge_answer(judge, item, answer) if judge is not None else {}
+    judge_ms = verdicts.pop("judge_ms", 0.0)
+    row = base | score_answer(item, answer, scorer, verdicts.get("abstained")) | verdicts | {
+        "prediction": answer.text, "recalled_ids": answer.recalled_ids, "wall_ms": wall,
+        "prompt_digest": hashlib.sha1(f"{answer.prompt}\n{answer.context_text}".encode()).hexdigest()[:12],
+        "fact_call_log": [c.__dict__ for c in answer.fact_calls],
+        "budget": answer.budget.as_dict() if answer.budget is not None else None}
+    for key in ("memory_view", "evidence_problems", "agent_stop", "pointer", "fact_protocol", "session_turn"):  # review
+        if key in answer.metadata:
+            row[key] = answer.metadata[key]
+    # harness overhead: what the question cost beyond the strategy's own stages, scoring included
+    row["overhead_ms"] = max(0.0, wall - sum(answer.latency_ms.values())) + (time.perf_counter() - t) * 1000 - judge_ms
+    return row
 
 
 def judge_answer(judge, item, answer) -> dict[str, Any]:

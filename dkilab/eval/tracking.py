@@ -182,6 +182,9 @@ def format_table(frame) -> str:
     return out.to_string()
 
 
+SESSION_PAIRED = ("ellipsis_recall_at_1", "routed_recall_at_1", "intent_accuracy", "entity_f1", "l2_state_accuracy")
+
+
 def pairwise(cells: list[tuple[str, str, list[dict]]], metrics: list[str] | None = None, by_category: bool = False):
     """Paired differences (b - a) between cells on the same dataset, per metric (and category):
     cells are (label, dataset key, rows). Columns: dataset, a, b, metric, [category], n, a_value,
@@ -199,6 +202,8 @@ def pairwise(cells: list[tuple[str, str, list[dict]]], metrics: list[str] | None
         for (la, _, ra), (lb, _, rb) in itertools.combinations(group, 2):
             primary = "score" if any("score" in r for r in ra) else "recall_at_10"
             names = metrics or [primary, "hallucination_rate"]
+            if not metrics and any("routed_recall_at_1" in r for r in ra):  # session-flow cells: what L2 is for
+                names = names + list(SESSION_PAIRED)
             splits = [(None, ra, rb)]
             if by_category:
                 cats = sorted({str(r.get("category")) for r in ra})

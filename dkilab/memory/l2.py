@@ -53,7 +53,13 @@ class L2Memory:
 
     def update_l2_state(self, session_id: str, intent: str, entities: dict[str, Any] | None,
                         previous_l2: dict[str, Any] | None = None, *, user_id: str | int) -> dict[str, Any]:
-        """Merge a new (intent, entities) extraction into the session's state and save a new version.
+        """Merge a new (intent, entities) extraction into the session's state and save a new version
+        (the rules below; `apply_update` also returns which rule applied)."""
+        return self.apply_update(session_id, intent, entities, previous_l2, user_id=user_id)[0]
+
+    def apply_update(self, session_id: str, intent: str, entities: dict[str, Any] | None,
+                     previous_l2: dict[str, Any] | None = None, *, user_id: str | int) -> tuple[dict[str, Any], str]:
+        """(new state, rule applied: new | overwrite_intent | overwrite_object | inherit).
 
         1. a different intent overwrites the whole state;
         2. same intent, business object not given -> inherit object/domain/stage from the last entry;
@@ -76,7 +82,7 @@ class L2Memory:
             return state
         state = self.backend.update_l2(session_id, update, self.ttl, now)
         self._audit(session_id, state, rules[0], now)
-        return state
+        return state, rules[0]
 
     def _merge(self, session_id: str, intent: str, entities: dict[str, Any], previous: dict[str, Any] | None,
                now: float) -> tuple[dict[str, Any], str]:

@@ -9,7 +9,9 @@ from typing import Any, Callable
 
 from dkilab.memory.sqlite import transaction, with_retry
 
-DEFAULT_TTL = 1800.0  # seconds of inactivity after which a session expires (seed §2.2)
+SESSION_TTL = 1800.0  # seconds of inactivity after which a session expires (seed §2.2, §6.2)
+L2_MEMORY_TTL = 1800.0  # seconds an L2 state lives after its session's last use (seed §4.2, §6.2)
+DEFAULT_TTL = SESSION_TTL
 DEFAULT_USER = "10000"
 
 RECORD_SCHEMA = """
@@ -62,7 +64,7 @@ class SessionManager:
         if ttl <= 0 or (l2_ttl is not None and l2_ttl <= 0):
             raise ValueError(f"session ttl and l2 ttl must be positive, got {ttl}, {l2_ttl}")
         self.backend, self.ttl, self.clock = backend, float(ttl), clock
-        self.l2_ttl = float(l2_ttl if l2_ttl is not None else ttl)
+        self.l2_ttl = float(l2_ttl if l2_ttl is not None else ttl)  # L2_MEMORY_TTL = SESSION_TTL by default
         self.owners = None  # callable session_id -> owner of an expired session (SessionRecord), set by the manager
 
     def create_session(self, user_id: str | int = DEFAULT_USER) -> str:

@@ -12,7 +12,7 @@ from collections import OrderedDict
 from datetime import datetime
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from dkilab.config import describe_errors
 from dkilab.memory.cursor import query_signature
@@ -45,13 +45,30 @@ class TimeRange(BaseModel):
     until: datetime | None = None
 
 
+METADATA_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+
+
 class QueryFilter(BaseModel):
-    """`filter` of lexical_search / semantic_search: {role, session_id, time_range: {since, until}}."""
+    """`filter` of lexical_search / semantic_search: {role, session_id, time_range: {since, until},
+    metadata: {key: value or [values]}}. `metadata` keeps messages whose metadata has, for every key,
+    that value (or one of the values); e.g. the session flow's routed retrieval over a knowledge base
+    `{"domain": ["system"], "object": "押品"}` (seed session-l1-l2-memory §5.1)."""
 
     model_config = ConfigDict(extra="forbid")
     role: str | None = Field(None, min_length=1)  # "" is not "any role": it is refused (None is)
     session_id: str | None = Field(None, min_length=1)
     time_range: TimeRange | None = None
+    metadata: dict[str, str | int | list[str | int]] | None = None
+
+    @field_validator("metadata")
+    @classmethod
+    def _metadata_keys(cls, v):
+        for key, value in (v or {}).items():
+            if not METADATA_KEY.match(key):
+                raise ValueError(f"metadata key {key!r} must be an identifier (letters, digits, _)")
+            if isinstance(value, list) and not value:
+                raise ValueError(f"metadata key {key!r}: an empty list matches nothing; leave the key out")
+        return v or None
 
 
 def check_text(name: str, value, max_chars: int = MAX_QUERY_CHARS) -> str:
@@ -110,6 +127,12 @@ class UserMemory:
     def user_id(self) -> str:
         return self._user_id
 
+    @property
+    def embedder(self):
+        """The store's encoder (shared by every user of the store; it holds no user data but its query
+        cache, keyed by text)."""
+        return self._store.embedder
+
     # --- helpers ---------------------------------------------------------------------------
     def _filter_sql(self, f: QueryFilter, alias: str = "") -> tuple[str, list]:
         a = f"{alias}." if alias else ""
@@ -122,6 +145,10 @@ class UserMemory:
             sql.append(f"{a}ts>=?"); args.append(_epoch(f.time_range.since))
         if f.time_range and f.time_range.until:
             sql.append(f"{a}ts<?"); args.append(_epoch(f.time_range.until))
+        for key, value in (f.metadata or {}).items():  # keys are identifiers (validated): the path is safe
+            values = value if isinstance(value, list) else [value]
+            sql.append(f"json_extract({a}metadata, '$.{key}') IN ({','.join('?' * len(values))})")
+            args.extend(values)
         return " AND ".join(sql), args
 
     def _rows_by_rid(self, rids: list[int]) -> dict[int, Message]:

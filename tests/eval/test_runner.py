@@ -83,6 +83,13 @@ def _check_ci_specifics(stem, results):
         for res in results:
             for r in res.rows:
                 assert (r["pointer"]["resolved_desc"] == r["question"]) == r["pointer"]["fell_back"]
+    if stem == "session_flow":  # one row per dialogue turn, each with the L2 rule its update applied
+        by = {r.cell.label: r for r in results}
+        rows = by["l2@session_flow"].rows
+        assert len(rows) == 113 and all("#" in r["qid"] and r["l2_rule"] for r in rows)
+        assert {r["user_id"] for r in rows} == {f"session-user-{q}" for q in {r["qid"].split("#")[0] for r in rows}}
+        assert by["l2@session_flow"].metrics["ellipsis_recall_at_1"] > by["query@session_flow"].metrics["ellipsis_recall_at_1"]
+        assert all(r["session_turn"]["extraction_method"] in ("llm", "llm_fallback") for r in by["llm@two"].rows)
     if stem == "ablation_zh":
         rows = next(iter(results)).rows
         assert any(r["category"] == "ablation" and not r["answerable"] for r in rows)
@@ -256,20 +263,37 @@ def _cli(path, uri, *extra):
 ENV = os.environ | {"PYTHONUNBUFFERED": "1"}
 
 
+def _wait_for_running(uri, run_name, proc, deadline=300.0):
+    """Poll the store's SQLite file (read-only, not through MLflow) until `run_name` is RUNNING."""
+    import sqlite3
+
+    db = uri.removeprefix("sqlite:///")
+    end = time.monotonic() + deadline
+    while time.monotonic() < end and proc.poll() is None:
+        if Path(db).exists():
+            try:
+                with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as con:
+                    if con.execute("select 1 from runs where name = ? and status = 'RUNNING'", (run_name,)).fetchone():
+                        return True
+            except sqlite3.OperationalError:  # tables not created yet, or a writer holds the lock
+                pass
+        time.sleep(0.02)
+    return False
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "kill-9"])
 def test_a_stopped_sweep_resumes_without_redoing_finished_cells(tmp_path, uri, model, sig):
     path = _config(tmp_path, "resume", strategies=[{"name": "no_memory"}], sweep={"params.max_new_tokens": [1, 48, 3]})
-    # the second cell decodes long enough (2 x 48 tokens) that the signal lands inside it even when the
-    # first and third take a fraction of a second
-    proc = subprocess.Popen(_cli(path, uri), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
-                            start_new_session=True)
-    for line in proc.stdout:
-        if line.startswith("[1/3]"):
-            time.sleep(0.5)
-            os.killpg(proc.pid, sig)  # stopped while the second cell runs
-            break
+    err = tmp_path / "stderr.txt"
+    with err.open("w") as err_file:  # a file, not a pipe nobody reads while we wait
+        proc = subprocess.Popen(_cli(path, uri), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err_file, text=True, env=ENV,
+                                start_new_session=True)
+    # stopped while the second cell runs: signalled once its MLflow run exists (not after a fixed sleep,
+    # which a fast machine outran by finishing all three cells)
+    assert _wait_for_running(uri, "no_memory@fixtures[max_new_tokens=48]", proc), err.read_text()[-2000:]
+    os.killpg(proc.pid, sig)
     rc = proc.wait()
-    stderr = proc.stderr.read()
+    stderr = err.read_text()
     if sig == signal.SIGINT:
         assert rc == 130 and "Traceback" not in stderr, stderr[-2000:]
         assert ("no_memory@fixtures[max_new_tokens=48]", "KILLED", None) in _statuses(uri, "resume")

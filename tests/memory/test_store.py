@@ -269,3 +269,24 @@ def test_e5_embeds_queries_and_passages_with_their_prefixes():
     q = e.encode_query("猫的名字是什么")
     assert not np.allclose(q, e.encode(["猫的名字是什么"])[0])  # "query: " vs "passage: "
     assert int(np.argmax(doc @ q)) == 0
+
+
+def test_metadata_filter_keeps_matching_messages_in_both_searches(store):
+    docs = [msg("k1", "押品审批需要提交评估报告", user="kb", metadata={"domain": "system", "object": "押品"}),
+            msg("k2", "客户审批需要提交评估报告", user="kb", metadata={"domain": "system", "object": "客户"}),
+            msg("k3", "押品审批的权限规定", user="kb", metadata={"domain": "policy", "object": "押品"}),
+            msg("k4", "审批 没有元数据", user="kb")]
+    store.add_messages(docs)
+    kb = store.for_user("kb")
+    assert set(ids(kb.lexical_search("审批", page_size=10))) == {"k1", "k2", "k3", "k4"}
+    assert set(ids(kb.lexical_search("审批", filter={"metadata": {"object": "押品"}}))) == {"k1", "k3"}
+    both = {"metadata": {"object": "押品", "domain": ["system", "risk"]}}
+    assert ids(kb.lexical_search("审批", filter=both)) == ["k1"]
+    assert ids(kb.semantic_search("审批", filter=both, top_k=10)) == ["k1"]
+    assert ids(kb.lexical_search("审批", filter={"metadata": {"object": "押品"}, "role": "assistant"})) == []
+    # keys go into a JSON path: anything but an identifier is refused, by name
+    for bad in ["object') OR 1=1 --", "a.b", ""]:
+        with pytest.raises(ValueError, match="metadata key"):
+            kb.lexical_search("审批", filter={"metadata": {bad: "押品"}})
+    with pytest.raises(ValueError, match="empty list"):
+        kb.semantic_search("审批", filter={"metadata": {"object": []}})
