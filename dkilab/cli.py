@@ -87,42 +87,132 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
             for note in detector_notes([flatten(r.cell.resolved) for r in results if not r.error]):
                 print(note)
-    print(f"\nMLflow: {tracking_uri(args.tracking_uri)} (experiment {cfg.name!r}); paired differences: "
-          f"`dkilab report {cfg.name}`; open it with `dkilab ui`")
+    print(f"\nMLflow: {tracking_uri(args.tracking_uri)} (experiment {cfg.name!r}); {_open_hint(args.tracking_uri, cfg.name)}")
     problems = check_expectations(cfg, results)
     for p in problems:
         print(f"EXPECTATION MISSED: {p}" if "cell failed" not in p else f"FAILED: {p}", file=sys.stderr)
     return 1 if problems else 0
 
 
-def _cmd_report(args: argparse.Namespace) -> int:
-    from dkilab.eval.tracking import format_table, report
+NARROW = ("hallucination_rate", "unsupported_claim_rate", "prompt_tokens", "latency_total_p50_ms")
 
-    metrics = [m.strip() for m in args.metrics.split(",")] if args.metrics else None
+
+def _report_columns(table, metrics: list[str] | None) -> list[str]:
+    """`--metrics` as given, else the narrow default: the headline metric, the few that decide between
+    strategies, and the question count."""
+    from dkilab.eval.metrics import primary_metric
+
+    if metrics:
+        unknown = [m for m in metrics if m not in table.columns]
+        if unknown:
+            import difflib
+
+            hints = [f"{m!r}" + (f" (did you mean {c[0]!r}?)" if (c := difflib.get_close_matches(m, table.columns, 1)) else "")
+                     for m in unknown]
+            from dkilab.config import ConfigError
+
+            raise ConfigError(f"--metrics: no such metric in this experiment: {', '.join(hints)}; it has: "
+                              + ", ".join(c for c in table.columns if not c.endswith(("_low", "_high"))))
+        return metrics
+    head = primary_metric(table.columns)
+    return [c for c in dict.fromkeys([head, *NARROW, "questions"]) if c and c in table.columns]
+
+
+def _markdown(frame) -> str:
+    cols = [frame.index.name or "", *frame.columns] if frame.index.name else list(frame.columns)
+    rows = [[str(i), *map(str, r)] for i, r in zip(frame.index, frame.values.tolist())] if frame.index.name else \
+        [list(map(str, r)) for r in frame.values.tolist()]
+    return "\n".join(["| " + " | ".join(map(str, cols)) + " |", "|" + "---|" * len(cols),
+                      *("| " + " | ".join(r) + " |" for r in rows)])
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    import json
+
+    from dkilab.eval.tracking import category_table, format_table, report, run_rows, with_pm
+
+    metrics = [m.strip() for m in args.metrics.split(",") if m.strip()] if args.metrics else None
     table, pairs, notes = report(args.experiment, args.tracking_uri, by_category=args.by == "category", metrics=metrics,
                                  allow_scripted=args.allow_scripted)
     if table.empty:
-        print("(no finished cells)")
+        print("(no finished cells)" if args.format == "text" else "")
         return 0
-    print(format_table(table) + "\n(± = half the 95% bootstrap interval over questions; with 5 or more conversations "
-                                "they are resampled whole)")
+    cols = _report_columns(table, metrics)
+    narrow = table[[c for m in cols for c in (m, f"{m}_low", f"{m}_high") if c in table.columns]]
+    cats = None
+    if args.by == "category":
+        runs = _report_runs(args)
+        cats = category_table([(name, run_rows(rid)) for name, rid in runs], metrics or [c for c in cols if c != "questions"])
+    if args.format == "csv":
+        print(narrow.to_csv(), end="")
+        for extra, title in ((cats, "by category"), (pairs, "paired differences")):
+            if extra is not None and not extra.empty:
+                print(f"\n# {title}\n" + extra.to_csv(index=False), end="")
+        return 0
+    if args.format == "json":
+        out = {"cells": json.loads(narrow.reset_index().to_json(orient="records")),
+               "paired": json.loads(pairs.to_json(orient="records")) if not pairs.empty else [],
+               "notes": notes}
+        if cats is not None:
+            out["by_category"] = json.loads(cats.to_json(orient="records"))
+        print(json.dumps(out, ensure_ascii=False, indent=1))
+        return 0
+    text = _markdown(with_pm(narrow)) if args.format == "markdown" else format_table(narrow)
+    print(text + "\n(± = half the 95% bootstrap interval over questions; with 5 or more conversations "
+                 "they are resampled whole)")
+    if cats is not None and not cats.empty:
+        shown = cats.copy()
+        shown["value"] = [f"{v:.3f}" + (f" ±{(h - lo) / 2:.3f}" if lo == lo and h == h and lo is not None else "")
+                          for v, lo, h in zip(cats["value"], cats["low"], cats["high"])]
+        shown = shown.pivot_table(index=["cell", "category"], columns="metric", values="value", aggfunc="first", sort=False)
+        shown["n"] = cats.groupby(["cell", "category"], sort=False)["n"].first()
+        print("\nby category:")
+        print(_markdown(shown.reset_index().set_index("cell")) if args.format == "markdown" else shown.to_string())
     if not pairs.empty:
         shown = pairs.copy()
         for c in ("a_value", "b_value", "diff", "low", "high", "p"):
             shown[c] = shown[c].map(lambda x: f"{x:.3f}")
         print("\npaired differences b - a on the same questions (95% CI; real = the interval excludes 0):")
-        print(shown.to_string(index=False))
+        print(_markdown(shown.set_index("dataset")) if args.format == "markdown" else shown.to_string(index=False))
     for note in notes:  # how far to trust hallucination_rate
         print("\n" + note)
     return 0
+
+
+def _report_runs(args) -> list[tuple[str, str]]:
+    """(cell label, run id) of the finished cells, in config order."""
+    import mlflow
+
+    from dkilab.eval import runstate
+    from dkilab.eval.tracking import _config_order
+
+    exp = mlflow.get_experiment_by_name(args.experiment)
+    runs = sorted(runstate.finished_runs(exp.experiment_id).values(), key=_config_order)
+    return [(r.info.run_name, r.info.run_id) for r in runs]
+
+
+def _open_hint(given: str | None, experiment: str) -> str:
+    """How to read back and open what a run wrote, for the store it used."""
+    from dkilab.eval.runner import DEFAULT_TRACKING_URI, tracking_uri
+
+    uri = tracking_uri(given)
+    flag = "" if uri == DEFAULT_TRACKING_URI or (not given and uri) else f" --tracking-uri {uri}"
+    opener = f"open {uri} in a browser" if uri.startswith(("http://", "https://")) else f"open it with `dkilab ui{flag}`"
+    return f"paired differences: `dkilab report {experiment}{flag}`; {opener}"
 
 
 def _cmd_ui(args: argparse.Namespace) -> int:
     import subprocess
 
     from dkilab.eval.runner import tracking_uri
+    from dkilab.eval.tracking import existing_store
 
     uri = tracking_uri(args.tracking_uri)
+    if uri.startswith(("http://", "https://")):  # a server already serves its own UI
+        existing_store(uri)
+        print(f"{uri} is a tracking server: its UI is at {uri} (open it in a browser)")
+        return 0
+    existing_store(uri)
     print(f"MLflow UI for {uri} on http://{args.host}:{args.port}")
     return subprocess.call([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
                             "--host", args.host, "--port", str(args.port)])
@@ -209,16 +299,27 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or "
                                                            "sqlite:///mlflow/mlflow.db in the project)")
     run.set_defaults(func=_cmd_run)
-    rep = sub.add_parser("report", help="comparison table of an experiment's finished cells, from MLflow")
+    rep = sub.add_parser("report", help="comparison table of an experiment's finished cells, from MLflow",
+                         formatter_class=argparse.RawDescriptionHelpFormatter, epilog=(
+                             "examples:\n  dkilab report quickstart\n"
+                             "  dkilab report quickstart --by category --metrics score,hallucination_rate\n"
+                             "  dkilab report ci-session-flow --format markdown\n"
+                             "  dkilab report sweep --format json --tracking-uri http://127.0.0.1:5000"))
     rep.add_argument("experiment", help="experiment name (the YAML's `name`)")
     rep.add_argument("--tracking-uri", default=None)
-    rep.add_argument("--by", choices=["none", "category"], default="none", help="paired differences per category")
-    rep.add_argument("--metrics", default=None, help="comma-separated metrics to compare pairwise "
-                                                     "(default: score or recall_at_10, and hallucination_rate)")
+    rep.add_argument("--by", choices=["none", "category"], default="none",
+                     help="also per category: the metrics with intervals and the paired differences")
+    rep.add_argument("--metrics", default=None, help="comma-separated metrics to show and compare pairwise (default: "
+                                                     "the headline metric, hallucination, unsupported claims, prompt "
+                                                     "tokens, latency)")
+    rep.add_argument("--format", choices=["text", "markdown", "csv", "json"], default="text", help="output format")
     rep.add_argument("--allow-scripted", action="store_true",
                      help="report cells that ran on a scripted: model (pipeline tests; refused by default)")
     rep.set_defaults(func=_cmd_report)
-    ui = sub.add_parser("ui", help="the MLflow UI on the default tracking store")
+    ui = sub.add_parser("ui", help="the MLflow UI on a tracking store (default: the project's)",
+                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=(
+                            "examples:\n  dkilab ui\n  dkilab ui --tracking-uri sqlite:////tmp/sweep/mlflow.db --port 5001\n"
+                            "  dkilab ui --tracking-uri http://127.0.0.1:5000   (prints the server's own UI address)"))
     ui.add_argument("--tracking-uri", default=None)
     ui.add_argument("--host", default="127.0.0.1")
     ui.add_argument("--port", type=int, default=5000)
@@ -234,11 +335,12 @@ def build_parser() -> argparse.ArgumentParser:
 def _user_errors() -> tuple[type[BaseException], ...]:
     from dkilab.config import ConfigError
     from dkilab.eval.datasets.base import DatasetNotFoundError
-    from dkilab.eval.tracking import ScriptedRunsError
+    from dkilab.eval.tracking import ScriptedRunsError, TrackingStoreError
     from dkilab.models.loading import ModelNotAvailableError
     from dkilab.registry import UnknownNameError
 
-    return ConfigError, DatasetNotFoundError, ModelNotAvailableError, UnknownNameError, ScriptedRunsError
+    return (ConfigError, DatasetNotFoundError, ModelNotAvailableError, UnknownNameError, ScriptedRunsError,
+            TrackingStoreError)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -114,16 +114,34 @@ def in_flight(model, strategy, preferences: bool = True) -> int:
     return max(1, int(getattr(model, "concurrency", 1) or 1))
 
 
-def run_cell(cell: Cell, model, data: CellData, state=None, trace: bool = False, progress: bool = True):
-    """Answer every question of a cell -> [(index, Answer | error text, wall ms)], error tracebacks.
-    Shards across processes; the result is complete on the main process."""
+def _flush_traces(trace: bool) -> None:
+    """MLflow exports traces in the background: they must be in the store before their questions'
+    assessments are logged (and, under accelerate, before the main process reads them)."""
+    if trace:
+        import mlflow
+
+        mlflow.flush_trace_async_logging(terminate=False)
+
+
+def trace_tags(cell: Cell, item) -> dict[str, str]:
+    """What the traces table filters on: strategy, dataset, category, answerable, cell label, question."""
+    return {"cell": cell.label, "strategy": cell.strategy.name, "dataset": cell.dataset.name,
+            "category": str(item.category), "answerable": str(bool(item.answerable)).lower(), "qid": str(item.qid),
+            "config_hash": cell.config_hash}
+
+
+def run_cell(cell: Cell, model, data: CellData, state=None, trace: bool = False, progress: bool = True,
+             run_id: str | None = None):
+    """Answer every question of a cell -> [(index, Answer | error text, wall ms)], error tracebacks,
+    {index: trace id} (when `trace`: one trace per question, under the cell's run `run_id`, on every
+    process). Shards across processes; the result is complete on the main process."""
     from tqdm.auto import tqdm
 
     items, views = data.items, {}
     strategy = cell.instance
     main = state is None or state.is_main_process
     warm_up(data, views)
-    out, errors = [], []
+    out, errors, trace_ids = [], [], {}
 
     def one(i):
         conv, item = items[i]
@@ -133,10 +151,13 @@ def run_cell(cell: Cell, model, data: CellData, state=None, trace: bool = False,
 
             from dkilab.tracing import tracing_to
 
-            with tracing_to(mlflow), mlflow.start_span(name=f"question {item.qid}") as s:
+            with tracing_to(mlflow), mlflow.start_span(name=f"question {item.qid}", span_type="CHAIN",
+                                                       run_id=run_id) as s:
                 s.set_inputs({"question": item.question, "gold": item.answer, "strategy": cell.label})
+                mlflow.update_current_trace(tags=trace_tags(cell, item), user=str(conv.user_id))
                 answer, wall, err = _answer(strategy, item, conv, memory, model)
                 s.set_outputs({"prediction": getattr(answer, "text", None), "error": err and answer})
+            trace_ids[i] = s.trace_id
         else:
             answer, wall, err = _answer(strategy, item, conv, memory, model)
         return i, answer, wall, err
@@ -172,29 +193,36 @@ def run_cell(cell: Cell, model, data: CellData, state=None, trace: bool = False,
 
         with state.split_between_processes(idx) as mine:
             work(mine)
+        _flush_traces(trace)
         out, errors = gather_object(out), gather_object(errors)
+        trace_ids = dict(pair for part in gather_object([trace_ids]) for pair in part.items())
     else:
         work(idx)
-    return sorted(out, key=lambda x: x[0]), errors
+        _flush_traces(trace)
+    return sorted(out, key=lambda x: x[0]), errors, trace_ids
 
 
-def score_cell(cell: Cell, answers, items: list, judge=None) -> list[dict[str, Any]]:
+def score_cell(cell: Cell, answers, items: list, judge=None, trace_ids: dict | None = None) -> list[dict[str, Any]]:
     """One metric row per question (per turn for a dialogue), in question order (the judge, if any,
-    labels answers first)."""
+    labels answers first); a traced question's rows carry its `trace_id`."""
     from dkilab.eval.metrics.session import expand_turns
 
     scorer = cell.dataset.info()["scorer"]
     rows = []
     for i, answer, wall in answers:
         conv, item = items[i]
+        first = len(rows)
         if isinstance(answer, str):  # the strategy raised: an error row
             rows.append(_base_row(item, conv) | {"error": answer, "wall_ms": wall})
-            continue
-        parts = expand_turns(item, answer)  # a dialogue answered turn by turn: one row per turn
-        total = sum(sum(a.latency_ms.values()) for _, a in parts) or 1.0
-        for sub, sub_answer in parts:
-            share = wall if len(parts) == 1 else wall * sum(sub_answer.latency_ms.values()) / total
-            rows.append(_score_one(sub, sub_answer, share, conv, scorer, judge))
+        else:
+            parts = expand_turns(item, answer)  # a dialogue answered turn by turn: one row per turn
+            total = sum(sum(a.latency_ms.values()) for _, a in parts) or 1.0
+            for sub, sub_answer in parts:
+                share = wall if len(parts) == 1 else wall * sum(sub_answer.latency_ms.values()) / total
+                rows.append(_score_one(sub, sub_answer, share, conv, scorer, judge))
+        if trace_ids and i in trace_ids:
+            for row in rows[first:]:
+                row["trace_id"] = trace_ids[i]
     return rows
 
 

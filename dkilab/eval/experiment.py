@@ -405,7 +405,19 @@ def load_experiment(path: str | Path, overrides: dict[str, Any] | None = None) -
         raise ConfigError(f"{path}: an experiment config is a mapping (name, datasets, strategies, ...)")
     cfg = validate(ExperimentConfig, apply_overrides(data, overrides or {}), str(path), "experiment config")
     check_config(cfg, str(path))
+    if not cfg.description:  # the comment block a config starts with says what it is for: MLflow shows it
+        cfg = cfg.model_copy(update={"description": header_comment(path)})
     return cfg
+
+
+def header_comment(path: str | Path) -> str:
+    """The `#` comment lines a YAML file starts with, as text (empty if none)."""
+    lines = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        if not line.startswith("#"):
+            break
+        lines.append(line[1:].strip())
+    return "\n".join(lines).strip()
 
 
 def with_question_limit(cfg: ExperimentConfig, limit: int) -> ExperimentConfig:

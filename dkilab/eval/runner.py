@@ -108,11 +108,17 @@ def run_experiment(cfg: ExperimentConfig, *, data_dir=None, uri: str | None = No
     main = state.is_main_process
     uri = tracking_uri(uri)
     if main:
+        if uri.startswith(("http://", "https://")):  # one line within seconds, not minutes of retries
+            from dkilab.eval.tracking import check_server
+
+            check_server(uri)
         runstate.open_store(uri)
     else:
         mlflow.set_tracking_uri(uri)
     with runstate.store_lock(uri, cfg.name, echo) if main else nullcontext():
-        exp_id = _ensure_experiment(cfg, uri) if main else None
+        exp_id = _broadcast(state, _ensure_experiment(cfg, uri) if main else None)
+        if not main and cfg.tracing:  # every process traces its shard of the questions into the experiment
+            mlflow.set_experiment(experiment_id=exp_id)
         if main:
             for run_id in runstate.mark_dead_runs_killed(exp_id):
                 echo(f"run {run_id} was left RUNNING by a process that is gone: marked KILLED")
@@ -129,7 +135,7 @@ def _run_cells(cfg, cells, state, exp_id, data_dir, config_path, progress, echo)
     datasets: dict[str, Any] = {}
     parent = None
     if main:
-        parent = mlflow.start_run(run_name=f"{cfg.name} {time.strftime('%Y-%m-%d %H:%M:%S')}",
+        parent = mlflow.start_run(run_name=f"{time.strftime('%m-%d %H:%M:%S')} · {len(cells)} cells",
                                   tags={"dkilab.kind": "experiment", **tracking.provenance_tags(),
                                         **runstate.process_tags()}, description=cfg.description or None)
         tracking.log_experiment(cfg, cells, config_path)
@@ -175,10 +181,13 @@ def _run_one(cfg, cell: Cell, n: int, total: int, state, data_dir, datasets, pro
     child = None
     if main:
         child = mlflow.start_run(run_name=cell.label, nested=True, tags={
-            "dkilab.kind": "cell", "dkilab.config_hash": cell.config_hash, "strategy": cell.strategy.key,
+            "dkilab.kind": "cell", "dkilab.config_hash": cell.config_hash, "dkilab.cell_index": str(n),
+            "strategy": cell.strategy.key,
             "dataset": cell.dataset.name, **tracking.provenance_tags(), **runstate.process_tags(),
-            **({tracking.SCRIPTED_TAG: "1"} if cell.needs_model and cell.model.spec.startswith("scripted:") else {})})
-    result = CellResult(cell, run_id=child.info.run_id if child else None)
+            **({tracking.SCRIPTED_TAG: "1"} if cell.needs_model and cell.model.spec.startswith("scripted:") else {})},
+            description=tracking.cell_description(cell))
+    run_id = _broadcast(state, child.info.run_id if child else None)
+    result = CellResult(cell, run_id=run_id if main else None)
     t = time.perf_counter()
     try:
         m = cell.model
@@ -187,11 +196,13 @@ def _run_one(cfg, cell: Cell, n: int, total: int, state, data_dir, datasets, pro
         if model is not None:  # e.g. K/V on an architecture that cannot take it: one clear failure, no error rows
             cell.instance.check_model(model, preferences=any(conv.preferences for conv, _ in data.items))
         judge = make_judge(cell.judge) if main and cell.judge is not None else None
-        answers, errors = run_cell(cell, model, data, state, trace=cfg.tracing and main, progress=progress)
+        answers, errors, trace_ids = run_cell(cell, model, data, state, trace=cfg.tracing, progress=progress,
+                                              run_id=run_id)
         if main:
-            result.rows = score_cell(cell, answers, data.items, judge)
+            result.rows = score_cell(cell, answers, data.items, judge, trace_ids)
             extra = {"query_embeddings": float(data.store.embedder.cache_misses)}
             result.metrics = tracking.log_cell(cell, result.rows, errors, time.perf_counter() - t, extra)
+            tracking.log_assessments(result.rows)
             mlflow.set_tag(runstate.COMPLETE_TAG, "1")  # after every metric and artifact
             mlflow.end_run(status="FINISHED")
             echo(tracking.cell_line(cell, result.metrics, n, total, time.perf_counter() - t))

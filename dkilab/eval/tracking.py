@@ -1,7 +1,7 @@
 """What goes to MLflow and comes back from it.
 
 Per cell: params (the flattened resolved config, every default filled in), metrics overall with their
-95% bootstrap intervals (`ci95/<metric>/low|high`) and per category (`cat/<c>/<metric>`), artifacts
+95% bootstrap intervals (`ci95/<metric>_low|_high`) and per category (`cat/<c>/<metric>`), artifacts
 (resolved_config.yaml, prompts.yaml, predictions.jsonl, errors.txt, score_by_category.png), tags
 (config hash, git commit, dkilab version). On the parent run: the comparison table with intervals
 (comparison.csv/.txt/.png) and the paired differences between cells on the same questions (paired.csv).
@@ -57,8 +57,25 @@ def provenance_tags() -> dict[str, str]:
     return tags
 
 
+def cell_description(cell) -> str:
+    """The child run's description: what the cell is, in one paragraph (Markdown)."""
+    d, point = cell.dataset, getattr(cell, "point", None) or {}
+    model = cell.model.spec if cell.needs_model else "no model"
+    parts = [f"Cell **{cell.label}**: strategy `{cell.strategy.name}` on dataset `{d.name}` ({d.split}"
+             + (f", {d.limit} conversations" if d.limit else "") + f") with `{model}`."]
+    if point:
+        parts.append("Sweep point: " + ", ".join(f"`{k}` = {v}" for k, v in point.items()) + ".")
+    parts.append(f"Config hash `{cell.config_hash}`; per-question results in `questions.json`, traces in the "
+                 "Traces tab.")
+    return " ".join(parts)
+
+
 def log_experiment(cfg, cells, config_path: str | None) -> None:
     import mlflow
+
+    if cfg.description:  # the experiment page shows the YAML's current description
+        mlflow.MlflowClient().set_experiment_tag(mlflow.active_run().info.experiment_id, "mlflow.note.content",
+                                                 cfg.description)
 
     mlflow.log_dict(cfg.model_dump(mode="json"), "experiment.yaml")
     mlflow.log_params({"experiment": cfg.name, "cells": len(cells), "seed": cfg.seed,
@@ -95,10 +112,37 @@ def log_cell(cell, rows: list[dict], errors: list[str], wall_s: float, extra: di
     if cell.judge is not None:
         mlflow.log_text(resolved["judge"]["prompt"], "judge_prompt.txt")
     mlflow.log_text(dumps_rows(rows), "predictions.jsonl")
+    log_questions(cell, rows)
     if errors:
         mlflow.log_text("\n".join(errors), "errors.txt")
     _plot_categories(by_cat, cell.label)
     return metrics
+
+
+TABLE_COLUMNS = ("qid", "category", "answerable", "question", "gold", "prediction", "score", "abstained",
+                 "hallucinated", "unsupported_claim_rate", "evidence_in_context", "fact_calls", "error", "trace_id")
+
+
+def log_questions(cell, rows: list[dict]) -> None:
+    """The dataset as an MLflow input (name, digest of its questions, split) and the per-question results
+    as an MLflow table (`questions.json`: the UI shows it as columns)."""
+    import mlflow
+    import pandas as pd
+
+    if not rows:
+        return
+    table = pd.DataFrame([{c: row.get(c) for c in TABLE_COLUMNS} for row in rows])
+    table = table.dropna(axis=1, how="all")
+    for col in ("question", "gold", "prediction"):
+        if col in table:
+            table[col] = table[col].map(lambda v: v if v is None or isinstance(v, str) else json.dumps(v, ensure_ascii=False))
+    mlflow.log_table(table, "questions.json")
+    d = cell.dataset
+    questions = table[[c for c in ("qid", "category", "answerable", "question", "gold") if c in table]]
+    questions = questions.drop_duplicates("qid") if "qid" in questions else questions
+    name = d.name + (f" ({d.label})" if getattr(d, "label", None) and d.label != d.name else "")
+    source = mlflow.data.from_pandas(questions.astype(str), name=name, targets="gold" if "gold" in questions else None)
+    mlflow.log_input(source, context=d.split)
 
 
 def _fmt(metrics: dict[str, float], name: str) -> str:
@@ -142,13 +186,14 @@ def _plot_categories(by_cat: dict[str, dict[str, float]], title: str) -> None:
 
 
 # --- tables ------------------------------------------------------------------------------------
-def metrics_frame(cells: list[tuple[str, dict[str, float]]], intervals: bool = False):
-    """label -> declared table columns (those at least one cell has), in the given order."""
+def metrics_frame(cells: list[tuple[str, dict[str, float]]], intervals: bool = False, extra: list[str] | None = None):
+    """label -> declared table columns (those at least one cell has; `extra` metrics after them), in the
+    given order."""
     import pandas as pd
 
     from dkilab.eval.metrics import table_metrics
 
-    cols = [m for m in table_metrics() if any(m in metrics for _, metrics in cells)]
+    cols = [m for m in dict.fromkeys([*table_metrics(), *(extra or [])]) if any(m in metrics for _, metrics in cells)]
     data = {}
     for label, metrics in cells:
         row = {}
@@ -164,10 +209,15 @@ def metrics_frame(cells: list[tuple[str, dict[str, float]]], intervals: bool = F
 
 def format_table(frame) -> str:
     """Console text: `value ±half-width` where the table has intervals."""
-    import math
-
     if frame.empty:
         return "(no cells)"
+    return with_pm(frame).to_string()
+
+
+def with_pm(frame):
+    """The table as strings `value ±half-width` where it has intervals (`<m>_low` / `<m>_high` columns)."""
+    import math
+
     out = frame[[c for c in frame.columns if not c.endswith(("_low", "_high"))]].copy().astype(object)
     for col in out.columns:
         for idx in out.index:
@@ -175,11 +225,13 @@ def format_table(frame) -> str:
             lo, hi = frame.get(f"{col}_low", {}).get(idx), frame.get(f"{col}_high", {}).get(idx)
             if v is None or (isinstance(v, float) and math.isnan(v)):
                 out.at[idx, col] = ""
+            elif col in ("questions", "errors"):
+                out.at[idx, col] = f"{int(v)}"
             elif lo is not None and hi is not None and not (math.isnan(lo) or math.isnan(hi)):
                 out.at[idx, col] = f"{v:.3f} ±{(hi - lo) / 2:.3f}"
             else:
                 out.at[idx, col] = f"{v:.3f}"
-    return out.to_string()
+    return out
 
 
 SESSION_PAIRED = ("ellipsis_recall_at_1", "routed_recall_at_1", "intent_accuracy", "entity_f1", "l2_state_accuracy")
@@ -296,6 +348,73 @@ def detector_notes(params_per_cell: list[dict[str, str]]) -> list[str]:
     return notes
 
 
+class UnknownExperimentError(KeyError):
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class TrackingStoreError(ValueError):
+    """A tracking URI that names no existing store (a typo would otherwise create an empty one)."""
+
+
+def existing_store(uri: str) -> str:
+    """`uri` if it names an existing store: a SQLite file or file: folder that exists, or a server that
+    answers (`/health`, 5 s timeout). Raises TrackingStoreError with one line otherwise."""
+    from dkilab.eval import runstate
+
+    local = runstate.local_store_dir(uri)
+    if local is not None:
+        path = Path(uri[len("sqlite:///"):]).expanduser() if uri.startswith("sqlite:///") else local
+        if not path.exists():
+            raise TrackingStoreError(f"no MLflow store at {uri} ({path} does not exist); runs go to "
+                                     "$MLFLOW_TRACKING_URI or sqlite:///mlflow/mlflow.db by default")
+        return uri
+    if uri.startswith(("http://", "https://")):
+        check_server(uri)
+    return uri
+
+
+def check_server(uri: str, timeout: float = 5.0) -> None:
+    """Fail within `timeout` seconds, in one line, when a tracking server does not answer."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout) as resp:
+            resp.read(64)
+    except urllib.error.HTTPError as e:
+        if e.code >= 500:
+            raise TrackingStoreError(f"MLflow tracking server {uri} answered {e.code} on /health") from None
+    except (urllib.error.URLError, OSError) as e:
+        reason = getattr(e, "reason", e)
+        raise TrackingStoreError(f"MLflow tracking server {uri} is not reachable ({reason}); start it, or pass "
+                                 "--tracking-uri / set MLFLOW_TRACKING_URI to one that is") from None
+
+
+def _config_order(run) -> tuple:
+    """Rows in the order the config lists the cells (the tag each cell run carries), then by start."""
+    idx = run.data.tags.get("dkilab.cell_index")
+    return (int(idx) if idx and idx.isdigit() else 10**9, run.info.start_time)
+
+
+def category_table(rows_per_cell: list[tuple[str, list[dict]]], metrics: list[str] | None = None):
+    """Long table: cell, category, metric, value, low, high, n (per-category values with 95% intervals)."""
+    import pandas as pd
+
+    from dkilab.eval.metrics.bootstrap import ci_keys
+
+    out = []
+    for label, rows in rows_per_cell:
+        for cat, agg in aggregate_by_category(rows, names=metrics, intervals=True).items():
+            n = int(agg.get("questions", 0))
+            for m, v in agg.items():
+                if m == "questions" or m.startswith("ci95/") or (metrics and m not in metrics):
+                    continue
+                lo, hi = (agg.get(k) for k in ci_keys(m))
+                out.append({"cell": label, "category": cat, "metric": m, "value": v, "low": lo, "high": hi, "n": n})
+    return pd.DataFrame(out, columns=["cell", "category", "metric", "value", "low", "high", "n"])
+
+
 class ScriptedRunsError(ValueError):
     """An experiment's cells ran on a `scripted:` model: its numbers measure the pipeline, not a model."""
 
@@ -311,11 +430,18 @@ def report(experiment: str, uri: str | None = None, pairs: bool = True, by_categ
     from dkilab.eval import runstate
     from dkilab.eval.runner import tracking_uri
 
-    mlflow.set_tracking_uri(tracking_uri(uri))
+    uri = existing_store(tracking_uri(uri))
+    mlflow.set_tracking_uri(uri)
     exp = mlflow.get_experiment_by_name(experiment)
     if exp is None:
-        raise KeyError(f"no MLflow experiment named {experiment!r} at {tracking_uri(uri)}")
-    runs = sorted(runstate.finished_runs(exp.experiment_id).values(), key=lambda r: r.info.start_time)
+        import difflib
+
+        names = [e.name for e in mlflow.MlflowClient().search_experiments(max_results=1000) if e.name != "Default"]
+        close = difflib.get_close_matches(experiment, names, n=1)
+        raise UnknownExperimentError(f"no MLflow experiment named {experiment!r} at {uri}"
+                                     + (f"; did you mean {close[0]!r}?" if close else "")
+                                     + (f" Experiments there: {', '.join(sorted(names))}" if names else " (it has none)"))
+    runs = sorted(runstate.finished_runs(exp.experiment_id).values(), key=_config_order)
     if not runs:
         return pd.DataFrame(), pd.DataFrame(), []
     scripted = [r.info.run_name for r in runs if r.data.tags.get(SCRIPTED_TAG) == "1"]
@@ -324,7 +450,8 @@ def report(experiment: str, uri: str | None = None, pairs: bool = True, by_categ
                                 f"({', '.join(scripted[:3])}{', ...' if len(scripted) > 3 else ''}): their outputs "
                                 "come from a file, so they compare pipelines, not models; pass --allow-scripted "
                                 "to report them anyway")
-    table = metrics_frame([(r.info.run_name, dict(r.data.metrics)) for r in runs], intervals=True)
+    table = metrics_frame([(r.info.run_name, dict(r.data.metrics)) for r in runs], intervals=True, extra=metrics)
+    table["questions"] = [r.data.metrics.get("questions") for r in runs]  # n
     notes = detector_notes([r.data.params for r in runs]) if "hallucination_rate" in table.columns else []
     if not pairs:
         return table, pd.DataFrame(), notes
@@ -332,3 +459,57 @@ def report(experiment: str, uri: str | None = None, pairs: bool = True, by_categ
               + (f":{r.data.params['dataset.path']}" if r.data.params.get("dataset.path") not in (None, "None") else ""),
               run_rows(r.info.run_id)) for r in runs]
     return table, pairwise(keyed, metrics, by_category), notes
+
+
+# --- per-question assessments on the traces ----------------------------------------------------
+ASSESSED = (  # row field -> assessment name (what the traces table shows as columns)
+    ("score", "score"), ("abstained", "abstained"), ("hallucinated", "hallucinated"),
+    ("unsupported_claim_rate", "unsupported_claims"), ("evidence_in_context", "evidence_in_context"),
+    ("intent_accuracy", "intent_correct"), ("l2_state_accuracy", "l2_state_correct"),
+)
+
+
+def _assessments(row: dict) -> list[tuple[str, Any, str | None, str]]:
+    """(name, value, rationale, source type) for one row; only what applies to the question."""
+    out = []
+    for field, name in ASSESSED:
+        v = row.get(field)
+        if v is not None and not (isinstance(v, float) and v != v):
+            out.append((name, bool(v) if field in ("abstained", "hallucinated") else float(v), None, "CODE"))
+    if row.get("fact_calls"):
+        out.append(("fact_call_validity", row.get("valid_calls", 0) / row["fact_calls"],
+                    f"{row.get('valid_calls', 0)} of {row['fact_calls']} retrieve_fact calls valid", "CODE"))
+    if row.get("judge") is not None:
+        out.append(("judge", bool(row["judge"]), str(row.get("judge_reply") or "")[:2000] or None, "LLM_JUDGE"))
+    if row.get("error"):
+        out.append(("error", True, str(row["error"])[:2000], "CODE"))
+    return out
+
+
+def log_assessments(rows: list[dict]) -> int:
+    """Each traced question's scores as MLflow feedback on its trace (a dialogue's turns: one feedback
+    per turn, named by turn, plus their mean). Returns how many were logged."""
+    import mlflow
+    from mlflow.entities import AssessmentSource
+
+    by_trace: dict[str, list[dict]] = {}
+    for row in rows:
+        if row.get("trace_id"):
+            by_trace.setdefault(row["trace_id"], []).append(row)
+    n = 0
+    for trace_id, group in by_trace.items():
+        items = []
+        if len(group) == 1:
+            items = _assessments(group[0])
+        else:  # a dialogue: the mean per measure, and the turn-by-turn values in the rationale
+            per: dict[str, list] = {}
+            for row in group:
+                for name, value, _, _ in _assessments(row):
+                    per.setdefault(name, []).append(value)
+            items = [(name, sum(float(v) for v in vals) / len(vals), "per turn: " + ", ".join(
+                str(round(float(v), 3)) for v in vals), "CODE") for name, vals in per.items()]
+        for name, value, rationale, source in items:
+            mlflow.log_feedback(trace_id=trace_id, name=name, value=value, rationale=rationale,
+                                source=AssessmentSource(source_type=source, source_id="dkilab"))
+            n += 1
+    return n

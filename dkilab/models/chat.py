@@ -7,6 +7,8 @@ import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
+from dkilab.tracing import traced_generation
+
 DEFAULT_CONTEXT = 2048
 
 
@@ -78,6 +80,7 @@ class TransformersChatModel:
         return text
 
     # --- generation ----------------------------------------------------------------------
+    @traced_generation
     def generate_full(self, messages_or_prompt, max_new_tokens: int = 64, temperature: float = 0.0,
                       stop: list[str] | None = None, memories=None, seed: int | None = None,
                       tools: list[dict] | None = None) -> Generation:

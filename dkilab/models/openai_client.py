@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from dkilab.models.chat import Generation
 from dkilab.models.text_only import TextOnlyModel
+from dkilab.tracing import traced_generation
 
 
 class EndpointError(RuntimeError):
@@ -51,6 +52,7 @@ class OpenAIChatModel(TextOnlyModel):
     def __repr__(self) -> str:
         return f"OpenAIChatModel({self.model_name!r}, base_url={self.base_url!r})"
 
+    @traced_generation
     def generate_full(self, messages_or_prompt, max_new_tokens: int = 64, temperature: float = 0.0,
                       stop: list[str] | None = None, memories=None, seed: int | None = None,
                       tools: list[dict] | None = None) -> Generation:

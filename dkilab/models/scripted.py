@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dkilab.models.chat import Generation
 from dkilab.models.text_only import TextOnlyModel
+from dkilab.tracing import traced_generation
 
 _TRACE = re.compile(r'trace_id="([^"]+)"')
 _SLOT = re.compile(r"\{trace_id:(\d+)\}")
@@ -77,6 +78,7 @@ class ScriptedModel(TextOnlyModel):
             return shown[n] if n < len(shown) else f"<no trace id #{n} in the prompt>"
         return _SLOT.sub(slot, out)
 
+    @traced_generation
     def generate_full(self, messages_or_prompt, max_new_tokens: int = 64, temperature: float = 0.0,
                       stop: list[str] | None = None, memories=None, seed: int | None = None,
                       tools: list[dict] | None = None) -> Generation:

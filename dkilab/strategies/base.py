@@ -24,6 +24,7 @@ from dkilab.recall import MultiSignalRecall, RecallConfig, create_reference_reso
 from dkilab.registry import STRATEGIES
 from dkilab.text.abstention import ABSTAIN_PHRASE
 from dkilab.text.lang import detect_language
+from dkilab import tracing
 from dkilab.tracing import span
 from dkilab.types import Answer, ChatModel, ContextBudget, Memory, Message
 
@@ -235,7 +236,12 @@ class RecallingStrategy(Strategy):
         """Recall result in priority order: recent turns first, then by fused relevance."""
         p = self.params
         msr = MultiSignalRecall(p.recall, self._resolver, memory)
-        return msr.recall(question, session_id=session_id, max_results=p.max_results).messages
+        result = msr.recall(question, session_id=session_id, max_results=p.max_results)
+        if tracing.active():  # the retriever span shows what came back, with scores and signals
+            ranked = {r.message.message_id: r for r in result.ranked}
+            tracing.record(documents=tracing.documents(ranked.get(m.message_id, m) for m in result.messages),
+                           reference_scope=result.reference_scope, keywords=[k for k, _ in result.keywords])
+        return result.messages
 
 
 def language_of(question: str) -> str:

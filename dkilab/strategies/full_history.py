@@ -1,6 +1,7 @@
 """full_history: the whole history as text, oldest messages dropped first until the prompt fits."""
 from __future__ import annotations
 
+from dkilab import tracing
 from dkilab.strategies.base import (Strategy, all_messages, history_block, language_of, newest_that_fit,
                                     preferences_text, question_text, register)
 from dkilab.types import Answer
@@ -14,6 +15,7 @@ class FullHistory(Strategy):
         lang = language_of(question)
         with stages("recall"):
             messages = all_messages(memory)
+            tracing.record(documents=tracing.documents(messages[-tracing.MAX_DOCUMENTS:]), messages=len(messages))
         with stages("assembly"):
             head = preferences_text(preferences, lang)
             budget = self.budget(model, question, lang, head)

@@ -72,7 +72,10 @@ class RecallAgentStrategy(Strategy):
                 agent.policy.max_new_tokens = p.policy_max_new_tokens
             result = agent.recall(question, now=asked_at)
             out = result.output
-            trace.update(memory_view=out.memory_view.model_dump(mode="json"), stop=result.stop_reason)
+            trace.update(memory_view=out.memory_view.model_dump(mode="json"), stop=result.stop_reason,
+                         documents=[{"page_content": e.content, "id": e.message_id,
+                                     "metadata": {"role": e.role, "timestamp": str(e.timestamp), "signal": "agent"}}
+                                    for e in out.evidence])
         meta = {"memory_view": out.model_dump(mode="json"), "evidence_problems": result.evidence_problems,
                 "agent_tool_calls": result.tool_calls, "agent_rounds": result.rounds,
                 "policy_steps": result.policy_steps,

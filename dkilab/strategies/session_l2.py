@@ -72,9 +72,10 @@ class SessionL2(Strategy):
         from dkilab.memory import MemoryManager, MemoryStore
         from dkilab.memory.flow import SessionFlow
 
-        turns, user = (task or {}).get("turns"), (task or {}).get("user")
-        if not turns or not user:
-            raise ValueError("session_l2 answers dialogues: it needs task inputs `turns` and `user` (dataset session_flow)")
+        # a dialogue (dataset session_flow: task inputs `turns`, `user`), or a lone question: a one-turn
+        # dialogue of the memory's user over their own memory
+        turns = (task or {}).get("turns") or [question]
+        user = (task or {}).get("user") or memory.user_id
         store = MemoryStore.open(None, embedder=getattr(memory, "embedder", None))
         try:
             manager = MemoryManager(store, ttl=self.params.session_ttl, l2_ttl=self.params.l2_ttl,
@@ -93,5 +94,11 @@ class SessionL2(Strategy):
         finally:
             store.close()
         last = results[-1]
+        for t in results:  # the flow's steps under the stage names every strategy reports
+            for step, ms in t["latency_ms"].items():
+                stage = {"retrieval": "recall", "answer": "generation"}.get(step, "assembly")
+                stages.ms[stage] = stages.ms.get(stage, 0.0) + ms
         return Answer(last["answer"], recalled_ids=list(last["doc_ids"]), rounds=sum(t["llm_calls"] for t in results),
+                      prompt_tokens=last["prompt_tokens"], generated_tokens=sum(t["generated_tokens"] for t in results),
+                      context_text=last["context"], prompt=last.get("prompt", ""),
                       metadata={"turns": results, "answers": self.params.answer})

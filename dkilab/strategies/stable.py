@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from dkilab import tracing
 from dkilab.strategies.base import (Strategy, StrategyParams, history_block, language_of, newest_that_fit, question_text,
                                     register)
 from dkilab.types import Answer
@@ -28,6 +29,7 @@ class Stable(Strategy):
         p = self.params
         with stages("recall"):
             recent = memory.recent(2 * p.recent_turns, session_id=session_id) if p.recent_turns else []
+            tracing.record(documents=tracing.documents(recent))
         with stages("assembly"):
             memories, pref = self.preference_memories(model, preferences, lang, p.preference_alpha)
             budget = self.budget(model, question, lang, pref)

@@ -1,5 +1,6 @@
 """The experiment runner end to end: CI configs into a temporary MLflow store, error rows, and every
 failure path of resume (a cell that raises, Ctrl-C, kill -9, two runs at once)."""
+import json
 import os
 import shutil
 import signal
@@ -114,7 +115,7 @@ def test_ci_config_runs_end_to_end(path, uri, model):
     client = mlflow.MlflowClient(uri)
     for run in runs:
         head = primary_metric(run.data.metrics)
-        wanted = CELL_METRICS | {head, f"ci95/{head}/low", f"ci95/{head}/high"}
+        wanted = CELL_METRICS | {head, f"ci95/{head}_low", f"ci95/{head}_high"}
         assert head and wanted <= set(run.data.metrics), wanted - set(run.data.metrics)
         assert any(k.startswith("cat/") for k in run.data.metrics)
         assert run.data.params["strategy.name"] in STRATEGIES and run.data.params["metrics.abstention_detector.name"]
@@ -339,7 +340,7 @@ def test_every_cell_starts_with_cold_caches(tmp_path, uri):
 def test_accelerate_launch_shards_questions_over_two_cpu_processes(tmp_path, uri, model):
     import mlflow
 
-    path = _config(tmp_path, "sharded", strategies=[{"name": "no_memory"}])
+    path = _config(tmp_path, "sharded", strategies=[{"name": "no_memory"}], tracing=True)
     launcher = Path(sys.executable).parent / "accelerate"
     out = subprocess.run([str(launcher), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
                           "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "dkilab.cli", "run", str(path),
@@ -349,6 +350,12 @@ def test_accelerate_launch_shards_questions_over_two_cpu_processes(tmp_path, uri
     assert len(runs) == 1 and runs[0].data.metrics["questions"] == 2  # both shards gathered, logged once
     rows = Path(mlflow.MlflowClient(uri).download_artifacts(runs[0].info.run_id, "predictions.jsonl")).read_text()
     assert len(rows.strip().splitlines()) == 2
+    # every question is traced, the second process's shard too, into the cell's run, with its scores
+    mlflow.set_tracking_uri(uri)
+    traces = mlflow.search_traces(locations=[runs[0].info.experiment_id], return_type="list")
+    assert sorted(t.info.tags["qid"] for t in traces) == sorted(json.loads(r)["qid"] for r in rows.strip().splitlines())
+    assert all(t.info.request_metadata.get("mlflow.sourceRun") == runs[0].info.run_id for t in traces)
+    assert all({"score", "abstained"} <= {a.name for a in t.info.assessments} for t in traces)
 
 
 def test_llm_judge_scores_answers_and_logs_its_model_and_prompt(tmp_path, uri, model):

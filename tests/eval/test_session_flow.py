@@ -89,8 +89,10 @@ def test_a_dialogue_answer_becomes_one_row_per_turn(embedder):
     assert all(a.metadata["retrieval_only"] for _, a in parts)  # no answers generated: no answer score
     with pytest.raises(ValueError, match="2 turns answered for 3 gold turns"):
         expand_turns(item, Answer("", metadata={"turns": answer.metadata["turns"][:2]}))
-    with pytest.raises(ValueError, match="task inputs `turns` and `user`"):
-        strategy.answer("押品怎么创建？", store.for_user(conv.user_id), None)
+    lone = strategy.answer("押品怎么创建？", store.for_user(conv.user_id), None)  # no task: a one-turn dialogue
+    (turn,) = lone.metadata["turns"]
+    assert "system-collateral-create" in turn["doc_ids"] and lone.recalled_ids == turn["doc_ids"]
+    assert lone.latency_ms["recall"] > 0 and "押品" in lone.context_text
     store.close()
 
 

@@ -25,7 +25,7 @@ from dkilab.memory.flow.rewrite import rewrite_by_llm, rewrite_by_rules
 from dkilab.memory.flow.routing import retrieve, route_filter
 from dkilab.memory.flow.schema import DomainSchema
 from dkilab.text.lang import detect_language
-from dkilab.tracing import span
+from dkilab.tracing import documents, span
 
 ANSWER = {
     "cn": ("你是银行信贷业务助手。根据下面的资料，用一句话回答问题。", "资料：", "问题：{q}"),
@@ -188,7 +188,7 @@ class SessionFlow:
             docs, relaxed = retrieve(self.knowledge, rewritten, flt, cfg.top_k, cfg.depth)
             if relaxed:
                 notes.append(f"retrieval: the L2 filter {flt} matched no document; searched without it")
-            out.update(filter=flt, doc_ids=[d.message_id for d in docs], relaxed=relaxed)
+            out.update(filter=flt, relaxed=relaxed, documents=documents(docs))
 
         answer, prompt_tokens, new_tokens = "", 0, 0
         if cfg.answer:

@@ -1,0 +1,183 @@
+"""MLflow as the review surface: typed spans (GenAI conventions), documents in the retriever span, the
+prompt, model and token usage on the model span, per-question assessments and tags on each trace, and
+the run-level description, dataset input and per-question table. Against a real SQLite tracking store,
+on the scripted fact-call config (every span kind, deterministic)."""
+import json
+from pathlib import Path
+
+import pytest
+
+from dkilab.eval.experiment import load_experiment
+from dkilab.eval.runner import run_experiment
+from tests.conftest import ROOT
+
+CONFIG = ROOT / "experiments" / "ci" / "scripted_fact_calls.yaml"
+
+
+@pytest.fixture(scope="module")
+def logged(tmp_path_factory):
+    import os
+
+    import mlflow
+
+    uri = f"sqlite:///{tmp_path_factory.mktemp('review') / 'm.db'}"
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        cfg = load_experiment(CONFIG)
+        results = run_experiment(cfg, uri=uri, progress=False, echo=lambda *a: None)
+    finally:
+        os.chdir(cwd)
+    mlflow.set_tracking_uri(uri)
+    exp = mlflow.get_experiment_by_name(cfg.name)
+    traces = mlflow.search_traces(locations=[exp.experiment_id], return_type="list")
+    return cfg, results, exp, traces
+
+
+def _spans(trace, kind):
+    return [s for s in trace.data.spans if s.span_type == kind]
+
+
+def test_spans_are_typed_with_documents_prompt_model_and_tokens(logged):
+    cfg, results, exp, traces = logged
+    assert len(traces) == sum(len({r["qid"] for r in res.rows}) for res in results) == 8
+    for t in traces:
+        root = next(s for s in t.data.spans if s.parent_id is None)
+        assert root.span_type == "CHAIN" and root.name.startswith("question ")
+        (recall,) = _spans(t, "RETRIEVER")
+        docs = recall.outputs
+        assert docs and all(d["page_content"] and d["id"] for d in docs)  # the text, not only ids
+        assert any("score" in d["metadata"] and "signal" in d["metadata"] for d in docs)
+        assert [s.name for s in _spans(t, "PARSER")] == ["assembly"]
+        assert {s.name for s in _spans(t, "LLM")} == {"generation"}
+        chats = _spans(t, "CHAT_MODEL")
+        assert chats and all(s.attributes["mlflow.llm.model"].startswith("scripted:") for s in chats)
+        for s in chats:
+            usage = s.attributes["mlflow.chat.tokenUsage"]
+            assert usage["input_tokens"] > 0 and usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"]
+            assert s.inputs["messages"][-1]["content"]  # the full prompt
+            assert s.outputs["choices"][0]["message"]["content"] is not None
+        total = sum(s.attributes["mlflow.chat.tokenUsage"]["total_tokens"] for s in chats)
+        assert t.info.token_usage["total_tokens"] == total  # the traces table's Tokens column
+        for s in _spans(t, "TOOL"):
+            assert s.name == "retrieve_fact" and {"valid", "found"} <= set(s.outputs)
+    rows = {(r["qid"], res.cell.label): r for res in results for r in res.rows}
+    with_calls = [t for t in traces if rows[(t.info.tags["qid"], t.info.tags["cell"])]["fact_calls"]]
+    assert with_calls and all(_spans(t, "TOOL") for t in with_calls)
+
+
+def test_each_trace_carries_its_scores_and_tags(logged):
+    cfg, results, exp, traces = logged
+    rows = {(r["qid"], res.cell.label): (r, res) for res in results for r in res.rows}
+    for t in traces:
+        tags = t.info.tags
+        row, res = rows[(tags["qid"], tags["cell"])]
+        assert tags["strategy"] == "recall_v4" and tags["dataset"] == "scripted"
+        assert tags["category"] == str(row["category"]) and tags["answerable"] == str(row["answerable"]).lower()
+        assert t.info.request_metadata["mlflow.sourceRun"] == res.run_id  # the cell's run shows its traces
+        got = {a.name: a for a in t.info.assessments}
+        assert got["score"].value == pytest.approx(row["score"]) and got["abstained"].value == bool(row["abstained"])
+        assert got["score"].source.source_type == "CODE"
+        if row["answerable"]:
+            assert got["evidence_in_context"].value == pytest.approx(row["evidence_in_context"])
+            assert "unsupported_claims" in got
+        else:
+            assert got["hallucinated"].value == bool(row["hallucinated"])
+        if row["fact_calls"]:
+            validity = got["fact_call_validity"]
+            assert validity.value == pytest.approx(row["valid_calls"] / row["fact_calls"]) and validity.rationale
+        else:
+            assert "fact_call_validity" not in got
+
+
+def test_runs_have_descriptions_dataset_inputs_and_a_question_table(logged):
+    import mlflow
+
+    cfg, results, exp, traces = logged
+    assert exp.tags["mlflow.note.content"] == cfg.description
+    client = mlflow.MlflowClient()
+    for res in results:
+        run = client.get_run(res.run_id)
+        note = run.data.tags["mlflow.note.content"]
+        assert res.cell.label in note and res.cell.config_hash in note
+        (inp,) = run.inputs.dataset_inputs
+        assert inp.dataset.name == "scripted" and inp.dataset.digest
+        assert {t.key: t.value for t in inp.tags}["mlflow.data.context"] == "full"
+        path = Path(client.download_artifacts(res.run_id, "questions.json"))
+        table = json.loads(path.read_text())
+        cols = table["columns"]
+        assert {"question", "gold", "prediction", "score", "abstained", "category", "trace_id"} <= set(cols)
+        assert len(table["data"]) == len(res.rows)
+        qid = cols.index("qid")
+        assert [r[qid] for r in table["data"]] == [r["qid"] for r in res.rows]
+
+
+def test_a_config_without_description_uses_its_comment_header(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("# What this sweep is for.\n# Second line.\nname: c\nstrategies: [{name: recall_only}]\n"
+                    "datasets: [{name: fixtures}]\n")
+    assert load_experiment(path).description == "What this sweep is for.\nSecond line."
+    path.write_text("name: c\ndescription: given\nstrategies: [{name: recall_only}]\ndatasets: [{name: fixtures}]\n")
+    assert load_experiment(path).description == "given"
+
+
+def _cli(*args, timeout=120):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "dkilab.cli", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_report_formats_columns_and_order(logged):
+    import csv
+    import io
+
+    import mlflow
+
+    cfg, results, exp, traces = logged
+    uri = mlflow.get_tracking_uri()
+    base = ["report", cfg.name, "--tracking-uri", uri, "--allow-scripted"]
+    labels = [r.cell.label for r in results]  # config order
+    data = json.loads(_cli(*base, "--format", "json").stdout)
+    assert [c["cell"] for c in data["cells"]] == labels
+    assert set(data["cells"][0]) >= {"score", "score_low", "score_high", "questions"}
+    assert "fact_call_rate" not in data["cells"][0]  # narrow by default
+    assert data["paired"][0]["metric"] == "score" and data["notes"]
+    out = _cli(*base, "--format", "csv", "--metrics", "score,fact_call_rate").stdout
+    head = next(csv.reader(io.StringIO(out)))
+    assert head[0] == "cell" and head[1:] == ["score", "score_low", "score_high", "fact_call_rate",
+                                              "fact_call_rate_low", "fact_call_rate_high"]
+    md = _cli(*base, "--format", "markdown", "--by", "category", "--metrics", "score").stdout
+    assert md.startswith("| cell | score |") and "| cell | category | score | n |" in md
+    assert md.count("| native@scripted | single_hop |") == 1
+    text = _cli(*base).stdout
+    assert text.index(labels[0]) < text.index(labels[1]) and "±" in text
+
+
+def test_report_errors_are_one_line_and_create_nothing(logged, tmp_path):
+    import mlflow
+
+    cfg, results, exp, traces = logged
+    uri = mlflow.get_tracking_uri()
+    typo = _cli("report", cfg.name[:-1], "--tracking-uri", uri)
+    assert typo.returncode == 2 and f"did you mean {cfg.name!r}" in typo.stderr and "Traceback" not in typo.stderr
+    missing = tmp_path / "nothing" / "m.db"
+    gone = _cli("report", cfg.name, "--tracking-uri", f"sqlite:///{missing}")
+    assert gone.returncode == 2 and "no MLflow store" in gone.stderr and not missing.parent.exists()
+    bad = _cli("report", cfg.name, "--tracking-uri", uri, "--allow-scripted", "--metrics", "scroe")
+    assert bad.returncode == 2 and "did you mean 'score'" in bad.stderr
+    assert len(typo.stderr.strip().splitlines()) == 1
+
+
+def test_an_unreachable_tracking_server_is_one_clear_line():
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = _cli("run", str(CONFIG), "--tracking-uri", f"http://127.0.0.1:{port}", timeout=60)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert f"MLflow tracking server http://127.0.0.1:{port} is not reachable" in out.stderr.strip().splitlines()[-1]
+    ui = _cli("ui", "--tracking-uri", f"http://127.0.0.1:{port}", timeout=60)
+    assert ui.returncode == 2 and "not reachable" in ui.stderr
