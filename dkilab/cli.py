@@ -222,6 +222,11 @@ def _cmd_datasets(args: argparse.Namespace) -> int:
     from dkilab.eval.datasets import DATASETS, _source_files, load_dataset
 
     if args.action == "list" or not args.name:
+        import os
+
+        where = args.data_dir or os.environ.get("DKILAB_DATA_DIR")
+        print(f"data dir: {where} ({'--data-dir' if args.data_dir else '$DKILAB_DATA_DIR'})" if where else
+              "data dir: not set (--data-dir or $DKILAB_DATA_DIR); only the bundled fixtures are present")
         for name in DATASETS.names():
             meta = DATASETS.meta(name)
             present = "present" if _source_files(meta, args.data_dir) else "not in the data dir"
@@ -246,11 +251,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--debug", action="store_true", help="show the traceback of a user error (config, data, model)")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
-    demo = sub.add_parser("demo", help="ingest the bundled fixture conversations and run each query tool")
+    demo = sub.add_parser("demo", help="ingest the bundled fixture conversations and run each query tool",
+                         formatter_class=argparse.RawDescriptionHelpFormatter,
+                         epilog="examples:\n  dkilab demo\n  dkilab demo --store stores/demo")
     demo.add_argument("--store", default=None, help="store directory (default: a throw-away store)")
     demo.set_defaults(func=_cmd_demo)
 
-    bench = sub.add_parser("bench", help="benchmarks that print figures")
+    bench = sub.add_parser("bench", help="benchmarks that print figures",
+                         formatter_class=argparse.RawDescriptionHelpFormatter,
+                         epilog="examples:\n  dkilab bench store --parts concurrency,open\n  dkilab bench abstention --errors\n  dkilab bench agents --questions 50")
     bench_sub = bench.add_subparsers(dest="bench", metavar="BENCH", required=True)
     bs = bench_sub.add_parser("store", help="ingest rate and query-tool latency on LoCoMo and a 100x synthetic store")
     bs.add_argument("--data-dir", default=None, help="dataset directory (default: $DKILAB_DATA_DIR)")
@@ -291,7 +300,9 @@ def build_parser() -> argparse.ArgumentParser:
     ba.add_argument("--errors", action="store_true", help="list the phrasings each detector gets wrong")
     ba.set_defaults(func=_cmd_bench_abstention)
 
-    run = sub.add_parser("run", help="run an experiment YAML (strategies x sweep x datasets) into MLflow")
+    run = sub.add_parser("run", help="run an experiment YAML (strategies x sweep x datasets) into MLflow",
+                         formatter_class=argparse.RawDescriptionHelpFormatter,
+                         epilog="examples:\n  dkilab run experiments/quickstart.yaml\n  dkilab run experiments/sweep_threshold_budget_locomo.yaml --limit 5 --data-dir ../shared/datasets\n  dkilab run experiments/quickstart.yaml --set defaults.max_new_tokens=16 --tracking-uri http://127.0.0.1:5000\n  accelerate launch --num_processes 2 -m dkilab.cli run experiments/quickstart.yaml")
     run.add_argument("config", help="experiment YAML, e.g. experiments/quickstart.yaml")
     run.add_argument("--limit", type=_positive_int, default=None, help="questions per conversation (>= 1)")
     run.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a dotted config key (repeatable)")
@@ -324,7 +335,9 @@ def build_parser() -> argparse.ArgumentParser:
     ui.add_argument("--host", default="127.0.0.1")
     ui.add_argument("--port", type=int, default=5000)
     ui.set_defaults(func=_cmd_ui)
-    ds = sub.add_parser("datasets", help="list the dataset loaders or describe one dataset")
+    ds = sub.add_parser("datasets", help="list the dataset loaders or describe one dataset",
+                         formatter_class=argparse.RawDescriptionHelpFormatter,
+                         epilog="examples:\n  dkilab datasets list --data-dir ../shared/datasets\n  dkilab datasets show session_flow")
     ds.add_argument("action", choices=["list", "show"])
     ds.add_argument("name", nargs="?")
     ds.add_argument("--data-dir", default=None)
@@ -355,6 +368,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("dkilab: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `dkilab ... | head`: the reader left
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except Exception as exc:
         if args.debug or not isinstance(exc, _user_errors()) and not (isinstance(exc, KeyError) and args.command == "report"):
             raise

@@ -13,12 +13,45 @@ class ConfigError(ValueError):
     """A user's configuration is wrong: the message names the file and the dotted key (one line)."""
 
 
-def describe_errors(exc: ValidationError, prefix: str = "") -> str:
-    """'prefix.a.b: message; ...' for every error of a pydantic ValidationError."""
+def _model_at(model, loc) -> type[BaseModel] | None:
+    """The pydantic model that holds the key at `loc` (list indices and dict keys stepped over)."""
+    import typing
+
+    def models_in(tp):
+        if isinstance(tp, type) and issubclass(tp, BaseModel):
+            return [tp]
+        return [m for arg in typing.get_args(tp) for m in models_in(arg)]
+
+    current = [model]
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        nxt = []
+        for m in current:
+            field = m.model_fields.get(part)
+            if field is not None:
+                nxt += models_in(field.annotation)
+        if nxt:
+            current = nxt
+    return current[0] if current and isinstance(current[0], type) else None
+
+
+def describe_errors(exc: ValidationError, prefix: str = "", model: type[BaseModel] | None = None) -> str:
+    """'prefix.a.b: message; ...' for every error of a pydantic ValidationError; an unknown key names
+    the closest known one ("did you mean ...?")."""
+    import difflib
+
     parts = []
     for e in exc.errors():
         key = ".".join(str(p) for p in (prefix, *e["loc"]) if p != "")
         msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden" and model is not None and e["loc"]:
+            owner = _model_at(model, e["loc"][:-1])
+            if owner is not None:
+                known = list(owner.model_fields)
+                close = difflib.get_close_matches(str(e["loc"][-1]), known, n=1)
+                msg = "unknown key" + (f" (did you mean {close[0]!r}?)" if close else "") + \
+                    f"; known keys: {', '.join(known)}"
         parts.append(f"{key}: {msg}" if key else msg)
     return "; ".join(parts)
 
@@ -28,7 +61,7 @@ def validate(model: type[BaseModel], data: Any, source: str, what: str, prefix: 
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(f"{source}: invalid {what}: {describe_errors(exc, prefix)}") from None
+        raise ConfigError(f"{source}: invalid {what}: {describe_errors(exc, prefix, model)}") from None
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):

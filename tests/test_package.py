@@ -26,3 +26,45 @@ def test_demo_runs_and_isolates_users():
     # maya's search for lin's words finds nothing
     tail = out.stdout.split("another user's words")[1].split("\n\n")[0]
     assert "(no hits)" in tail
+
+
+def test_every_subcommand_has_examples_and_a_bare_dkilab_is_a_usage_error():
+    import argparse
+
+    from dkilab.cli import build_parser, main
+
+    parser = build_parser()
+    subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, sub in subs.choices.items():
+        assert "examples:" in sub.format_help(), name
+    assert main([]) == 2
+
+
+def test_a_config_key_typo_names_the_key_and_the_closest_one(tmp_path, capsys):
+    from dkilab.cli import main
+
+    path = tmp_path / "typo.yaml"
+    path.write_text("name: t\nmodle: {}\nstrategies: [{name: recall_v4, params: {recall: {budget: {max_recnt_turns: 2}}}}]\n"
+                    "datasets: [{name: fixtures, limt: 2}]\n")
+    assert main(["run", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "modle: unknown key (did you mean 'model'?)" in err and len(err.strip().splitlines()) == 1
+    path.write_text("name: t\nstrategies: [{name: recall_v4, params: {recall: {budget: {max_recnt_turns: 2}}}}]\n"
+                    "datasets: [{name: fixtures, limt: 2}]\n")
+    assert main(["run", str(path)]) == 2
+    assert "datasets.0.limt: unknown key (did you mean 'limit'?)" in capsys.readouterr().err
+    path.write_text("name: t\nstrategies: [{name: recall_v4, params: {recall: {budget: {max_recnt_turns: 2}}}}]\n"
+                    "datasets: [{name: fixtures}]\n")
+    assert main(["run", str(path)]) == 2
+    assert "params.recall.budget.max_recnt_turns: unknown key (did you mean 'max_recent_turns'?)" in capsys.readouterr().err
+
+
+def test_datasets_list_says_which_data_dir_it_looked_in(tmp_path, capsys, monkeypatch):
+    from dkilab.cli import main
+
+    monkeypatch.delenv("DKILAB_DATA_DIR", raising=False)
+    assert main(["datasets", "list"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("data dir: not set") and "locomo" in out and "not in the data dir" in out
+    assert main(["datasets", "list", "--data-dir", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.startswith(f"data dir: {tmp_path} (--data-dir)")

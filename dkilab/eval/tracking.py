@@ -294,29 +294,24 @@ def log_comparison(results) -> None:
     table = results_table(done, intervals=True)
     if table.empty:
         return
+    table["questions"] = [r.metrics.get("questions") for r in done]  # n
     mlflow.log_text(table.to_csv(), "comparison.csv")
     mlflow.log_text(format_table(table), "comparison.txt")
     pairs = pairwise([(r.cell.label, _dataset_key(r.cell), r.load_rows()) for r in done])
     if not pairs.empty:
         mlflow.log_text(pairs.to_csv(index=False), "paired.csv")
+    from dkilab.eval.plots import category_figure, headline_figure
+
+    fig = headline_figure(table, f"{len(done)} cells · bars: 95% bootstrap intervals")
+    if fig is not None:
+        mlflow.log_figure(fig, "comparison.png")
     metric = primary_metric(table.columns)
-    if metric is None:
-        return
-    vals = table[metric].fillna(0).tolist()
-    lo, hi = table.get(f"{metric}_low"), table.get(f"{metric}_high")
-    err = None
-    if lo is not None and hi is not None:
-        err = [[max(0.0, v - (l if l == l else v)) for v, l in zip(vals, lo)],
-               [max(0.0, (h if h == h else v) - v) for v, h in zip(vals, hi)]]
-    longest = max(len(str(label)) for label in table.index)
-    fig = Figure(figsize=(4 + 0.07 * longest, max(2.5, 0.35 * len(table))))
-    ax = fig.subplots()
-    ax.barh(list(table.index), vals, xerr=err, capsize=3)
-    ax.invert_yaxis()
-    ax.set_xlim(0, 1)
-    ax.set_xlabel(f"{metric} (95% CI)")
-    fig.tight_layout()
-    mlflow.log_figure(fig, "comparison.png")
+    if metric is not None:
+        by_cell = {r.cell.label: aggregate_by_category(r.load_rows(), intervals=True) for r in done}
+        if any(len(agg) > 1 for agg in by_cell.values()):
+            fig = category_figure(by_cell, metric, f"{metric} per category")
+            if fig is not None:
+                mlflow.log_figure(fig, "comparison_by_category.png")
 
 
 # --- reading back ------------------------------------------------------------------------------

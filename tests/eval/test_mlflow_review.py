@@ -181,3 +181,55 @@ def test_an_unreachable_tracking_server_is_one_clear_line():
     assert f"MLflow tracking server http://127.0.0.1:{port} is not reachable" in out.stderr.strip().splitlines()[-1]
     ui = _cli("ui", "--tracking-uri", f"http://127.0.0.1:{port}", timeout=60)
     assert ui.returncode == 2 and "not reachable" in ui.stderr
+
+
+@pytest.mark.slow
+def test_a_run_over_http_to_a_local_mlflow_server(tmp_path):
+    """The same run against `mlflow server` over HTTP (artifacts served by the server): traces with their
+    assessments, the question table and `dkilab report` all work through the URL alone."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    import mlflow
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    server = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri",
+                               f"sqlite:///{tmp_path / 'server.db'}", "--serve-artifacts", "--artifacts-destination",
+                               str(tmp_path / "artifacts"), "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+                              stdout=subprocess.DEVNULL, stderr=open(tmp_path / "server.log", "w"))
+    try:
+        for _ in range(120):
+            try:
+                urllib.request.urlopen(url + "/health", timeout=2).read()
+                break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            pytest.fail("mlflow server did not start: " + (tmp_path / "server.log").read_text()[-2000:])
+        cwd = os.getcwd()
+        os.chdir(ROOT)
+        try:
+            cfg = load_experiment(CONFIG)
+            results = run_experiment(cfg, uri=url, progress=False, echo=lambda *a: None)
+        finally:
+            os.chdir(cwd)
+        assert all(r.status == "finished" for r in results)
+        mlflow.set_tracking_uri(url)
+        exp = mlflow.get_experiment_by_name(cfg.name)
+        assert not exp.artifact_location.startswith(("/", "file:"))  # clients need only the URL
+        traces = mlflow.search_traces(locations=[exp.experiment_id], return_type="list")
+        assert len(traces) == 8 and all({"score", "abstained"} <= {a.name for a in t.info.assessments} for t in traces)
+        table = json.loads(Path(mlflow.MlflowClient().download_artifacts(results[0].run_id, "questions.json")).read_text())
+        assert len(table["data"]) == len(results[0].rows)
+        rep = _cli("report", cfg.name, "--tracking-uri", url, "--allow-scripted", "--format", "json")
+        assert rep.returncode == 0 and [c["cell"] for c in json.loads(rep.stdout)["cells"]] == [r.cell.label for r in results]
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
