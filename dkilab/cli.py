@@ -184,10 +184,10 @@ def _report_runs(args) -> list[tuple[str, str]]:
     import mlflow
 
     from dkilab.eval import runstate
-    from dkilab.eval.tracking import _config_order
+    from dkilab.eval.tracking import config_ordered
 
     exp = mlflow.get_experiment_by_name(args.experiment)
-    runs = sorted(runstate.finished_runs(exp.experiment_id).values(), key=_config_order)
+    runs = config_ordered(runstate.finished_runs(exp.experiment_id).values())
     return [(r.info.run_name, r.info.run_id) for r in runs]
 
 

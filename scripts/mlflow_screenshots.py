@@ -56,13 +56,15 @@ def main() -> None:
             page.screenshot(path=str(path), full_page=False)
             print(path)
 
-        def expand():
-            btn = page.locator("button[aria-label*='xpand'], [data-testid*='expand']")
-            if btn.count():
-                btn.first.click()
+        def expand():  # show the cells under each parent run
+            for btn in page.locator("button[data-component-id*='runnamecellrenderer']").all():
+                try:
+                    btn.click(timeout=2000)
+                except Exception:
+                    pass
 
         shot("runs", f"{base}/runs", action=expand)
-        shot("chart", f"{base}/runs?compareRunsMode=CHART")
+        shot("chart", f"{base}/runs?compareRunsMode=CHART", action=expand)
         if run_id:
             shot("child_run", f"{base}/runs/{run_id}")
             shot("child_run_traces", f"{base}/runs/{run_id}/traces")

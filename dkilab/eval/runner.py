@@ -135,7 +135,7 @@ def _run_cells(cfg, cells, state, exp_id, data_dir, config_path, progress, echo)
     datasets: dict[str, Any] = {}
     parent = None
     if main:
-        parent = mlflow.start_run(run_name=f"{time.strftime('%m-%d %H:%M:%S')} · {len(cells)} cells",
+        parent = mlflow.start_run(run_name=time.strftime('%m-%d %H:%M:%S'),
                                   tags={"dkilab.kind": "experiment", **tracking.provenance_tags(),
                                         **runstate.process_tags()}, description=cfg.description or None)
         tracking.log_experiment(cfg, cells, config_path)
@@ -146,7 +146,7 @@ def _run_cells(cfg, cells, state, exp_id, data_dir, config_path, progress, echo)
             skip = _broadcast(state, None if done is None else done.info.run_id)
             if skip is not None:
                 res = CellResult(cell, skipped=True, run_id=skip,
-                                 metrics=dict(done.data.metrics) if main else {})
+                                 metrics=tracking.read_metrics(done) if main else {})
                 echo(f"[{n}/{len(cells)}] {cell.label}: finished before (config {cell.config_hash}), skipped")
                 results.append(res)
                 continue

@@ -1,7 +1,7 @@
 """What goes to MLflow and comes back from it.
 
 Per cell: params (the flattened resolved config, every default filled in), metrics overall with their
-95% bootstrap intervals (`ci95/<metric>_low|_high`) and per category (`cat/<c>/<metric>`), artifacts
+95% bootstrap intervals (`<metric>_ci95_low|_high`), artifacts (by_category.json, questions.json,
 (resolved_config.yaml, prompts.yaml, predictions.jsonl, errors.txt, score_by_category.png), tags
 (config hash, git commit, dkilab version). On the parent run: the comparison table with intervals
 (comparison.csv/.txt/.png) and the paired differences between cells on the same questions (paired.csv).
@@ -37,6 +37,17 @@ def metric_key(text: str) -> str:
 
 
 SCRIPTED_TAG = "dkilab.scripted"
+_OLD_CI = re.compile(r"^ci95/(.+?)(?:/|_)(low|high)$")
+
+
+def read_metrics(run) -> dict[str, float]:
+    """A run's metrics under today's names (runs logged before the interval keys became
+    `<metric>_ci95_low|high` had `ci95/<metric>/low|high`)."""
+    out = {}
+    for k, v in run.data.metrics.items():
+        m = _OLD_CI.match(k)
+        out[f"{m.group(1)}_ci95_{m.group(2)}" if m else k] = v
+    return out
 
 
 @functools.lru_cache(maxsize=1)
@@ -102,8 +113,8 @@ def log_cell(cell, rows: list[dict], errors: list[str], wall_s: float, extra: di
     metrics = cell_metrics(rows, wall_s, extra)
     mlflow.log_metrics(metrics)
     by_cat = aggregate_by_category(rows, intervals=True)
-    for cat, agg in by_cat.items():
-        mlflow.log_metrics({metric_key(f"cat/{cat}/{k}"): v for k, v in agg.items()})
+    if by_cat:  # a table, not `cat/<c>/<m>` metrics: MLflow would chart those groups before the overall ones
+        mlflow.log_table(category_table([(cell.label, rows)]), "by_category.json")
     mlflow.log_dict(resolved, "resolved_config.yaml")
     mlflow.log_dict(cell.prompts(), "prompts.yaml")
     protocols = sorted({r["fact_protocol"] for r in rows if r.get("fact_protocol")})
@@ -386,10 +397,14 @@ def check_server(uri: str, timeout: float = 5.0) -> None:
                                  "--tracking-uri / set MLFLOW_TRACKING_URI to one that is") from None
 
 
-def _config_order(run) -> tuple:
-    """Rows in the order the config lists the cells (the tag each cell run carries), then by start."""
-    idx = run.data.tags.get("dkilab.cell_index")
-    return (int(idx) if idx and idx.isdigit() else 10**9, run.info.start_time)
+def config_ordered(runs) -> list:
+    """Cell runs in the order the config lists them (the `dkilab.cell_index` tag); by start time when
+    some runs predate the tag."""
+    runs = list(runs)
+    idx = [r.data.tags.get("dkilab.cell_index", "") for r in runs]
+    if all(i.isdigit() for i in idx):
+        return [r for _, r in sorted(zip(idx, runs), key=lambda p: (int(p[0]), p[1].info.start_time))]
+    return sorted(runs, key=lambda r: r.info.start_time)
 
 
 def category_table(rows_per_cell: list[tuple[str, list[dict]]], metrics: list[str] | None = None):
@@ -403,7 +418,7 @@ def category_table(rows_per_cell: list[tuple[str, list[dict]]], metrics: list[st
         for cat, agg in aggregate_by_category(rows, names=metrics, intervals=True).items():
             n = int(agg.get("questions", 0))
             for m, v in agg.items():
-                if m == "questions" or m.startswith("ci95/") or (metrics and m not in metrics):
+                if m == "questions" or m.endswith(("_ci95_low", "_ci95_high")) or (metrics and m not in metrics):
                     continue
                 lo, hi = (agg.get(k) for k in ci_keys(m))
                 out.append({"cell": label, "category": cat, "metric": m, "value": v, "low": lo, "high": hi, "n": n})
@@ -436,7 +451,7 @@ def report(experiment: str, uri: str | None = None, pairs: bool = True, by_categ
         raise UnknownExperimentError(f"no MLflow experiment named {experiment!r} at {uri}"
                                      + (f"; did you mean {close[0]!r}?" if close else "")
                                      + (f" Experiments there: {', '.join(sorted(names))}" if names else " (it has none)"))
-    runs = sorted(runstate.finished_runs(exp.experiment_id).values(), key=_config_order)
+    runs = config_ordered(runstate.finished_runs(exp.experiment_id).values())
     if not runs:
         return pd.DataFrame(), pd.DataFrame(), []
     scripted = [r.info.run_name for r in runs if r.data.tags.get(SCRIPTED_TAG) == "1"]
@@ -445,7 +460,7 @@ def report(experiment: str, uri: str | None = None, pairs: bool = True, by_categ
                                 f"({', '.join(scripted[:3])}{', ...' if len(scripted) > 3 else ''}): their outputs "
                                 "come from a file, so they compare pipelines, not models; pass --allow-scripted "
                                 "to report them anyway")
-    table = metrics_frame([(r.info.run_name, dict(r.data.metrics)) for r in runs], intervals=True, extra=metrics)
+    table = metrics_frame([(r.info.run_name, read_metrics(r)) for r in runs], intervals=True, extra=metrics)
     table["questions"] = [r.data.metrics.get("questions") for r in runs]  # n
     notes = detector_notes([r.data.params for r in runs]) if "hallucination_rate" in table.columns else []
     if not pairs:

@@ -115,13 +115,14 @@ def test_ci_config_runs_end_to_end(path, uri, model):
     client = mlflow.MlflowClient(uri)
     for run in runs:
         head = primary_metric(run.data.metrics)
-        wanted = CELL_METRICS | {head, f"ci95/{head}_low", f"ci95/{head}_high"}
+        wanted = CELL_METRICS | {head, f"{head}_ci95_low", f"{head}_ci95_high"}
         assert head and wanted <= set(run.data.metrics), wanted - set(run.data.metrics)
-        assert any(k.startswith("cat/") for k in run.data.metrics)
+        assert not any("/" in k for k in run.data.metrics)  # no prefixed groups above the overall charts
         assert run.data.params["strategy.name"] in STRATEGIES and run.data.params["metrics.abstention_detector.name"]
         assert run.data.tags["dkilab.version"] and run.data.tags["mlflow.source.git.commit"]
         arts = {a.path for a in client.list_artifacts(run.info.run_id)}
-        assert {"predictions.jsonl", "resolved_config.yaml", "prompts.yaml", "score_by_category.png"} <= arts
+        assert {"predictions.jsonl", "resolved_config.yaml", "prompts.yaml", "score_by_category.png",
+                "by_category.json", "questions.json"} <= arts
     _check_ci_specifics(path.stem, results)
     if cfg.tracing:
         traces = mlflow.search_traces(locations=[runs[0].info.experiment_id], return_type="list")

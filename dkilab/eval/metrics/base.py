@@ -34,7 +34,7 @@ class Metric:
     aggregation: Aggregation = "mean"
     higher_is_better: bool | None = None  # None: a cost or a count, neither better nor worse
     subset: Literal["all", "answerable", "unanswerable"] = "all"  # the questions it is aggregated over
-    per_category: bool = False  # also logged per category (cat/<c>/<name>)
+    per_category: bool = False  # also logged per category (the cell's by_category.json table)
     rank: float | None = None  # position in the comparison table; None = not in the table
     headline: bool = False  # a cell's main figure (console line, plots): the first headline metric it has
     kind: Literal["answer", "retrieval", "agent", "any"] = "answer"  # the rows its function runs on
@@ -208,7 +208,7 @@ def aggregate(rows: list[dict[str, Any]]) -> dict[str, float]:
 def aggregate_by_category(rows: list[dict[str, Any]], names: list[str] | None = None,
                           intervals: bool = False) -> dict[str, dict[str, float]]:
     """Per category: the per-category metrics (or `names`) and the question count, with their 95%
-    intervals (`ci95/...` keys) if asked."""
+    intervals (`<m>_ci95_low|high` keys) if asked."""
     from dkilab.eval.metrics.bootstrap import with_intervals
 
     wanted = sorted(set(names or category_metrics()) | {"questions"})

@@ -16,7 +16,7 @@ import numpy as np
 
 from dkilab.eval.metrics.base import Metric, _finite, _in_subset, aggregate_metric, declared
 
-CI = "ci95"  # interval keys: ci95/<metric>_low|_high (one MLflow chart section for all intervals)
+CI = "ci95"  # interval keys: <metric>_ci95_low|_high (unprefixed: MLflow charts them beside the metric)
 B = 1000  # resamples
 LEVEL = 0.95
 MIN_CLUSTERS = 5
@@ -106,11 +106,11 @@ def paired(m: Metric, rows_a: list[dict], rows_b: list[dict], key: str = "qid", 
 
 
 def ci_keys(name: str) -> tuple[str, str]:
-    return f"{CI}/{name}_low", f"{CI}/{name}_high"
+    return f"{name}_{CI}_low", f"{name}_{CI}_high"
 
 
 def with_intervals(rows: list[dict[str, Any]], names: list[str] | None = None, only: bool = False) -> dict[str, float]:
-    """Aggregates (only `names` if `only`) plus the 95% intervals of `names` (default: all) as `ci95/...` keys."""
+    """Aggregates (only `names` if `only`) plus the 95% intervals of `names` (default: all) as `<metric>_ci95_low|high` keys."""
     from dkilab.eval.metrics.base import aggregate
 
     metrics = aggregate(rows)
