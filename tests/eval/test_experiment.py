@@ -26,7 +26,8 @@ def _write(tmp_path, name="cfg", **extra):
     ({"sweep": {"params.preference_alpah": [0.2, 0.6]}}, r"cfg\.yaml: sweep\.params\.preference_alpah: .*did you mean 'preference_alpha'"),
     ({"sweep": {"v4.contxt_budget": [1, 2]}}, r"sweep\.v4\.contxt_budget: strategy 'v4' has no parameter 'contxt_budget'.*context_budget"),
     ({"sweep": {"v4.recall.summary.per_message_treshold": [60]}}, r"cfg\.yaml: invalid params of strategies\.1 \(v4\) at sweep point.*"
-                                                                  r"params\.recall\.summary\.per_message_treshold: Extra inputs"),
+                                                                  r"params\.recall\.summary\.per_message_treshold: unknown key "
+                                                                  r"\(did you mean 'per_message_threshold'\?\)"),
     ({"sweep": {"v4.recall.summary.per_message_threshold": [60, -1]}}, r"sweep point \{'v4\.recall\.summary\.per_message_threshold': -1\}.*"
                                                                       r"per_message_threshold: Input should be greater"),
     ({"strategies": [{"name": "recall_v4", "params": {"recall": {"summary": {"strategy": "magic"}}}}]},
