@@ -296,7 +296,6 @@ def _dataset_key(cell) -> str:
 def log_comparison(results) -> None:
     """On the parent run: the comparison table with intervals, its plot, and the paired differences."""
     import mlflow
-    from matplotlib.figure import Figure
 
     from dkilab.eval.metrics import primary_metric
     from dkilab.eval.runner import results_table

@@ -15,19 +15,10 @@ CONFIG = ROOT / "experiments" / "ci" / "scripted_fact_calls.yaml"
 
 
 @pytest.fixture(scope="module")
-def logged(tmp_path_factory):
-    import os
-
+def logged(scripted_run):
     import mlflow
 
-    uri = f"sqlite:///{tmp_path_factory.mktemp('review') / 'm.db'}"
-    cwd = os.getcwd()
-    os.chdir(ROOT)
-    try:
-        cfg = load_experiment(CONFIG)
-        results = run_experiment(cfg, uri=uri, progress=False, echo=lambda *a: None)
-    finally:
-        os.chdir(cwd)
+    cfg, results, uri = scripted_run
     mlflow.set_tracking_uri(uri)
     exp = mlflow.get_experiment_by_name(cfg.name)
     traces = mlflow.search_traces(locations=[exp.experiment_id], return_type="list")

@@ -2,26 +2,10 @@
 -> answer -> fact-call metrics in MLflow, and the scripted runs kept out of report comparisons."""
 import pytest
 
-from dkilab.eval.experiment import load_experiment
-from dkilab.eval.runner import check_expectations, run_experiment
+from dkilab.eval.runner import check_expectations
 from tests.conftest import ROOT
 
 CONFIG = ROOT / "experiments" / "ci" / "scripted_fact_calls.yaml"
-
-
-@pytest.fixture(scope="module")
-def scripted_run(tmp_path_factory):
-    import os
-
-    uri = f"sqlite:///{tmp_path_factory.mktemp('scripted') / 'm.db'}"
-    cwd = os.getcwd()
-    os.chdir(ROOT)  # the config names repository-relative files
-    try:
-        cfg = load_experiment(CONFIG)
-        results = run_experiment(cfg, uri=uri, progress=False, echo=lambda *a: None)
-    finally:
-        os.chdir(cwd)
-    return cfg, results, uri
 
 
 def test_fact_calls_reach_mlflow(scripted_run):

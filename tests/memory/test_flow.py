@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from dkilab.memory import MemoryManager, MemoryStore
-from dkilab.memory.flow import FlowConfig, SessionFlow
+from dkilab.memory.flow import SessionFlow
 from dkilab.memory.flow.intent import extract_by_rules, parse_extraction
 from dkilab.memory.flow.rewrite import check_rewrite, rewrite_by_rules
 from dkilab.memory.flow.routing import retrieve, route_filter
