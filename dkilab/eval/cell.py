@@ -124,10 +124,10 @@ def _flush_traces(trace: bool) -> None:
 
 
 def trace_tags(cell: Cell, item) -> dict[str, str]:
-    """What the traces table filters on: strategy, dataset, category, answerable, cell label, question."""
+    """What the traces table filters on: strategy, dataset, category, answerable, cell label, question
+    (the config hash is on the run the trace belongs to)."""
     return {"cell": cell.label, "strategy": cell.strategy.name, "dataset": cell.dataset.name,
-            "category": str(item.category), "answerable": str(bool(item.answerable)).lower(), "qid": str(item.qid),
-            "config_hash": cell.config_hash}
+            "category": str(item.category), "answerable": str(bool(item.answerable)).lower(), "qid": str(item.qid)}
 
 
 def run_cell(cell: Cell, model, data: CellData, state=None, trace: bool = False, progress: bool = True,
