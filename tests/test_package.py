@@ -68,3 +68,15 @@ def test_datasets_list_says_which_data_dir_it_looked_in(tmp_path, capsys, monkey
     assert out.startswith("data dir: not set") and "locomo" in out and "not in the data dir" in out
     assert main(["datasets", "list", "--data-dir", str(tmp_path)]) == 0
     assert capsys.readouterr().out.startswith(f"data dir: {tmp_path} (--data-dir)")
+
+
+def test_the_run_hint_fits_the_store_used(monkeypatch):
+    from dkilab.cli import _open_hint
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert _open_hint(None, "q") == "paired differences: `dkilab report q`; open it with `dkilab ui`"
+    assert _open_hint("sqlite:////tmp/x.db", "q") == ("paired differences: `dkilab report q --tracking-uri sqlite:////tmp/x.db`; "
+                                                       "open it with `dkilab ui --tracking-uri sqlite:////tmp/x.db`")
+    assert _open_hint("http://127.0.0.1:5000", "q").endswith("open http://127.0.0.1:5000 in a browser")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://10.0.0.5:5000")  # the environment carries over: no flag
+    assert _open_hint(None, "q") == "paired differences: `dkilab report q`; open http://10.0.0.5:5000 in a browser"
