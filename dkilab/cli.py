@@ -137,6 +137,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
     if table.empty:
         print("(no finished cells)" if args.format == "text" else "")
         return 0
+    if args.plots:
+        _save_plots(args, table)
     cols = _report_columns(table, metrics)
     narrow = table[[c for m in cols for c in (m, f"{m}_low", f"{m}_high") if c in table.columns]]
     cats = None
@@ -177,6 +179,26 @@ def _cmd_report(args: argparse.Namespace) -> int:
     for note in notes:  # how far to trust hallucination_rate
         print("\n" + note)
     return 0
+
+
+def _save_plots(args, table) -> None:
+    """`--plots DIR`: the parent run's comparison plots, drawn from what the store holds."""
+    from pathlib import Path
+
+    from dkilab.notebook import load_predictions, plot_categories, plot_headlines
+
+    out = Path(args.plots)
+    out.mkdir(parents=True, exist_ok=True)
+    figs = {"comparison.png": plot_headlines(table, args.experiment)}
+    preds = load_predictions(args.experiment, args.tracking_uri)
+    if "category" in preds and preds["category"].nunique() > 1:
+        from dkilab.eval.metrics import primary_metric
+
+        figs["comparison_by_category.png"] = plot_categories(preds, primary_metric(table.columns) or "score")
+    for name, fig in figs.items():
+        if fig is not None:
+            fig.savefig(out / name, dpi=120)
+            print(f"wrote {out / name}", file=sys.stderr)
 
 
 def _report_runs(args) -> list[tuple[str, str]]:
@@ -314,7 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
                          formatter_class=argparse.RawDescriptionHelpFormatter, epilog=(
                              "examples:\n  dkilab report quickstart\n"
                              "  dkilab report quickstart --by category --metrics score,hallucination_rate\n"
-                             "  dkilab report ci-session-flow --format markdown\n"
+                             "  dkilab report ci-session-flow --format markdown --plots plots/\n"
                              "  dkilab report sweep --format json --tracking-uri http://127.0.0.1:5000"))
     rep.add_argument("experiment", help="experiment name (the YAML's `name`)")
     rep.add_argument("--tracking-uri", default=None)
@@ -324,6 +346,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                      "the headline metric, hallucination, unsupported claims, prompt "
                                                      "tokens, latency)")
     rep.add_argument("--format", choices=["text", "markdown", "csv", "json"], default="text", help="output format")
+    rep.add_argument("--plots", metavar="DIR", default=None,
+                     help="also write comparison.png and comparison_by_category.png (the parent run's plots) to DIR")
     rep.add_argument("--allow-scripted", action="store_true",
                      help="report cells that ran on a scripted: model (pipeline tests; refused by default)")
     rep.set_defaults(func=_cmd_report)

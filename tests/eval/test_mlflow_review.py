@@ -148,6 +148,17 @@ def test_report_formats_columns_and_order(logged):
     assert text.index(labels[0]) < text.index(labels[1]) and "±" in text
 
 
+def test_report_plots_are_written(logged, tmp_path):
+    import mlflow
+
+    cfg, results, exp, traces = logged
+    out = _cli("report", cfg.name, "--tracking-uri", mlflow.get_tracking_uri(), "--allow-scripted", "--plots",
+               str(tmp_path / "plots"))
+    assert out.returncode == 0, out.stderr
+    for name in ("comparison.png", "comparison_by_category.png"):
+        assert (tmp_path / "plots" / name).read_bytes()[:4] == b"\x89PNG"
+
+
 def test_report_errors_are_one_line_and_create_nothing(logged, tmp_path):
     import mlflow
 
