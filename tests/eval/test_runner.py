@@ -288,8 +288,10 @@ def test_a_stopped_sweep_resumes_without_redoing_finished_cells(tmp_path, uri, m
     path = _config(tmp_path, "resume", strategies=[{"name": "no_memory"}], sweep={"params.max_new_tokens": [1, 48, 3]})
     err = tmp_path / "stderr.txt"
     with err.open("w") as err_file:  # a file, not a pipe nobody reads while we wait
+        # SIGINT back to its default first: a test run started in the background of a non-interactive shell
+        # inherits SIGINT ignored, and Python then never raises KeyboardInterrupt (the run would finish)
         proc = subprocess.Popen(_cli(path, uri), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err_file, text=True, env=ENV,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     # stopped while the second cell runs: signalled once its MLflow run exists (not after a fixed sleep,
     # which a fast machine outran by finishing all three cells)
     assert _wait_for_running(uri, "no_memory@fixtures[max_new_tokens=48]", proc), err.read_text()[-2000:]
