@@ -80,15 +80,23 @@ def _check(dialogue: Dialogue, docs: dict[str, Document], schema, src: Path) -> 
             raise ValueError(f"{where}: documents {missing} are not in the knowledge base")
 
 
-def load_documents(path: Path = KB) -> dict[str, Document]:
-    raw = read_yaml(require(path, "session-flow knowledge base", "It ships with the repository (datasets/fixtures/session/)."))
+def _read_items(path: Path, model, kind: str, how: str) -> list:
+    """A YAML list of `model` items with unique ids; errors name the file and the item."""
+    from collections import Counter
+
+    raw = read_yaml(require(path, f"session-flow {kind}s", how))
     if not isinstance(raw, list):
-        raise ValueError(f"{path}: expected a list of documents")
-    docs = [validate(Document, d, str(path), f"document {d.get('id', i) if isinstance(d, dict) else i}")
-            for i, d in enumerate(raw)]
-    dup = sorted({d.id for d in docs if sum(e.id == d.id for e in docs) > 1})
+        raise ValueError(f"{path}: expected a list of {kind}s")
+    items = [validate(model, d, str(path), f"{kind} {d.get('id', i) if isinstance(d, dict) else i}")
+             for i, d in enumerate(raw)]
+    dup = sorted(k for k, n in Counter(d.id for d in items).items() if n > 1)
     if dup:
-        raise ValueError(f"{path}: duplicate document ids {dup}")
+        raise ValueError(f"{path}: duplicate {kind} ids {dup}")
+    return items
+
+
+def load_documents(path: Path = KB) -> dict[str, Document]:
+    docs = _read_items(path, Document, "document", "It ships with the repository (datasets/fixtures/session/).")
     return {d.id: d for d in docs}
 
 
@@ -96,14 +104,7 @@ def load_dialogues(path: Path = DIALOGUES, docs: dict[str, Document] | None = No
     from dkilab.memory.flow.schema import DomainSchema
 
     docs = docs if docs is not None else load_documents()
-    raw = read_yaml(require(path, "session-flow dialogues", "They ship with the repository (datasets/fixtures/session/)."))
-    if not isinstance(raw, list):
-        raise ValueError(f"{path}: expected a list of dialogues")
-    out = [validate(Dialogue, d, str(path), f"dialogue {d.get('id', i) if isinstance(d, dict) else i}")
-           for i, d in enumerate(raw)]
-    dup = sorted({d.id for d in out if sum(e.id == d.id for e in out) > 1})
-    if dup:
-        raise ValueError(f"{path}: duplicate dialogue ids {dup}")
+    out = _read_items(path, Dialogue, "dialogue", "They ship with the repository (datasets/fixtures/session/).")
     schema = DomainSchema.load()
     for d in out:
         _check(d, docs, schema, path)
