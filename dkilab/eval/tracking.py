@@ -20,7 +20,6 @@ from typing import Any
 from dkilab.eval.metrics.base import aggregate_by_category
 from dkilab.eval.metrics.bootstrap import ci_keys, with_intervals
 
-_KEY = re.compile(r"[^A-Za-z0-9_\-./ ]")
 
 
 def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
@@ -30,10 +29,6 @@ def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
             out |= flatten(v, f"{prefix}.{k}" if prefix else str(k))
         return out
     return {prefix: data}
-
-
-def metric_key(text: str) -> str:
-    return _KEY.sub("_", str(text))
 
 
 SCRIPTED_TAG = "dkilab.scripted"
@@ -114,7 +109,7 @@ def log_cell(cell, rows: list[dict], errors: list[str], wall_s: float, extra: di
     mlflow.log_metrics(metrics)
     by_cat = aggregate_by_category(rows, intervals=True)
     if by_cat:  # a table, not `cat/<c>/<m>` metrics: MLflow would chart those groups before the overall ones
-        mlflow.log_table(category_table([(cell.label, rows)]), "by_category.json")
+        mlflow.log_table(category_table([(cell.label, by_cat)]), "by_category.json")
     mlflow.log_dict(resolved, "resolved_config.yaml")
     mlflow.log_dict(cell.prompts(), "prompts.yaml")
     protocols = sorted({r["fact_protocol"] for r in rows if r.get("fact_protocol")})
@@ -326,14 +321,23 @@ def log_comparison(results) -> None:
 
 # --- reading back ------------------------------------------------------------------------------
 def run_rows(run_id: str) -> list[dict[str, Any]]:
-    """The per-question rows a cell logged (predictions.jsonl)."""
+    """The per-question rows a cell logged (predictions.jsonl); a fresh copy each call (the report's
+    pairs, its category table and its plots read the same runs once)."""
+    import mlflow
+
+    return [dict(r) for r in _rows_of(mlflow.get_tracking_uri(), run_id)]
+
+
+@functools.lru_cache(maxsize=256)
+def _rows_of(uri: str, run_id: str) -> tuple[dict[str, Any], ...]:
+    """Keyed by store and run: a logged artifact of a run never changes once written."""
     import os
 
     import mlflow
 
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    path = Path(mlflow.MlflowClient().download_artifacts(run_id, "predictions.jsonl"))
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    path = Path(mlflow.MlflowClient(uri).download_artifacts(run_id, "predictions.jsonl"))
+    return tuple(json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
 
 
 def detector_notes(params_per_cell: list[dict[str, str]]) -> list[str]:
@@ -406,15 +410,17 @@ def config_ordered(runs) -> list:
     return sorted(runs, key=lambda r: r.info.start_time)
 
 
-def category_table(rows_per_cell: list[tuple[str, list[dict]]], metrics: list[str] | None = None):
-    """Long table: cell, category, metric, value, low, high, n (per-category values with 95% intervals)."""
+def category_table(rows_per_cell: list[tuple[str, list[dict] | dict]], metrics: list[str] | None = None):
+    """Long table: cell, category, metric, value, low, high, n (per-category values with 95% intervals).
+    Each cell gives its rows, or their `aggregate_by_category(..., intervals=True)` if already computed."""
     import pandas as pd
 
     from dkilab.eval.metrics.bootstrap import ci_keys
 
     out = []
     for label, rows in rows_per_cell:
-        for cat, agg in aggregate_by_category(rows, names=metrics, intervals=True).items():
+        by_cat = rows if isinstance(rows, dict) else aggregate_by_category(rows, names=metrics, intervals=True)
+        for cat, agg in by_cat.items():
             n = int(agg.get("questions", 0))
             for m, v in agg.items():
                 if m == "questions" or m.endswith(("_ci95_low", "_ci95_high")) or (metrics and m not in metrics):

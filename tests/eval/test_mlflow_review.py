@@ -237,3 +237,26 @@ def test_a_run_over_http_to_a_local_mlflow_server(tmp_path):
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_run_rows_are_read_once_per_store_and_run(logged, tmp_path):
+    import shutil
+
+    import mlflow
+
+    from dkilab.eval.tracking import run_rows
+
+    cfg, results, exp, traces = logged
+    uri = mlflow.get_tracking_uri()
+    run_id = results[0].run_id
+    first = run_rows(run_id)
+    first[0]["prediction"] = "changed by a caller"  # a copy: the next reader is not affected
+    assert run_rows(run_id)[0]["prediction"] == results[0].rows[0]["prediction"]
+    other = f"sqlite:///{tmp_path / 'other.db'}"  # another store never gets this store's rows
+    try:
+        mlflow.set_tracking_uri(other)
+        with pytest.raises(Exception):
+            run_rows(run_id)
+    finally:
+        mlflow.set_tracking_uri(uri)
+        shutil.rmtree(tmp_path, ignore_errors=True)
