@@ -70,7 +70,7 @@ class SessionL2(Strategy):
 
     def _answer(self, question, memory, model, *, session_id, preferences, stages, asked_at=None, task=None):
         from dkilab.memory import MemoryManager, MemoryStore
-        from dkilab.memory.flow import SessionFlow
+        from dkilab.memory.flow import SessionFlow, stage_latencies
 
         # a dialogue (dataset session_flow: task inputs `turns`, `user`), or a lone question: a one-turn
         # dialogue of the memory's user over their own memory
@@ -95,8 +95,7 @@ class SessionL2(Strategy):
             store.close()
         last = results[-1]
         for t in results:  # the flow's steps under the stage names every strategy reports
-            for step, ms in t["latency_ms"].items():
-                stage = {"retrieval": "recall", "answer": "generation"}.get(step, "assembly")
+            for stage, ms in stage_latencies(t["latency_ms"]).items():
                 stages.ms[stage] = stages.ms.get(stage, 0.0) + ms
         return Answer(last["answer"], recalled_ids=list(last["doc_ids"]), rounds=sum(t["llm_calls"] for t in results),
                       prompt_tokens=last["prompt_tokens"], generated_tokens=sum(t["generated_tokens"] for t in results),

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from dkilab.eval.metrics.base import Scored, metric
+from dkilab.memory.flow import stage_latencies
 from dkilab.types import Answer, QAItem
 
 L2_RULES = ("new", "inherit", "overwrite_intent", "overwrite_object")
@@ -33,9 +34,7 @@ def expand_turns(item: QAItem, answer: Answer) -> list[tuple[QAItem, Answer]]:
     for n, (turn, gold) in enumerate(zip(turns, golds), 1):
         sub = QAItem(turn["query"], gold["answer"], gold["category"], list(gold["docs"]), True, item.question_date,
                      qid=f"{item.qid}#{n}", metadata={"gold": gold, "user_id": user, "dialogue_id": item.qid})
-        ms = turn["latency_ms"]
-        latency = {"recall": ms.get("retrieval", 0.0), "generation": ms.get("answer", 0.0),
-                   "assembly": sum(v for k, v in ms.items() if k not in ("retrieval", "answer"))}
+        latency = stage_latencies(turn["latency_ms"])
         out.append((sub, Answer(turn["answer"], answer.strategy, prompt_tokens=turn["prompt_tokens"],
                                 generated_tokens=turn["generated_tokens"], recalled_ids=list(turn["doc_ids"]),
                                 rounds=turn["llm_calls"], latency_ms=latency, context_text=turn.get("context", ""),

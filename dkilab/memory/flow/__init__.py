@@ -81,6 +81,15 @@ class TurnResult:
         return asdict(self)
 
 
+def stage_latencies(step_ms: dict[str, float]) -> dict[str, float]:
+    """A turn's step times under the stage names every strategy reports: retrieval -> recall, answer ->
+    generation, the rest (L1/L2 reads and writes, rewrite, intent) -> assembly."""
+    out = {"recall": 0.0, "generation": 0.0, "assembly": 0.0}
+    for step, ms in step_ms.items():
+        out[{"retrieval": "recall", "answer": "generation"}.get(step, "assembly")] += ms
+    return out
+
+
 def current_entry(state: dict[str, Any] | None) -> dict[str, Any] | None:
     chain = (state or {}).get("operation_chain") or []
     if not chain:
