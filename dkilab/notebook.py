@@ -10,27 +10,39 @@ recall-v4 suffix and of a fact-call loop.
 from __future__ import annotations
 
 import html
+import itertools
 import re
+import warnings
 from typing import Any
 
-__all__ = ["load_runs", "load_predictions", "plot_headlines", "plot_categories", "render_suffix",
-           "render_fact_calls"]
+# tqdm's notebook bars need ipywidgets; without it they fall back to text, with a warning on every import
+warnings.filterwarnings("ignore", message="IProgress not found")
+
+
+def _show_figures_inline() -> None:
+    """In IPython, a `matplotlib.figure.Figure` (what the plot functions return; they never touch pyplot)
+    displays as a PNG when it is a cell's value, with or without `%matplotlib inline`."""
+    try:
+        from IPython import get_ipython
+        from IPython.core.pylabtools import select_figure_formats
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is not None and hasattr(shell, "display_formatter"):
+        select_figure_formats(shell, {"png"}, bbox_inches="tight")
+
+
+_show_figures_inline()
+
+__all__ = ["load_runs", "load_predictions", "plot_headlines", "plot_categories", "plot_sweep", "plot_frontier",
+           "plot_recall_at_k", "plot_metric_vs", "paired_differences", "category_values", "plot_alpha", "plot_tree", "pareto_front", "retrieval_misses", "available_datasets",
+           "render_suffix", "render_fact_calls"]
 
 
 def _runs(experiment: str, tracking_uri: str | None):
-    import mlflow
+    from dkilab.eval.tracking import experiment_runs
 
-    from dkilab.eval import runstate
-    from dkilab.eval.runner import tracking_uri as default_uri
-    from dkilab.eval.tracking import UnknownExperimentError, config_ordered, existing_store
-
-    uri = existing_store(default_uri(tracking_uri))
-    mlflow.set_tracking_uri(uri)
-    exp = mlflow.get_experiment_by_name(experiment)
-    if exp is None:
-        names = sorted(e.name for e in mlflow.MlflowClient().search_experiments(max_results=1000))
-        raise UnknownExperimentError(f"no MLflow experiment named {experiment!r} at {uri}; there: {', '.join(names)}")
-    return config_ordered(runstate.finished_runs(exp.experiment_id).values())
+    return experiment_runs(experiment, tracking_uri)
 
 
 def load_runs(experiment: str, tracking_uri: str | None = None, params: bool = True):
@@ -86,6 +98,17 @@ def load_predictions(experiment: str, tracking_uri: str | None = None):
     return pd.DataFrame(out)
 
 
+def paired_differences(experiment: str, tracking_uri: str | None = None, metrics: list[str] | None = None,
+                       by_category: bool = False):
+    """Paired differences (b - a) between the cells of each dataset on the questions both answered, with
+    95% bootstrap intervals, p and `real` (the interval excludes 0): `dkilab report --by category`'s pairs."""
+    from dkilab.eval.tracking import pairwise, run_dataset_key, run_rows
+
+    cells = [(run.info.run_name, run_dataset_key(run), run_rows(run.info.run_id))
+             for run in _runs(experiment, tracking_uri)]
+    return pairwise(cells, metrics, by_category)
+
+
 def plot_headlines(runs, title: str = ""):
     """Every headline metric per cell with its 95% interval, value and n (a `load_runs` frame)."""
     from dkilab.eval.plots import headline_figure
@@ -93,15 +116,124 @@ def plot_headlines(runs, title: str = ""):
     return headline_figure(runs, title)
 
 
+def plot_sweep(runs, x: str, y: str, metrics=("score", "hallucination_rate", "prompt_tokens"),
+               labels: dict[str, str] | None = None, title: str = ""):
+    """Heatmaps of `metrics` over two swept parameters (`load_runs` columns, e.g. `param.v4.context_budget`)."""
+    from dkilab.eval.plots import sweep_heatmaps
+
+    return sweep_heatmaps(runs, x, y, metrics, labels, title)
+
+
+def plot_frontier(runs, cost: str = "prompt_tokens", quality: str = "score", names: dict | None = None,
+                  title: str = ""):
+    """Quality against cost per cell (95% intervals) with the Pareto front (`pareto_front`) drawn."""
+    from dkilab.eval.plots import frontier_figure
+
+    return frontier_figure(runs, cost, quality, names, title)
+
+
+def pareto_front(runs, cost: str = "prompt_tokens", quality: str = "score") -> list:
+    """The cells no other cell beats on both cost (lower) and quality (higher), cheapest first."""
+    from dkilab.eval.plots import pareto_front as front
+
+    return front(runs, cost, quality)
+
+
+def plot_recall_at_k(runs, title: str = ""):
+    """recall@1/5/10/20 against k, a line per cell, a panel per dataset (recall_only cells)."""
+    from dkilab.eval.plots import recall_curve_figure
+
+    return recall_curve_figure(runs, title=title)
+
+
+def plot_metric_vs(runs, x: str, metrics=("score", "hallucination_rate"), labels: dict[str, str] | None = None,
+                   title: str = ""):
+    """`metrics` (95% intervals) against one swept parameter, a line per strategy (a `load_runs` frame)."""
+    from dkilab.eval.plots import metric_lines_figure
+
+    return metric_lines_figure(runs, x, metrics, labels, title)
+
+
+def plot_alpha(rows, title: str = ""):
+    """`dkilab.models.kv_probe.alpha_curve` rows: KL to both ends and p(answer) against alpha."""
+    from dkilab.eval.plots import alpha_figure
+
+    return alpha_figure(rows, title)
+
+
+def plot_tree(tree, highlight: str | None = None, notes: dict[str, str] | None = None, title: str = ""):
+    """An `AgentTree` (or its rows: (agent_id, parent, description)) drawn top-down, the asking
+    agent's path to the root in bold and `notes` (e.g. resolved pointers) under the boxes."""
+    from dkilab.eval.plots import tree_figure
+
+    from dkilab.agents.semantic_pointer import AgentTree
+
+    if not isinstance(tree, AgentTree):
+        tree = AgentTree.from_rows(tree)
+    nodes = [tree.node(a) for a in tree.ids()]
+    labels = {n.agent_id: f"{n.agent_id}: {n.description}" if n.description else n.agent_id for n in nodes}
+    return tree_figure([(n.agent_id, n.parent) for n in nodes], labels, highlight, notes, title)
+
+
+def retrieval_misses(predictions, conversations, k: int = 10, n: int = 10):
+    """Up to `n` questions whose gold evidence is not all in the top `k`, side by side: the question, the
+    gold evidence (id: text) and the top hits (id: text, gold ones marked), from `load_predictions` rows
+    of recall cells and the dataset's conversations (for the message texts)."""
+    import pandas as pd
+
+    text = {m.message_id: m.content for c in conversations for m in c.messages}
+    by_cell: dict[str, list[dict]] = {}
+    for row in predictions.to_dict("records"):
+        gold, hits = list(row.get("evidence_ids") or []), list(row.get("recalled_ids") or [])[:k]
+        if gold and not set(gold) <= set(hits):
+            by_cell.setdefault(row["cell"], []).append(row)
+    picked = [r for group in itertools.zip_longest(*by_cell.values()) for r in group if r is not None][:n]
+    out = []
+    for row in picked:  # round robin over the cells (datasets), so one dataset does not take all n
+        gold, hits = list(row["evidence_ids"]), list(row["recalled_ids"])[:k]
+        out.append({"cell": row["cell"], "question": row["question"],
+                    "gold evidence": "\n".join(f"{g}: {text.get(g, '?')[:160]}" for g in gold),
+                    f"top hits (of {k})": "\n".join(f"{'✓ ' if h in gold else ''}{h}: {text.get(h, '?')[:100]}"
+                                                  for h in hits[:5])})
+    return pd.DataFrame(out)
+
+
+def available_datasets(names, data_dir=None) -> list[str]:
+    """The datasets of `names` whose files are there, printing one line per dataset skipped and why."""
+    import os
+
+    from dkilab.eval.datasets import DATA_ENV, dataset_available
+
+    where = data_dir or os.environ.get(DATA_ENV)
+    there = [n for n in names if dataset_available(n, data_dir)]
+    for name in names:
+        if name not in there:
+            print(f"skipped {name}: its files are not in the data dir "
+                  f"({where or f'not set: set ${DATA_ENV} or DATA_DIR in the first cell'}; `dkilab datasets list` shows what is there)")
+    return there
+
+
+def _rows_by_cell(predictions) -> dict[str, list[dict]]:
+    """A `load_predictions` frame back to each cell's rows, without the NaN holes a DataFrame adds."""
+    return {cell: [{k: v for k, v in r.items() if not _missing(v)} for r in group.to_dict("records")]
+            for cell, group in predictions.groupby("cell", sort=False)}
+
+
+def category_values(predictions, metric: str = "score"):
+    """`metric` per cell and category with its 95% interval and n, as a table (what `plot_categories` draws;
+    categories by name where the dataset has names)."""
+    from dkilab.eval.tracking import category_table
+
+    return category_table(list(_rows_by_cell(predictions).items()), [metric])
+
+
 def plot_categories(predictions, metric: str = "score", title: str = ""):
     """`metric` per category and cell with 95% intervals and question counts (a `load_predictions` frame)."""
     from dkilab.eval.metrics.base import aggregate_by_category
     from dkilab.eval.plots import category_figure
 
-    by_cell = {}
-    for cell, group in predictions.groupby("cell", sort=False):
-        rows = [{k: v for k, v in r.items() if not _missing(v)} for r in group.to_dict("records")]
-        by_cell[cell] = aggregate_by_category(rows, names=[metric], intervals=True)
+    by_cell = {cell: aggregate_by_category(rows, names=[metric], intervals=True)
+               for cell, rows in _rows_by_cell(predictions).items()}
     return category_figure(by_cell, metric, title or f"{metric} per category")
 
 

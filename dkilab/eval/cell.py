@@ -229,7 +229,8 @@ def score_cell(cell: Cell, answers, items: list, judge=None, trace_ids: dict | N
 def _base_row(item, conv) -> dict[str, Any]:
     return {"qid": item.qid, "user_id": item.metadata.get("user_id") or conv.user_id, "category": item.category,
             "question": item.question, "gold": item.answer, "answerable": item.answerable,
-            "evidence_ids": item.evidence_ids}
+            "evidence_ids": item.evidence_ids} | (
+                {"category_name": item.metadata["category_name"]} if item.metadata.get("category_name") else {})
 
 
 def _score_one(item, answer, wall: float, conv, scorer: str, judge) -> dict[str, Any]:

@@ -17,7 +17,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from dkilab.eval.metrics.base import aggregate_by_category
+from dkilab.eval.metrics.base import aggregate_by_category, category_of
 from dkilab.eval.metrics.bootstrap import ci_keys, with_intervals
 
 
@@ -264,8 +264,8 @@ def pairwise(cells: list[tuple[str, str, list[dict]]], metrics: list[str] | None
                 names = names + list(SESSION_PAIRED)
             splits = [(None, ra, rb)]
             if by_category:
-                cats = sorted({str(r.get("category")) for r in ra})
-                splits = [(c, [r for r in ra if str(r.get("category")) == c], [r for r in rb if str(r.get("category")) == c])
+                cats = sorted({category_of(r) for r in ra})
+                splits = [(c, [r for r in ra if category_of(r) == c], [r for r in rb if category_of(r) == c])
                           for c in cats]
             for name in names:
                 if name not in METRICS:
@@ -434,13 +434,10 @@ class ScriptedRunsError(ValueError):
     """An experiment's cells ran on a `scripted:` model: its numbers measure the pipeline, not a model."""
 
 
-def report(experiment: str, uri: str | None = None, pairs: bool = True, by_category: bool = False,
-           metrics: list[str] | None = None, allow_scripted: bool = False):
-    """(table with intervals, paired differences, detector notes) of the finished cells of an experiment:
-    the newest completed run per config hash, in the order the cells ran. Cells of a `scripted:` model
-    are refused unless `allow_scripted` (their outputs come from a file, not a model)."""
+def experiment_runs(experiment: str, uri: str | None = None) -> list:
+    """The finished cells of an experiment (the newest completed run per config hash) in config order;
+    a store that does not exist or an unknown experiment name is a one-line error (did-you-mean)."""
     import mlflow
-    import pandas as pd
 
     from dkilab.eval import runstate
     from dkilab.eval.runner import tracking_uri
@@ -456,7 +453,24 @@ def report(experiment: str, uri: str | None = None, pairs: bool = True, by_categ
         raise UnknownExperimentError(f"no MLflow experiment named {experiment!r} at {uri}"
                                      + (f"; did you mean {close[0]!r}?" if close else "")
                                      + (f" Experiments there: {', '.join(sorted(names))}" if names else " (it has none)"))
-    runs = config_ordered(runstate.finished_runs(exp.experiment_id).values())
+    return config_ordered(runstate.finished_runs(exp.experiment_id).values())
+
+
+def run_dataset_key(run) -> str:
+    """Which cells compare question by question: same dataset, split and file."""
+    p = run.data.params
+    return (f"{p.get('dataset.name')}:{p.get('dataset.split')}"
+            + (f":{p['dataset.path']}" if p.get("dataset.path") not in (None, "None") else ""))
+
+
+def report(experiment: str, uri: str | None = None, pairs: bool = True, by_category: bool = False,
+           metrics: list[str] | None = None, allow_scripted: bool = False):
+    """(table with intervals, paired differences, detector notes) of the finished cells of an experiment:
+    the newest completed run per config hash, in the order the cells ran. Cells of a `scripted:` model
+    are refused unless `allow_scripted` (their outputs come from a file, not a model)."""
+    import pandas as pd
+
+    runs = experiment_runs(experiment, uri)
     if not runs:
         return pd.DataFrame(), pd.DataFrame(), []
     scripted = [r.info.run_name for r in runs if r.data.tags.get(SCRIPTED_TAG) == "1"]
@@ -470,9 +484,7 @@ def report(experiment: str, uri: str | None = None, pairs: bool = True, by_categ
     notes = detector_notes([r.data.params for r in runs]) if "hallucination_rate" in table.columns else []
     if not pairs:
         return table, pd.DataFrame(), notes
-    keyed = [(r.info.run_name, f"{r.data.params.get('dataset.name')}:{r.data.params.get('dataset.split')}"
-              + (f":{r.data.params['dataset.path']}" if r.data.params.get("dataset.path") not in (None, "None") else ""),
-              run_rows(r.info.run_id)) for r in runs]
+    keyed = [(r.info.run_name, run_dataset_key(r), run_rows(r.info.run_id)) for r in runs]
     return table, pairwise(keyed, metrics, by_category), notes
 
 

@@ -127,4 +127,4 @@ class RecallV4(RecallingStrategy):
                       metadata={"summaries": suffix.summary_count, "history_tokens": suffix.history_tokens,
                                 "dropped_for_budget": suffix.dropped_for_budget, "fact_loop_stopped": loop.stopped,
                                 "fact_protocol": "native" if native else "text",
-                                "fact_tokens": loop.fact_tokens})
+                                "fact_tokens": loop.fact_tokens, "facts": facts})  # what each call fetched

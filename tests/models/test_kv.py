@@ -92,3 +92,18 @@ def test_bad_alpha_and_bad_memory_are_refused(model, mem):
         next_token_logits(model, PROMPT, [("some text", 1.0)])
     with pytest.raises(ValueError, match="empty"):
         encode_memory(model, "")
+
+
+def test_alpha_curve_matches_the_direct_computation(model, mem):
+    from dkilab.models.kv_probe import Probe, alpha_curve
+
+    base, full = next_token_logits(model, PROMPT, [(mem, 0.0)]), next_token_logits(model, PROMPT, [(mem, 1.0)])
+    half = next_token_logits(model, PROMPT, [(mem, 0.5)])
+    rows = alpha_curve(model, [Probe(MEMORY, PROMPT, " Pixel", "cat")], [0.0, 0.5, 1.0])
+    assert [r["alpha"] for r in rows] == [0.0, 0.5, 1.0] and rows[0]["kl_to_none"] == 0 and rows[2]["kl_to_full"] == 0
+    assert rows[1]["kl_to_none"] == pytest.approx(kl(half, base), rel=1e-3, abs=1e-5)
+    assert rows[1]["kl_to_full"] == pytest.approx(kl(half, full), rel=1e-3, abs=1e-5)
+    first = model.encode(" Pixel")[0]  # p(answer) is teacher-forced over all its tokens, so below p(first token)
+    assert rows[2]["p_answer"] > rows[0]["p_answer"] and rows[2]["answer_logprob"] <= float(torch.log_softmax(full, -1)[first])
+    with pytest.raises(ValueError, match="at least one probe"):
+        alpha_curve(model, [], [0.5])

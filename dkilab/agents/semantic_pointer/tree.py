@@ -50,6 +50,10 @@ class AgentTree:
                 raise TreeError(f"moving {agent_id!r} under {parent!r} would make a cycle")
         node.parent = parent
 
+    def ids(self) -> list[str]:
+        """Every agent id, in the order they were added."""
+        return list(self._nodes)
+
     def node(self, agent_id: str) -> AgentNode:
         try:
             return self._nodes[agent_id]

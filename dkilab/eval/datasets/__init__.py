@@ -14,7 +14,7 @@ from dkilab.registry import DATASETS
 
 __all__ = ["DATA_ENV", "DatasetNotFoundError", "data_dir", "register_dataset", "load_locomo", "load_fixtures",
            "load_memdaily", "load_madial", "load_madial_en", "load_madial_zh", "load_dataset", "dataset_info",
-           "resolve_path", "DATASETS"]
+           "resolve_path", "dataset_available", "DATASETS"]
 
 
 def resolve_path(path: str, data: str | None = None) -> Path:
@@ -75,3 +75,8 @@ def load_dataset(name: str, data_dir=None, limit: int | None = None, question_li
         return loader(data_dir, limit=limit, question_limit=question_limit)
     key = fingerprint(name, meta["version"], limit, question_limit, files=files)
     return cached(name, key, lambda: loader(data_dir, limit=limit, question_limit=question_limit))
+
+
+def dataset_available(name: str, data: str | None = None) -> bool:
+    """Whether a registered dataset's source files are there (bundled, or in the data dir)."""
+    return bool(_source_files(DATASETS.meta(name), data))
