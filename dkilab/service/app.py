@@ -118,24 +118,28 @@ class _Limits:
         length = dict(scope.get("headers", [])).get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > MAX_BODY):
             return await JSONResponse({"detail": f"body larger than {MAX_BODY} bytes"}, 413)(scope, receive, send)
-        seen = 0
+        if length is None and scope.get("method") in ("POST", "PUT", "PATCH"):
+            # chunked upload (no length): read it whole first, up to the limit, then hand it on
+            body, more = b"", True
+            while more:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return
+                body += message.get("body", b"")
+                more = message.get("more_body", False)
+                if len(body) > MAX_BODY:
+                    return await JSONResponse({"detail": f"body larger than {MAX_BODY} bytes"}, 413)(scope, receive, send)
+            replayed = False
 
-        async def limited():
-            nonlocal seen
-            message = await receive()
-            seen += len(message.get("body", b""))
-            if seen > MAX_BODY:  # chunked upload without a length: stop reading
-                raise _TooLarge()
-            return message
+            async def replay():
+                nonlocal replayed
+                if replayed:
+                    return await receive()
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
 
-        try:
-            await self.app(scope, limited, send)
-        except _TooLarge:
-            await JSONResponse({"detail": f"body larger than {MAX_BODY} bytes"}, 413)(scope, receive, send)
-
-
-class _TooLarge(Exception):
-    pass
+            return await self.app(scope, replay, send)
+        await self.app(scope, receive, send)
 
 
 def create_app(store, keys: KeyRing, manager=None) -> FastAPI:

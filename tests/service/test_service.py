@@ -107,6 +107,20 @@ def test_size_limits_and_the_openapi_page(service):
     big = httpx.post(service.url + "/v1/lexical_search", content=b"{" + b" " * 70_000 + b"}",
                      headers={"X-API-Key": service.keys["u_lin"], "content-type": "application/json"})
     assert big.status_code == 413
+
+    def chunks():  # no Content-Length: the limit is counted while reading
+        yield b'{"query_text": "'
+        for _ in range(40):
+            yield b"x" * 2048
+        yield b'"}'
+
+    chunked = httpx.post(service.url + "/v1/lexical_search", content=chunks(),
+                         headers={"X-API-Key": service.keys["u_lin"], "content-type": "application/json"})
+    assert chunked.status_code == 413
+    small = httpx.post(service.url + "/v1/lexical_search", content=iter([b'{"query_text": ', b'"cat"}']),
+                       headers={"X-API-Key": service.keys["u_lin"], "content-type": "application/json"})
+    assert small.status_code == 200 and "items" in small.json()  # a small chunked body is read and handed on
+    assert post(service, "/v1/lexical_search", {"query_text": "cat"}, user="u_lin").status_code == 200  # still serving
     long_url = httpx.get(service.url + "/v1/recent", params={"session_id": "x" * 5000},
                          headers={"X-API-Key": service.keys["u_lin"]})
     assert long_url.status_code == 414
