@@ -212,8 +212,8 @@ def category_of(row: dict[str, Any]) -> str:
 
 def aggregate_by_category(rows: list[dict[str, Any]], names: list[str] | None = None,
                           intervals: bool = False) -> dict[str, dict[str, float]]:
-    """Per category (its name where the dataset gives one): the per-category metrics (or `names`) and the question count, with their 95%
-    intervals (`<m>_ci95_low|high` keys) if asked."""
+    """Per category (by name where the dataset gives one): the per-category metrics (or `names`) and the
+    question count, with their 95% intervals (`<m>_ci95_low|high` keys) if asked."""
     from dkilab.eval.metrics.bootstrap import with_intervals
 
     wanted = sorted(set(names or category_metrics()) | {"questions"})
