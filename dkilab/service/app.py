@@ -142,13 +142,15 @@ class _Limits:
         await self.app(scope, receive, send)
 
 
-def create_app(store, keys: KeyRing, manager=None) -> FastAPI:
+def create_app(store, keys: KeyRing, manager=None) -> FastAPI:  # noqa: C901 - one closure per endpoint
     """The service over an open MemoryStore and a KeyRing (`manager`: a MemoryManager for the history
     endpoints; one over the store's SQLite by default)."""
     from dkilab.memory import MemoryManager
 
     manager = manager or MemoryManager(store)
-    app = FastAPI(title="dkilab recall service", version="1",
+    from fastapi_offline import FastAPIOffline  # /docs and /redoc with bundled assets: no CDN (offline machines)
+
+    app = FastAPIOffline(title="dkilab recall service", version="1",
                   description="User-bound query tools (seed recall-agent §3) and session history (seed "
                               "session-l1-l2-memory §7.2). The user is the one the API key belongs to; no "
                               "endpoint takes a user id. Another user's message or session is a 404, exactly "

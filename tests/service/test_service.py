@@ -1,6 +1,7 @@
 """The recall service against a live `dkilab serve`: the user comes from the key only, another user's
 data is a 404 exactly like a missing id, bad input is a 422 naming the field, and the client returns
 what the in-process view returns (so agents and strategies run unchanged over HTTP)."""
+import re
 import threading
 
 import httpx
@@ -131,7 +132,10 @@ def test_size_limits_and_the_openapi_page(service):
     assert spec["components"]["securitySchemes"]["APIKeyHeader"]["name"] == "X-API-Key"
     params = [p["name"] for item in spec["paths"].values() for op in item.values() for p in op.get("parameters", [])]
     assert "user_id" not in params and "user_id" not in str(spec["components"]["schemas"].get("LexicalBody"))
-    assert httpx.get(service.url + "/docs").status_code == 200
+    docs = httpx.get(service.url + "/docs")
+    assets = re.findall(r'(?:src|href)="([^"]+)"', docs.text)
+    assert docs.status_code == 200 and assets and all(a.startswith("/") for a in assets)  # no CDN: works offline
+    assert all(httpx.get(service.url + a).status_code == 200 for a in assets)
 
 
 QUERIES = ["cat", "不吃辣", "marathon", "新房", "Pixel", "云南", "team lead", "coffee"]
