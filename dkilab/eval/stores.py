@@ -11,15 +11,26 @@ from dkilab.types import Conversation
 LOADER_VERSION = "2"  # bump when loaders change what they ingest
 
 
+def store_key(conversations: list[Conversation], encoder: str) -> str:
+    """What makes a cached store this data's: every field of every message that is stored (user, id,
+    session, turn, role, text, time, speaker, metadata), the encoder and the loader version. A message
+    edited under the same id gets a new store rather than the stale one."""
+    h = hashlib.sha1(json.dumps([LOADER_VERSION, encoder]).encode())
+    for c in conversations:
+        for m in c.messages:
+            h.update(json.dumps([m.user_id, m.message_id, m.session_id, m.turn_id, m.role, m.content,
+                                 m.timestamp.isoformat(), m.speaker, m.topic, m.metadata], sort_keys=True,
+                                ensure_ascii=False, default=str).encode())
+    return h.hexdigest()[:16]
+
+
 def store_for(conversations: list[Conversation], name: str, embedder=None, path: str | os.PathLike | None = None):
     """A MemoryStore holding `conversations` (idempotent: a cached store only ingests what it lacks)."""
     from dkilab.memory import Embedder, MemoryStore
 
     embedder = embedder or Embedder()
     if path is None:
-        ids = [m.message_id for c in conversations for m in c.messages]
-        key = hashlib.sha1(json.dumps([LOADER_VERSION, embedder.model_name, ids]).encode()).hexdigest()[:12]
-        path = cache_dir() / "stores" / f"{name}-{key}"
+        path = cache_dir() / "stores" / f"{name}-{store_key(conversations, embedder.model_name)}"
     store = MemoryStore.open(path, embedder=embedder)
     if store.count() < sum(len(c.messages) for c in conversations):
         for conv in conversations:
