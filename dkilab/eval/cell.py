@@ -3,6 +3,7 @@ accelerate), and the scored rows (with the LLM judge's labels when the experimen
 from __future__ import annotations
 
 import hashlib
+import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -130,6 +131,11 @@ def trace_tags(cell: Cell, item) -> dict[str, str]:
             "category": str(item.category), "answerable": str(bool(item.answerable)).lower(), "qid": str(item.qid)}
 
 
+class _Stopped(Exception):
+    """A queued question not started because another one was interrupted (never reaches the caller:
+    results are read in order, so the interruption is raised first)."""
+
+
 def run_cell(cell: Cell, model, data: CellData, state=None, trace: bool = False, progress: bool = True,
              run_id: str | None = None):
     """Answer every question of a cell -> [(index, Answer | error text, wall ms)], error tracebacks,
@@ -143,7 +149,19 @@ def run_cell(cell: Cell, model, data: CellData, state=None, trace: bool = False,
     warm_up(data, views)
     out, errors, trace_ids = [], [], {}
 
+    stop = threading.Event()  # set by a question that raised Ctrl-C / SystemExit: start no further question
+
     def one(i):
+        if stop.is_set():
+            raise _Stopped(i)
+        try:
+            return answer_one(i)
+        except BaseException as e:
+            if not isinstance(e, Exception):
+                stop.set()  # the pool's other workers would otherwise go on starting queued questions
+            raise
+
+    def answer_one(i):
         conv, item = items[i]
         memory = views.setdefault(conv.user_id, data.store.for_user(conv.user_id))
         if trace:

@@ -60,7 +60,7 @@ def test_ctrl_c_with_questions_in_flight_stops_without_answering_the_rest(tmp_pa
             n = len(calls)
         if n == 6:
             raise KeyboardInterrupt
-        time.sleep(0.05)
+        time.sleep(0.6 if n == 4 else 0.05)  # the main thread waits on question 4 while 6 is interrupted
         return real(*a, **kw)
 
     monkeypatch.setattr(cell_mod, "_answer", interrupted)
@@ -68,5 +68,7 @@ def test_ctrl_c_with_questions_in_flight_stops_without_answering_the_rest(tmp_pa
     with pytest.raises(KeyboardInterrupt):
         run_experiment(_config(tmp_path, 3, "ctrlc"), uri=uri, **QUIET)
     time.sleep(0.3)  # the questions already running finish; nothing new starts
-    assert len(calls) <= 6 + 3, len(calls)  # not all 48
+    # the two other workers may be inside a question when 6 is interrupted; none starts one after (before the
+    # stop flag, the free workers went on through the queue while the main thread waited on question 4)
+    assert len(calls) <= 6 + 2, len(calls)
     assert _statuses(uri, "ctrlc") == [("no_memory@fixtures", "KILLED", None)]
