@@ -146,6 +146,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 NARROW = ("hallucination_rate", "unsupported_claim_rate", "prompt_tokens", "latency_total_p50_ms")
+CONTEXT_NARROW = ("evidence_reachable", "answer_in_context", "prompt_tokens", "injected_tokens", "history_tokens",
+                  "latency_total_p50_ms")
 
 
 def _report_columns(table, metrics: list[str] | None) -> list[str]:
@@ -166,7 +168,8 @@ def _report_columns(table, metrics: list[str] | None) -> list[str]:
                               + ", ".join(c for c in table.columns if not c.endswith(("_low", "_high"))))
         return metrics
     head = primary_metric(table.columns)
-    return [c for c in dict.fromkeys([head, *NARROW, "questions"]) if c and c in table.columns]
+    narrow = CONTEXT_NARROW if head == "evidence_visible" else NARROW  # context-only cells: coverage and cost
+    return [c for c in dict.fromkeys([head, *narrow, "questions"]) if c and c in table.columns]
 
 
 def _markdown(frame) -> str:

@@ -121,6 +121,7 @@ class HistoryItem:
     token_count: int
     confidence: str  # "high" (verbatim) | "medium" (summary) | "low"
     timestamp: datetime | None = None
+    speaker: str | None = None  # who said it (LoCoMo names); rendered like every strategy's history lines
 
 
 @dataclass
@@ -194,25 +195,47 @@ class FactCall:
 @dataclass
 class ContextBudget:
     """How a model's window is shared out for one question (seed recall-v4 §2.3), computed in one place
-    (`compute_context_budget`, `Strategy.budget`) and recorded with every answer.
+    (`Strategy.budget`) and recorded with every answer.
 
-    history = min(cap, window - preferences - instructions - query - generation), at least 0."""
+    `total` is the history budget every strategy gets for the same question and model (matched: the
+    window minus the shared system prompt and template, the question, the preferences and
+    max_new_tokens, capped by the `history_budget` param). A strategy that needs room of its own (fact
+    segments, its constraint instruction) takes it from that total (`reserved`), so what its history may
+    fill is `history`; `used` is what its history did fill."""
 
     window: int  # the model's context window, or the strategy's `max_prompt_tokens` if lower
-    generation: int  # reserved for what is generated: max_new_tokens (+ fact segments when fact calls are on)
-    instructions: int = 0  # system prompt, chat template, constraint instruction, headers
+    generation: int  # reserved for what is generated: max_new_tokens
+    instructions: int = 0  # system prompt, chat template, headers (the same for every strategy)
     query: int = 0
     preferences: int = 0
-    cap: int | None = None  # an explicit cap on the history (context_budget, history_tokens)
+    cap: int | None = None  # the `history_budget` param: a cap on the total
+    reserved: dict[str, int] = field(default_factory=dict)  # parts taken from the total: fact_calls, constraint
+    used: int | None = None  # history tokens the strategy's selection filled (text lines or the K/V block)
 
     @property
-    def history(self) -> int:
+    def total(self) -> int:
         free = max(0, self.window - self.preferences - self.instructions - self.query - self.generation)
         return free if self.cap is None else max(0, min(free, self.cap))
 
-    def as_dict(self) -> dict[str, int | None]:
+    @property
+    def history(self) -> int:
+        return max(0, self.total - sum(self.reserved.values()))
+
+    def as_dict(self) -> dict[str, Any]:
         return {"window": self.window, "generation": self.generation, "instructions": self.instructions,
-                "query": self.query, "preferences": self.preferences, "cap": self.cap, "history": self.history}
+                "query": self.query, "preferences": self.preferences, "cap": self.cap, "total": self.total,
+                "reserved": dict(self.reserved), "history": self.history, "used": self.used}
+
+
+@dataclass
+class Generation:
+    """One model call: the text, the visible prompt's tokens, the new tokens, the K/V columns attended to."""
+
+    text: str
+    prompt_tokens: int
+    new_tokens: int
+    injected_tokens: int = 0
+    token_ids: list[int] = field(default_factory=list, repr=False)
 
 
 @dataclass
@@ -225,6 +248,8 @@ class Answer:
     injected_tokens: int = 0  # K/V memory columns the model attended to (0 for text-only strategies)
     generated_tokens: int = 0
     recalled_ids: list[str] = field(default_factory=list)  # message ids the strategy put before the model
+    summary_ids: list[str] = field(default_factory=list)  # of those, the ones shown only as a summary
+    fact_calls_offered: bool = False  # retrieve_fact was offered: a summary's message is one call away
     fact_calls: list[FactCall] = field(default_factory=list)
     rounds: int = 1  # generations run (the fact loop adds rounds)
     latency_ms: dict[str, float] = field(default_factory=dict)  # stage -> ms: recall, assembly, generation

@@ -14,14 +14,22 @@ DATA = os.environ.get("DKILAB_DATA_DIR")
 HAVE_DATA = bool(DATA) and (Path(DATA) / "locomo").is_dir()
 
 
+PARAMS = {"03_sweep_threshold_budget": {"CONTEXT_QUESTIONS": 2}}  # as papermill injects: a short slice of the full sweep
+
+
 def execute(path: Path, env: dict[str, str], monkeypatch) -> tuple[str, int]:
-    """Run a notebook; -> (all text and HTML it printed, number of PNG images). Fails on any cell error."""
+    """Run a notebook (with the test's parameters injected after its parameters cell); -> (all text and
+    HTML it printed, number of PNG images). Fails on any cell error."""
     import nbformat
     from nbclient import NotebookClient
 
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     nb = nbformat.read(path, as_version=4)
+    if path.stem in PARAMS:
+        first = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
+        nb.cells.insert(first + 1, nbformat.v4.new_code_cell(
+            "\n".join(f"{k} = {v!r}" for k, v in PARAMS[path.stem].items())))
     NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}).execute()
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     errors = [f"{o.get('ename')}: {o.get('evalue')}" for o in outputs if o.get("output_type") == "error"]
@@ -45,8 +53,11 @@ def check_02(text, pngs, second):
 
 
 def check_03(text, pngs, second):
-    assert pngs == 2 and "on the frontier:" in text
+    assert pngs == 3 and "on the frontier:" in text
     assert ("6 sweep points, 6 read back" if second else "6 sweep points, 0 read back") in text
+    # the coverage-per-token frontier of every strategy, context-only, on full LoCoMo (fixtures without data)
+    assert ("21 context-only cells, 21 read back" if second else "21 context-only cells, 0 read back") in text
+    assert ("skipped locomo" in text) != HAVE_DATA and "full_attention" in text and "evidence_reachable" in text
 
 
 def check_04(text, pngs, second):

@@ -53,6 +53,10 @@ class ModelSpec(_Strict):
     max_context: int | None = Field(2048, ge=256)
     dtype: str = "auto"
     device: str = "cpu"
+    # false = context-only cells: every strategy builds exactly the prompt and K/V blocks it would give
+    # the model, then stops (no forward pass; the tokenizer alone is loaded unless a strategy generates
+    # while assembling): coverage, tokens and latency measured on full datasets on a CPU
+    generate: bool = True
     # how it runs, not what it computes (batched = unbatched; kernels agree within fp tolerance): not
     # part of a cell's identity, so a finished cell is reused when only these change
     attn_implementation: Literal["auto", "sdpa", "eager"] = "auto"
@@ -69,7 +73,7 @@ class ModelSpec(_Strict):
 
     def load_kwargs(self) -> dict:
         """Everything `load_model(spec, **...)` takes from this block."""
-        return self.model_dump(exclude={"spec"})
+        return self.model_dump(exclude={"spec", "generate"})
 
 
 EMBEDDER_BY_LANGUAGE = {"en": "offline:minilm"}  # others (cn, mixed, auto): offline:e5 (README "Encoders")
@@ -118,6 +122,13 @@ class DatasetSpec(_Strict):
     @property
     def key(self) -> str:
         return self.label or self.name
+
+    @property
+    def has_preferences(self) -> bool:
+        """Whether the dataset declares user profiles (a preference block for K/V strategies)."""
+        from dkilab.eval.datasets import dataset_info
+
+        return bool(dataset_info(self.name, self.path).get("preferences"))
 
     def info(self) -> dict[str, Any]:
         from dkilab.eval.datasets import dataset_info
@@ -232,7 +243,28 @@ def check_config(cfg: ExperimentConfig, source: str = "<config>") -> list["Cell"
         for metric, (lo, hi) in ranges.items():
             if lo > hi:
                 fail(f"expect.{label}.{metric}", f"empty range [{lo}, {hi}]")
-    return expand_cells(cfg, source)
+    cells = expand_cells(cfg, source)
+    for cell in cells:
+        if not cfg.model.generate and cell.needs_model and not cell.instance.supports_context_only:
+            fail(f"strategies ({cell.strategy.key})", f"strategy {cell.strategy.name!r} has no context-only mode "
+                 "(model.generate: false): it generates inside its own flow; run it in a config that generates")
+        check_live_sweep(cell, fail)
+    return cells
+
+
+def check_live_sweep(cell: "Cell", fail) -> None:
+    """A sweep value that cannot change its cell is refused (a sweep point that changes nothing is a bug):
+    e.g. an alpha with no preference block to scale, a summary knob under `flat_history`, a fact-call
+    knob with calls off, any alpha in a context-only cell."""
+    inert = cell.inert_params()
+    for key in cell.point:
+        root, rest = key.split(".", 1)
+        if root in ("model", "embedder"):
+            continue
+        hit = next((k for k in inert if rest == k or rest.startswith(k + ".")), None)
+        if hit is not None:
+            fail(f"sweep.{key}", f"cannot change cell {cell.label}: {inert[hit]} (drop the key, or restrict the "
+                                 f"strategy to datasets where it applies with `datasets:`)")
 
 
 @dataclass
@@ -249,7 +281,14 @@ class Cell:
     @cached_property
     def instance(self):
         """A fresh strategy object for this cell (never shared between cells)."""
-        return STRATEGIES[self.strategy.name](self.params)
+        inst = STRATEGIES[self.strategy.name](self.params)
+        inst.context_only = not self.model.generate
+        return inst
+
+    def inert_params(self) -> dict[str, str]:
+        """The strategy params this cell cannot be changed by, with the reason (see Strategy.inert_params)."""
+        prefs = self.dataset.has_preferences or bool(getattr(self.params, "preferences", None))
+        return self.instance.inert_params(has_preferences=prefs, generate=self.model.generate)
 
     @property
     def needs_model(self) -> bool:

@@ -9,13 +9,14 @@ import math
 HEADLINES = (
     ("score", "answer score (0-1)"), ("recall_at_10", "recall@10 (0-1)"), ("view_recall", "view recall (0-1)"),
     ("pointer_accuracy", "pointer accuracy (0-1)"), ("routed_recall_at_1", "routed recall@1 (0-1)"),
+    ("evidence_visible", "gold evidence seen verbatim (share)"),
     ("hallucination_rate", "hallucination rate (0-1, lower is better)"),
     ("unsupported_claim_rate", "unsupported claims (share, lower is better)"),
     ("fact_call_rate", "fact-call rate (share of questions)"), ("prompt_tokens", "prompt tokens (mean)"),
     ("injected_tokens", "injected K/V tokens (mean)"), ("latency_total_p50_ms", "latency p50 (ms)"),
 )
 RATES = {"score", "recall_at_10", "view_recall", "pointer_accuracy", "routed_recall_at_1", "hallucination_rate",
-         "unsupported_claim_rate", "fact_call_rate"}
+         "unsupported_claim_rate", "fact_call_rate", "evidence_visible", "evidence_reachable", "answer_in_context"}
 
 
 def _cjk_font() -> None:

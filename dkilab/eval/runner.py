@@ -103,9 +103,12 @@ def run_experiment(cfg: ExperimentConfig, *, data_dir=None, uri: str | None = No
 
     from dkilab.eval import runstate
 
+    from dkilab.eval.sweep_data import check_thresholds
+
     cells = check_config(cfg, config_path or "<config>")
     state = process_state()
     main = state.is_main_process
+    check_thresholds(cfg, cells, data_dir, config_path or "<config>", echo if main else (lambda _: None))
     uri = tracking_uri(uri)
     if main:
         if uri.startswith(("http://", "https://")):  # one line within seconds, not minutes of retries
@@ -175,7 +178,6 @@ def _run_one(cfg, cell: Cell, n: int, total: int, state, data_dir, datasets, pro
     import mlflow
 
     from dkilab.eval import runstate, tracking
-    from dkilab.models import load_model
 
     main = state.is_main_process
     child = None
@@ -190,8 +192,7 @@ def _run_one(cfg, cell: Cell, n: int, total: int, state, data_dir, datasets, pro
     result = CellResult(cell, run_id=run_id if main else None)
     t = time.perf_counter()
     try:
-        m = cell.model
-        model = load_model(m.spec, **m.load_kwargs()) if cell.needs_model else None
+        model = cell_model(cell) if cell.needs_model else None
         data = load_cell_data(cell, data_dir, datasets)
         if model is not None:  # e.g. K/V on an architecture that cannot take it: one clear failure, no error rows
             cell.instance.check_model(model, preferences=any(conv.preferences for conv, _ in data.items))
@@ -219,6 +220,17 @@ def _run_one(cfg, cell: Cell, n: int, total: int, state, data_dir, datasets, pro
         mlflow.end_run(status="FAILED")
         echo(f"[{n}/{total}] {cell.label}: FAILED ({result.error}); the next run retries it")
     return result
+
+
+def cell_model(cell: Cell):
+    """The cell's model: the whole model, or in a context-only cell (`model.generate: false`) its
+    tokenizer alone unless the strategy generates while it builds its context (LLM summaries)."""
+    from dkilab.models.loading import load_model, load_tokenizer_model
+
+    m = cell.model
+    if m.generate or cell.instance.generates_in_assembly():
+        return load_model(m.spec, **m.load_kwargs())
+    return load_tokenizer_model(m.spec, **m.load_kwargs())
 
 
 def sweep_notes(results: list[CellResult]) -> list[str]:

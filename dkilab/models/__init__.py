@@ -4,11 +4,12 @@ from importlib import import_module
 
 _EXPORTS = {
     "load_model": "dkilab.models.loading",
+    "load_tokenizer_model": "dkilab.models.loading",
     "DEFAULT_MODEL": "dkilab.models.loading",
     "ModelNotAvailableError": "dkilab.models.loading",
     "ChatModel": "dkilab.types",
     "TransformersChatModel": "dkilab.models.chat",
-    "Generation": "dkilab.models.chat",
+    "Generation": "dkilab.types",
     "OpenAIChatModel": "dkilab.models.openai_client",
     "MemoryKV": "dkilab.models.kv",
     "encode_memory": "dkilab.models.kv",

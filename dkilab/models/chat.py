@@ -5,20 +5,10 @@ import queue
 import threading
 import time
 from concurrent.futures import Future
-from dataclasses import dataclass, field
-
 from dkilab.tracing import traced_generation
+from dkilab.types import Generation
 
 DEFAULT_CONTEXT = 2048
-
-
-@dataclass
-class Generation:
-    text: str
-    prompt_tokens: int
-    new_tokens: int
-    injected_tokens: int = 0
-    token_ids: list[int] = field(default_factory=list, repr=False)
 
 
 class TransformersChatModel:
@@ -150,6 +140,25 @@ class TransformersChatModel:
                  stop: list[str] | None = None, memories=None, seed: int | None = None,
                  tools: list[dict] | None = None) -> str:
         return self.generate_full(messages_or_prompt, max_new_tokens, temperature, stop, memories, seed, tools).text
+
+
+class TokenizerOnlyModel(TransformersChatModel):
+    """A model's tokenizer, chat template and window without its weights: what a context-only cell
+    (`model: {generate: false}`) needs to build and count exactly the prompt and K/V blocks a strategy
+    would give the model. Generating is refused with the reason."""
+
+    def __init__(self, tokenizer, config, name: str, max_context: int | None = None):
+        self.model, self.tokenizer, self.name, self.config = None, tokenizer, name, config
+        native = getattr(config, "max_position_embeddings", None) or DEFAULT_CONTEXT
+        self.context_window = int(min(native, max_context) if max_context else native)
+        self.eos_token_ids = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+
+    def __repr__(self) -> str:
+        return f"TokenizerOnlyModel({self.name!r}, context_window={self.context_window})"
+
+    def generate_full(self, *args, **kwargs) -> Generation:
+        raise RuntimeError(f"{self.name} was loaded without weights (model.generate is false): this strategy "
+                           "generates while it builds its context, so a context-only cell needs the whole model")
 
 
 _BATCHER_LOCK = threading.Lock()

@@ -106,6 +106,28 @@ def load_model(spec: str = DEFAULT_MODEL, *, dtype: str = "auto", device: str = 
                   max_retries=max_retries, timeout=timeout)
 
 
+def load_tokenizer_model(spec: str = DEFAULT_MODEL, *, max_context: int | None = None, **kwargs):
+    """What a context-only cell needs of `spec`: for a local transformers model its tokenizer, chat
+    template and window, no weights (`TokenizerOnlyModel`); any other kind loads as `load_model` does."""
+    scheme = spec.split(":", 1)[0] if ":" in spec else ""
+    if scheme in MODELS and scheme not in ("offline", "transformers"):
+        return load_model(spec, max_context=max_context, **kwargs)
+    key = ("tokenizer", spec, max_context)
+    with _LOCK:
+        if key not in _LOADED:
+            from transformers import AutoConfig, AutoTokenizer
+
+            from dkilab.models.chat import TokenizerOnlyModel
+
+            source = resolve_spec(spec)
+            try:
+                tok, config = AutoTokenizer.from_pretrained(source), AutoConfig.from_pretrained(source)
+            except OSError as e:
+                raise ModelNotAvailableError(f"cannot load the tokenizer of {spec!r} from {source}: {e}") from e
+            _LOADED[key] = TokenizerOnlyModel(tok, config, spec, max_context)
+        return _LOADED[key]
+
+
 @MODELS.register("openai")
 def _load_openai(spec: str, *, max_context: int | None = None, api_key: str | None = None, concurrency: int = 4,
                  max_retries: int = 4, timeout: float = 120.0, **_):

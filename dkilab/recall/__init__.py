@@ -6,9 +6,9 @@ from dkilab.recall.formatters import DeepSeekFormatter, GenericFormatter, GLMFor
 from dkilab.recall.multi_signal import MultiSignalRecall
 from dkilab.recall.reference import (ReferenceResolver, ReferenceResolverConfig, ReferenceScope, ReferenceType,
                                      ResolvedReference, create_reference_resolver)
-from dkilab.recall.suffix_builder import SuffixBuilder, compute_context_budget
+from dkilab.recall.suffix_builder import SuffixBuilder, fact_call_reserve
 
 __all__ = ["RecallConfig", "load_recall_config", "validate_recall_config", "FactLoopResult", "run_fact_loop",
            "FactRetriever", "PromptFormatter", "GenericFormatter", "DeepSeekFormatter", "GLMFormatter",
            "create_formatter", "MultiSignalRecall", "ReferenceResolver", "ReferenceResolverConfig", "ReferenceScope",
-           "ReferenceType", "ResolvedReference", "create_reference_resolver", "SuffixBuilder", "compute_context_budget"]
+           "ReferenceType", "ResolvedReference", "create_reference_resolver", "SuffixBuilder", "fact_call_reserve"]

@@ -32,6 +32,8 @@ class FactRetriever:
     @staticmethod
     def _item(m: Message, content: str, chunk: int | None = None) -> dict[str, str]:
         item = {"role": m.role, "content": content, "timestamp": m.timestamp.isoformat(), "message_id": m.message_id}
+        if m.speaker:
+            item["speaker"] = m.speaker
         if chunk is not None:
             item["chunk"] = str(chunk)
         return item

@@ -5,14 +5,13 @@ from __future__ import annotations
 import json
 import re
 from abc import ABC, abstractmethod
+from datetime import datetime
 
 from dkilab.recall.tool_calls import (DS_CALL, DS_END, DS_SEP, RETRIEVE_FACT_TOOL, MalformedToolCall,
                                       parse_tool_calls)
 from dkilab.registry import FORMATTERS
+from dkilab.text.history import DEFAULT_FIELDS, ROLE_NAME as ROLE, render_line, role_name, when
 from dkilab.types import FactRequest, FactResponse, HistoryItem
-
-ROLE = {"cn": {"user": "用户", "assistant": "助手", "system": "系统"},
-        "en": {"user": "User", "assistant": "Assistant", "system": "System"}}
 CONSTRAINT = {
     "cn": ("[可信+推理限定]\n以上 [SUMMARY] 为摘要，非完整事实记录。\n若回答需要精确原话/数据/时间顺序/因果关系，\n"
            "且摘要中未明确包含，\n请调用 {call}\n获取原始记录。不得基于摘要进行推理。\n[/可信+推理限定]"),
@@ -66,9 +65,10 @@ class PromptFormatter(ABC):
     name = "base"
     matches: tuple[str, ...] = ()  # model-name fragments that select this formatter under `auto`
 
-    def __init__(self, language: str = "cn", default_limit: int = 5):
+    def __init__(self, language: str = "cn", default_limit: int = 5, fields=DEFAULT_FIELDS):
         self.language = _lang(language)
         self.default_limit = default_limit  # `limit` of a call that gives none (fact_call.batch_size)
+        self.fields = tuple(fields)  # what a history line carries besides the text (dkilab.text.history)
         self.malformed_calls = 0
 
     def templates(self, language: str | None = None) -> dict[str, str]:
@@ -80,19 +80,28 @@ class PromptFormatter(ABC):
 
     # --- history list -----------------------------------------------------------------------
     def format_summary_item(self, item: HistoryItem, language: str | None = None) -> str:
+        """`[SUMMARY trace_id=... conf=... time="..." speaker="..."]`: the same time and speaker a verbatim
+        line of that message shows (the role when speaker is not a field or not known)."""
+        lang = _lang(language or self.language)
         lines = [f"- {line.lstrip('- ').strip()}" for line in item.content.splitlines() if line.strip()]
-        role = ROLE[_lang(language or self.language)].get(item.role or "", item.role or "")
-        head = f'[SUMMARY trace_id="{item.trace_id}" conf={item.confidence}' + (f" role={role}]" if role else "]")
-        return "\n".join([head, *lines, "[/SUMMARY]"])
+        head = f'[SUMMARY trace_id="{item.trace_id}" conf={item.confidence}'
+        t = when(item.timestamp, self.fields)
+        head += f' time="{t}"' if t else ""
+        if "speaker" in self.fields and item.speaker:
+            head += f' speaker="{item.speaker}"'
+        elif role_name(item.role, lang):
+            head += f" role={role_name(item.role, lang)}"
+        return "\n".join([head + "]", *lines, "[/SUMMARY]"])
 
     def format_message_item(self, item: HistoryItem, language: str | None = None) -> str:
-        role = ROLE[_lang(language or self.language)].get(item.role or "", item.role or "")
-        return f"{role}: {item.content}"
+        return render_line(item.content, item.role, _lang(language or self.language), item.timestamp, item.speaker,
+                           self.fields)
 
     def format_constraint_instruction(self, trace_ids: list[str], language: str | None = None) -> str:
+        lang = _lang(language or self.language)
         example = trace_ids[0] if trace_ids else "..."
-        call = self.format_fact_call(FactRequest(example, limit=self.default_limit))
-        return CONSTRAINT[_lang(language or self.language)].format(call=call)
+        call = self.format_fact_call(FactRequest(example, limit=self.default_limit), lang)
+        return CONSTRAINT[lang].format(call=call)
 
     def format_query(self, query: str, language: str | None = None) -> str:
         return QUERY[_lang(language or self.language)].format(query=query)
@@ -110,8 +119,9 @@ class PromptFormatter(ABC):
                 f'total={response.total_count} has_more={str(response.has_more).lower()}]')
         if not response.found:
             body = [response.error or NOT_FOUND[lang].format(trace_id=response.trace_id)]
-        else:
-            body = [f"{ROLE[lang].get(m.get('role', ''), m.get('role', ''))}: {m['content']}" for m in response.messages]
+        else:  # each record as a history line: the time and speaker of the message it comes from
+            body = [render_line(m["content"], m.get("role"), lang, _time(m.get("timestamp")), m.get("speaker"),
+                                self.fields) for m in response.messages]
         return "\n".join([head, *body, "[/FACT_SEGMENT]"])
 
     # --- tool calls of agents (the same syntax, any tool) ---------------------------------------
@@ -138,7 +148,7 @@ class PromptFormatter(ABC):
 
     # --- fact calls -------------------------------------------------------------------------
     @abstractmethod
-    def format_fact_call(self, request: FactRequest) -> str:
+    def format_fact_call(self, request: FactRequest, language: str | None = None) -> str:
         """The call as the model should write it (the formatter's own syntax)."""
 
     @abstractmethod
@@ -233,7 +243,7 @@ class GenericFormatter(PromptFormatter):
 
     name = "generic"
 
-    def format_fact_call(self, request: FactRequest) -> str:
+    def format_fact_call(self, request: FactRequest, language: str | None = None) -> str:
         return f'retrieve_fact(trace_id="{request.trace_id}", offset={request.offset}, limit={request.limit})'
 
     def detect_fact_request(self, model_output: str) -> FactRequest | None:
@@ -258,13 +268,17 @@ class DeepSeekFormatter(PromptFormatter):
         body = json.dumps(args, ensure_ascii=False, default=str)
         return f"{self.BEGIN}{self.CALL}function{self.SEP}{name}\n```json\n{body}\n```{self.END}{self.ENDS}"
 
-    def format_fact_call(self, request: FactRequest) -> str:
+    def format_fact_call(self, request: FactRequest, language: str | None = None) -> str:
         return self.format_tool_call("retrieve_fact", {"trace_id": request.trace_id, "offset": request.offset,
                                                        "limit": request.limit})
 
+    SYSTEM = {"en": ("Tools: retrieve_fact(trace_id: string, offset: integer = 0, limit: integer = 5) — returns the "
+                     "original records behind a [SUMMARY] trace_id, `limit` items from `offset`."),
+              "cn": ("工具：retrieve_fact(trace_id: string, offset: integer = 0, limit: integer = 5)，返回 [SUMMARY] "
+                     "trace_id 背后的原始记录，从第 offset 条起取 limit 条。")}
+
     def system_prompt(self, language: str | None = None) -> str:
-        return ("Tools: retrieve_fact(trace_id: string, offset: integer = 0, limit: integer = 5) — returns the original "
-                "records behind a [SUMMARY] trace_id, `limit` items from `offset`.")
+        return self.SYSTEM[_lang(language or self.language)]
 
     def detect_fact_request(self, model_output: str) -> FactRequest | None:
         text = model_output or ""
@@ -283,7 +297,7 @@ class GLMFormatter(PromptFormatter):
     matches = ("glm",)
     CALL, OBSERVATION = "<|tool_call|>", "<|observation|>"
 
-    def format_fact_call(self, request: FactRequest) -> str:
+    def format_fact_call(self, request: FactRequest, language: str | None = None) -> str:
         args = json.dumps({"trace_id": request.trace_id, "offset": request.offset, "limit": request.limit}, ensure_ascii=False)
         return f"{self.CALL}retrieve_fact\n{args}"
 
@@ -310,8 +324,11 @@ class NativeToolFormatter(PromptFormatter):
     name = "native"
     tool = RETRIEVE_FACT_TOOL
 
-    def format_fact_call(self, request: FactRequest) -> str:
-        return f'the retrieve_fact tool with {{"trace_id": "{request.trace_id}", "limit": {request.limit}}}'
+    def format_fact_call(self, request: FactRequest, language: str | None = None) -> str:
+        args = f'{{"trace_id": "{request.trace_id}", "limit": {request.limit}}}'
+        if _lang(language or self.language) == "cn":
+            return f"retrieve_fact 工具，参数 {args}"
+        return f"the retrieve_fact tool with {args}"
 
     def templates(self, language: str | None = None) -> dict[str, str]:
         return super().templates(language) | {"tool_schema": json.dumps(self.tool, ensure_ascii=False, sort_keys=True)}
@@ -322,6 +339,13 @@ class NativeToolFormatter(PromptFormatter):
         if found is False:
             found = self._parse_text_call(text)
         return None if found is False else found
+
+
+def _time(value) -> datetime | None:
+    try:
+        return datetime.fromisoformat(value) if isinstance(value, str) else value
+    except ValueError:
+        return None
 
 
 def formatter_kind(model_name: str = "", kind: str = "auto") -> str:
@@ -335,5 +359,5 @@ def formatter_kind(model_name: str = "", kind: str = "auto") -> str:
 
 
 def create_formatter(model_name: str = "", language: str = "cn", kind: str = "auto",
-                     default_limit: int = 5) -> PromptFormatter:
-    return FORMATTERS[formatter_kind(model_name, kind)](language=language, default_limit=default_limit)
+                     default_limit: int = 5, fields=DEFAULT_FIELDS) -> PromptFormatter:
+    return FORMATTERS[formatter_kind(model_name, kind)](language=language, default_limit=default_limit, fields=fields)

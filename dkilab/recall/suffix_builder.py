@@ -8,24 +8,24 @@ from dkilab.recall.config import RecallConfig
 from dkilab.recall.formatters import PromptFormatter
 from dkilab.text.lang import detect_language
 from dkilab.text.tokens import TokenCounter
-from dkilab.types import AssembledSuffix, ContextBudget, HistoryItem, Message
+from dkilab.types import AssembledSuffix, HistoryItem, Message
 
 
 FOLLOW_UP_TOKENS = 32  # the follow-up line a fact round appends
 
 
-def compute_context_budget(context_window: int, config: RecallConfig, query_tokens: int, preference_tokens: int = 0,
-                           max_new_tokens: int = 0, cap: int | None = None) -> ContextBudget:
-    """The history budget of §2.3: context_window - preference_tokens - instruction_tokens - query_tokens
-    - generation_reserve, capped by `cap`. The generation reserve is `budget.generation_reserve` when
-    set, else max_new_tokens plus, when fact calls are on, the fact segments they may append."""
+def fact_call_reserve(config: RecallConfig, max_new_tokens: int = 0) -> dict[str, int]:
+    """What recall_v4 takes from the matched history budget (`ContextBudget.reserved`), so its history
+    plus what the fact loop appends never overflows the window: when fact calls are on, the fact segments
+    (`max_fact_tokens` plus a follow-up line per round) and the constraint instruction
+    (`budget.instruction_reserve`). With the seed's `budget.generation_reserve` set, the fact part is
+    that reserve beyond max_new_tokens (the seed's §2.3 formula) instead."""
+    if not (config.enabled and config.fact_calls_active):
+        return {}
     b, fc = config.budget, config.fact_call
-    reserve = b.generation_reserve
-    if reserve is None:
-        reserve = max_new_tokens + ((fc.max_fact_tokens + FOLLOW_UP_TOKENS * fc.max_rounds)
-                                    if config.fact_calls_active else 0)
-    return ContextBudget(window=context_window, generation=reserve, instructions=b.instruction_reserve,
-                         query=query_tokens, preferences=preference_tokens, cap=cap)
+    facts = (max(0, b.generation_reserve - max_new_tokens) if b.generation_reserve is not None
+             else fc.max_fact_tokens + FOLLOW_UP_TOKENS * fc.max_rounds)
+    return {k: v for k, v in (("fact_calls", facts), ("constraint", b.instruction_reserve)) if v}
 
 
 SEPARATOR_TOKENS = 1  # the blank line that joins two items
@@ -54,9 +54,10 @@ class SuffixBuilder:
                     self._summaries[key] = self.summarizer.summarize(msg.content, max_tokens=s.max_tokens_per_summary)
                 text = self._summaries[key]
                 item = HistoryItem("summary", text, msg.message_id, msg.role, self.counter.count_tokens(text), "medium",
-                                   msg.timestamp)
+                                   msg.timestamp, msg.speaker)
             else:
-                item = HistoryItem("message", msg.content, msg.message_id, msg.role, tokens, "high", msg.timestamp)
+                item = HistoryItem("message", msg.content, msg.message_id, msg.role, tokens, "high", msg.timestamp,
+                                   msg.speaker)
             cost = self.counter.count_tokens(self._render(item, language)) + SEPARATOR_TOKENS
             if used + cost > context_budget:
                 return items, used, len(messages) - n

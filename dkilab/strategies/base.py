@@ -15,18 +15,19 @@ import weakref
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from contextlib import contextmanager
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dkilab.config import validate
 from dkilab.recall import MultiSignalRecall, RecallConfig, create_reference_resolver
 from dkilab.registry import STRATEGIES
 from dkilab.text.abstention import ABSTAIN_PHRASE
+from dkilab.text.history import DEFAULT_FIELDS, ROLE_NAME, render_line
 from dkilab.text.lang import detect_language
 from dkilab import tracing
 from dkilab.tracing import span
-from dkilab.types import Answer, ChatModel, ContextBudget, Memory, Message
+from dkilab.types import Answer, ChatModel, ContextBudget, Generation, Memory, Message
 
 SYSTEM = {
     "en": "You are a helpful assistant who remembers earlier conversations with the user. Answer in one short "
@@ -36,7 +37,6 @@ SYSTEM = {
 HISTORY_HEAD = {"en": "Conversation history:", "cn": "对话历史："}
 QUESTION = {"en": "Question: {q}", "cn": "问题：{q}"}
 PREFERENCES_HEAD = {"en": "What the user has told us about themselves:", "cn": "用户的偏好与情况："}
-ROLE_NAME = {"en": {"user": "User", "assistant": "Assistant"}, "cn": {"user": "用户", "assistant": "助手"}}
 TEMPLATE_TOKENS = 64  # what a chat template adds around the system and user messages (a generous bound)
 
 
@@ -48,12 +48,28 @@ def register(cls: type["Strategy"]) -> type["Strategy"]:
     return cls
 
 
+RENAMED = {"context_budget": "history_budget", "history_tokens": "history_budget", "evidence_tokens": "history_budget"}  # old param -> its successor
+
+
 class StrategyParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
     max_new_tokens: int = Field(48, ge=1, le=4096)
     temperature: float = Field(0.0, ge=0.0)
     preferences: list[str] | None = None  # used when the dataset has no user profile
     max_prompt_tokens: int | None = Field(None, ge=64)  # cap below the model's window (CPU budgets)
+    # the history budget, in the model's tokens, the same for every strategy (None = all the window
+    # leaves); a strategy that needs room of its own (fact segments) takes it from this total
+    history_budget: int | None = Field(None, ge=0)
+    # what a history line carries besides the text: time and speaker; [] = the seed's `User: text`
+    history_fields: list[Literal["time", "speaker"]] = Field(default_factory=lambda: list(DEFAULT_FIELDS))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data):
+        for old, new in RENAMED.items():
+            if isinstance(data, dict) and old in data:
+                raise ValueError(f"{old!r} is now {new!r}: one history budget, matched across strategies")
+        return data
 
 
 class Stages:
@@ -80,8 +96,13 @@ class Strategy(ABC):
     uses_kv: ClassVar[bool] = False  # injects K/V memory (needs a local transformers model)
     needs_model: ClassVar[bool] = True  # False: the runner loads no model for it (recall_only)
     takes_task_inputs: ClassVar[bool] = False  # True: _answer also gets asked_at= and task= (agents)
+    # False: the strategy generates outside `Strategy.generate` (its own flow), so `model.generate: false`
+    # cannot stop it before generation and is refused when the experiment is read
+    supports_context_only: ClassVar[bool] = True
 
     def __init__(self, params: dict[str, Any] | StrategyParams | None = None, source: str = "<params>"):
+        # context-only (`model: {generate: false}`): build exactly the prompt and K/V blocks, then stop
+        self.context_only = False
         if isinstance(params, StrategyParams):
             self.params = params
         else:
@@ -106,6 +127,8 @@ class Strategy(ABC):
         answer = self._answer(question, memory, model, session_id=session_id, preferences=prefs, stages=stages, **extra)
         answer.strategy = self.name
         answer.latency_ms = {**stages.ms, **answer.latency_ms}
+        if self.context_only:
+            answer.metadata["context_only"] = True
         return answer
 
     @abstractmethod
@@ -116,6 +139,26 @@ class Strategy(ABC):
     def requires_model(self) -> bool:
         """Whether these params need a model (the runner loads none otherwise)."""
         return self.needs_model
+
+    def generates_in_assembly(self) -> bool:
+        """Whether building the context itself runs the model (LLM summaries, an LLM policy): a
+        context-only cell then loads the whole model, otherwise its tokenizer alone."""
+        return False
+
+    def inert_params(self, has_preferences: bool = True, generate: bool = True) -> dict[str, str]:
+        """Params (dotted, under `params`) that cannot change what this configuration does, with the
+        reason: a sweep over one of them is refused when the experiment file is read.
+        `has_preferences`: whether the dataset or `params.preferences` gives a preference block."""
+        out = {}
+        if not generate:
+            out["temperature"] = "model.generate is false: nothing is generated"
+        if "preference_alpha" in type(self.params).model_fields:
+            if not has_preferences:
+                out["preference_alpha"] = ("there is no preference block to scale: the dataset has no user "
+                                           "preferences and params.preferences is not set")
+            elif not generate:
+                out["preference_alpha"] = "model.generate is false: alpha scales attention, not the context"
+        return out
 
     def identity(self, model_name: str = "") -> dict[str, Any]:
         """Everything besides the params that decides what this strategy does (hashed into a cell's
@@ -139,6 +182,8 @@ class Strategy(ABC):
         with the reason instead of one error row per question)."""
         if self.needs_kv(preferences):
             self.require_kv(model, "memory")
+            if getattr(model, "model", None) is None:  # context-only, tokenizer alone: nothing is injected, nothing to check
+                return
             from dkilab.models.kv import check_support
 
             check_support(model.model)
@@ -153,7 +198,10 @@ class Strategy(ABC):
 
     def memory_kv(self, model: ChatModel, text: str):
         """Encode `text` once per model and reuse it (bounded LRU; the K/V of a text depends only on the
-        model and the text, so it is safe to share across users)."""
+        model and the text, so it is safe to share across users). Context-only: the block as planned
+        (its text and token count), never encoded."""
+        if self.context_only:
+            return PlannedKV(text, model.count_tokens(text))
         from dkilab.models.kv import encode_memory
 
         cache = self._kv_cache.setdefault(model, OrderedDict())
@@ -179,14 +227,20 @@ class Strategy(ABC):
         cap = self.params.max_prompt_tokens
         return min(model.context_window, cap) if cap else model.context_window
 
-    def budget(self, model: ChatModel, question: str, lang: str, preferences: str = "", cap: int | None = None
-               ) -> ContextBudget:
-        """The history budget of one question (ContextBudget): the window minus the system prompt and
-        template, the question, the preference text and max_new_tokens."""
+    def budget(self, model: ChatModel, question: str, lang: str, preferences: str = "",
+               reserved: dict[str, int] | None = None) -> ContextBudget:
+        """The history budget of one question (ContextBudget), computed alike for every strategy: the
+        window minus the system prompt and template, the question, the preference text and
+        max_new_tokens, capped by `history_budget`; `reserved` = what this strategy takes from it."""
         instructions = model.count_tokens(SYSTEM[lang] + "\n" + HISTORY_HEAD[lang]) + TEMPLATE_TOKENS
         return ContextBudget(window=self.window(model), generation=self.params.max_new_tokens,
                              instructions=instructions, query=model.count_tokens(question_text(question, lang)),
-                             preferences=model.count_tokens(preferences) if preferences else 0, cap=cap)
+                             preferences=model.count_tokens(preferences) if preferences else 0,
+                             cap=self.params.history_budget, reserved=dict(reserved or {}))
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        return tuple(self.params.history_fields)
 
     def generate(self, model: ChatModel, user_text: str, lang: str, memories=None, system_extra: str | None = None,
                  tools: list[dict] | None = None, turns: list[dict] | None = None):
@@ -195,6 +249,10 @@ class Strategy(ABC):
         system = SYSTEM[lang] + (f"\n{system_extra}" if system_extra else "")
         messages = [{"role": "system", "content": system}, {"role": "user", "content": user_text}, *(turns or [])]
         kw = {"tools": tools} if tools else {}
+        if self.context_only:  # the prompt as the model would get it, counted as generate_full counts it
+            prompt = model.render(messages, **kw)
+            injected = 1 + sum(m.n_tokens for m, a in memories if a > 0) if memories else 0
+            return Generation("", model.count_tokens(prompt), 0, injected), prompt
         gen = model.generate_full(messages, max_new_tokens=self.params.max_new_tokens,
                                   temperature=self.params.temperature, memories=memories, **kw)
         return gen, model.render(messages, **kw)
@@ -232,6 +290,15 @@ class RecallingStrategy(Strategy):
         """What defines this strategy beyond its params: the resolver's full configuration (its mappings)."""
         return super().identity(model_name) | {"reference_resolver": self._resolver.config.model_dump(mode="json")}
 
+    def inert_params(self, has_preferences: bool = True, generate: bool = True) -> dict[str, str]:
+        """The recall block's suffix knobs do nothing here: only recall_v4 summarises and offers fact calls."""
+        out = super().inert_params(has_preferences, generate)
+        why = f"{self.name} does not build a recall-v4 suffix (no summaries, no fact calls)"
+        for key in ("recall.strategy", "recall.summary", "recall.fact_call", "recall.prompt_formatter",
+                    "recall.budget.generation_reserve", "recall.budget.instruction_reserve"):
+            out[key] = why
+        return out
+
     def recall_messages(self, question: str, memory: Memory, session_id: str | None) -> list[Message]:
         """Recall result in priority order: recent turns first, then by fused relevance."""
         p = self.params
@@ -244,31 +311,58 @@ class RecallingStrategy(Strategy):
         return result.messages
 
 
+class PlannedKV:
+    """A K/V block as a context-only cell plans it: the text it would encode and its token count."""
+
+    def __init__(self, text: str, n_tokens: int):
+        self.text, self.n_tokens = text, n_tokens
+
+
 def language_of(question: str) -> str:
     return detect_language(question)
 
 
-def history_line(m: Message, lang: str) -> str:
-    """`[2023-05-08 13:56] Caroline: text` — speaker names and dates matter to the questions."""
-    who = m.speaker or ROLE_NAME[lang].get(m.role, m.role)
-    return f"[{m.timestamp:%Y-%m-%d %H:%M}] {who}: {m.content}"
+def history_line(m: Message, lang: str, fields=DEFAULT_FIELDS) -> str:
+    """`[2023-05-08 13:56] Caroline: text` — speaker names and dates matter to the questions; every
+    strategy renders history through this (and recall_v4's formatter through the same `render_line`)."""
+    return render_line(m.content, m.role, lang, m.timestamp, m.speaker, fields)
 
 
-def history_block(messages: list[Message], lang: str) -> str:
+def history_block(messages: list[Message], lang: str, fields=DEFAULT_FIELDS) -> str:
     if not messages:
         return ""
-    return "\n".join([HISTORY_HEAD[lang], *(history_line(m, lang) for m in messages)])
+    return "\n".join([HISTORY_HEAD[lang], *(history_line(m, lang, fields) for m in messages)])
 
 
-def newest_that_fit(messages: list[Message], model: ChatModel, budget: int, lang: str) -> list[Message]:
-    """The newest messages whose history lines fit `budget` tokens, oldest first."""
+def line_cost(m: Message, model: ChatModel, lang: str, fields=DEFAULT_FIELDS) -> int:
+    """What one history line costs in the prompt: its tokens and the newline."""
+    return model.count_tokens(history_line(m, lang, fields)) + 1
+
+
+def newest_that_fit(messages: list[Message], model: ChatModel, budget: int, lang: str, fields=DEFAULT_FIELDS
+                    ) -> tuple[list[Message], int]:
+    """(the newest messages whose history lines fit `budget` tokens, oldest first; the tokens they use)."""
     keep, used = len(messages), 0
     for i in range(len(messages) - 1, -1, -1):
-        used += model.count_tokens(history_line(messages[i], lang)) + 1
-        if used > budget:
+        cost = line_cost(messages[i], model, lang, fields)
+        if used + cost > budget:
             break
+        used += cost
         keep = i
-    return messages[keep:]
+    return messages[keep:], used
+
+
+def first_that_fit(messages: list[Message], model: ChatModel, budget: int, lang: str, fields=DEFAULT_FIELDS
+                   ) -> tuple[list[Message], int]:
+    """(messages taken in priority order until the next would overflow `budget`, shown in time order; tokens)."""
+    chosen, used = [], 0
+    for m in messages:
+        cost = line_cost(m, model, lang, fields)
+        if used + cost > budget:
+            break
+        chosen.append(m)
+        used += cost
+    return sorted(chosen, key=lambda m: (m.timestamp, m.turn_id)), used
 
 
 def preferences_text(preferences: list[str], lang: str) -> str:

@@ -1,4 +1,4 @@
-"""full_history: the whole history as text, oldest messages dropped first until the prompt fits."""
+"""full_history: the whole history as text, oldest messages dropped first until it fits the budget."""
 from __future__ import annotations
 
 from dkilab import tracing
@@ -10,6 +10,7 @@ from dkilab.types import Answer
 @register
 class FullHistory(Strategy):
     name = "full_history"
+    version = "2"  # matched history budget, one history renderer
 
     def _answer(self, question, memory, model, *, session_id, preferences, stages):
         lang = language_of(question)
@@ -19,8 +20,8 @@ class FullHistory(Strategy):
         with stages("assembly"):
             head = preferences_text(preferences, lang)
             budget = self.budget(model, question, lang, head)
-            kept = newest_that_fit(messages, model, budget.history, lang)  # oldest dropped first
-            history = history_block(kept, lang)
+            kept, budget.used = newest_that_fit(messages, model, budget.history, lang, self.fields)  # oldest dropped first
+            history = history_block(kept, lang, self.fields)
             user_text = question_text(question, lang, head + history)
         with stages("generation"):
             gen, prompt = self.generate(model, user_text, lang)

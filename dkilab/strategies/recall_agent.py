@@ -29,7 +29,6 @@ class RecallAgentParams(StrategyParams):
     max_calls: int = Field(8, ge=1, le=50)
     max_items: int = Field(5, ge=1, le=50)
     default_days: int | None = Field(30, ge=1)  # the window when the question has no time cue (None: all time)
-    evidence_tokens: int = Field(512, ge=0)  # budget of the evidence messages shown as history
     policy_max_new_tokens: int = Field(96, ge=8, le=1024)
 
 
@@ -60,6 +59,9 @@ class RecallAgentStrategy(Strategy):
     def needs_kv(self, preferences: bool = True) -> bool:
         return self.params.view_as == "kv"
 
+    def generates_in_assembly(self) -> bool:
+        return self.params.policy == "llm"
+
     def _answer(self, question, memory, model, *, session_id, preferences, stages, asked_at=None, task=None):
         from dkilab.agents.recall_agent import RecallAgent
         from dkilab.recall import create_formatter
@@ -86,11 +88,12 @@ class RecallAgentStrategy(Strategy):
         with stages("assembly"):
             view = view_text(out, lang)
             pref = preferences_text(preferences, lang)
-            budget = self.budget(model, question, lang, pref + (view if p.view_as == "text" else ""),
-                                 cap=p.evidence_tokens)
+            # the view shown as text takes its room from the matched history budget; the evidence fills the rest
+            reserved = {"memory_view": model.count_tokens(view) + 1} if p.view_as == "text" and view else {}
+            budget = self.budget(model, question, lang, pref, reserved=reserved)
             msgs = sorted((memory.get(i) for i in evidence_ids), key=lambda m: (m.timestamp, m.turn_id))
-            shown = newest_that_fit(msgs, model, budget.history, lang)
-            history = history_block(shown, lang)
+            shown, budget.used = newest_that_fit(msgs, model, budget.history, lang, self.fields)
+            history = history_block(shown, lang, self.fields)
             memories = None
             visible = pref + view
             if p.view_as == "kv" and view:

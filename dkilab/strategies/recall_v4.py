@@ -2,9 +2,15 @@
 multi-signal recall -> per-message summaries with trace ids inside the budget -> model-specific
 formatter -> generate -> retrieve_fact loop.
 
-Fallbacks of seed §9: `recall.strategy: flat_history` is stable's fixed recent turns, flat;
-`recall.fact_call.enabled: false` (or `max_rounds: 0`) keeps the summaries but never offers or
-follows a fact call. `recall.summary.strategy` picks the summariser (extractive | llm).
+The history budget is the one every strategy gets (`history_budget`); the room the fact loop may
+append and the constraint instruction are taken from it (`ContextBudget.reserved`). History items carry
+the same time and speaker as every other strategy's lines (`history_fields`), summaries and fact
+segments included.
+
+Fallbacks of seed §9: `recall.strategy: flat_history` is exactly stable (its recent turns, newest kept
+when the budget binds, the same prompt); `recall.fact_call.enabled: false` (or `max_rounds: 0`) keeps
+the summaries but never offers or follows a fact call. `recall.summary.strategy` picks the summariser.
+`prompt_formatter` chosen explicitly wins over `fact_call.protocol: auto`.
 """
 from __future__ import annotations
 
@@ -12,21 +18,23 @@ import weakref
 
 from pydantic import Field
 
-from dkilab.recall import FactRetriever, SuffixBuilder, compute_context_budget, create_formatter, run_fact_loop
+from dkilab import tracing
+from dkilab.recall import FactRetriever, SuffixBuilder, create_formatter, fact_call_reserve, run_fact_loop
 from dkilab.recall.tool_calls import template_supports_tools
-from dkilab.strategies.base import RecallingStrategy, RecallParams, language_of, register
+from dkilab.strategies.base import (RecallingStrategy, RecallParams, history_block, language_of, newest_that_fit,
+                                    question_text, register)
 from dkilab.tracing import span
 from dkilab.types import Answer
 
 
 class RecallV4Params(RecallParams):
     preference_alpha: float = Field(0.4, ge=0.0)
-    context_budget: int | None = Field(None, ge=0)  # cap on the history budget of §2.3
 
 
 @register
 class RecallV4(RecallingStrategy):
     name = "recall_v4"
+    version = "2"  # matched history budget, time and speaker on every item, flat_history = stable
     Params = RecallV4Params
     uses_kv = True
 
@@ -38,27 +46,65 @@ class RecallV4(RecallingStrategy):
         # model -> {language: builder}, held weakly by the model object (see Strategy.memory_kv)
         self._builders: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
+    def generates_in_assembly(self) -> bool:
+        cfg = self.params.recall
+        return cfg.enabled and cfg.strategy == "summary_with_fact_call" and cfg.summary.strategy == "llm"
+
+    def inert_params(self, has_preferences: bool = True, generate: bool = True) -> dict[str, str]:
+        out = super(RecallingStrategy, self).inert_params(has_preferences, generate)
+        cfg = self.params.recall
+        if not cfg.enabled or cfg.strategy == "flat_history":
+            why = ("recall.enabled is false" if not cfg.enabled else "recall.strategy is flat_history") + \
+                  ": no recall, summaries or fact calls"
+            for key in ("recall.signals", "recall.summary", "recall.fact_call", "recall.prompt_formatter",
+                        "recall.budget", "recall.default_recall_turns", "reference", "max_results"):
+                out[key] = why
+            if cfg.enabled:
+                out.pop("recall.budget")
+                for key in ("min_recent_turns", "generation_reserve", "instruction_reserve"):
+                    out[f"recall.budget.{key}"] = why  # max_recent_turns is the number of flat turns
+        elif not cfg.fact_call.active:
+            why = ("recall.fact_call.enabled is false" if not cfg.fact_call.enabled else
+                   "recall.fact_call.max_rounds is 0") + ": no call is offered or followed"
+            for key in ("max_fact_tokens", "batch_size", "protocol"):
+                out[f"recall.fact_call.{key}"] = why
+            out["recall.fact_call.max_rounds" if not cfg.fact_call.enabled else "recall.fact_call.enabled"] = why
+            out["recall.prompt_formatter"] = why + " (formatters differ only in the call syntax)"
+            out["recall.budget.generation_reserve"] = out["recall.budget.instruction_reserve"] = why
+        return out
+
     def _formatter(self, model_name: str, lang: str, protocol: str = "text"):
         cfg = self.params.recall
         kind = "native" if protocol == "native" else cfg.prompt_formatter
-        return create_formatter(model_name, lang, kind=kind, default_limit=cfg.fact_call.batch_size)
+        return create_formatter(model_name, lang, kind=kind, default_limit=cfg.fact_call.batch_size,
+                                fields=self.fields)
 
     def protocol(self, model) -> str:
-        """How retrieve_fact is offered to `model`: native (a tool in its chat template) or text."""
+        """How retrieve_fact is offered to `model`: native (a tool in its chat template) or text. `auto`
+        chooses native only where nothing else was chosen: an explicit `prompt_formatter` (generic,
+        deepseek, glm) is the seed's text protocol in that formatter's syntax, and it wins."""
         chosen = self.params.recall.fact_call.protocol
         if chosen != "auto":
             return chosen
+        if self.params.recall.prompt_formatter != "auto":
+            return "text"
         tok = getattr(model, "tokenizer", None)
         return "native" if tok is not None and template_supports_tools(tok) else "text"
 
     def prompts(self, model_name: str = "") -> dict[str, str]:
         out = super().prompts(model_name) | {"fact_call.protocol": self.params.recall.fact_call.protocol}
         protocols = {"auto": ("text", "native"), "text": ("text",), "native": ("native",)}
+        if self.params.recall.prompt_formatter != "auto":
+            protocols["auto"] = ("text",)
         for protocol in protocols[self.params.recall.fact_call.protocol]:
             tag = "" if protocol == "text" else "native."
             for lang in ("en", "cn"):
                 out |= {f"formatter.{tag}{k}.{lang}": v
                         for k, v in self._formatter(model_name, lang, protocol).templates().items()}
+        if self.params.recall.summary.strategy == "llm":
+            from dkilab.text.summarize import LLM_SUMMARY_PROMPT
+
+            out |= {f"summary.llm.{lang}": text for lang, text in LLM_SUMMARY_PROMPT.items()}
         return out
 
     def _builder(self, model, lang: str) -> SuffixBuilder:
@@ -78,21 +124,38 @@ class RecallV4(RecallingStrategy):
             builders[lang] = SuffixBuilder(cfg, formatter, summarizer, model)
         return builders[lang]
 
+    def _flat(self, question, memory, model, session_id, preferences, stages):
+        """Seed §9's full fallback: stable's recent turns and prompt, unchanged."""
+        lang, cfg = language_of(question), self.params.recall
+        with stages("recall"):
+            turns = cfg.budget.max_recent_turns if cfg.enabled else 0
+            recent = memory.recent(2 * turns, session_id=session_id) if turns else []
+            tracing.record(documents=tracing.documents(recent))
+        with stages("assembly"):
+            memories, pref = self.preference_memories(model, preferences, lang, self.params.preference_alpha)
+            budget = self.budget(model, question, lang, pref)
+            recent, budget.used = newest_that_fit(recent, model, budget.history, lang, self.fields)
+            history = history_block(recent, lang, self.fields)
+        with stages("generation"):
+            gen, prompt = self.generate(model, question_text(question, lang, history), lang, memories=memories)
+        return Answer(gen.text, prompt_tokens=gen.prompt_tokens, injected_tokens=gen.injected_tokens,
+                      generated_tokens=gen.new_tokens, recalled_ids=[m.message_id for m in recent],
+                      context_text="\n".join(x for x in (pref, history) if x), prompt=prompt, budget=budget,
+                      metadata={"recall_strategy": "flat_history"})
+
     def _answer(self, question, memory, model, *, session_id, preferences, stages):
         lang, p, cfg = language_of(question), self.params, self.params.recall
+        if cfg.strategy == "flat_history" or not cfg.enabled:
+            return self._flat(question, memory, model, session_id, preferences, stages)
         with stages("recall", question=question) as trace:
-            if cfg.strategy == "flat_history" or not cfg.enabled:
-                turns = cfg.budget.max_recent_turns if cfg.enabled else 0
-                recalled = memory.recent(2 * turns, session_id=session_id) if turns else []
-            else:
-                recalled = self.recall_messages(question, memory, session_id)
+            recalled = self.recall_messages(question, memory, session_id)
             trace["recalled_ids"] = [m.message_id for m in recalled]
         with stages("assembly") as trace:
             memories, pref = self.preference_memories(model, preferences, lang, p.preference_alpha)
             builder = self._builder(model, lang)
-            budget = compute_context_budget(self.window(model), cfg, model.count_tokens(question),
-                                            model.count_tokens(pref) if pref else 0, p.max_new_tokens, p.context_budget)
+            budget = self.budget(model, question, lang, pref, reserved=fact_call_reserve(cfg, p.max_new_tokens))
             suffix = builder.build(question, recalled, budget.history, language=lang)
+            budget.used = suffix.history_tokens
             trace.update(suffix=suffix.text, budget=budget.as_dict(), summaries=suffix.summary_count)
         formatter = builder.formatter
         native = formatter.name == "native"
@@ -122,9 +185,11 @@ class RecallV4(RecallingStrategy):
         gen, prompt = gens[-1]
         return Answer(loop.output, prompt_tokens=gen.prompt_tokens, injected_tokens=gen.injected_tokens,
                       generated_tokens=sum(g.new_tokens for g, _ in gens), recalled_ids=list(suffix.trace_ids),
+                      summary_ids=[it.trace_id for it in suffix.items if it.type == "summary"],
+                      fact_calls_offered=suffix.has_fact_call_instruction,
                       fact_calls=loop.fact_calls, rounds=loop.rounds,
                       context_text="\n".join([pref, suffix.text, *facts]), prompt=prompt, budget=budget,
                       metadata={"summaries": suffix.summary_count, "history_tokens": suffix.history_tokens,
                                 "dropped_for_budget": suffix.dropped_for_budget, "fact_loop_stopped": loop.stopped,
-                                "fact_protocol": "native" if native else "text",
+                                "fact_protocol": "native" if native else "text", "formatter": formatter.name,
                                 "fact_tokens": loop.fact_tokens, "facts": facts})  # what each call fetched

@@ -46,6 +46,8 @@ class SemanticPointerStrategy(Strategy):
     takes_task_inputs = True
     needs_model = False  # the rule composer; `policy: llm` needs one (requires_model)
 
+    supports_context_only = False  # its output is the task's own (pointers, a session flow), not a prompt
+
     def requires_model(self) -> bool:
         return self.params.policy == "llm"
 

@@ -53,6 +53,8 @@ class SessionL2(Strategy):
                                       extraction_tokens=p.extraction_tokens)
         self.schema = DomainSchema.load(p.schema_path)
 
+    supports_context_only = False  # its output is the task's own (pointers, a session flow), not a prompt
+
     def requires_model(self) -> bool:
         return self.flow_config.needs_model()
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pydantic import Field
 
 from dkilab import tracing
-from dkilab.strategies.base import (Strategy, StrategyParams, history_block, language_of, newest_that_fit, question_text,
-                                    register)
+from dkilab.strategies.base import (Strategy, StrategyParams, history_block, language_of, newest_that_fit,
+                                    question_text, register)
 from dkilab.types import Answer
 
 
@@ -18,6 +18,7 @@ class StableParams(StrategyParams):
 @register
 class Stable(Strategy):
     name = "stable"
+    version = "2"  # matched history budget, one history renderer
     Params = StableParams
     uses_kv = True
 
@@ -33,8 +34,8 @@ class Stable(Strategy):
         with stages("assembly"):
             memories, pref = self.preference_memories(model, preferences, lang, p.preference_alpha)
             budget = self.budget(model, question, lang, pref)
-            recent = newest_that_fit(recent, model, budget.history, lang)
-            history = history_block(recent, lang)
+            recent, budget.used = newest_that_fit(recent, model, budget.history, lang, self.fields)
+            history = history_block(recent, lang, self.fields)
             user_text = question_text(question, lang, history)
         with stages("generation"):
             gen, prompt = self.generate(model, user_text, lang, memories=memories)

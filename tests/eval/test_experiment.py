@@ -24,7 +24,7 @@ def _write(tmp_path, name="cfg", **extra):
 @pytest.mark.parametrize("extra, pattern", [
     ({"defaults": {"max_new_token": 2}}, r"cfg\.yaml: defaults\.max_new_token: no strategy .*did you mean 'max_new_tokens'"),
     ({"sweep": {"params.preference_alpah": [0.2, 0.6]}}, r"cfg\.yaml: sweep\.params\.preference_alpah: .*did you mean 'preference_alpha'"),
-    ({"sweep": {"v4.contxt_budget": [1, 2]}}, r"sweep\.v4\.contxt_budget: strategy 'v4' has no parameter 'contxt_budget'.*context_budget"),
+    ({"sweep": {"v4.histry_budget": [1, 2]}}, r"sweep\.v4\.histry_budget: strategy 'v4' has no parameter 'histry_budget'.*history_budget"),
     ({"sweep": {"v4.recall.summary.per_message_treshold": [60]}}, r"cfg\.yaml: invalid params of strategies\.1 \(v4\) at sweep point.*"
                                                                   r"params\.recall\.summary\.per_message_treshold: unknown key "
                                                                   r"\(did you mean 'per_message_threshold'\?\)"),

@@ -8,7 +8,8 @@ from dkilab.eval.experiment import check_config, load_experiment
 from tests.conftest import ROOT
 
 GPU = sorted((ROOT / "experiments" / "gpu").glob("*.yaml"))
-CELLS = {"locomo_strategies": 5, "sweep_threshold_budget": 12, "kv_alpha": 15}
+CELLS = {"locomo_strategies": 5, "sweep_threshold_budget": 9, "kv_alpha": 15, "claim_fact_calls": 2,
+         "claim_flat_vs_summary": 2, "claim_summaries": 2}
 
 
 @pytest.mark.parametrize("path", GPU, ids=lambda p: p.stem)

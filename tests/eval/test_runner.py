@@ -68,10 +68,10 @@ def _check_ci_specifics(stem, results):
         digests = {k: [r["prompt_digest"] for r in res.rows] for k, res in cells.items()}
         for a, b in [(a, b) for a in digests for b in digests if a < b]:
             assert digests[a] != digests[b], (a, b)
-        budgets = sorted({dict(k)["v4.context_budget"] for k in cells})
+        budgets = sorted({dict(k)["v4.history_budget"] for k in cells})
         thresholds = sorted({dict(k)["v4.recall.summary.per_message_threshold"] for k in cells})
         for t in thresholds:
-            small, large = (cells[(("v4.context_budget", b), ("v4.recall.summary.per_message_threshold", t))] for b in budgets)
+            small, large = (cells[(("v4.history_budget", b), ("v4.recall.summary.per_message_threshold", t))] for b in budgets)
             assert small.metrics["prompt_tokens"] < large.metrics["prompt_tokens"] - 40, (t, small.metrics, large.metrics)
             assert all(r["budget"]["history"] <= budgets[0] for r in small.rows)
     if stem == "agents_recall":  # every view's evidence is the stored text; the LLM policy really ran
@@ -91,6 +91,16 @@ def _check_ci_specifics(stem, results):
         assert {r["user_id"] for r in rows} == {f"session-user-{q}" for q in {r["qid"].split("#")[0] for r in rows}}
         assert by["l2@session_flow"].metrics["ellipsis_recall_at_1"] > by["query@session_flow"].metrics["ellipsis_recall_at_1"]
         assert all(r["session_turn"]["extraction_method"] in ("llm", "llm_fallback") for r in by["llm@one"].rows)
+    if stem == "context_only":  # nothing generated; one matched budget per question across strategies
+        by_q: dict = {}
+        for res in results:
+            assert all(r["prediction"] == "" and not r.get("generated_tokens") and "score" not in r for r in res.rows)
+            for r in res.rows:
+                if r.get("budget"):
+                    by_q.setdefault(r["qid"], set()).add(r["budget"]["total"])
+        assert by_q and all(len(totals) == 1 for totals in by_q.values())
+        v4 = next(r for r in results if r.cell.strategy.name == "recall_v4")
+        assert v4.metrics["evidence_reachable"] > v4.metrics["evidence_visible"]  # summaries one call away
     if stem == "ablation_zh":
         rows = next(iter(results)).rows
         assert any(r["category"] == "ablation" and not r["answerable"] for r in rows)

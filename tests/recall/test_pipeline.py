@@ -5,9 +5,10 @@ import pytest
 import yaml
 
 from dkilab.recall import (FactRetriever, GenericFormatter, MultiSignalRecall, ReferenceResolver, SuffixBuilder,
-                           compute_context_budget, create_formatter, load_recall_config, run_fact_loop,
+                           fact_call_reserve, create_formatter, load_recall_config, run_fact_loop,
                            validate_recall_config)
 from dkilab.recall.formatters import DeepSeekFormatter, GLMFormatter
+from dkilab.types import ContextBudget
 from dkilab.text import ExtractiveSummarizer, HeuristicTokenCounter
 from dkilab.types import FactRequest, Message
 
@@ -127,17 +128,18 @@ def test_suffix_builder_threshold_budget_and_constraint():
         assert got.history_tokens <= budget and (not got.items or counter.count_tokens(history) <= budget), budget
     flat = builder.build("When?", msgs[1:], context_budget=500)
     assert not flat.has_fact_call_instruction  # nothing summarised: no call instruction
+    # what recall_v4 takes from the matched history budget: fact segments + the constraint instruction
+    assert fact_call_reserve(cfg, 24) == {"fact_calls": cfg.fact_call.max_fact_tokens + 32 * cfg.fact_call.max_rounds,
+                                          "constraint": 150}
     seed = cfg.with_updates({"budget.generation_reserve": 512})  # the seed's fixed reserve, when set
-    assert compute_context_budget(2048, seed, query_tokens=20, preference_tokens=30).history == 2048 - 30 - 150 - 20 - 512
-    # by default the reserve follows max_new_tokens, plus the fact segments the fact loop may append
-    b = compute_context_budget(2048, cfg, query_tokens=20, preference_tokens=30, max_new_tokens=24)
-    assert b.generation == 24 + cfg.fact_call.max_fact_tokens + 32 * cfg.fact_call.max_rounds
-    assert b.history == 2048 - 30 - 150 - 20 - b.generation and b.as_dict()["history"] == b.history
-    off = cfg.with_updates({"fact_call.max_rounds": 0})
-    assert compute_context_budget(2048, off, 20, 30, max_new_tokens=24).generation == 24
-    assert compute_context_budget(2048, off, 20, 30, max_new_tokens=24, cap=100).history == 100
-    assert compute_context_budget(300, off, 20, 30, max_new_tokens=24).history == 300 - 30 - 150 - 20 - 24
-    assert compute_context_budget(100, off, 20, 30, max_new_tokens=24).history == 0
+    assert fact_call_reserve(seed, 24) == {"fact_calls": 512 - 24, "constraint": 150}
+    assert fact_call_reserve(cfg.with_updates({"fact_call.max_rounds": 0}), 24) == {}  # no calls: nothing reserved
+    assert fact_call_reserve(cfg.with_updates({"strategy": "flat_history"}), 24) == {}
+    b = ContextBudget(window=2048, generation=24, instructions=100, query=20, preferences=30,
+                      reserved=fact_call_reserve(cfg, 24))
+    assert b.total == 2048 - 24 - 100 - 20 - 30 and b.history == b.total - sum(b.reserved.values())
+    assert ContextBudget(2048, 24, 100, 20, 30, cap=100).total == 100
+    assert ContextBudget(100, 24, 100, 20, 30, cap=100).total == 0
 
 
 @pytest.fixture

@@ -104,11 +104,13 @@ def test_recall_v4_fallbacks(memory, model):
     flat = create_strategy("recall_v4", {**SMALL, "recall": {"strategy": "flat_history",
                                                                "budget": {"min_recent_turns": 1, "max_recent_turns": 1}}})
     ans = flat.answer("Where is my new flat?", memory, model)
-    assert ans.recalled_ids == ["u1:6", "u1:7"] and ans.fact_calls == [] and ans.metadata["summaries"] == 0
+    assert ans.recalled_ids == ["u1:6", "u1:7"] and ans.fact_calls == [] and ans.summary_ids == []
+    assert ans.metadata["recall_strategy"] == "flat_history"
     no_calls = create_strategy("recall_v4", {**SMALL, "recall": {"summary": {"per_message_threshold": 60},
                                                                  "fact_call": {"enabled": False}}})
     ans = no_calls.answer("Where is my new flat?", memory, model)
     assert ans.metadata["summaries"] >= 1 and "retrieve_fact" not in ans.prompt and ans.rounds == 1
+    assert ans.summary_ids and not ans.fact_calls_offered and ans.budget.reserved == {}
 
 
 def test_recall_v4_prompt_is_far_below_full_history_on_a_long_history(memory, model):
@@ -145,22 +147,31 @@ def test_recall_only_ranks_without_a_model(memory):
 
 
 def test_the_history_budget_is_one_figure_recorded_with_every_answer(memory, model):
-    """window - instructions - question - preferences - generation (max_new_tokens, plus the fact
-    segments when fact calls are on), capped; recorded on the Answer."""
+    """window - instructions - question - preferences - max_new_tokens, capped by history_budget: the
+    same total for every strategy; recall_v4 takes its fact-call room from that total (reserved)."""
+    totals = {}
     for name in ("full_history", "stable", "recall_v4", "full_attention"):
         ans = create_strategy(name, {**SMALL, "max_prompt_tokens": 600}).answer("Where is my new flat?", memory, model,
                                                                               preferences=PREFS)
         b = ans.budget
         assert b is not None and b.window == 600 and b.preferences > 0, name
-        assert b.history == max(0, 600 - b.instructions - b.query - b.preferences - b.generation), name
+        assert b.total == max(0, 600 - b.instructions - b.query - b.preferences - b.generation), name
+        assert b.used is not None and b.used <= b.history, name
+        totals[name] = b.total
+    assert len(set(totals.values())) == 1, totals
     v4 = create_strategy("recall_v4", {"max_new_tokens": 40, "recall": {"fact_call": {"max_fact_tokens": 100, "max_rounds": 2}}})
-    assert v4.answer("Where is my new flat?", memory, model).budget.generation == 40 + 100 + 2 * 32
+    b = v4.answer("Where is my new flat?", memory, model).budget
+    assert b.generation == 40 and b.reserved == {"fact_calls": 100 + 2 * 32, "constraint": 150}
+    assert b.history == b.total - 100 - 64 - 150
     off = create_strategy("recall_v4", {"max_new_tokens": 40, "recall": {"fact_call": {"enabled": False}}})
-    assert off.answer("Where is my new flat?", memory, model).budget.generation == 40
-    capped = create_strategy("recall_v4", {**SMALL, "context_budget": 50}).answer("Where is my new flat?", memory, model)
-    assert capped.budget.history == 50 and capped.metadata["history_tokens"] <= 50
-    fa = create_strategy("full_attention", {**SMALL, "history_tokens": 64}).answer("Where is my new flat?", memory, model)
-    assert fa.budget.history == 64 and fa.injected_tokens <= 64 + 40  # + the BOS sink and block framing
+    assert off.answer("Where is my new flat?", memory, model).budget.reserved == {}
+    capped = create_strategy("recall_v4", {**SMALL, "history_budget": 50, "recall": {"fact_call": {"enabled": False}}}
+                             ).answer("Where is my new flat?", memory, model)
+    assert capped.budget.total == 50 and capped.metadata["history_tokens"] <= 50
+    fa = create_strategy("full_attention", {**SMALL, "history_budget": 64}).answer("Where is my new flat?", memory, model)
+    assert fa.budget.total == 64 and fa.budget.used <= 64 and fa.injected_tokens <= 64 + 1  # + the BOS sink
+    with pytest.raises(ValueError, match="'context_budget' is now 'history_budget'"):
+        create_strategy("recall_v4", {"context_budget": 50})
 
 
 def test_recall_knobs_from_yaml_reach_their_components(memory, model, tmp_path):

@@ -17,7 +17,7 @@ from dkilab.types import Conversation, Message, QAItem
 FIXTURES = Path(__file__).resolve().parents[3] / "datasets" / "fixtures" / "memory_qa.json"
 
 
-@register_dataset("fixtures", language="mixed", scorer="auto", version="1", sources=(str(FIXTURES),))
+@register_dataset("fixtures", language="mixed", scorer="auto", version="1", sources=(str(FIXTURES),), preferences=True)
 def load_fixtures(data=None, limit: int | None = None, question_limit: int | None = None,
                   path: str | Path | None = None) -> list[Conversation]:
     """`data` (the third-party data dir) is not used: the fixtures ship with the repository."""

@@ -37,7 +37,9 @@ class Metric:
     per_category: bool = False  # also logged per category (the cell's by_category.json table)
     rank: float | None = None  # position in the comparison table; None = not in the table
     headline: bool = False  # a cell's main figure (console line, plots): the first headline metric it has
-    kind: Literal["answer", "retrieval", "agent", "any"] = "answer"  # the rows its function runs on
+    # the rows its function runs on: answers (generated), context (what a strategy put before the model:
+    # answers and context-only cells alike), retrieval rankings, agent outputs, or any
+    kind: Literal["answer", "context", "retrieval", "agent", "any"] = "answer"
     ratio_of: tuple[str, str] | None = None  # ratio: (numerator field, denominator field), sums over rows
     version: str = "1"
     depends_on: str | None = None  # a component whose version it inherits, e.g. the abstention detector
@@ -91,6 +93,11 @@ class Scored:
     @property
     def retrieval_only(self) -> bool:
         return bool(self.answer.metadata.get("retrieval_only"))
+
+    @property
+    def context_only(self) -> bool:
+        """A context-only cell's answer: the prompt and K/V blocks were built, nothing was generated."""
+        return bool(self.answer.metadata.get("context_only"))
 
     @property
     def task(self) -> str | None:
@@ -147,7 +154,8 @@ def score_row(item: QAItem, answer: Answer, scorer: str = "auto", abstained: boo
     q = Scored(item, answer, scorer, abstained)
     row: dict[str, Any] = {"answerable": item.answerable}
     for m in declared():
-        if (m.fn is None or (m.kind == "answer" and (q.retrieval_only or q.task)) or
+        if (m.fn is None or (m.kind == "answer" and (q.retrieval_only or q.task or q.context_only)) or
+                (m.kind == "context" and (q.retrieval_only or q.task)) or
                 (m.kind == "retrieval" and not q.retrieval_only) or (m.kind == "agent" and not q.task)):
             continue
         value = m.fn(q)

@@ -44,7 +44,7 @@ def _accuracy(q: Scored):
 
 
 # --- memory in context and fact calls ----------------------------------------------------------
-@metric("evidence_in_context", higher_is_better=True, subset="answerable", rank=20,
+@metric("evidence_in_context", higher_is_better=True, subset="answerable", rank=20, kind="context",
         description="share of a question's gold evidence messages the strategy put before the model")
 def _evidence(q: Scored):
     gold = set(q.item.evidence_ids)
@@ -98,12 +98,12 @@ def _fact_tokens(q: Scored):
 
 
 # --- cost ----------------------------------------------------------------------------------------
-@metric("prompt_tokens", higher_is_better=False, rank=40, description="tokens of the final visible prompt")
+@metric("prompt_tokens", higher_is_better=False, rank=40, kind="context", description="tokens of the final visible prompt")
 def _prompt_tokens(q: Scored):
     return q.answer.prompt_tokens
 
 
-@metric("injected_tokens", higher_is_better=False, rank=41, description="K/V memory columns attended to")
+@metric("injected_tokens", higher_is_better=False, rank=41, kind="context", description="K/V memory columns attended to")
 def _injected(q: Scored):
     return q.answer.injected_tokens
 
@@ -113,9 +113,10 @@ def _generated(q: Scored):
     return q.answer.generated_tokens
 
 
-@metric("history_budget", rank=42, description="the history budget the strategy worked within (ContextBudget)")
+@metric("history_budget", rank=42, kind="context",
+        description="the matched history budget (ContextBudget.total): the same for every strategy on a question")
 def _budget(q: Scored):
-    return q.answer.budget.history if q.answer.budget is not None else None
+    return q.answer.budget.total if q.answer.budget is not None else None
 
 
 def _stage_metric(stage: str) -> None:
