@@ -118,7 +118,7 @@ def plot_headlines(runs, title: str = ""):
 
 def plot_sweep(runs, x: str, y: str, metrics=("score", "hallucination_rate", "prompt_tokens"),
                labels: dict[str, str] | None = None, title: str = ""):
-    """Heatmaps of `metrics` over two swept parameters (`load_runs` columns, e.g. `param.v4.context_budget`)."""
+    """Heatmaps of `metrics` over two swept parameters (`load_runs` columns, e.g. `param.history_budget`)."""
     from dkilab.eval.plots import sweep_heatmaps
 
     return sweep_heatmaps(runs, x, y, metrics, labels, title)

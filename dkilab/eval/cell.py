@@ -261,9 +261,10 @@ def _score_one(item, answer, wall: float, conv, scorer: str, judge) -> dict[str,
     row = base | score_answer(item, answer, scorer, verdicts.get("abstained")) | verdicts | {
         "prediction": answer.text, "recalled_ids": answer.recalled_ids, "wall_ms": wall,
         "prompt_digest": hashlib.sha1(f"{answer.prompt}\n{answer.context_text}".encode()).hexdigest()[:12],
-        "fact_call_log": [c.__dict__ for c in answer.fact_calls],
+        "fact_call_log": [c.__dict__ for c in answer.fact_calls], "summary_ids": answer.summary_ids,
         "budget": answer.budget.as_dict() if answer.budget is not None else None}
-    for key in ("memory_view", "evidence_problems", "agent_stop", "pointer", "fact_protocol", "session_turn"):  # review
+    for key in ("memory_view", "evidence_problems", "agent_stop", "pointer", "fact_protocol", "formatter",
+                "session_turn"):  # review
         if key in answer.metadata:
             row[key] = answer.metadata[key]
     # harness overhead: what the question cost beyond the strategy's own stages, scoring included

@@ -115,6 +115,9 @@ def log_cell(cell, rows: list[dict], errors: list[str], wall_s: float, extra: di
     protocols = sorted({r["fact_protocol"] for r in rows if r.get("fact_protocol")})
     if protocols:  # how retrieve_fact was offered (native tool in the chat template, or the text protocol)
         mlflow.set_tag("dkilab.fact_protocol", ",".join(protocols))
+    formatters = sorted({r["formatter"] for r in rows if r.get("formatter")})
+    if formatters:  # the formatter used: an explicit prompt_formatter, or what `auto` chose
+        mlflow.set_tag("dkilab.formatter", ",".join(formatters))
     if cell.judge is not None:
         mlflow.log_text(resolved["judge"]["prompt"], "judge_prompt.txt")
     mlflow.log_text(dumps_rows(rows), "predictions.jsonl")

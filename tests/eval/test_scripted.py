@@ -23,6 +23,7 @@ def test_fact_calls_reach_mlflow(scripted_run):
         assert run.data.tags["dkilab.scripted"] == "1"
         protocol = "native" if name.startswith("native") else "text"
         assert run.data.tags["dkilab.fact_protocol"] == protocol
+        assert run.data.tags["dkilab.formatter"] == ("native" if protocol == "native" else "generic")  # logged
         assert run.data.params["strategy.params.recall.fact_call.protocol"] == protocol
     rows = {r["qid"]: r for r in next(r for r in results if r.cell.strategy.key == "recall_v4").rows}
     cat = rows["sc1:q1"]["fact_call_log"]
