@@ -28,16 +28,24 @@ def _cmd_tracking_server(args: argparse.Namespace) -> int:
 
 
 def _cmd_keys(args: argparse.Namespace) -> int:
-    from dkilab.service.keys import add_key, read_keys
+    from dkilab.config import ConfigError
+    from dkilab.service.keys import add_key, read_keys, revoke_keys
 
-    if args.action == "add":
-        if not args.user:
-            raise SystemExit("dkilab keys add: give the user id the key belongs to")
-        key = add_key(args.keys, args.user, args.note)
-        print(f"new key for {args.user} (shown once; {args.keys} keeps only its hash):\n{key}")
-    else:
-        for e in read_keys(args.keys).keys:
-            print(f"{e.user_id:24s} sha256 {e.sha256[:12]}...  {e.note}")
+    try:
+        if args.action == "add":
+            if not args.user:
+                raise SystemExit("dkilab keys add: give the user id the key belongs to")
+            key = add_key(args.keys, args.user, args.note)
+            print(f"new key for {args.user} (shown once; {args.keys} keeps only its hash):\n{key}")
+        elif args.action == "revoke":
+            gone = revoke_keys(args.keys, args.user, args.hash)
+            print(f"revoked {len(gone)} key(s): " + ", ".join(f"{e.user_id} sha256 {e.sha256[:12]}..." for e in gone)
+                  + " (a running service refuses them from its next request)")
+        else:
+            for e in read_keys(args.keys).keys:
+                print(f"{e.user_id:24s} sha256 {e.sha256[:12]}...  {e.note}")
+    except ValueError as exc:  # a bad user id or nothing to revoke: a user error, one line
+        raise ConfigError(f"dkilab keys {args.action}: {exc}") from None
     return 0
 
 
@@ -62,7 +70,8 @@ def _cmd_bench_serve(args: argparse.Namespace) -> int:
     from dkilab.bench.serve import main as bench_main
 
     return bench_main(data_dir=args.data_dir, clients=tuple(int(x) for x in args.clients.split(",")),
-                      seconds=args.seconds, endpoints=tuple(e.strip() for e in args.endpoints.split(",") if e.strip()))
+                      seconds=args.seconds, endpoints=tuple(e.strip() for e in args.endpoints.split(",") if e.strip()),
+                      flood_clients=args.flood_clients)
 
 
 def _cmd_bench_store(args: argparse.Namespace) -> int:
@@ -369,9 +378,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     keys = sub.add_parser("keys", help="API keys of the recall service (the file keeps hashes only)",
                           formatter_class=argparse.RawDescriptionHelpFormatter,
-                          epilog="examples:\n  dkilab keys add alice --keys keys.yaml --note laptop\n  dkilab keys list --keys keys.yaml")
-    keys.add_argument("action", choices=["add", "list"])
-    keys.add_argument("user", nargs="?", help="add: the user id the new key is bound to")
+                          epilog="examples:\n  dkilab keys add alice --keys keys.yaml --note laptop\n  dkilab keys list --keys keys.yaml\n"
+                                "  dkilab keys revoke alice --keys keys.yaml\n  dkilab keys revoke --hash 3f1c0a9b --keys keys.yaml")
+    keys.add_argument("action", choices=["add", "list", "revoke"])
+    keys.add_argument("user", nargs="?", help="add: the user id the new key is bound to; revoke: every key of this user")
+    keys.add_argument("--hash", default=None, help="revoke: the one key whose sha256 starts with this (8+ hex digits)")
     keys.add_argument("--keys", required=True, help="keys file (created by the first add)")
     keys.add_argument("--note", default="", help="add: a note kept beside the hash")
     keys.set_defaults(func=_cmd_keys)
@@ -396,6 +407,9 @@ def build_parser() -> argparse.ArgumentParser:
     bsv.add_argument("--clients", default="1,8,32", help="concurrent clients per row (default 1,8,32)")
     bsv.add_argument("--seconds", type=float, default=4.0, help="seconds per endpoint and client count (default 4)")
     bsv.add_argument("--endpoints", default="lexical_search,semantic_search,messages_list,neighbors,get")
+    bsv.add_argument("--flood-clients", type=int, default=4,
+                     help="isolation row: clients of one tenant making the largest calls while another tenant's get "
+                          "is timed (0: skip the row)")
     bsv.set_defaults(func=_cmd_bench_serve)
     bst = bench_sub.add_parser("strategies", help="tokens, latency per stage and fact calls of every strategy on LoCoMo")
     bst.add_argument("--data-dir", default=None, help="dataset directory (default: $DKILAB_DATA_DIR)")

@@ -86,6 +86,10 @@ def read_yaml(path: str | Path) -> Any:
         raise ConfigError(f"config file {path} does not exist") from None
     except IsADirectoryError:
         raise ConfigError(f"config file {path} is a directory") from None
+    except PermissionError:
+        raise ConfigError(f"config file {path} cannot be read (permission denied)") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason}); save it as UTF-8") from None
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         at = f" (line {where.line + 1}, column {where.column + 1})" if where is not None else ""

@@ -19,3 +19,5 @@ def test_bench_serve_runs_and_stops_by_itself():
     rows = [line.split() for line in r.stdout.splitlines() if line.startswith(("lexical_search", "get"))]
     assert len(rows) == 4 and all(row[-2] == "0" for row in rows)  # errors column
     assert "errors: 0" in r.stdout
+    iso = [line for line in r.stdout.splitlines() if line.startswith("isolation:")]
+    assert len(iso) == 2 and "alone" in iso[0] and "while one tenant floods (4 clients" in iso[1]

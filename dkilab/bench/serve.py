@@ -8,6 +8,9 @@ connections, each client a LoCoMo user with its own key, round robin) for a fixe
 requests/s, p50/p95/p99 latency and errors (any non-200 answer or transport failure), beside the p50 of
 the same calls made on the store in this process ("store p50": the store's share of a request). The load runs
 in this process and the server in another, on the same cores: the figures are for both together.
+Then the isolation row: another tenant's `get` latency alone, and while one tenant floods the server
+with `--flood-clients` clients making the largest legal calls (`recent n=10000`, `messages_list`
+page_size 1000); the flood's 429s (its per-key limit) are counted apart from errors.
 Stops by itself; the server is stopped at the end, on an error and on Ctrl-C.
 """
 from __future__ import annotations
@@ -86,6 +89,57 @@ async def _load(url: str, keys: dict[str, str], bodies: dict, endpoint: str, cli
     return lat, errors, wall
 
 
+async def _isolation(url: str, keys: dict[str, str], bodies: dict, flood_clients: int, seconds: float):
+    """(the quiet tenant's get latencies, flood answers, flood 429s, errors); no flood when flood_clients=0."""
+    import aiohttp
+
+    flood_user, quiet_user = list(keys)[:2]
+    lat: list[float] = []
+    errors: list[str] = []
+    counts = {"answered": 0, "refused": 0}
+    stop = time.perf_counter() + seconds
+
+    async def quiet(session):
+        headers = {"X-API-Key": keys[quiet_user]}
+        for body in itertools.cycle(bodies[quiet_user]["get"]):
+            if time.perf_counter() >= stop:
+                return
+            t = time.perf_counter()
+            try:
+                async with session.post(f"{url}/v1/get", json=body, headers=headers) as r:
+                    await r.read()
+                    if r.status != 200:
+                        errors.append(f"HTTP {r.status}")
+            except aiohttp.ClientError as e:
+                errors.append(type(e).__name__)
+            lat.append((time.perf_counter() - t) * 1000)
+
+    async def flood(n: int, session):
+        headers = {"X-API-Key": keys[flood_user]}
+        for i in itertools.count(n):
+            if time.perf_counter() >= stop:
+                return
+            try:
+                if i % 2:
+                    call = session.get(f"{url}/v1/recent", params={"n": "10000"}, headers=headers)
+                else:
+                    call = session.post(f"{url}/v1/messages_list", json={"page_size": 1000}, headers=headers)
+                async with call as r:
+                    await r.read()
+                    if r.status == 429:
+                        counts["refused"] += 1
+                    elif r.status == 200:
+                        counts["answered"] += 1
+                    else:
+                        errors.append(f"flood HTTP {r.status}")
+            except aiohttp.ClientError as e:
+                errors.append(f"flood {type(e).__name__}")
+
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=flood_clients + 1)) as session:
+        await asyncio.gather(quiet(session), *(flood(n, session) for n in range(flood_clients)))
+    return lat, counts["answered"], counts["refused"], errors
+
+
 def _in_process(store, bodies, endpoint: str, n: int = 300) -> float:
     """p50 ms of the same calls on the store directly (no HTTP): the store's share of a request."""
     lat = []
@@ -109,7 +163,7 @@ def _in_process(store, bodies, endpoint: str, n: int = 300) -> float:
     return _pct(lat, 50)
 
 
-def main(data_dir=None, clients=(1, 8, 32), seconds: float = 4.0, endpoints=ENDPOINTS) -> int:
+def main(data_dir=None, clients=(1, 8, 32), seconds: float = 4.0, endpoints=ENDPOINTS, flood_clients: int = 4) -> int:
     from dkilab.service.keys import add_key
     from dkilab.service.server import free_port, spawn
 
@@ -144,6 +198,15 @@ def main(data_dir=None, clients=(1, 8, 32), seconds: float = 4.0, endpoints=ENDP
                 print(f"{endpoint:16s} {c:7d} {len(lat):8d} {len(lat) / wall:7.0f} {_pct(lat, 50):7.1f} "
                       f"{_pct(lat, 95):7.1f} {_pct(lat, 99):7.1f} {len(errors):6d} {local[endpoint]:9.2f}"
                       + (f"  ({', '.join(sorted(set(errors)))})" if errors else ""), flush=True)
+        if flood_clients:
+            for n in (0, flood_clients):
+                lat, answered, refused, errors = asyncio.run(_isolation(url, keys, bodies, n, seconds))
+                total_errors += len(errors)
+                what = (f"while one tenant floods ({n} clients: recent n=10000, messages_list page_size 1000; "
+                        f"{answered} answered, {refused} refused 429)" if n else "alone")
+                print(f"isolation: another tenant's get p50 {_pct(lat, 50):.1f} ms, p99 {_pct(lat, 99):.1f} ms "
+                      f"({len(lat)} requests) {what}" + (f"  errors: {', '.join(sorted(set(errors)))}" if errors else ""),
+                      flush=True)
     finally:
         proc.terminate()
         try:

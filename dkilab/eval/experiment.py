@@ -32,6 +32,7 @@ import copy
 import hashlib
 import itertools
 import json
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -191,6 +192,9 @@ class ExperimentConfig(_Strict):
     expect: dict[str, dict[str, tuple[float, float]]] = Field(default_factory=dict)
     tracing: bool = True
     judge: JudgeSpec | None = None
+    # share of a cell's questions allowed to fail (an exception, an endpoint that stayed down) before the
+    # cell counts as FAILED and runs again; a judgement on the result, not part of a cell's identity
+    max_error_rate: float = Field(0.0, ge=0.0, le=1.0)
 
 
 SWEEP_ROOTS = ("params", "model", "embedder")
@@ -243,6 +247,11 @@ def check_config(cfg: ExperimentConfig, source: str = "<config>") -> list["Cell"
         for metric, (lo, hi) in ranges.items():
             if lo > hi:
                 fail(f"expect.{label}.{metric}", f"empty range [{lo}, {hi}]")
+    check_model_spec(cfg.model.spec, "model.spec", fail)
+    for v in cfg.sweep.get("model.spec", []):
+        check_model_spec(v, "sweep.model.spec", fail)
+    if cfg.judge is not None:
+        check_model_spec(cfg.judge.model, "judge.model", fail)
     cells = expand_cells(cfg, source)
     for cell in cells:
         if not cfg.model.generate and cell.needs_model and not cell.instance.supports_context_only:
@@ -250,6 +259,19 @@ def check_config(cfg: ExperimentConfig, source: str = "<config>") -> list["Cell"
                  "(model.generate: false): it generates inside its own flow; run it in a config that generates")
         check_live_sweep(cell, fail)
     return cells
+
+
+def check_model_spec(spec, key: str, fail) -> None:
+    """`scheme:rest` must name a registered loader (`nosuch:model` would otherwise be tried as a hub id
+    in every cell); specs without a scheme (hub ids, directories, .gguf files) are checked when loaded."""
+    from dkilab.registry import MODELS
+
+    if not isinstance(spec, str) or not spec.strip():
+        fail(key, f"a model spec is a non-empty string, got {spec!r}")
+    m = re.match(r"([A-Za-z][\w+.-]*):(?!//)", spec)
+    if m and not Path(spec).exists() and m.group(1) not in MODELS:
+        fail(key, f"unknown model loader {m.group(1)!r} in {spec!r}{did_you_mean(m.group(1), MODELS.names())}; "
+                  f"registered: {', '.join(MODELS.names())} (or a hub id, a directory, a .gguf file)")
 
 
 def check_live_sweep(cell: "Cell", fail) -> None:

@@ -1,8 +1,9 @@
 """Run an experiment: cells = strategies x sweep points x datasets; per question an Answer and a metric
 row; one MLflow parent run per invocation and one child run per cell.
 
-- A strategy exception on one question becomes an error row (traceback in errors.txt, `errors`
-  metric) and the run goes on.
+- A strategy exception on one question (an endpoint still failing after its retries) becomes an
+  error row (traceback in errors.txt, `errors` metric) and the cell goes on; a cell whose failed
+  questions exceed `max_error_rate` (default 0) then ends FAILED with its rows kept, and runs again.
 - A cell that raises (data missing, model missing, a bug) ends FAILED with its traceback, the next
   cell runs, and `dkilab run` exits 1 naming it; Ctrl-C / SystemExit end the cell and the parent
   KILLED. Only a FINISHED run with the completion tag counts as done (see `runstate`), so a rerun
@@ -204,9 +205,17 @@ def _run_one(cfg, cell: Cell, n: int, total: int, state, data_dir, datasets, pro
             extra = {"query_embeddings": float(data.store.embedder.cache_misses)}
             result.metrics = tracking.log_cell(cell, result.rows, errors, time.perf_counter() - t, extra)
             tracking.log_assessments(result.rows)
-            mlflow.set_tag(runstate.COMPLETE_TAG, "1")  # after every metric and artifact
-            mlflow.end_run(status="FINISHED")
-            echo(tracking.cell_line(cell, result.metrics, n, total, time.perf_counter() - t))
+            over = over_error_budget(result.metrics, cfg.max_error_rate)
+            if over:  # partial failure is failure: never skipped as done, redone by the next run
+                result.error = over
+                mlflow.set_tag("dkilab.error", over)
+                mlflow.end_run(status="FAILED")
+                echo(f"{tracking.cell_line(cell, result.metrics, n, total, time.perf_counter() - t)}: FAILED ({over}; "
+                     "the error rows are kept in predictions.jsonl and errors.txt); the next run redoes the cell")
+            else:
+                mlflow.set_tag(runstate.COMPLETE_TAG, "1")  # after every metric and artifact
+                mlflow.end_run(status="FINISHED")
+                echo(tracking.cell_line(cell, result.metrics, n, total, time.perf_counter() - t))
     except (KeyboardInterrupt, SystemExit):
         if main:
             mlflow.end_run(status="KILLED")
@@ -220,6 +229,15 @@ def _run_one(cfg, cell: Cell, n: int, total: int, state, data_dir, datasets, pro
         mlflow.end_run(status="FAILED")
         echo(f"[{n}/{total}] {cell.label}: FAILED ({result.error}); the next run retries it")
     return result
+
+
+def over_error_budget(metrics: dict[str, float], max_error_rate: float) -> str | None:
+    """Why a cell's failed questions exceed `max_error_rate` (None when within it)."""
+    asked, failed = int(metrics.get("questions", 0)), int(metrics.get("errors", 0))
+    if failed and failed > max_error_rate * asked:
+        return (f"{failed} of {asked} questions failed, over max_error_rate {max_error_rate:g} "
+                f"(set it in the config to accept failed questions)")
+    return None
 
 
 def cell_model(cell: Cell):

@@ -31,7 +31,7 @@ def store_for(conversations: list[Conversation], name: str, embedder=None, path:
     embedder = embedder or Embedder()
     if path is None:
         path = cache_dir() / "stores" / f"{name}-{store_key(conversations, embedder.model_name)}"
-    store = MemoryStore.open(path, embedder=embedder)
+    store = MemoryStore.open(path, embedder=embedder, create=True)  # a cache: a lost one is rebuilt
     if store.count() < sum(len(c.messages) for c in conversations):
         for conv in conversations:
             store.add_messages(conv.messages)

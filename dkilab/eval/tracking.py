@@ -166,8 +166,9 @@ def cell_line(cell, metrics: dict[str, float], n: int, total: int, wall_s: float
     from dkilab.eval.metrics import primary_metric
 
     main = primary_metric(metrics) or "score"
-    return (f"[{n}/{total}] {cell.label}: {main} {_fmt(metrics, main)} over {int(metrics.get('questions', 0))} "
-            f"questions in {wall_s:.0f} s")
+    asked, failed = int(metrics.get("questions", 0)), int(metrics.get("errors", 0))
+    over = f"{asked - failed} of {asked} answered ({failed} failed)" if failed else f"{asked} questions"
+    return f"[{n}/{total}] {cell.label}: {main} {_fmt(metrics, main)} over {over} in {wall_s:.0f} s"
 
 
 def _plot_categories(by_cat: dict[str, dict[str, float]], title: str) -> None:

@@ -77,12 +77,27 @@ class L2Memory:
 
         def update(current):
             state, rule = self._merge(session_id, intent, entities, previous_l2 if previous_l2 is not None else current, now)
-            state["version"] = int((current or {}).get("version", 0)) + 1
+            # versions never repeat, also after an expired state starts a new chain
+            state["version"] = int((current or {}).get("version") or self._last_version(session_id)) + 1
             rules[:] = [rule]
             return state
-        state = self.backend.update_l2(session_id, update, self.ttl, now)
-        self._audit(session_id, state, rules[0], now)
+
+        def audit(c, state):  # in the update's transaction where the backend has one (no misnumbered rows)
+            row = (session_id, state["version"], json.dumps(state, ensure_ascii=False), rules[0], now)
+            if c is not None:
+                c.execute("INSERT INTO l2_versions VALUES(?,?,?,?,?)", row)
+                return
+
+            def save():
+                with transaction(self.conn) as tx:
+                    tx.execute("INSERT OR REPLACE INTO l2_versions VALUES(?,?,?,?,?)", row)
+            with_retry(save)
+        state = self.backend.update_l2(session_id, update, self.ttl, now, audit=audit)
         return state, rules[0]
+
+    def _last_version(self, session_id: str) -> int:
+        return self.conn.execute("SELECT COALESCE(MAX(version), 0) FROM l2_versions WHERE session_id=?",
+                                 (session_id,)).fetchone()[0]
 
     def _merge(self, session_id: str, intent: str, entities: dict[str, Any], previous: dict[str, Any] | None,
                now: float) -> tuple[dict[str, Any], str]:
@@ -114,15 +129,6 @@ class L2Memory:
         if new not in self.stage_order or old not in self.stage_order:
             return old if new not in self.stage_order else new
         return new if self.stage_order.index(new) >= self.stage_order.index(old) else old
-
-    def _audit(self, session_id: str, state: dict[str, Any], rule: str, now: float) -> None:
-        def save():
-            with transaction(self.conn) as c:
-                v = c.execute("SELECT COALESCE(MAX(version), 0) + 1 FROM l2_versions WHERE session_id=?",
-                              (session_id,)).fetchone()[0]
-                c.execute("INSERT INTO l2_versions VALUES(?,?,?,?,?)",
-                          (session_id, v, json.dumps(state, ensure_ascii=False), rule, now))
-        with_retry(save)
 
     def history(self, session_id: str, *, user_id: str | int) -> list[dict[str, Any]]:
         """Every saved version of the session's L2 state, oldest first: {version, rule, created_at, state}."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-import warnings
 from typing import Any, Callable, Sequence
 
 from dkilab.memory.backends.base import FallbackBackend
@@ -15,9 +14,9 @@ from dkilab.memory.sessions import DEFAULT_TTL, SessionManager, SessionRecord, c
 
 def make_backend(conn, backend: str = "sqlite", redis_url: str | None = None, strict: bool = False,
                  retry_after: float = 5.0, clock: Callable[[], float] = time.time):
-    """The hot-state backend. With `redis`, SQLite mirrors every write and serves when Redis fails
-    (with a warning; Redis is retried every `retry_after` s), unless `strict`, where a Redis failure
-    raises (seed §9.7: a Redis failure must not stop the main flow)."""
+    """The hot-state backend. With `redis`, SQLite mirrors every write and serves while Redis is down
+    (with a warning; Redis is retried every `retry_after` s, also when it was down at start), unless
+    `strict`, where a Redis failure raises (seed §9.7: a Redis failure must not stop the main flow)."""
     sqlite = SQLiteBackend(conn)
     if backend == "sqlite":
         return sqlite
@@ -26,16 +25,13 @@ def make_backend(conn, backend: str = "sqlite", redis_url: str | None = None, st
     from dkilab.memory.backends.redis import RedisBackend
 
     url = redis_url or "redis://127.0.0.1:6379/0"
-    try:
-        redis = RedisBackend(url)
-    except RedisBackend.errors() as exc:
-        if strict:
-            raise ConnectionError(f"redis backend at {url} is unreachable: {exc}") from exc
-        warnings.warn(f"redis backend at {url} is unreachable ({exc}); using SQLite", RuntimeWarning, stacklevel=2)
-        return sqlite
     if strict:
-        return redis
-    return FallbackBackend(redis, sqlite, RedisBackend.errors(), retry_after=retry_after, clock=clock)
+        try:
+            return RedisBackend(url)
+        except RedisBackend.errors() as exc:
+            raise ConnectionError(f"redis backend at {url} is unreachable: {exc}") from exc
+    return FallbackBackend(RedisBackend(url, connect=False), sqlite, RedisBackend.errors(), retry_after=retry_after,
+                           clock=clock)
 
 
 class MemoryManager:

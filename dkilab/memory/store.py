@@ -125,7 +125,8 @@ class MemoryStore:
     Use `store.for_user(user_id)` for queries: the returned view is bound to one user.
     """
 
-    def __init__(self, path: str | None, embedder: Embedder | None = None, result_cap: int = 1000):
+    def __init__(self, path: str | None, embedder: Embedder | None = None, result_cap: int = 1000,
+                 create: bool = False):
         self._tmpdir = None
         if path in (None, ":memory:"):
             self._tmpdir = tempfile.TemporaryDirectory(prefix="dkilab-store-")
@@ -135,9 +136,11 @@ class MemoryStore:
             raise ValueError(f"memory store path {self.path} exists and is not a directory")
         self.path.mkdir(parents=True, exist_ok=True)
         self.result_cap = result_cap
+        self._check_is_store(create)
         self.conn = connect(str(self.path / DB_FILE))
         self._lock = threading.RLock()
         with_retry(lambda: self.conn.executescript(_SCHEMA))
+        self._check_meta()
         self._init_meta()
         built_with = self._meta.get("embedder")  # a store opened without an embedder uses the one that built it
         self.embedder = embedder or Embedder(built_with or DEFAULT_EMBEDDER)
@@ -158,6 +161,36 @@ class MemoryStore:
         return cls(None if path is None else str(path), embedder=embedder, **kwargs)
 
     # --- metadata -------------------------------------------------------------------------
+    def _check_is_store(self, create: bool) -> None:
+        """A new directory becomes a store; a directory whose database is missing or 0 bytes while other
+        store files remain (a deleted or truncated store) is refused unless `create=True`."""
+        db = self.path / DB_FILE
+        leftovers = sorted(p.name for p in self.path.iterdir()
+                           if p.name.startswith(DB_FILE + "-") or (p.name == "faiss" and any(p.iterdir())))
+        if create or (db.exists() and db.stat().st_size > 0):
+            return
+        if db.exists():
+            raise ValueError(f"{db} is empty (0 bytes): the store was truncated; restore it from a backup, or open "
+                             "it with create=True to start an empty store there")
+        if leftovers:
+            raise ValueError(f"{db} is missing but {self.path} holds a store's other files ({', '.join(leftovers[:4])}): "
+                             "the store was deleted; restore it, or open it with create=True to start an empty store")
+
+    def _check_meta(self) -> None:
+        """A store with messages must still know what it is (its id and, with vectors, its encoder)."""
+        c = self.conn
+        keys = {r[0] for r in c.execute("SELECT key FROM meta")}
+        n = c.execute("SELECT COUNT(*) FROM messages").fetchone()[0]
+        if not n:
+            return
+        lost = [k for k in ("schema_version", "store_id", "cursor_secret") if k not in keys]
+        if c.execute("SELECT 1 FROM messages WHERE embedding IS NOT NULL LIMIT 1").fetchone():
+            lost += [k for k in ("embedder", "embedding_dim") if k not in keys]
+        if lost:
+            c.close()
+            raise ValueError(f"{self.path / DB_FILE}: its meta table lost {', '.join(lost)} while {n} messages are "
+                             "stored, so which encoder made its vectors is unknown; restore the store from a backup")
+
     def _init_meta(self) -> None:
         def init():
             with transaction(self.conn) as c:
@@ -276,12 +309,16 @@ class MemoryStore:
                 raise ValueError("add_messages: embeddings contain NaN or infinity; nothing was written")
         return msgs
 
-    def _prepare(self, msgs: list[Message], embeddings, batch_size: int, show_progress: bool) -> list[tuple]:
-        """Rows for the messages that are not stored yet (embedded); ValueError on a conflicting id."""
+    def _prepare(self, msgs: list[Message], embeddings, batch_size: int, show_progress: bool,
+                 taken: Callable[[Message], Exception] | None = None) -> list[tuple]:
+        """Rows for the messages that are not stored yet (embedded); ValueError on a conflicting id (or
+        `taken(message)`: for a turn just allocated, a stored id means another writer took the turn)."""
         existing = self._existing([(m.user_id, m.message_id) for m in msgs])
         fresh_idx = []
         for i, m in enumerate(msgs):
             old = existing.get((m.user_id, m.message_id))
+            if old is not None and taken is not None:
+                raise taken(m)
             if old is None:
                 fresh_idx.append(i)
             elif old != m.content:
@@ -363,8 +400,8 @@ class MemoryStore:
         for _ in range(100):
             last = self._max_turn(self.conn, user_id, session_id)
             msg = make(last + 1)
-            rows = self._prepare(self._validated([msg], None), None, 1, False)
             try:
+                rows = self._prepare(self._validated([msg], None), None, 1, False, taken=lambda m: _TurnTaken())
                 with_retry(lambda: self._insert(rows, expect_turn=(user_id, session_id, last)))
                 return msg
             except _TurnTaken:
@@ -442,10 +479,14 @@ class MemoryStore:
             self._vectors.flush(self.conn)
 
     def close(self) -> None:
-        self.flush()
-        self.conn.close()
-        if self._tmpdir is not None:
-            self._tmpdir.cleanup()
+        """Flush the FAISS indexes and close; SQLite is closed (and a temporary store removed) even when the
+        flush fails (a full disk: the error is raised after, and the indexes rebuild on the next open)."""
+        try:
+            self.flush()
+        finally:
+            self.conn.close()
+            if self._tmpdir is not None:
+                self._tmpdir.cleanup()
 
     def __enter__(self) -> "MemoryStore":
         return self

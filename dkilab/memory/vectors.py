@@ -141,8 +141,13 @@ class VectorIndex:
                         "sha256": hashlib.sha256(data).hexdigest(),
                         "rows_sha256": self._rows_digest(conn, self._users[ukey], self._max_rid[ukey])[2] if conn else None}
                 tmp, tmp_meta = path.with_suffix(f".tmp{os.getpid()}"), path.with_suffix(f".jtmp{os.getpid()}")
-                tmp.write_bytes(data)
-                tmp_meta.write_text(json.dumps(meta))
-                os.replace(tmp, path)  # a crash between the two renames leaves a mismatch: rebuilt on load
-                os.replace(tmp_meta, path.with_suffix(".json"))
+                try:
+                    tmp.write_bytes(data)
+                    tmp_meta.write_text(json.dumps(meta))
+                    os.replace(tmp, path)  # a crash between the two renames leaves a mismatch: rebuilt on load
+                    os.replace(tmp_meta, path.with_suffix(".json"))
+                except BaseException:  # a full disk: no half-written temp file left behind (the index rebuilds)
+                    tmp.unlink(missing_ok=True)
+                    tmp_meta.unlink(missing_ok=True)
+                    raise
             self._dirty.clear()

@@ -5,16 +5,21 @@ seed session-l1-l2-memory §7.2): the user-bound query tools over HTTP.
   the request: no endpoint takes a user id. No key or an unknown key -> 401.
 - Another user's message or session is answered exactly as a missing one: 404, same body, the same
   single query scoped to the caller (so the same timing class).
-- Bad parameters -> 422 naming the field; bodies over 64 KiB -> 413; URLs over 4 KiB -> 414.
-- One process per store: ranked lexical result sets (behind cursors) live in the process. The store
-  calls that take about a millisecond run on the event loop (no thread hop); semantic search, whose query
-  encoding can take 10 ms and releases the GIL, runs in the thread pool.
+- Bad parameters -> 422 naming the field; bodies over 64 KiB -> 413; URLs over 4 KiB -> 414; a body
+  not received within `body_timeout` s -> 408 (a stalled client holds no connection for long).
+- One tenant cannot stall another: every store call (and the JSON of its answer) runs in a thread pool,
+  never on the event loop; each key has at most `per_key` requests running (more wait on the event loop,
+  holding no thread, and get 429 after `queue_wait` s); a request still running after `request_timeout`
+  s is answered 503 (its thread finishes in the background, still counted against its key).
+- One process per store: ranked lexical result sets (behind cursors) live in the process.
 """
 from __future__ import annotations
 
+import asyncio
 import json
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from typing import Any
+from typing import Any, Callable
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request, Security
 from fastapi.exceptions import RequestValidationError
@@ -29,6 +34,7 @@ from dkilab.types import Message, Page
 
 MAX_BODY = 64 * 1024
 MAX_URL = 4096
+BODY_TIMEOUT = 10.0  # seconds to receive a whole request body
 _api_key = APIKeyHeader(name=API_KEY_HEADER, auto_error=False, description="a key from the service's keys file")
 
 
@@ -105,10 +111,11 @@ def _unprocessable(exc: Exception, fields: tuple[str, ...]) -> HTTPException:
 
 
 class _Limits:
-    """Pure ASGI middleware (no per-request task like BaseHTTPMiddleware): URL and body size limits."""
+    """Pure ASGI middleware (no per-request task like BaseHTTPMiddleware): URL and body size limits, and
+    the whole body read (up to the limit, within `body_timeout` s) before the app sees the request."""
 
-    def __init__(self, app):
-        self.app = app
+    def __init__(self, app, body_timeout: float = BODY_TIMEOUT):
+        self.app, self.body_timeout = app, body_timeout
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -118,36 +125,70 @@ class _Limits:
         length = dict(scope.get("headers", [])).get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > MAX_BODY):
             return await JSONResponse({"detail": f"body larger than {MAX_BODY} bytes"}, 413)(scope, receive, send)
-        if length is None and scope.get("method") in ("POST", "PUT", "PATCH"):
-            # chunked upload (no length): read it whole first, up to the limit, then hand it on
-            body, more = b"", True
-            while more:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    return
-                body += message.get("body", b"")
-                more = message.get("more_body", False)
-                if len(body) > MAX_BODY:
-                    return await JSONResponse({"detail": f"body larger than {MAX_BODY} bytes"}, 413)(scope, receive, send)
-            replayed = False
+        if scope.get("method") not in ("POST", "PUT", "PATCH"):
+            return await self.app(scope, receive, send)
+        body, more = b"", True
+        deadline = asyncio.get_running_loop().time() + self.body_timeout
+        while more:
+            try:
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - asyncio.get_running_loop().time()))
+            except asyncio.TimeoutError:
+                return await JSONResponse({"detail": f"request body not received within {self.body_timeout:g} s"}, 408,
+                                          headers={"Connection": "close"})(scope, receive, send)
+            if message["type"] == "http.disconnect":
+                return
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+            if len(body) > MAX_BODY:
+                return await JSONResponse({"detail": f"body larger than {MAX_BODY} bytes"}, 413)(scope, receive, send)
+        replayed = False
 
-            async def replay():
-                nonlocal replayed
-                if replayed:
-                    return await receive()
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
+        async def replay():
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
 
-            return await self.app(scope, replay, send)
-        await self.app(scope, receive, send)
+        await self.app(scope, replay, send)
 
 
-def create_app(store, keys: KeyRing, manager=None) -> FastAPI:  # noqa: C901 - one closure per endpoint
+class Gate:
+    """Store work off the event loop, at most `per_key` requests of one key running at a time, and a total
+    time per request (see the module docstring)."""
+
+    def __init__(self, per_key: int = 2, queue_wait: float = 10.0, request_timeout: float = 30.0, workers: int = 16):
+        if per_key < 1 or workers < 1 or queue_wait <= 0 or request_timeout <= 0:
+            raise ValueError(f"per_key and workers >= 1, timeouts > 0 expected, got {per_key}, {workers}, "
+                             f"{queue_wait}, {request_timeout}")
+        self.per_key, self.queue_wait, self.request_timeout = per_key, queue_wait, request_timeout
+        self.pool = ThreadPoolExecutor(workers, thread_name_prefix="dkilab-serve")
+        self._slots: dict[str, asyncio.Semaphore] = {}
+
+    async def run(self, key: str, fn: Callable[[], Any]) -> Any:
+        slots = self._slots.get(key) or self._slots.setdefault(key, asyncio.Semaphore(self.per_key))
+        try:
+            await asyncio.wait_for(slots.acquire(), self.queue_wait)
+        except asyncio.TimeoutError:
+            raise HTTPException(429, f"this key already has {self.per_key} requests running; waited "
+                                     f"{self.queue_wait:g} s", headers={"Retry-After": "1"}) from None
+        future = asyncio.get_running_loop().run_in_executor(self.pool, fn)
+        future.add_done_callback(lambda _: slots.release())  # released when the work ends, not when we stop waiting
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), self.request_timeout)
+        except asyncio.TimeoutError:
+            raise HTTPException(503, f"the request took longer than {self.request_timeout:g} s",
+                                headers={"Retry-After": "5"}) from None
+
+
+def create_app(store, keys: KeyRing, manager=None, gate: Gate | None = None,
+               body_timeout: float = BODY_TIMEOUT) -> FastAPI:  # noqa: C901 - one closure per endpoint
     """The service over an open MemoryStore and a KeyRing (`manager`: a MemoryManager for the history
-    endpoints; one over the store's SQLite by default)."""
+    endpoints; one over the store's SQLite by default; `gate`: per-key limits and timeouts)."""
     from dkilab.memory import MemoryManager
 
     manager = manager or MemoryManager(store)
+    gate = gate or Gate()
     from fastapi_offline import FastAPIOffline  # /docs and /redoc with bundled assets: no CDN (offline machines)
 
     app = FastAPIOffline(title="dkilab recall service", version="1",
@@ -155,7 +196,8 @@ def create_app(store, keys: KeyRing, manager=None) -> FastAPI:  # noqa: C901 - o
                               "session-l1-l2-memory §7.2). The user is the one the API key belongs to; no "
                               "endpoint takes a user id. Another user's message or session is a 404, exactly "
                               "as a missing one.")
-    app.add_middleware(_Limits)
+    app.add_middleware(_Limits, body_timeout=body_timeout)
+    app.state.gate = gate
 
     @app.exception_handler(RequestValidationError)
     def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -169,79 +211,92 @@ def create_app(store, keys: KeyRing, manager=None) -> FastAPI:  # noqa: C901 - o
             raise HTTPException(401, "missing or unknown API key", headers={"WWW-Authenticate": API_KEY_HEADER})
         return uid
 
-    async def memory(uid: str = Depends(user)):
-        return store.for_user(uid)
+    def run(uid: str, fn: Callable[[Any], Any]):
+        """`fn(the user's memory view)` in the gate's pool, under the key's limit."""
+        return gate.run(uid, lambda: fn(store.for_user(uid)))
 
     @app.get("/health", tags=["service"], summary="liveness (no key needed)")
-    def health() -> dict[str, Any]:
+    async def health() -> dict[str, Any]:
         return {"status": "ok"}
 
     @app.get("/v1/whoami", tags=["service"], summary="the user this key is bound to")
-    def whoami(uid: str = Depends(user)) -> dict[str, str]:
+    async def whoami(uid: str = Depends(user)) -> dict[str, str]:
         return {"user_id": uid}
 
     @app.post("/v1/get", tags=["query tools"], summary="one message by id (404 if not the caller's)")
-    async def get(body: GetBody, mem=Depends(memory)):
-        try:
-            return _json(message_json(mem.get(body.message_id)))
-        except MessageNotFoundError:
-            raise HTTPException(404, "message not found") from None
+    async def get(body: GetBody, uid: str = Depends(user)):
+        def work(mem):
+            try:
+                return _json(message_json(mem.get(body.message_id)))
+            except MessageNotFoundError:
+                raise HTTPException(404, "message not found") from None
+        return await run(uid, work)
 
     @app.post("/v1/messages_list", tags=["query tools"], summary="messages in time order, cursor-paged")
-    async def messages_list(body: MessagesListBody, mem=Depends(memory)):
-        try:
-            return _json(page_json(mem.messages_list(body.since, body.until, body.role, body.page_size, body.cursor)))
-        except (ValueError, TypeError) as e:
-            raise _unprocessable(e, ("since", "until", "role", "page_size", "cursor")) from None
+    async def messages_list(body: MessagesListBody, uid: str = Depends(user)):
+        def work(mem):
+            try:
+                return _json(page_json(mem.messages_list(body.since, body.until, body.role, body.page_size, body.cursor)))
+            except (ValueError, TypeError) as e:
+                raise _unprocessable(e, ("since", "until", "role", "page_size", "cursor")) from None
+        return await run(uid, work)
 
     @app.post("/v1/lexical_search", tags=["query tools"], summary="BM25 keyword search, cursor-paged")
-    async def lexical_search(body: LexicalBody, mem=Depends(memory)):
-        try:
-            f = body.filter.model_dump(exclude_none=True) if body.filter else None
-            return _json(page_json(mem.lexical_search(body.query_text, f, body.page_size, body.cursor)))
-        except (ValueError, TypeError) as e:
-            raise _unprocessable(e, ("query_text", "filter", "page_size", "cursor")) from None
+    async def lexical_search(body: LexicalBody, uid: str = Depends(user)):
+        def work(mem):
+            try:
+                f = body.filter.model_dump(exclude_none=True) if body.filter else None
+                return _json(page_json(mem.lexical_search(body.query_text, f, body.page_size, body.cursor)))
+            except (ValueError, TypeError) as e:
+                raise _unprocessable(e, ("query_text", "filter", "page_size", "cursor")) from None
+        return await run(uid, work)
 
     @app.post("/v1/semantic_search", tags=["query tools"], summary="vector search (text or a unit embedding)")
-    def semantic_search(body: SemanticBody, mem=Depends(memory)):
-        try:
-            f = body.filter.model_dump(exclude_none=True) if body.filter else None
-            return _json(page_json(mem.semantic_search(body.query_text, body.query_embedding, f, body.top_k,
-                                                       body.min_score)))
-        except (ValueError, TypeError) as e:
-            raise _unprocessable(e, ("query_text", "query_embedding", "filter", "top_k", "min_score")) from None
+    async def semantic_search(body: SemanticBody, uid: str = Depends(user)):
+        def work(mem):
+            try:
+                f = body.filter.model_dump(exclude_none=True) if body.filter else None
+                return _json(page_json(mem.semantic_search(body.query_text, body.query_embedding, f, body.top_k,
+                                                           body.min_score)))
+            except (ValueError, TypeError) as e:
+                raise _unprocessable(e, ("query_text", "query_embedding", "filter", "top_k", "min_score")) from None
+        return await run(uid, work)
 
     @app.post("/v1/neighbors", tags=["query tools"], summary="a message with its neighbours in its session")
-    async def neighbors(body: NeighborsBody, mem=Depends(memory)):
-        try:
-            return _json([message_json(m) for m in mem.neighbors(body.message_id, body.before, body.after)])
-        except MessageNotFoundError:
-            raise HTTPException(404, "message not found") from None
+    async def neighbors(body: NeighborsBody, uid: str = Depends(user)):
+        def work(mem):
+            try:
+                return _json([message_json(m) for m in mem.neighbors(body.message_id, body.before, body.after)])
+            except MessageNotFoundError:
+                raise HTTPException(404, "message not found") from None
+        return await run(uid, work)
 
     @app.get("/v1/sessions/{session_id}/messages", tags=["query tools"],
              summary="every message of one of the caller's sessions (empty for any other)")
-    async def session_messages(session_id: str, mem=Depends(memory)):
-        return _json([message_json(m) for m in mem.session_messages(session_id[:512])])
+    async def session_messages(session_id: str, uid: str = Depends(user)):
+        return await run(uid, lambda mem: _json([message_json(m) for m in mem.session_messages(session_id[:512])]))
 
     @app.get("/v1/recent", tags=["query tools"], summary="the latest n messages, oldest first")
     async def recent(n: int = Query(10, ge=0, le=10_000), session_id: str | None = Query(None, max_length=512),
-               mem=Depends(memory)):
-        return _json([message_json(m) for m in mem.recent(n, session_id)])
+                     uid: str = Depends(user)):
+        return await run(uid, lambda mem: _json([message_json(m) for m in mem.recent(n, session_id)]))
 
     @app.get("/v1/speakers", tags=["query tools"], summary="role -> speaker names in the caller's messages")
-    async def speakers(mem=Depends(memory)):
-        return _json({role: sorted(names) for role, names in mem.speakers().items()})
+    async def speakers(uid: str = Depends(user)):
+        return await run(uid, lambda mem: _json({role: sorted(names) for role, names in mem.speakers().items()}))
 
     @app.get("/api/session-list", tags=["history"], summary="the caller's sessions, newest first (§7.2)")
-    def session_list(limit: int = Query(50, ge=1, le=1000), uid: str = Depends(user)):
-        return manager.for_user(uid).list_session_records(limit)
+    async def session_list(limit: int = Query(50, ge=1, le=1000), uid: str = Depends(user)):
+        return await run(uid, lambda _: _json(manager.for_user(uid).list_session_records(limit)))
 
     @app.get("/api/conversation-history", tags=["history"], summary="one session's turns in order (§7.2)")
-    def conversation_history(session_id: str = Query(min_length=1, max_length=512),
-                             limit: int = Query(50, ge=1, le=10_000), uid: str = Depends(user)):
-        try:
-            return manager.for_user(uid).get_conversation_history(session_id, limit)
-        except SessionNotFoundError:
-            raise HTTPException(404, "session not found") from None
+    async def conversation_history(session_id: str = Query(min_length=1, max_length=512),
+                                   limit: int = Query(50, ge=1, le=10_000), uid: str = Depends(user)):
+        def work(_):
+            try:
+                return _json(manager.for_user(uid).get_conversation_history(session_id, limit))
+            except SessionNotFoundError:
+                raise HTTPException(404, "session not found") from None
+        return await run(uid, work)
 
     return app

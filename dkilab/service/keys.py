@@ -11,12 +11,16 @@ Keys are 32 random bytes (urlsafe base64), so a plain hash is enough: nothing to
 from __future__ import annotations
 
 import hashlib
+import os
 import secrets
+import threading
+import warnings
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from dkilab.config import ConfigError, describe_errors
+from dkilab.memory.sessions import check_user
 
 KEY_PREFIX = "dk_"
 API_KEY_HEADER = "X-API-Key"
@@ -27,6 +31,11 @@ class KeyEntry(BaseModel):
     user_id: str = Field(min_length=1, max_length=256)
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     note: str = ""
+
+    @field_validator("user_id")
+    @classmethod
+    def _user(cls, v: str) -> str:
+        return check_user(v)  # the one rule for user ids (sessions use it too): no whitespace, not empty
 
 
 class KeysFile(BaseModel):
@@ -66,28 +75,99 @@ def read_keys(path: str | Path) -> KeysFile:
         raise ConfigError(f"keys file {path}: {detail}") from e
 
 
-def add_key(path: str | Path, user_id: str, note: str = "") -> str:
-    """Append a new key for `user_id` to the keys file (created if missing); -> the key, shown only now."""
+def _write(path: Path, keys: KeysFile) -> None:
     import yaml
 
-    path = Path(path)
-    keys = read_keys(path) if path.exists() else KeysFile()
-    key = new_key()
-    keys.keys.append(KeyEntry(user_id=user_id, sha256=hash_key(key), note=note))
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(yaml.safe_dump(keys.model_dump(), allow_unicode=True, sort_keys=False), encoding="utf-8")
     tmp.chmod(0o600)
     tmp.replace(path)  # atomic: a crash leaves the old file or the new one, never half of one
+
+
+def add_key(path: str | Path, user_id: str, note: str = "") -> str:
+    """Append a new key for `user_id` to the keys file (created if missing); -> the key, shown only now.
+    A user id the sessions would refuse (empty, whitespace) is a ValueError naming it."""
+    path = Path(path)
+    check_user(user_id)
+    keys = read_keys(path) if path.exists() else KeysFile()
+    key = new_key()
+    keys.keys.append(KeyEntry(user_id=user_id, sha256=hash_key(key), note=note))
+    _write(path, keys)
     return key
 
 
-class KeyRing:
-    """key -> user id. The lookup is by the key's SHA-256, so timing says nothing about the key's text."""
+def revoke_keys(path: str | Path, user_id: str | None = None, sha256_prefix: str | None = None) -> list[KeyEntry]:
+    """Remove every key of `user_id`, or the one key whose hash starts with `sha256_prefix` (at least 8 hex
+    digits, as `dkilab keys list` shows); -> the removed entries. A running service stops accepting them
+    at its next request (it re-reads the file when it changes)."""
+    path = Path(path)
+    keys = read_keys(path)
+    if (user_id is None) == (sha256_prefix is None):
+        raise ValueError("revoke: give a user id or --hash PREFIX (one of them)")
+    if sha256_prefix is not None:
+        if len(sha256_prefix) < 8:
+            raise ValueError(f"revoke --hash {sha256_prefix!r}: give at least 8 hex digits of the hash")
+        gone = [e for e in keys.keys if e.sha256.startswith(sha256_prefix.lower())]
+        if len(gone) > 1:
+            raise ValueError(f"revoke --hash {sha256_prefix!r}: {len(gone)} keys match; give more digits")
+    else:
+        gone = [e for e in keys.keys if e.user_id == str(user_id)]
+    if not gone:
+        raise ValueError(f"{path}: no key for {user_id!r}" if user_id is not None
+                         else f"{path}: no key hash starts with {sha256_prefix!r}")
+    keys.keys = [e for e in keys.keys if e not in gone]
+    _write(path, keys)
+    return gone
 
-    def __init__(self, keys: KeysFile):
+
+class KeyRing:
+    """key -> user id. The lookup is by the key's SHA-256, so timing says nothing about the key's text.
+
+    Built from a file (`KeyRing.from_file`), it re-reads the file whenever it changes (checked at most
+    every `check_every` seconds), so an added key works and a removed one stops working without a
+    restart. A file that became unreadable or malformed keeps the keys last read (with a warning)."""
+
+    def __init__(self, keys: KeysFile, path: str | Path | None = None, check_every: float = 0.0):
         self._users = {e.sha256: e.user_id for e in keys.keys}
+        self.path, self.check_every = (Path(path) if path else None), check_every
+        self._stamp = self._stat()
+        self._checked = 0.0
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_file(cls, path: str | Path, check_every: float = 0.0) -> "KeyRing":
+        return cls(read_keys(path), path, check_every)
+
+    def _stat(self):
+        if self.path is None:
+            return None
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def _reload(self) -> None:
+        import time
+
+        now = time.monotonic()
+        if self.path is None or now - self._checked < self.check_every:
+            return
+        with self._lock:
+            self._checked = now
+            stamp = self._stat()
+            if stamp == self._stamp:
+                return
+            try:
+                users = {e.sha256: e.user_id for e in read_keys(self.path).keys}
+            except ConfigError as exc:
+                warnings.warn(f"{exc}; keeping the {len(self._users)} keys read before", RuntimeWarning, stacklevel=3)
+                self._stamp = stamp
+                return
+            self._users, self._stamp = users, stamp
 
     def user_for(self, key: str | None) -> str | None:
+        self._reload()
         if not key or len(key) > 256:
             return None
         return self._users.get(hash_key(key))

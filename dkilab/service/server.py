@@ -14,9 +14,9 @@ def serve(store_path: str, keys_path: str, host: str = "127.0.0.1", port: int = 
     from dkilab.config import ConfigError
     from dkilab.memory import MemoryStore
     from dkilab.service.app import create_app
-    from dkilab.service.keys import KeyRing, read_keys
+    from dkilab.service.keys import KeyRing
 
-    ring = KeyRing(read_keys(keys_path))
+    ring = KeyRing.from_file(keys_path)  # re-read when the file changes: added and revoked keys act at once
     if not len(ring):
         raise ConfigError(f"keys file {keys_path} holds no keys: nobody could call the service "
                           f"(add one: dkilab keys add USER --keys {keys_path})")

@@ -43,6 +43,11 @@ def _write(tmp_path, name="cfg", **extra):
      r"strategies\.0 \(recall_v4\): .*ref\.yaml does not exist"),
     ({"judge": {"prompt": "no placeholders"}}, r"judge.*placeholder"),
     ({"datasets": [{"name": "fixtures", "scorer": "bleu"}]}, r"datasets\.0\.scorer: unknown scorer 'bleu'"),
+    ({"model": {"spec": "nosuch:model"}}, r"cfg\.yaml: model\.spec: unknown model loader 'nosuch' in 'nosuch:model'.*registered: "),
+    ({"model": {"spec": "opneai:m@http://x"}}, r"model\.spec: unknown model loader 'opneai'.*did you mean 'openai'"),
+    ({"sweep": {"model.spec": ["offline:smollm2", "nosuch:x"]}}, r"sweep\.model\.spec: unknown model loader 'nosuch'"),
+    ({"judge": {"model": "nosuch:judge"}}, r"judge\.model: unknown model loader 'nosuch'"),
+    ({"max_error_rate": 1.5}, r"max_error_rate"),
 ])
 def test_config_errors_name_the_file_and_the_dotted_key(tmp_path, extra, pattern):
     with pytest.raises(ConfigError, match=pattern) as err:
@@ -89,6 +94,11 @@ def test_cli_user_errors_are_one_line_with_exit_code_2(tmp_path):
         assert out.returncode == 2 and "Traceback" not in out.stderr, (args, out.stderr)
     missing = subprocess.run(cmd + ["run", str(tmp_path / "nope.yaml")], cwd=ROOT, capture_output=True, text=True)
     assert missing.returncode == 2 and "nope.yaml does not exist" in missing.stderr
+    latin1 = tmp_path / "latin1.yaml"  # issue 28 item 12: a non-UTF-8 file is a user error, not a traceback
+    latin1.write_bytes("name: caf\xe9\ndatasets: [{name: fixtures}]\nstrategies: [{name: no_memory}]\n".encode("latin-1"))
+    out = subprocess.run(cmd + ["run", str(latin1)], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 2 and out.stderr.strip().splitlines() == [
+        f"dkilab: error: {latin1}: not UTF-8 text (byte 9: invalid continuation byte); save it as UTF-8"]
 
 
 def test_sweep_grid_applies_keys_where_they_belong(tmp_path):

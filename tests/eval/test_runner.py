@@ -186,14 +186,30 @@ def test_error_rows_do_not_stop_the_run_and_finished_cells_are_read_back(tmp_pat
 
     from dkilab.eval.tracking import report
 
-    cfg = load_experiment(_config(tmp_path, "errors", datasets=[{"name": "fixtures", "limit": 1, "question_limit": 4}]))
+    # by default one failed question fails the cell: FAILED, rows kept, redone by the next run
+    strict = load_experiment(_config(tmp_path, "errors", datasets=[{"name": "fixtures", "limit": 1, "question_limit": 4}]))
+    lines = []
+    failed = run_experiment(strict, uri=uri, progress=False, echo=lines.append)
+    boom = next(r for r in failed if r.cell.strategy.name == "test_boom")
+    assert boom.status == "failed" and "1 of 4 questions failed, over max_error_rate 0" in boom.error
+    assert any("test_boom@fixtures: score" in ln and "over 3 of 4 answered (1 failed)" in ln and "FAILED" in ln
+               for ln in lines)
+    client = mlflow.MlflowClient(uri)
+    run = client.get_run(boom.run_id)
+    assert run.info.status == "FAILED" and "dkilab.complete" not in run.data.tags
+    kept = Path(client.download_artifacts(boom.run_id, "predictions.jsonl")).read_text()
+    assert kept.count('"error"') >= 1 and len(kept.splitlines()) == 4
+    assert check_expectations(strict, failed) == [f"test_boom@fixtures: cell failed ({boom.error})"]
+    # a declared budget accepts it: the cell counts as done and is read back on a rerun
+    cfg = strict.model_copy(update={"max_error_rate": 0.25})
     first = run_experiment(cfg, uri=uri, **QUIET)
     boom = next(r for r in first if r.cell.strategy.name == "test_boom")
+    assert first[0].skipped and boom.status == "finished"  # the failed cell alone ran again
     assert boom.metrics["errors"] == 1 and boom.metrics["questions"] == 4  # the other questions still answered
     errors = Path(mlflow.MlflowClient(uri).download_artifacts(boom.run_id, "errors.txt")).read_text()
     assert "boom on purpose" in errors and "Traceback" in errors
     again = run_experiment(cfg, uri=uri, **QUIET)
-    assert all(r.skipped for r in again) and len(_runs(uri, "errors")) == 2
+    assert all(r.skipped for r in again) and len(_runs(uri, "errors")) == 3
     # skipped cells keep their place in the comparison, with the metrics read back from MLflow
     t1, t2 = results_table(first), results_table(again)
     assert list(t2.index) == list(t1.index) == ["no_memory@fixtures", "test_boom@fixtures"]
@@ -409,3 +425,29 @@ def test_data_backed_ci_configs(path, uri, model):
     assert check_expectations(cfg, results) == []
     assert not [n for n in notes if n.startswith("note:")], notes
     _check_ci_specifics(path.stem, results)
+
+
+def test_a_cell_whose_endpoint_fails_mid_run_is_failed_not_good_and_reruns_whole(tmp_path, uri):
+    """Issue 28 item 3: an OpenAI-compatible endpoint that starts failing mid-cell. Transient errors are
+    retried first (a single 503 costs nothing); what still fails makes the cell FAILED."""
+    from tests.models.test_openai_client import Server
+
+    server = Server(plan=[(503, 0)] + [(200, 0)] * 3 + [(500, 0)] * 40)  # 1 retried blip, 3 answers, then down
+    try:
+        spec = f"openai:fake@{server.url}"
+        path = _config(tmp_path, "endpoint", model={"spec": spec, "max_context": 2048, "max_retries": 1, "concurrency": 1},
+                       strategies=[{"name": "full_history"}],
+                       datasets=[{"name": "fixtures", "limit": 1, "question_limit": 8}])
+        cfg = load_experiment(path)
+        lines = []
+        first = run_experiment(cfg, uri=uri, progress=False, echo=lines.append)
+        [cell] = first
+        asked = int(cell.metrics["questions"])
+        assert cell.status == "failed" and cell.metrics["errors"] == asked - 3
+        assert any(f"over 3 of {asked} answered ({asked - 3} failed)" in ln for ln in lines)
+        server.plan = []  # healthy again: the rerun redoes the cell instead of "finished before, skipped"
+        [again] = run_experiment(cfg, uri=uri, progress=False, echo=lines.append)
+        assert again.status == "finished" and again.metrics["errors"] == 0 and not again.skipped
+        assert not any("skipped" in ln for ln in lines)
+    finally:
+        server.close()

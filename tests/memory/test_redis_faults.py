@@ -43,6 +43,11 @@ class RedisServer:
         self.proc.terminate()
         self.proc.wait(timeout=10)
 
+    def kill(self):
+        """kill -9: Redis loses everything (no persistence)."""
+        self.proc.kill()
+        self.proc.wait(timeout=10)
+
 
 @pytest.fixture
 def server():

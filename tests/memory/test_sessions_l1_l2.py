@@ -167,6 +167,28 @@ def test_concurrent_saves_in_one_session_get_distinct_turns(env, how, tmp_path):
     assert mm.records.get_session_record(sid, "alice") is not None
 
 
+def test_a_turn_taken_between_allocation_and_insert_is_allocated_again_not_a_conflict(env):
+    """Issue 28 item 5: the race where another writer stores the allocated turn (with other content) after
+    this writer read max(turn) used to raise "already stored ... with different content"."""
+    mm, _, _ = env
+    alice = mm.for_user("alice")
+    sid = alice.create_session()
+    assert alice.save_user_query(sid, content="first writer") == 1
+    store, real, stale = mm.store, type(mm.store)._max_turn, [True]
+
+    def racing_max_turn(c, user, session):  # the first read happens before the other writer's insert
+        if stale:
+            stale.clear()
+            return real(c, user, session) - 1
+        return real(c, user, session)
+    store._max_turn = racing_max_turn
+    try:
+        assert alice.save_user_query(sid, content="second writer") == 2
+    finally:
+        del store._max_turn
+    assert [h["content"] for h in alice.get_conversation_history(sid)] == ["first writer", "second writer"]
+
+
 def _save_in_process(path, sid, now, p, q, redis_url):
     from dkilab.memory import MemoryManager, MemoryStore
 
@@ -274,6 +296,8 @@ def test_concurrent_l2_updates_are_all_kept(env):
     chain = alice.get_l2_state(sid)["operation_chain"]
     assert not errors and sorted(e["last_action"] for e in chain[1:]) == [f"step {i}" for i in range(5)]
     assert len(alice.l2_history(sid)) == 6 and alice.get_l2_state(sid)["version"] == 6
+    # issue 28 item 9: each audit row is the state of its own version (written in the update's transaction)
+    assert all(h["version"] == h["state"]["version"] for h in alice.l2_history(sid))
 
 
 def test_unreachable_redis_falls_back_to_sqlite(store):

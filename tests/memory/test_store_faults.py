@@ -164,7 +164,9 @@ def test_a_recreated_database_with_an_old_index_indexes_its_new_messages(persist
     (path / "memory.sqlite").unlink()
     for extra in ("-wal", "-shm"):
         (path / f"memory.sqlite{extra}").unlink(missing_ok=True)
-    with MemoryStore.open(path, embedder=embedder) as s, pytest.warns(RuntimeWarning, match="another store"):
+    with pytest.raises(ValueError, match="memory.sqlite is missing"):  # refused unless asked for (issue 28)
+        MemoryStore.open(path, embedder=embedder)
+    with MemoryStore.open(path, embedder=embedder, create=True) as s, pytest.warns(RuntimeWarning, match="another store"):
         s.add_messages([msg("new-1", "I bought a red bicycle yesterday")])
         hits = s.for_user("alice").semantic_search("red bicycle", top_k=5).items
         assert [h.message_id for h in hits] == ["new-1"]
@@ -295,3 +297,57 @@ def test_one_embedder_serves_many_threads_at_once():
     [t.join() for t in threads]
     assert not errors and len(out) == 8
     assert np.allclose(out[5], emb.encode(["thread 5 says something about cats and trains"] * 3), atol=1e-5)
+
+
+def test_a_deleted_or_truncated_store_is_refused_unless_create(tmp_path):
+    """Issue 28 item 10: a 0-byte or deleted memory.sqlite used to open as a new empty store."""
+    path = tmp_path / "store"
+    with MemoryStore.open(path) as s:  # a new directory is simply a new store
+        s.add_messages(batch("alice", 5), embeddings=random_unit(5))
+        s.for_user("alice").semantic_search(query_embedding=random_unit(1)[0])  # builds the FAISS index
+    (path / "memory.sqlite").write_bytes(b"")  # truncated
+    with pytest.raises(ValueError, match=r"memory\.sqlite is empty \(0 bytes\).*create=True"):
+        MemoryStore.open(path)
+    (path / "memory.sqlite").unlink()  # deleted, its FAISS index left behind
+    with pytest.raises(ValueError, match=r"memory\.sqlite is missing but .* holds a store's other files \(faiss\)"):
+        MemoryStore.open(path)
+    with MemoryStore.open(path, create=True) as s:  # asked for: an empty store there
+        assert s.count() == 0
+
+
+def test_a_store_whose_meta_was_emptied_is_refused_not_searched_with_another_encoder(tmp_path):
+    path = tmp_path / "store"
+    with MemoryStore.open(path) as s:
+        s.add_messages(batch("alice", 3), embeddings=random_unit(3))
+        with s.conn:
+            s.conn.execute("DELETE FROM meta")
+    with pytest.raises(ValueError, match=r"meta table lost schema_version, store_id, cursor_secret, embedder, "
+                                         r"embedding_dim while 3 messages are stored"):
+        MemoryStore.open(path)
+
+
+def test_close_on_a_full_disk_leaves_no_temp_file_and_closes_sqlite(tmp_path, monkeypatch):
+    """Issue 28 item 11: the FAISS flush fails half-way (ENOSPC); close() raises it, removes the temp file and
+    still closes SQLite; the next open rebuilds the index from SQLite."""
+    import errno
+    import pathlib
+    import sqlite3
+
+    path = tmp_path / "store"
+    s = MemoryStore.open(path)
+    s.add_messages(batch("alice", 5), embeddings=random_unit(5))
+    s.for_user("alice").semantic_search(query_embedding=random_unit(1)[0])  # the index, not saved yet
+    real = pathlib.Path.write_bytes
+
+    def full_disk(self, data):
+        real(self, data[: len(data) // 2])
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(pathlib.Path, "write_bytes", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        s.close()
+    monkeypatch.undo()
+    assert not [p.name for p in path.rglob("*") if ".tmp" in p.name or ".jtmp" in p.name]
+    with pytest.raises(sqlite3.ProgrammingError):
+        s.conn.execute("SELECT 1")  # closed
+    with MemoryStore.open(path) as again:
+        assert again.count() == 5

@@ -36,7 +36,9 @@ def service(embedder, tmp_path_factory):
     keys = {c.user_id: add_key(root / "keys.yaml", c.user_id) for c in convs}
     port = free_port()
     proc = spawn(root / "store", root / "keys.yaml", port)
-    yield Service(f"http://127.0.0.1:{port}", keys, store, sessions, proc)
+    service = Service(f"http://127.0.0.1:{port}", keys, store, sessions, proc)
+    service.keys_path = root / "keys.yaml"
+    yield service
     proc.terminate()
     proc.wait(timeout=15)
     store.close()
