@@ -157,6 +157,7 @@ class AssembledSuffix:
     trace_ids: list[str]
     history_tokens: int = 0
     dropped_for_budget: int = 0
+    history_text: str = ""  # the rendered items alone (no constraint, no query): what memory put there
 
 
 @dataclass

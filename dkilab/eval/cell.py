@@ -137,15 +137,18 @@ class _Stopped(Exception):
 
 
 def run_cell(cell: Cell, model, data: CellData, state=None, trace: bool = False, progress: bool = True,
-             run_id: str | None = None):
+             run_id: str | None = None, journal=None):
     """Answer every question of a cell -> [(index, Answer | error text, wall ms)], error tracebacks,
     {index: trace id} (when `trace`: one trace per question, under the cell's run `run_id`, on every
-    process). Shards across processes; the result is complete on the main process."""
+    process). Shards across processes; the result is complete on the main process. With a `journal`
+    (dkilab.eval.journal) the questions it holds are not asked again and each new answer is saved as it
+    finishes."""
     from tqdm.auto import tqdm
 
     items, views = data.items, {}
     strategy = cell.instance
     main = state is None or state.is_main_process
+    done = journal.load(items) if journal is not None else {}
     warm_up(data, views)
     out, errors, trace_ids = [], [], {}
 
@@ -203,9 +206,11 @@ def run_cell(cell: Cell, model, data: CellData, state=None, trace: bool = False,
         out.append((i, answer, wall))
         if err:
             errors.append(err)
+        elif journal is not None:
+            journal.append(i, items[i][1].qid, answer, wall)
         bar.update(1)
 
-    idx = list(range(len(items)))
+    idx = [i for i in range(len(items)) if i not in done]
     if state is not None and state.num_processes > 1:
         from accelerate.utils import gather_object
 
@@ -217,6 +222,7 @@ def run_cell(cell: Cell, model, data: CellData, state=None, trace: bool = False,
     else:
         work(idx)
         _flush_traces(trace)
+    out += [(i, answer, wall) for i, (answer, wall) in done.items()]  # answered in an earlier, stopped run
     return sorted(out, key=lambda x: x[0]), errors, trace_ids
 
 
@@ -288,9 +294,13 @@ def judge_answer(judge, item, answer) -> dict[str, Any]:
     return out
 
 
-def make_judge(spec):
+def make_judge(spec, model_spec=None):
+    """The judge, loaded like the model under test (`model_spec`: its dtype and device) unless the judge
+    block sets its own."""
     from dkilab.eval.metrics.judge import LLMJudge
     from dkilab.models import load_model
 
-    return LLMJudge(load_model(spec.model, max_context=spec.max_context), spec.prompt, spec.max_new_tokens,
-                    spec.abstention_prompt, abstention=spec.abstention)
+    dtype = spec.dtype or (model_spec.dtype if model_spec is not None else "auto")
+    device = spec.device or (model_spec.device if model_spec is not None else "cpu")
+    return LLMJudge(load_model(spec.model, max_context=spec.max_context, dtype=dtype, device=device), spec.prompt,
+                    spec.max_new_tokens, spec.abstention_prompt, abstention=spec.abstention)

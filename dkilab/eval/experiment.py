@@ -53,7 +53,9 @@ class ModelSpec(_Strict):
     spec: str = "offline:smollm2"
     max_context: int | None = Field(2048, ge=256)
     dtype: str = "auto"
-    device: str = "cpu"
+    # cpu | auto (one GPU per process: data-parallel under accelerate) | shard (one model over every GPU,
+    # one process) | cuda | cuda:N | mps
+    device: str = Field("cpu", pattern=r"^(cpu|auto|shard|mps|cuda(:\d+)?)$")
     # false = context-only cells: every strategy builds exactly the prompt and K/V blocks it would give
     # the model, then stops (no forward pass; the tokenizer alone is loaded unless a strategy generates
     # while assembling): coverage, tokens and latency measured on full datasets on a CPU
@@ -65,8 +67,13 @@ class ModelSpec(_Strict):
     concurrency: int = Field(4, ge=1, le=512)  # requests in flight to an OpenAI-compatible server
     max_retries: int = Field(4, ge=0, le=20)  # 429 / 5xx / connection retries, with backoff
     timeout: float = Field(120.0, gt=0)  # seconds per request try
+    kv_cache_mb: int = Field(2048, ge=0)  # cached K/V blocks per cell (LRU by bytes), freed when the cell ends
+    # reuse greedy responses from $DKILAB_CACHE_DIR/responses.sqlite (keyed by model, messages, tools,
+    # K/V memories and settings), as inspect's --cache: a repeated run does not generate again
+    cache: bool = False
 
-    RUNTIME: ClassVar[set[str]] = {"attn_implementation", "batch_size", "concurrency", "max_retries", "timeout"}
+    RUNTIME: ClassVar[set[str]] = {"attn_implementation", "batch_size", "concurrency", "max_retries", "timeout",
+                                   "kv_cache_mb", "cache"}
 
     def identity(self) -> dict:
         """The fields that decide results (what a cell's hash and params record)."""
@@ -74,7 +81,7 @@ class ModelSpec(_Strict):
 
     def load_kwargs(self) -> dict:
         """Everything `load_model(spec, **...)` takes from this block."""
-        return self.model_dump(exclude={"spec", "generate"})
+        return self.model_dump(exclude={"spec", "generate", "kv_cache_mb", "cache"})
 
 
 EMBEDDER_BY_LANGUAGE = {"en": "offline:minilm"}  # others (cn, mixed, auto): offline:e5 (README "Encoders")
@@ -149,6 +156,10 @@ class JudgeSpec(_Strict):
     abstention_prompt: str | None = None  # needs {question}, {prediction}; default ABSTENTION_PROMPT
     max_new_tokens: int = Field(6, ge=1, le=64)
     max_context: int | None = Field(2048, ge=256)
+    # where and how the judge loads; unset = like the model under test (its dtype and device), so a GPU
+    # run judges on the GPU in bf16, not on the CPU in fp32
+    dtype: str | None = None
+    device: str | None = Field(None, pattern=r"^(cpu|auto|shard|mps|cuda(:\d+)?)$")
 
     @model_validator(mode="after")
     def _placeholders(self):
@@ -163,7 +174,8 @@ class JudgeSpec(_Strict):
     def resolved(self) -> dict[str, Any]:
         from dkilab.eval.metrics.judge import ABSTENTION_PROMPT, JUDGE_PROMPT
 
-        return self.model_dump() | {"prompt": self.prompt or JUDGE_PROMPT,
+        unset = {k for k in ("dtype", "device") if getattr(self, k) is None}  # "like the model": its fields decide
+        return self.model_dump(exclude=unset) | {"prompt": self.prompt or JUDGE_PROMPT,
                                     "abstention_prompt": (self.abstention_prompt or ABSTENTION_PROMPT)
                                     if self.abstention else None}
 
@@ -482,7 +494,9 @@ def header_comment(path: str | Path) -> str:
 
 
 def with_question_limit(cfg: ExperimentConfig, limit: int) -> ExperimentConfig:
-    """`--limit N`: N questions per conversation in every dataset."""
+    """`--limit N`: N questions per conversation in every dataset, in an experiment of its own
+    (`<name>-limitN`), so smoke runs never mix with the full runs in a report or a notebook."""
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
         raise ConfigError(f"--limit: must be a positive number of questions per conversation, got {limit!r}")
-    return cfg.model_copy(update={"datasets": [d.model_copy(update={"question_limit": limit}) for d in cfg.datasets]})
+    return cfg.model_copy(update={"name": f"{cfg.name}-limit{limit}",
+                                  "datasets": [d.model_copy(update={"question_limit": limit}) for d in cfg.datasets]})

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from dkilab.eval.cell import load_cell_data, make_judge, run_cell, score_cell
+from dkilab.eval.journal import Journal
 from dkilab.eval.experiment import Cell, ExperimentConfig, check_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -81,10 +82,16 @@ def _ensure_experiment(cfg: ExperimentConfig, uri: str) -> str:
 def process_state():
     """accelerate's PartialState; on a machine without CUDA, processes started by `accelerate launch
     --multi_gpu --num_processes N` (or torchrun) join a gloo group on CPU."""
+    import os
+    from datetime import timedelta
+
     import torch
     from accelerate import PartialState
 
-    return PartialState(cpu=not torch.cuda.is_available())
+    # collectives wait this long for a slow process (the main one scoring and logging) before the job
+    # stops with the rank that did not answer; NCCL's default 10 minutes is too short for a judged cell
+    timeout = timedelta(seconds=float(os.environ.get("DKILAB_COLLECTIVE_TIMEOUT", 7200)))
+    return PartialState(cpu=not torch.cuda.is_available(), timeout=timeout)
 
 
 def _broadcast(state, value):
@@ -144,17 +151,21 @@ def _run_cells(cfg, cells, state, exp_id, data_dir, config_path, progress, echo)
                                         **runstate.process_tags()}, description=cfg.description or None)
         tracking.log_experiment(cfg, cells, config_path)
     status = "FINISHED"
+    order = model_order(cells)
+    by_index: dict[int, CellResult] = {}
     try:
-        for n, cell in enumerate(cells, 1):
+        for n, i in enumerate(order, 1):
+            cell = cells[i]
             done = runstate.finished_runs(exp_id).get(cell.config_hash) if main else None  # re-checked per cell
             skip = _broadcast(state, None if done is None else done.info.run_id)
             if skip is not None:
-                res = CellResult(cell, skipped=True, run_id=skip,
-                                 metrics=tracking.read_metrics(done) if main else {})
+                by_index[i] = CellResult(cell, skipped=True, run_id=skip,
+                                         metrics=tracking.read_metrics(done) if main else {})
                 echo(f"[{n}/{len(cells)}] {cell.label}: finished before (config {cell.config_hash}), skipped")
-                results.append(res)
-                continue
-            results.append(_run_one(cfg, cell, n, len(cells), state, data_dir, datasets, progress, echo))
+            else:
+                by_index[i] = _run_one(cfg, cell, n, len(cells), state, data_dir, datasets, progress, echo)
+            release_after(cell, [cells[j] for j in order[n:]])
+        results = [by_index[i] for i in sorted(by_index)]  # config order again
         if main:
             tracking.log_comparison(results)
             for note in sweep_notes(results):
@@ -192,17 +203,23 @@ def _run_one(cfg, cell: Cell, n: int, total: int, state, data_dir, datasets, pro
     run_id = _broadcast(state, child.info.run_id if child else None)
     result = CellResult(cell, run_id=run_id if main else None)
     t = time.perf_counter()
+    cell.instance.kv_cache_bytes = cell.model.kv_cache_mb * 1024**2
     try:
-        model = cell_model(cell) if cell.needs_model else None
-        data = load_cell_data(cell, data_dir, datasets)
-        if model is not None:  # e.g. K/V on an architecture that cannot take it: one clear failure, no error rows
-            cell.instance.check_model(model, preferences=any(conv.preferences for conv, _ in data.items))
-        judge = make_judge(cell.judge) if main and cell.judge is not None else None
+        model, data, judge = _prepare(cell, state, data_dir, datasets)
+        journal = Journal.for_cell(mlflow.get_tracking_uri(), cfg.name, cell.config_hash, state.process_index)
+        resumed = len(journal.load(data.items))
+        if resumed and main:
+            echo(f"[{n}/{total}] {cell.label}: {resumed} of {len(data.items)} questions answered by a stopped run; "
+                 "asking the rest")
+        if cell.model.cache and cell.needs_model:
+            cell.instance.response_cache = response_cache()
         answers, errors, trace_ids = run_cell(cell, model, data, state, trace=cfg.tracing, progress=progress,
-                                              run_id=run_id)
+                                              run_id=run_id, journal=journal)
         if main:
             result.rows = score_cell(cell, answers, data.items, judge, trace_ids)
-            extra = {"query_embeddings": float(data.store.embedder.cache_misses)}
+            extra = {"query_embeddings": float(data.store.embedder.cache_misses), "resumed_questions": float(resumed)}
+            if cell.instance.response_cache is not None:
+                extra["response_cache_hits"] = float(cell.instance.response_cache.hits)
             result.metrics = tracking.log_cell(cell, result.rows, errors, time.perf_counter() - t, extra)
             tracking.log_assessments(result.rows)
             over = over_error_budget(result.metrics, cfg.max_error_rate)
@@ -211,24 +228,57 @@ def _run_one(cfg, cell: Cell, n: int, total: int, state, data_dir, datasets, pro
                 mlflow.set_tag("dkilab.error", over)
                 mlflow.end_run(status="FAILED")
                 echo(f"{tracking.cell_line(cell, result.metrics, n, total, time.perf_counter() - t)}: FAILED ({over}; "
-                     "the error rows are kept in predictions.jsonl and errors.txt); the next run redoes the cell")
+                     "the error rows are kept in predictions.jsonl and errors.txt); the next run asks those questions again")
             else:
                 mlflow.set_tag(runstate.COMPLETE_TAG, "1")  # after every metric and artifact
                 mlflow.end_run(status="FINISHED")
+                journal.clear()
                 echo(tracking.cell_line(cell, result.metrics, n, total, time.perf_counter() - t))
     except (KeyboardInterrupt, SystemExit):
         if main:
             mlflow.end_run(status="KILLED")
         raise
     except Exception as exc:
-        if not main or state.num_processes > 1:
-            raise  # the other processes would wait in a gather forever
+        if state.num_processes > 1 and not isinstance(exc, CellFailedOnARank):
+            raise  # mid-cell, inside a collective: the other processes could not go on
+        if not main:
+            result.error = str(exc)
+            return result  # every process agreed the cell failed: on to the next one together
         result.error = f"{type(exc).__name__}: {exc}"
         mlflow.log_text(traceback.format_exc(), "cell_error.txt")
         mlflow.set_tag("dkilab.error", result.error[:5000])
         mlflow.end_run(status="FAILED")
         echo(f"[{n}/{total}] {cell.label}: FAILED ({result.error}); the next run retries it")
     return result
+
+
+class CellFailedOnARank(RuntimeError):
+    """A cell could not start on some process (model, data, check); every process agrees and moves on."""
+
+
+def _prepare(cell: Cell, state, data_dir, datasets):
+    """(model, data, judge) of a cell. Under several processes each one's failure is gathered, so they all
+    fail the cell together (naming the rank) and go on to the next cell, instead of the others waiting
+    in a collective for one that raised."""
+    error, out = None, (None, None, None)
+    try:
+        model = cell_model(cell) if cell.needs_model else None
+        data = load_cell_data(cell, data_dir, datasets)
+        if model is not None:  # e.g. K/V on an architecture that cannot take it: one clear failure, no error rows
+            cell.instance.check_model(model, preferences=any(conv.preferences for conv, _ in data.items))
+        main = state.is_main_process
+        out = (model, data, make_judge(cell.judge, cell.model) if main and cell.judge is not None else None)
+    except Exception as exc:
+        if state.num_processes <= 1:
+            raise
+        error = f"{type(exc).__name__}: {exc}"
+    if state.num_processes > 1:
+        from accelerate.utils import gather_object
+
+        failed = [(rank, e) for rank, e in gather_object([(state.process_index, error)]) if e]
+        if failed:
+            raise CellFailedOnARank("; ".join(f"process {rank} (of {state.num_processes}): {e}" for rank, e in failed))
+    return out
 
 
 def over_error_budget(metrics: dict[str, float], max_error_rate: float) -> str | None:
@@ -238,6 +288,42 @@ def over_error_budget(metrics: dict[str, float], max_error_rate: float) -> str |
         return (f"{failed} of {asked} questions failed, over max_error_rate {max_error_rate:g} "
                 f"(set it in the config to accept failed questions)")
     return None
+
+
+def response_cache():
+    """The process's response cache (one SQLite connection, opened on first use)."""
+    global _RESPONSES
+    if _RESPONSES is None:
+        from dkilab.models.response_cache import ResponseCache
+
+        _RESPONSES = ResponseCache()
+    _RESPONSES.hits = _RESPONSES.misses = 0  # counted per cell
+    return _RESPONSES
+
+
+_RESPONSES = None
+
+
+def model_order(cells: list[Cell]) -> list[int]:
+    """Cell indexes in run order: grouped by model spec (first appearance first, config order within), so a
+    `model.spec` sweep loads each model once."""
+    first: dict[str, int] = {}
+    for c in cells:
+        first.setdefault(c.model.spec, len(first))
+    return sorted(range(len(cells)), key=lambda i: first[cells[i].model.spec])
+
+
+def release_after(cell: Cell, later: list[Cell]) -> list[str]:
+    """Free what the cell held: its strategy's K/V blocks; and, before the next cell loads another model,
+    every loaded model no later cell needs (after the last cell the models stay, for the next experiment
+    of a notebook or a test session). -> the model specs released."""
+    from dkilab.models.loading import release_models
+
+    if "instance" in cell.__dict__:  # built (cached_property): a skipped cell never built one
+        cell.instance.release()
+    if not later or later[0].model.spec == cell.model.spec:
+        return []
+    return release_models({c.model.spec for c in later if c.needs_model} | {c.judge.model for c in later if c.judge})
 
 
 def cell_model(cell: Cell):

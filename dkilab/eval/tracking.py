@@ -439,7 +439,7 @@ class ScriptedRunsError(ValueError):
 
 
 def experiment_runs(experiment: str, uri: str | None = None) -> list:
-    """The finished cells of an experiment (the newest completed run per config hash) in config order;
+    """The finished cells of an experiment (the newest completed run per cell label) in config order;
     a store that does not exist or an unknown experiment name is a one-line error (did-you-mean)."""
     import mlflow
 
@@ -457,7 +457,18 @@ def experiment_runs(experiment: str, uri: str | None = None) -> list:
         raise UnknownExperimentError(f"no MLflow experiment named {experiment!r} at {uri}"
                                      + (f"; did you mean {close[0]!r}?" if close else "")
                                      + (f" Experiments there: {', '.join(sorted(names))}" if names else " (it has none)"))
-    return config_ordered(runstate.finished_runs(exp.experiment_id).values())
+    return config_ordered(newest_per_cell(runstate.finished_runs(exp.experiment_id).values()))
+
+
+def newest_per_cell(runs) -> list:
+    """One run per cell label: the newest (a config edited between runs leaves older hashes behind, and two
+    rows for one label made reports crash and notebooks double-count)."""
+    best: dict[str, Any] = {}
+    for r in runs:
+        cur = best.get(r.info.run_name)
+        if cur is None or r.info.start_time > cur.info.start_time:
+            best[r.info.run_name] = r
+    return list(best.values())
 
 
 def run_dataset_key(run) -> str:

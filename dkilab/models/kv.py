@@ -132,6 +132,11 @@ class MemoryKV:
         """Memory text tokens (the sink column not counted)."""
         return len(self.token_ids)
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes its keys and values hold (on whatever device they live)."""
+        return sum(t.numel() * t.element_size() for pair in self.layers for t in pair)
+
 
 def _hf(model, inject: bool = True):
     """The transformers model and tokenizer behind a ChatModel; with `inject`, refuses a model that

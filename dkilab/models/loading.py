@@ -21,6 +21,30 @@ _LOADED: dict[tuple, object] = {}
 _LOCK = threading.Lock()
 
 
+def release_models(keep: set[str] = frozenset()) -> list[str]:
+    """Forget every loaded model whose spec is not in `keep` (and give its memory back: GC, then the CUDA
+    cache); -> the specs released. The runner calls it between cells for models no later cell needs."""
+    import gc
+
+    def spec_of(key: tuple) -> str:
+        return key[1] if key[0] == "tokenizer" else key[0]
+
+    with _LOCK:
+        gone = [k for k in _LOADED if spec_of(k) not in keep]
+        for k in gone:
+            del _LOADED[k]
+    if gone:
+        gc.collect()
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+        except ImportError:  # pragma: no cover - torch is a dependency
+            pass
+    return sorted({spec_of(k) for k in gone})
+
+
 class ModelNotAvailableError(RuntimeError):
     pass
 
@@ -94,7 +118,8 @@ def load_model(spec: str = DEFAULT_MODEL, *, dtype: str = "auto", device: str = 
     - `openai:<model>@<base_url>`: an OpenAI-compatible server (no K/V access).
     - anything else: a hub id, a local model directory or a `.gguf` file (transformers).
     - `scripted:<file>`: answers read from a file by question (pipeline tests only, see `scripted.py`).
-    `device="auto"` uses accelerate's `device_map="auto"`; `dtype="auto"` means bf16 on GPU, fp32 on CPU;
+    `device="auto"` is one GPU per process (data-parallel under accelerate), `"shard"` one model over
+    every GPU (`device_map="auto"`), see `resolve_device`; `dtype="auto"` means bf16 on GPU, fp32 on CPU;
     `attn_implementation` auto = SDPA where the architecture has it, else eager (both carry the K/V
     memory bias); `batch_size` questions are decoded together by `generate_batch` (left padding);
     `concurrency`, `max_retries`, `timeout` are for OpenAI-compatible servers.
@@ -162,6 +187,25 @@ def _load_transformers(spec: str, *, dtype: str = "auto", device: str = "cpu", m
     return model
 
 
+def resolve_device(device: str, cuda_available: bool | None = None, env=None) -> str:
+    """Where this process puts its model. `auto`: one GPU per process, data-parallel (`cuda:$LOCAL_RANK`
+    under `accelerate launch` / torchrun, `cuda:0` alone), the CPU without CUDA; `shard`: one model split
+    over every visible GPU (`device_map="auto"`, one process only); `cpu`, `cuda`, `cuda:N`, `mps` as given."""
+    env = os.environ if env is None else env
+    if cuda_available is None:
+        import torch
+
+        cuda_available = torch.cuda.is_available()
+    if device == "auto":
+        return f"cuda:{int(env.get('LOCAL_RANK', 0))}" if cuda_available else "cpu"
+    if device == "shard":
+        if int(env.get("WORLD_SIZE", 1)) > 1:
+            raise ValueError("device: shard splits one model over every GPU; with several processes each would "
+                             "take all of them (use device: auto, one GPU per process, or one process)")
+        return "shard" if cuda_available else "cpu"
+    return device
+
+
 def _load_hf(spec: str, dtype: str, device: str, max_context: int | None, attn: str = "auto"):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -170,7 +214,8 @@ def _load_hf(spec: str, dtype: str, device: str, max_context: int | None, attn: 
     from dkilab.models.kv import KVUnsupportedError, prepare_model
 
     source = resolve_spec(spec)
-    gpu = torch.cuda.is_available() and device in ("auto", "cuda")
+    device = resolve_device(device)
+    gpu = device.startswith("cuda") or device == "shard"
     torch_dtype = {"auto": torch.bfloat16 if gpu else torch.float32, "float32": torch.float32,
                    "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
                    "float16": torch.float16, "fp16": torch.float16}.get(dtype)
@@ -179,14 +224,14 @@ def _load_hf(spec: str, dtype: str, device: str, max_context: int | None, attn: 
     if attn not in ("auto", "sdpa", "eager"):
         raise ValueError(f"attn_implementation {attn!r}: expected auto, sdpa or eager")
     kwargs = {"dtype": torch_dtype} | ({} if attn == "auto" else {"attn_implementation": attn})
-    if device == "auto":
+    if device == "shard":
         kwargs["device_map"] = "auto"
     try:
         model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
         tokenizer = AutoTokenizer.from_pretrained(source)
     except OSError as e:
         raise ModelNotAvailableError(f"cannot load model {spec!r} from {source}: {e}") from e
-    if device not in ("auto", "cpu"):
+    if device not in ("shard", "cpu"):
         model.to(device)
     model.eval()
     try:  # the memory-bias attention over the kernel transformers chose (a text strategy never needs it)

@@ -88,4 +88,4 @@ class SuffixBuilder:
             text=text, items=shown, total_tokens=self.counter.count_tokens(text),
             message_count=sum(1 for it in shown if it.type == "message"), summary_count=len(summaries),
             has_fact_call_instruction=instruct, trace_ids=[it.trace_id for it in shown], history_tokens=used,
-            dropped_for_budget=dropped)
+            dropped_for_budget=dropped, history_text="\n\n".join(p for p in parts[:len(shown)] if p))

@@ -51,6 +51,8 @@ def register(cls: type["Strategy"]) -> type["Strategy"]:
 RENAMED = {"context_budget": "history_budget", "history_tokens": "history_budget", "evidence_tokens": "history_budget"}  # old param -> its successor
 
 
+KV_CACHE_BYTES = 2 * 1024**3  # cached K/V blocks per strategy and model (LRU by bytes)
+
 class StrategyParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
     max_new_tokens: int = Field(48, ge=1, le=4096)
@@ -110,6 +112,8 @@ class Strategy(ABC):
         # model -> {text: K/V}: held by the model object itself (weakly), so a model that is gone and a new
         # one that reuses its memory address never share entries
         self._kv_cache: weakref.WeakKeyDictionary[Any, OrderedDict[str, Any]] = weakref.WeakKeyDictionary()
+        self.kv_cache_bytes = KV_CACHE_BYTES  # the runner sets model.kv_cache_mb
+        self.response_cache = None  # a ResponseCache when the experiment sets model.cache
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.params.model_dump(exclude_defaults=True)})"
@@ -210,9 +214,14 @@ class Strategy(ABC):
             return cache[text]
         kv = encode_memory(model, text)
         cache[text] = kv
-        while len(cache) > 64:
-            cache.popitem(last=False)
+        total = sum(getattr(v, "nbytes", 0) for v in cache.values())
+        while len(cache) > 1 and (total > self.kv_cache_bytes or len(cache) > 256):  # bounded in bytes
+            total -= getattr(cache.popitem(last=False)[1], "nbytes", 0)
         return kv
+
+    def release(self) -> None:
+        """Drop every cached K/V block (the runner calls it when the cell ends: an 8B model's blocks are GiBs)."""
+        self._kv_cache.clear()
 
     def preference_memories(self, model: ChatModel, preferences: list[str], lang: str, alpha: float) -> tuple[list, str]:
         """([(preference K/V, alpha)] or [], the preference text): the seed's L0 block, encoded once."""
@@ -253,8 +262,16 @@ class Strategy(ABC):
             prompt = model.render(messages, **kw)
             injected = 1 + sum(m.n_tokens for m, a in memories if a > 0) if memories else 0
             return Generation("", model.count_tokens(prompt), 0, injected), prompt
+        cache, key = self.response_cache, None
+        if cache is not None and self.params.temperature == 0:
+            key = cache.key(model, messages, self.params.max_new_tokens, tools, memories)
+            hit = cache.get(key)
+            if hit is not None:
+                return hit, model.render(messages, **kw)
         gen = model.generate_full(messages, max_new_tokens=self.params.max_new_tokens,
                                   temperature=self.params.temperature, memories=memories, **kw)
+        if key is not None:
+            cache.put(key, model, gen)
         return gen, model.render(messages, **kw)
 
 

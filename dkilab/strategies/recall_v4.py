@@ -34,7 +34,7 @@ class RecallV4Params(RecallParams):
 @register
 class RecallV4(RecallingStrategy):
     name = "recall_v4"
-    version = "2"  # matched history budget, time and speaker on every item, flat_history = stable
+    version = "3"  # 2: matched budget, time and speaker on every item, flat = stable; 3: context_text without the query
     Params = RecallV4Params
     uses_kv = True
 
@@ -188,7 +188,8 @@ class RecallV4(RecallingStrategy):
                       summary_ids=[it.trace_id for it in suffix.items if it.type == "summary"],
                       fact_calls_offered=suffix.has_fact_call_instruction,
                       fact_calls=loop.fact_calls, rounds=loop.rounds,
-                      context_text="\n".join([pref, suffix.text, *facts]), prompt=prompt, budget=budget,
+                      context_text="\n".join(x for x in (pref, suffix.history_text, *facts) if x), prompt=prompt,
+                      budget=budget,
                       metadata={"summaries": suffix.summary_count, "history_tokens": suffix.history_tokens,
                                 "dropped_for_budget": suffix.dropped_for_budget, "fact_loop_stopped": loop.stopped,
                                 "fact_protocol": "native" if native else "text", "formatter": formatter.name,

@@ -15,6 +15,7 @@ import yaml
 from dkilab.eval.experiment import expand_cells, load_experiment
 from dkilab.eval.metrics import primary_metric
 from dkilab.eval.runner import check_expectations, results_table, run_experiment
+from dkilab.eval.tracking import report
 from dkilab.registry import STRATEGIES
 from dkilab.strategies import register
 from dkilab.strategies.no_memory import NoMemory
@@ -243,6 +244,33 @@ def test_dkilab_report_prints_intervals_pairs_and_the_detector(tmp_path, uri, ca
     assert "no MLflow experiment named 'nope'" in capsys.readouterr().err
 
 
+def test_smoke_runs_are_kept_apart_and_a_report_after_mixed_runs_is_clean(tmp_path, uri, capsys):
+    """Issue 29 item 5 / issue 34 item 1: `--limit 1`, `--limit 2`, a full run and an edited config used to
+    leave several runs per label, and `dkilab report` crashed (length mismatch) or double-counted."""
+    from dkilab.cli import main
+    from dkilab.notebook import load_runs
+
+    strategies = [{"name": "recall_only", "label": "a"}, {"name": "recall_only", "label": "b", "params": {"max_results": 3}}]
+    path = _config(tmp_path, "mixed", strategies=strategies, datasets=[{"name": "fixtures", "question_limit": 3}])
+    for args in (["--limit", "1"], ["--limit", "2"], []):
+        assert main(["run", str(path), "--tracking-uri", uri, *args]) == 0
+    said = capsys.readouterr().out
+    assert all(f"(experiment {name!r})" in said for name in ("mixed-limit1", "mixed-limit2", "mixed"))
+    edited = _config(tmp_path, "mixed", strategies=[strategies[0], {**strategies[1], "params": {"max_results": 4}}],
+                     datasets=[{"name": "fixtures", "question_limit": 3}])
+    assert main(["run", str(edited), "--tracking-uri", uri]) == 0  # b's hash changed: a newer run of label b
+    capsys.readouterr()
+    assert main(["report", "mixed", "--tracking-uri", uri]) == 0
+    out = capsys.readouterr().out
+    assert "a@fixtures" in out and "b@fixtures" in out and "Traceback" not in out
+    table, pairs, _ = report("mixed", uri)
+    assert list(table.index) == ["a@fixtures", "b@fixtures"] and set(table["questions"]) == {float(table["questions"].iloc[0])}
+    runs = load_runs("mixed", uri)
+    assert list(runs.index) == ["a@fixtures", "b@fixtures"] and runs.loc["b@fixtures", "param.max_results"] == 4
+    smoke, _, _ = report("mixed-limit1", uri)  # the smoke runs, kept in their own experiment
+    assert list(smoke.index) == ["a@fixtures", "b@fixtures"] and (smoke["questions"] < table["questions"]).all()
+
+
 def test_a_cell_that_raises_ends_failed_and_only_it_runs_again(tmp_path, uri):
     data = tmp_path / "data"
     data.mkdir()
@@ -451,3 +479,23 @@ def test_a_cell_whose_endpoint_fails_mid_run_is_failed_not_good_and_reruns_whole
         assert not any("skipped" in ln for ln in lines)
     finally:
         server.close()
+
+
+@pytest.mark.slow
+def test_a_failing_cell_does_not_stop_a_two_process_sweep(tmp_path, uri, model):
+    """Issue 29 item 4: a cell that cannot start (its data is missing) used to stop the whole sweep under
+    `accelerate launch`; now every process agrees it failed, names the processes, and goes on."""
+    empty = tmp_path / "no-data"
+    empty.mkdir()
+    path = _config(tmp_path, "twoproc", strategies=[{"name": "no_memory"}],
+                   datasets=[{"name": "locomo", "question_limit": 1}, {"name": "fixtures", "limit": 1, "question_limit": 2}])
+    launcher = Path(sys.executable).parent / "accelerate"
+    out = subprocess.run([str(launcher), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+                          "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "dkilab.cli", "run", str(path),
+                          "--tracking-uri", uri, "--data-dir", str(empty)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 1, out.stderr[-2000:]
+    assert "FAILED: no_memory@locomo: cell failed (CellFailedOnARank: process 0 (of 2)" in out.stderr
+    runs = {r.info.run_name: r for r in _runs(uri, "twoproc")}
+    assert runs["no_memory@fixtures"].info.status == "FINISHED" and runs["no_memory@fixtures"].data.metrics["questions"] == 2
+    assert runs["no_memory@locomo"].info.status == "FAILED" and "process 1 (of 2)" in runs["no_memory@locomo"].data.tags["dkilab.error"]

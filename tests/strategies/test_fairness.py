@@ -152,3 +152,13 @@ def test_chinese_prompt_texts_are_chinese(kind):
         prose = re.sub(r"<[｜|][^>]*[｜|]>|\{\w+\}", " ", text)  # a model's special tokens, template slots
         words = {w for w in re.findall(r"[A-Za-z][A-Za-z_]+", prose)} - IDENTIFIERS
         assert not words, (kind, key, words, text)
+
+
+def test_context_text_holds_memory_only_never_the_question(memory, model):
+    """`answer_in_context` reads context_text: recall_v4 put its whole suffix there, query and multiple-choice
+    options included, so the gold option always "appeared" (0.995 on MemDaily). Every strategy keeps it to
+    what memory supplied."""
+    for name, params in TEXT_STRATEGIES.items():
+        ans = planned(name, params, memory, model)
+        assert ans.context_text and QUESTION not in ans.context_text, name
+        assert QUESTION in ans.prompt, name  # the question is in the prompt, of course
