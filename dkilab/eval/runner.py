@@ -153,6 +153,9 @@ def _run_cells(cfg, cells, state, exp_id, data_dir, config_path, progress, echo)
     status = "FINISHED"
     order = model_order(cells)
     by_index: dict[int, CellResult] = {}
+    from dkilab.models.loading import loaded_keys
+
+    before = loaded_keys()  # models the caller loaded before the run (a notebook's) are not ours to free
     try:
         for n, i in enumerate(order, 1):
             cell = cells[i]
@@ -164,7 +167,7 @@ def _run_cells(cfg, cells, state, exp_id, data_dir, config_path, progress, echo)
                 echo(f"[{n}/{len(cells)}] {cell.label}: finished before (config {cell.config_hash}), skipped")
             else:
                 by_index[i] = _run_one(cfg, cell, n, len(cells), state, data_dir, datasets, progress, echo)
-            release_after(cell, [cells[j] for j in order[n:]])
+            release_after(cell, [cells[j] for j in order[n:]], before)
         results = [by_index[i] for i in sorted(by_index)]  # config order again
         if main:
             tracking.log_comparison(results)
@@ -313,7 +316,7 @@ def model_order(cells: list[Cell]) -> list[int]:
     return sorted(range(len(cells)), key=lambda i: first[cells[i].model.spec])
 
 
-def release_after(cell: Cell, later: list[Cell]) -> list[str]:
+def release_after(cell: Cell, later: list[Cell], protect: set = frozenset()) -> list[str]:
     """Free what the cell held: its strategy's K/V blocks; and, before the next cell loads another model,
     every loaded model no later cell needs (after the last cell the models stay, for the next experiment
     of a notebook or a test session). -> the model specs released."""
@@ -323,7 +326,8 @@ def release_after(cell: Cell, later: list[Cell]) -> list[str]:
         cell.instance.release()
     if not later or later[0].model.spec == cell.model.spec:
         return []
-    return release_models({c.model.spec for c in later if c.needs_model} | {c.judge.model for c in later if c.judge})
+    return release_models({c.model.spec for c in later if c.needs_model} | {c.judge.model for c in later if c.judge},
+                          protect)
 
 
 def cell_model(cell: Cell):

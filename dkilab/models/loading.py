@@ -21,16 +21,23 @@ _LOADED: dict[tuple, object] = {}
 _LOCK = threading.Lock()
 
 
-def release_models(keep: set[str] = frozenset()) -> list[str]:
-    """Forget every loaded model whose spec is not in `keep` (and give its memory back: GC, then the CUDA
-    cache); -> the specs released. The runner calls it between cells for models no later cell needs."""
+def loaded_keys() -> set[tuple]:
+    with _LOCK:
+        return set(_LOADED)
+
+
+def release_models(keep: set[str] = frozenset(), protect: set[tuple] = frozenset()) -> list[str]:
+    """Forget every loaded model whose spec is not in `keep` and whose key is not in `protect` (and give
+    its memory back: GC, then the CUDA cache); -> the specs released. The runner calls it between cells
+    for the models it loaded that no later cell needs (`protect`: what was loaded before the run, e.g.
+    by a notebook)."""
     import gc
 
     def spec_of(key: tuple) -> str:
         return key[1] if key[0] == "tokenizer" else key[0]
 
     with _LOCK:
-        gone = [k for k in _LOADED if spec_of(k) not in keep]
+        gone = [k for k in _LOADED if spec_of(k) not in keep and k not in protect]
         for k in gone:
             del _LOADED[k]
     if gone:
