@@ -7,8 +7,10 @@ seed session-l1-l2-memory §7.2): the user-bound query tools over HTTP.
   single query scoped to the caller (so the same timing class).
 - Bad parameters -> 422 naming the field; bodies over 64 KiB -> 413; URLs over 4 KiB -> 414; a body
   not received within `body_timeout` s -> 408 (a stalled client holds no connection for long).
-- One tenant cannot stall another: every store call (and the JSON of its answer) runs in a thread pool,
-  never on the event loop; each key has at most `per_key` requests running (more wait on the event loop,
+- One tenant cannot stall another: every store call that can be large (and the JSON of its answer) runs
+  in a thread pool, never on the event loop; only calls bounded to about a millisecond (`get`, pages of
+  at most 50, lexical queries of at most 200 characters) run on the loop, where a thread hop would cost
+  more than the call; each key has at most `per_key` requests running (more wait on the event loop,
   holding no thread, and get 429 after `queue_wait` s); a request still running after `request_timeout`
   s is answered 503 (its thread finishes in the background, still counted against its key).
 - One process per store: ranked lexical result sets (behind cursors) live in the process.
@@ -35,6 +37,7 @@ from dkilab.types import Message, Page
 MAX_BODY = 64 * 1024
 MAX_URL = 4096
 BODY_TIMEOUT = 10.0  # seconds to receive a whole request body
+LIGHT_PAGE, LIGHT_QUERY = 50, 200  # calls this small (about a millisecond) run on the loop: a thread hop costs more
 _api_key = APIKeyHeader(name=API_KEY_HEADER, auto_error=False, description="a key from the service's keys file")
 
 
@@ -165,13 +168,20 @@ class Gate:
         self.pool = ThreadPoolExecutor(workers, thread_name_prefix="dkilab-serve")
         self._slots: dict[str, asyncio.Semaphore] = {}
 
-    async def run(self, key: str, fn: Callable[[], Any]) -> Any:
+    async def run(self, key: str, fn: Callable[[], Any], light: bool = False) -> Any:
+        """`fn()` under the key's limit: in the pool, or (`light`: a call bounded to about a millisecond,
+        such as `get` or a 20-hit page) on the loop, where a thread hop would cost more than the call."""
         slots = self._slots.get(key) or self._slots.setdefault(key, asyncio.Semaphore(self.per_key))
         try:
             await asyncio.wait_for(slots.acquire(), self.queue_wait)
         except asyncio.TimeoutError:
             raise HTTPException(429, f"this key already has {self.per_key} requests running; waited "
                                      f"{self.queue_wait:g} s", headers={"Retry-After": "1"}) from None
+        if light:
+            try:
+                return fn()
+            finally:
+                slots.release()
         future = asyncio.get_running_loop().run_in_executor(self.pool, fn)
         future.add_done_callback(lambda _: slots.release())  # released when the work ends, not when we stop waiting
         try:
@@ -211,9 +221,9 @@ def create_app(store, keys: KeyRing, manager=None, gate: Gate | None = None,
             raise HTTPException(401, "missing or unknown API key", headers={"WWW-Authenticate": API_KEY_HEADER})
         return uid
 
-    def run(uid: str, fn: Callable[[Any], Any]):
-        """`fn(the user's memory view)` in the gate's pool, under the key's limit."""
-        return gate.run(uid, lambda: fn(store.for_user(uid)))
+    def run(uid: str, fn: Callable[[Any], Any], light: bool = False):
+        """`fn(the user's memory view)` under the key's limit, in the gate's pool unless `light`."""
+        return gate.run(uid, lambda: fn(store.for_user(uid)), light)
 
     @app.get("/health", tags=["service"], summary="liveness (no key needed)")
     async def health() -> dict[str, Any]:
@@ -230,7 +240,7 @@ def create_app(store, keys: KeyRing, manager=None, gate: Gate | None = None,
                 return _json(message_json(mem.get(body.message_id)))
             except MessageNotFoundError:
                 raise HTTPException(404, "message not found") from None
-        return await run(uid, work)
+        return await run(uid, work, light=True)
 
     @app.post("/v1/messages_list", tags=["query tools"], summary="messages in time order, cursor-paged")
     async def messages_list(body: MessagesListBody, uid: str = Depends(user)):
@@ -239,7 +249,7 @@ def create_app(store, keys: KeyRing, manager=None, gate: Gate | None = None,
                 return _json(page_json(mem.messages_list(body.since, body.until, body.role, body.page_size, body.cursor)))
             except (ValueError, TypeError) as e:
                 raise _unprocessable(e, ("since", "until", "role", "page_size", "cursor")) from None
-        return await run(uid, work)
+        return await run(uid, work, light=body.page_size <= LIGHT_PAGE)
 
     @app.post("/v1/lexical_search", tags=["query tools"], summary="BM25 keyword search, cursor-paged")
     async def lexical_search(body: LexicalBody, uid: str = Depends(user)):
@@ -249,7 +259,7 @@ def create_app(store, keys: KeyRing, manager=None, gate: Gate | None = None,
                 return _json(page_json(mem.lexical_search(body.query_text, f, body.page_size, body.cursor)))
             except (ValueError, TypeError) as e:
                 raise _unprocessable(e, ("query_text", "filter", "page_size", "cursor")) from None
-        return await run(uid, work)
+        return await run(uid, work, light=body.page_size <= LIGHT_PAGE and len(body.query_text) <= LIGHT_QUERY)
 
     @app.post("/v1/semantic_search", tags=["query tools"], summary="vector search (text or a unit embedding)")
     async def semantic_search(body: SemanticBody, uid: str = Depends(user)):
@@ -269,7 +279,7 @@ def create_app(store, keys: KeyRing, manager=None, gate: Gate | None = None,
                 return _json([message_json(m) for m in mem.neighbors(body.message_id, body.before, body.after)])
             except MessageNotFoundError:
                 raise HTTPException(404, "message not found") from None
-        return await run(uid, work)
+        return await run(uid, work, light=body.before + body.after <= LIGHT_PAGE)
 
     @app.get("/v1/sessions/{session_id}/messages", tags=["query tools"],
              summary="every message of one of the caller's sessions (empty for any other)")
