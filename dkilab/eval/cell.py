@@ -226,13 +226,16 @@ def run_cell(cell: Cell, model, data: CellData, state=None, trace: bool = False,
     return sorted(out, key=lambda x: x[0]), errors, trace_ids
 
 
-def score_cell(cell: Cell, answers, items: list, judge=None, trace_ids: dict | None = None) -> list[dict[str, Any]]:
+def score_cell(cell: Cell, answers, items: list, judge=None, trace_ids: dict | None = None,
+               judge_batch: int = 8) -> list[dict[str, Any]]:
     """One metric row per question (per turn for a dialogue), in question order (the judge, if any,
     labels answers first); a traced question's rows carry its `trace_id`."""
     from dkilab.eval.metrics.session import expand_turns
 
     scorer = cell.dataset.info()["scorer"]
     rows = []
+    if judge is not None:  # every judge prompt of the cell generated in batches first, not one call per row
+        judge.prefetch(judge_texts(judge, answers, items), batch_size=judge_batch)
     for i, answer, wall in answers:
         conv, item = items[i]
         first = len(rows)
@@ -278,11 +281,31 @@ def _score_one(item, answer, wall: float, conv, scorer: str, judge) -> dict[str,
     return row
 
 
+def _judged(item, answer) -> bool:
+    return bool(item.answerable and not answer.metadata.get("retrieval_only") and not answer.metadata.get("task"))
+
+
+def judge_texts(judge, answers, items) -> list[str]:
+    """The prompts `judge_answer` will send for these answers (per turn for a dialogue)."""
+    from dkilab.eval.metrics.session import expand_turns
+
+    texts = []
+    for i, answer, _ in answers:
+        if isinstance(answer, str):
+            continue
+        for sub, sub_answer in expand_turns(items[i][1], answer):
+            if _judged(sub, sub_answer) and sub.answer is not None:
+                texts.append(judge.judge_text(sub, sub_answer.text))
+            if judge.abstention:
+                texts.append(judge.abstention_text(sub.question, sub_answer.text))
+    return texts
+
+
 def judge_answer(judge, item, answer) -> dict[str, Any]:
     """The LLM judge's fields for one answer: correctness (`judge`, 1/0/None) and, if asked, abstention."""
     t = time.perf_counter()
     out: dict[str, Any] = {}
-    if item.answerable and not answer.metadata.get("retrieval_only") and not answer.metadata.get("task"):
+    if _judged(item, answer):
         out["judge"], out["judge_reply"] = judge.judge(item, answer.text)
         out["judge_unparsed"] = float(out["judge"] is None)
     if judge.abstention:

@@ -160,6 +160,9 @@ class JudgeSpec(_Strict):
     # run judges on the GPU in bf16, not on the CPU in fp32
     dtype: str | None = None
     device: str | None = Field(None, pattern=r"^(cpu|auto|shard|mps|cuda(:\d+)?)$")
+    # judge prompts generated together before scoring (greedy: the same replies as one by one), so the
+    # main process spends less time judging while the others wait; not part of a cell's identity
+    batch_size: int = Field(8, ge=1, le=512)
 
     @model_validator(mode="after")
     def _placeholders(self):
@@ -174,7 +177,7 @@ class JudgeSpec(_Strict):
     def resolved(self) -> dict[str, Any]:
         from dkilab.eval.metrics.judge import ABSTENTION_PROMPT, JUDGE_PROMPT
 
-        unset = {k for k in ("dtype", "device") if getattr(self, k) is None}  # "like the model": its fields decide
+        unset = {k for k in ("dtype", "device") if getattr(self, k) is None} | {"batch_size"}  # not identity
         return self.model_dump(exclude=unset) | {"prompt": self.prompt or JUDGE_PROMPT,
                                     "abstention_prompt": (self.abstention_prompt or ABSTENTION_PROMPT)
                                     if self.abstention else None}

@@ -219,7 +219,8 @@ def _run_one(cfg, cell: Cell, n: int, total: int, state, data_dir, datasets, pro
         answers, errors, trace_ids = run_cell(cell, model, data, state, trace=cfg.tracing, progress=progress,
                                               run_id=run_id, journal=journal)
         if main:
-            result.rows = score_cell(cell, answers, data.items, judge, trace_ids)
+            result.rows = score_cell(cell, answers, data.items, judge, trace_ids,
+                                     judge_batch=cell.judge.batch_size if cell.judge else 8)
             extra = {"query_embeddings": float(data.store.embedder.cache_misses), "resumed_questions": float(resumed)}
             if cell.instance.response_cache is not None:
                 extra["response_cache_hits"] = float(cell.instance.response_cache.hits)

@@ -251,6 +251,22 @@ def test_judge_prompt_uses_the_choice_text_and_skips_unanswerable(model):
         LLMJudge(model, prompt="Q: {question} A: {prediction}")
 
 
+def test_batched_judging_gives_the_one_by_one_verdicts_and_generates_each_prompt_once(model, monkeypatch):
+    """Issue 29 item 2: a cell's judge prompts are generated in batches before scoring (greedy, so each
+    reply equals the reply to that prompt alone)."""
+    from dkilab.eval.metrics.judge import LLMJudge
+
+    items = [(QAItem("What is the capital of France?", "Paris"), "Paris"), (QAItem("Who wrote Hamlet?", "Shakespeare"),
+             "Marlowe"), (QAItem("What colour is the sky?", "blue"), "It is blue."), (QAItem("2+2?", "4"), "four")]
+    alone = [LLMJudge(model, max_new_tokens=4, abstention=True) for _ in range(2)]
+    one_by_one = [(alone[0].judge(q, p), alone[0].abstains(q.question, p)) for q, p in items]
+    batched = alone[1]
+    texts = [t for q, p in items for t in (batched.judge_text(q, p), batched.abstention_text(q.question, p))]
+    assert batched.prefetch(texts, batch_size=3) == 8
+    monkeypatch.setattr(model, "generate", lambda *a, **kw: pytest.fail("a prefetched prompt was generated again"))
+    assert [(batched.judge(q, p), batched.abstains(q.question, p)) for q, p in items] == one_by_one
+
+
 @pytest.mark.parametrize("reply,label", [("DECLINES", True), ("It declines.", True), ("ANSWERS", False),
                                          ("The answer answers it", False), ("maybe", None)])
 def test_abstention_judge_replies_are_parsed(reply, label):
