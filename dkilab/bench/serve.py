@@ -57,6 +57,25 @@ def _requests(convs):
     return out
 
 
+async def _timed_posts(session, url: str, key: str, bodies: list, stop: float, lat: list, errors: list) -> None:
+    """POST `bodies` in a cycle until `stop`, appending each latency (ms) and each failure."""
+    import aiohttp
+
+    headers = {"X-API-Key": key}
+    for body in itertools.cycle(bodies):
+        if time.perf_counter() >= stop:
+            return
+        t = time.perf_counter()
+        try:
+            async with session.post(url, json=body, headers=headers) as r:
+                await r.read()
+                if r.status != 200:
+                    errors.append(f"HTTP {r.status}")
+        except aiohttp.ClientError as e:
+            errors.append(type(e).__name__)
+        lat.append((time.perf_counter() - t) * 1000)
+
+
 async def _load(url: str, keys: dict[str, str], bodies: dict, endpoint: str, clients: int, seconds: float):
     import aiohttp
 
@@ -67,19 +86,7 @@ async def _load(url: str, keys: dict[str, str], bodies: dict, endpoint: str, cli
 
     async def client(n: int, session):
         user = users[n % len(users)]
-        headers = {"X-API-Key": keys[user]}
-        for body in itertools.cycle(bodies[user][endpoint]):
-            if time.perf_counter() >= stop:
-                return
-            t = time.perf_counter()
-            try:
-                async with session.post(f"{url}/v1/{endpoint}", json=body, headers=headers) as r:
-                    await r.read()
-                    if r.status != 200:
-                        errors.append(f"HTTP {r.status}")
-            except aiohttp.ClientError as e:
-                errors.append(type(e).__name__)
-            lat.append((time.perf_counter() - t) * 1000)
+        await _timed_posts(session, f"{url}/v1/{endpoint}", keys[user], bodies[user][endpoint], stop, lat, errors)
 
     conn = aiohttp.TCPConnector(limit=clients)
     async with aiohttp.ClientSession(connector=conn) as session:
@@ -100,19 +107,7 @@ async def _isolation(url: str, keys: dict[str, str], bodies: dict, flood_clients
     stop = time.perf_counter() + seconds
 
     async def quiet(session):
-        headers = {"X-API-Key": keys[quiet_user]}
-        for body in itertools.cycle(bodies[quiet_user]["get"]):
-            if time.perf_counter() >= stop:
-                return
-            t = time.perf_counter()
-            try:
-                async with session.post(f"{url}/v1/get", json=body, headers=headers) as r:
-                    await r.read()
-                    if r.status != 200:
-                        errors.append(f"HTTP {r.status}")
-            except aiohttp.ClientError as e:
-                errors.append(type(e).__name__)
-            lat.append((time.perf_counter() - t) * 1000)
+        await _timed_posts(session, f"{url}/v1/get", keys[quiet_user], bodies[quiet_user]["get"], stop, lat, errors)
 
     async def flood(n: int, session):
         headers = {"X-API-Key": keys[flood_user]}

@@ -8,16 +8,7 @@ import warnings
 import pytest
 
 from dkilab.memory import MemoryManager, MemoryStore
-from tests.memory.test_redis_faults import RedisServer
-
-
-@pytest.fixture
-def server():
-    s = RedisServer()
-    s.start()
-    yield s
-    if s.proc.poll() is None:
-        s.stop()
+from tests.memory.test_redis_faults import server  # noqa: F401 (fixture: a redis-server the test kills)
 
 
 def _open(path, url, retry_after=0.3):
