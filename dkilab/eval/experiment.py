@@ -62,7 +62,7 @@ class ModelSpec(_Strict):
     generate: bool = True
     # how it runs, not what it computes (batched = unbatched; kernels agree within fp tolerance): not
     # part of a cell's identity, so a finished cell is reused when only these change
-    attn_implementation: Literal["auto", "sdpa", "eager"] = "auto"
+    attn_implementation: Literal["auto", "sdpa", "eager", "flash_attention_2"] = "auto"  # flash: text cells only
     batch_size: int = Field(1, ge=1, le=512)  # questions decoded together (text strategies)
     concurrency: int = Field(4, ge=1, le=512)  # requests in flight to an OpenAI-compatible server
     max_retries: int = Field(4, ge=0, le=20)  # 429 / 5xx / connection retries, with backoff

@@ -269,7 +269,12 @@ def _prepare(cell: Cell, state, data_dir, datasets):
         model = cell_model(cell) if cell.needs_model else None
         data = load_cell_data(cell, data_dir, datasets)
         if model is not None:  # e.g. K/V on an architecture that cannot take it: one clear failure, no error rows
-            cell.instance.check_model(model, preferences=any(conv.preferences for conv, _ in data.items))
+            prefs = any(conv.preferences for conv, _ in data.items)
+            cell.instance.check_model(model, preferences=prefs)
+            if not cell.instance.needs_kv(prefs) and getattr(model, "model", None) is not None:
+                from dkilab.models.kv import stock_attention
+
+                stock_attention(model.model)  # nothing injected: the stock kernel (SDPA fast paths, flash)
         main = state.is_main_process
         out = (model, data, make_judge(cell.judge, cell.model) if main and cell.judge is not None else None)
     except Exception as exc:

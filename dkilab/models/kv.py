@@ -99,8 +99,12 @@ def attn_implementation(base: str = "sdpa") -> str:
     return ATTN_IMPLEMENTATION if base == "sdpa" else ATTN_IMPLEMENTATION_EAGER
 
 
+STOCK_ATTR = "_dkilab_stock_attn"  # set by load_model: the kernel transformers chose, restored for text cells
+
+
 def prepare_model(hf, base: str | None = None):
-    """Switch a transformers model to the memory-bias attention over its current (or `base`) kernel."""
+    """Switch a transformers model to the memory-bias attention over its current (or `base`) kernel
+    (a flash kernel has no float-mask path: the memory-bias attention then runs over SDPA)."""
     current = getattr(hf.config, "_attn_implementation", None) or "sdpa"
     if current in (ATTN_IMPLEMENTATION, ATTN_IMPLEMENTATION_EAGER) and base is None:
         return hf
@@ -116,6 +120,19 @@ def prepare_model(hf, base: str | None = None):
                                  f"attention in this transformers: {str(e).split('.')[0]}; use "
                                  "attn_implementation: eager") from e
     return hf
+
+
+def stock_attention(hf) -> bool:
+    """Give a model loaded by `load_model` its stock attention back (what transformers chose: SDPA can
+    then skip the mask for causal prompts and pick its flash kernel). The runner calls it before every
+    cell that injects nothing; a K/V cell switches to the memory-bias attention again on first use.
+    -> whether it switched. A model built by hand (no recorded kernel) is left as it is."""
+    stock = getattr(hf, STOCK_ATTR, None)
+    current = getattr(hf.config, "_attn_implementation", None)
+    if not stock or current == stock:
+        return False
+    hf.set_attn_implementation(stock)
+    return True
 
 
 @dataclass
@@ -179,6 +196,9 @@ def check_support(hf) -> _Rope:
 
     arch = f"{type(hf).__name__} (model_type {getattr(hf.config, 'model_type', '?')!r})"
     impl = getattr(hf.config, "_attn_implementation", None)
+    if impl not in (ATTN_IMPLEMENTATION, ATTN_IMPLEMENTATION_EAGER) and getattr(hf, STOCK_ATTR, None):
+        prepare_model(hf)  # loaded by dkilab with the stock kernel: switched on the first K/V use
+        impl = hf.config._attn_implementation
     if impl not in (ATTN_IMPLEMENTATION, ATTN_IMPLEMENTATION_EAGER):  # checked every time: it can be switched
         raise KVUnsupportedError(f"{arch} runs attention {impl!r}; K/V injection needs the memory-bias attention: "
                                  "load it with dkilab.models.load_model or call dkilab.models.kv.prepare_model(model)")

