@@ -8,7 +8,7 @@ STAMP   := $(VENV)/.dkilab-installed
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup quickstart ui test test-slow test-all bench-store bench-strategies bench-abstention bench-agents \
+.PHONY: setup quickstart ui test test-slow test-all gpu bench-store bench-strategies bench-abstention bench-agents \
 	bench-serve tracking-server clean
 
 setup: $(STAMP)
@@ -33,6 +33,19 @@ test: setup
 
 test-slow: setup
 	$(BIN)/pytest -q -m slow
+
+# The GPU comparison in one command (experiments/gpu/README.md): on a machine with an NVIDIA driver the
+# CUDA build of torch replaces the CPU one, then `dkilab gpu` checks, smoke-tests, plans, runs and reports.
+# Weights download from the hub (HF_TOKEN for gated ones) unless DKILAB_GPU_OFFLINE=1 / $DKILAB_MODEL_ROOT.
+TORCH_CUDA_INDEX ?= https://download.pytorch.org/whl/cu128
+DKILAB_GPU_OFFLINE ?= 0
+GPU_ARGS ?=
+gpu: setup
+	@if command -v nvidia-smi >/dev/null 2>&1 && ! $(BIN)/python -c "import torch, sys; sys.exit(not torch.cuda.is_available())"; then \
+		echo "installing the CUDA build of torch 2.13.0 ($(TORCH_CUDA_INDEX))"; \
+		$(BIN)/pip install --quiet --force-reinstall torch==2.13.0 --index-url $(TORCH_CUDA_INDEX) \
+			--extra-index-url https://pypi.org/simple; fi
+	HF_HUB_OFFLINE=$(DKILAB_GPU_OFFLINE) $(BIN)/dkilab gpu $(GPU_ARGS)
 
 test-all: setup
 	$(BIN)/pytest -q -m "slow or not slow"

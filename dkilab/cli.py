@@ -124,6 +124,12 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _cmd_gpu(args: argparse.Namespace) -> int:
+    from dkilab.gpu.command import main as gpu_main
+
+    return gpu_main(args)
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     import os
 
@@ -136,7 +142,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     cfg = load_experiment(args.config, parse_set(args.set))
     if args.limit is not None:
         cfg = with_question_limit(cfg, args.limit)
-    results = run_experiment(cfg, data_dir=args.data_dir, uri=args.tracking_uri, config_path=args.config)
+    results = run_experiment(cfg, data_dir=args.data_dir, uri=args.tracking_uri, config_path=args.config,
+                             claim=args.claim)
     if not process_state().is_main_process:
         return 0
     table = results_table(results, intervals=True)
@@ -439,6 +446,21 @@ def build_parser() -> argparse.ArgumentParser:
     ba.add_argument("--errors", action="store_true", help="list the phrasings each detector gets wrong")
     ba.set_defaults(func=_cmd_bench_abstention)
 
+    gpu = sub.add_parser("gpu", help="the GPU comparison in one command: checks, smoke stage, plan, runs, report folder",
+                         formatter_class=argparse.RawDescriptionHelpFormatter, epilog=(
+                             "examples:\n  dkilab gpu                     (experiments/gpu/*, every GPU, resumable)\n"
+                             "  dkilab gpu --plan-only\n  dkilab gpu --cpu experiments/ci/gpu_path.yaml --report-dir /tmp/r"))
+    gpu.add_argument("configs", nargs="*", help="experiment YAMLs (default: the comparison configs of experiments/gpu/)")
+    gpu.add_argument("--cpu", action="store_true", help="run every stage on the CPU in fp32 (CI; no CUDA needed)")
+    gpu.add_argument("--plan-only", action="store_true", help="stop after the plan: nothing is run")
+    gpu.add_argument("--skip-smoke", action="store_true", help="skip the smoke stage (it passed on this machine before)")
+    gpu.add_argument("--report-dir", default=None, help="where the report folder goes (default reports/gpu-<time>)")
+    gpu.add_argument("--limit", type=_positive_int, default=None, help="questions per conversation (a smoke run)")
+    gpu.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a dotted config key (repeatable)")
+    gpu.add_argument("--data-dir", default=None, help="dataset directory (default: $DKILAB_DATA_DIR)")
+    gpu.add_argument("--tracking-uri", default=None)
+    gpu.set_defaults(func=_cmd_gpu)
+
     run = sub.add_parser("run", help="run an experiment YAML (strategies x sweep x datasets) into MLflow",
                          formatter_class=argparse.RawDescriptionHelpFormatter,
                          epilog="examples:\n  dkilab run experiments/quickstart.yaml\n  dkilab run experiments/sweep_threshold_budget_locomo.yaml --limit 5 --data-dir ../shared/datasets\n  dkilab run experiments/quickstart.yaml --set defaults.max_new_tokens=16 --tracking-uri http://127.0.0.1:5000\n  accelerate launch --num_processes 2 -m dkilab.cli run experiments/quickstart.yaml")
@@ -448,6 +470,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--data-dir", default=None, help="dataset directory (default: $DKILAB_DATA_DIR)")
     run.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or "
                                                            "sqlite:///mlflow/mlflow.db in the project)")
+    run.add_argument("--claim", action="store_true",
+                     help="run only the cells this process claims in the tracking store (several machines, e.g. a "
+                          "Slurm array, running the same config share its cells; experiments/gpu/README.md)")
     run.set_defaults(func=_cmd_run)
     rep = sub.add_parser("report", help="comparison table of an experiment's finished cells, from MLflow",
                          formatter_class=argparse.RawDescriptionHelpFormatter, epilog=(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
+import sys
 import traceback
 from dataclasses import dataclass
 from typing import Any
@@ -137,12 +138,13 @@ class _Stopped(Exception):
 
 
 def run_cell(cell: Cell, model, data: CellData, state=None, trace: bool = False, progress: bool = True,
-             run_id: str | None = None, journal=None):
+             run_id: str | None = None, journal=None, judge=None, judge_batch: int = 8):
     """Answer every question of a cell -> [(index, Answer | error text, wall ms)], error tracebacks,
     {index: trace id} (when `trace`: one trace per question, under the cell's run `run_id`, on every
     process). Shards across processes; the result is complete on the main process. With a `journal`
     (dkilab.eval.journal) the questions it holds are not asked again and each new answer is saved as it
-    finishes."""
+    finishes. With a `judge` under several processes every process judges its own answers (in batches)
+    and the replies are gathered with them, so the main process scores without generating."""
     from tqdm.auto import tqdm
 
     items, views = data.items, {}
@@ -216,7 +218,16 @@ def run_cell(cell: Cell, model, data: CellData, state=None, trace: bool = False,
 
         with state.split_between_processes(idx) as mine:
             work(mine)
+        replies = {}
+        if judge is not None:  # on every process, its own answers: no process waits on one judging them all
+            made = judge.prefetch(judge_texts(judge, out, items), batch_size=judge_batch)
+            replies = judge.replies
+            print(f"{cell.label}: process {state.process_index} of {state.num_processes} judged its answers "
+                  f"({made} judge replies)", file=sys.stderr, flush=True)
         _flush_traces(trace)
+        if judge is not None:
+            for part in gather_object([replies]):
+                judge.replies.update(part)
         out, errors = gather_object(out), gather_object(errors)
         trace_ids = dict(pair for part in gather_object([trace_ids]) for pair in part.items())
     else:

@@ -40,10 +40,17 @@ class CellResult:
     skipped: bool = False  # finished in an earlier run: metrics read back from MLflow
     run_id: str | None = None
     error: str | None = None  # the cell failed (its run is FAILED)
+    claimed_by: str | None = None  # `--claim`: another machine holds this cell; nothing ran here
 
     @property
     def status(self) -> str:
-        return "failed" if self.error else "skipped" if self.skipped else "finished"
+        return ("failed" if self.error else "claimed" if self.claimed_by else "skipped" if self.skipped
+                else "finished")
+
+    @property
+    def done(self) -> bool:
+        """Finished here or before (metrics available)."""
+        return not self.error and not self.claimed_by
 
     def load_rows(self) -> list[dict[str, Any]]:
         """The per-question rows (for a skipped cell, read from its predictions.jsonl artifact)."""
@@ -105,8 +112,10 @@ def _broadcast(state, value):
 
 
 def run_experiment(cfg: ExperimentConfig, *, data_dir=None, uri: str | None = None, config_path: str | None = None,
-                   progress: bool = True, echo=print) -> list[CellResult]:
-    """Run (or resume) every cell; returns one CellResult per cell, finished, skipped or failed."""
+                   progress: bool = True, echo=print, claim: bool = False) -> list[CellResult]:
+    """Run (or resume) every cell; returns one CellResult per cell, finished, skipped or failed. With
+    `claim`, a cell runs only if this process claims it in the tracking store (`runstate.claim_cell`):
+    several machines running the same config each take different cells (claimed elsewhere: "claimed")."""
     import mlflow
 
     from dkilab.eval import runstate
@@ -133,10 +142,10 @@ def run_experiment(cfg: ExperimentConfig, *, data_dir=None, uri: str | None = No
         if main:
             for run_id in runstate.mark_dead_runs_killed(exp_id):
                 echo(f"run {run_id} was left RUNNING by a process that is gone: marked KILLED")
-        return _run_cells(cfg, cells, state, exp_id, data_dir, config_path, progress, echo)
+        return _run_cells(cfg, cells, state, exp_id, data_dir, config_path, progress, echo, claim)
 
 
-def _run_cells(cfg, cells, state, exp_id, data_dir, config_path, progress, echo) -> list[CellResult]:
+def _run_cells(cfg, cells, state, exp_id, data_dir, config_path, progress, echo, claim=False) -> list[CellResult]:
     import mlflow
 
     from dkilab.eval import runstate, tracking
@@ -165,11 +174,26 @@ def _run_cells(cfg, cells, state, exp_id, data_dir, config_path, progress, echo)
                 by_index[i] = CellResult(cell, skipped=True, run_id=skip,
                                          metrics=tracking.read_metrics(done) if main else {})
                 echo(f"[{n}/{len(cells)}] {cell.label}: finished before (config {cell.config_hash}), skipped")
+            elif claim and (holder := _broadcast(state, _claim(cfg, cell) if main else None)) is not None:
+                by_index[i] = CellResult(cell, claimed_by=holder)
+                echo(f"[{n}/{len(cells)}] {cell.label}: claimed by {holder}, left to it")
             else:
-                by_index[i] = _run_one(cfg, cell, n, len(cells), state, data_dir, datasets, progress, echo)
+                try:
+                    by_index[i] = _run_one(cfg, cell, n, len(cells), state, data_dir, datasets, progress, echo)
+                except BaseException:
+                    if claim and main:
+                        runstate.release_claim(cfg.name, cell.config_hash)  # Ctrl-C: the cell goes back
+                    raise
+                if claim and main and by_index[i].error:
+                    runstate.release_claim(cfg.name, cell.config_hash)  # failed here: another run retries it
             release_after(cell, [cells[j] for j in order[n:]], before)
         results = [by_index[i] for i in sorted(by_index)]  # config order again
         if main:
+            t = time.perf_counter()
+            n_cells, n = tracking.log_pending_assessments(exp_id, {r.run_id: r.rows for r in results if r.rows})
+            if n:
+                echo(f"feedback on the traces of {n_cells} cell(s): {n} assessments ({time.perf_counter() - t:.0f} s, "
+                     "after the cells so no process waits on it)")
             tracking.log_comparison(results)
             for note in sweep_notes(results):
                 echo(f"note: {note}")
@@ -187,6 +211,14 @@ def _run_cells(cfg, cells, state, exp_id, data_dir, config_path, progress, echo)
                 mlflow.end_run(status="KILLED" if status == "KILLED" else "FAILED")
             mlflow.end_run(status=status)
     return results
+
+
+def _claim(cfg, cell: Cell) -> str | None:
+    """None when this process claimed the cell, else who holds it."""
+    from dkilab.eval import runstate
+
+    got, holder = runstate.claim_cell(cfg.name, cell.config_hash)
+    return None if got else holder
 
 
 def _run_one(cfg, cell: Cell, n: int, total: int, state, data_dir, datasets, progress, echo) -> CellResult:
@@ -216,16 +248,18 @@ def _run_one(cfg, cell: Cell, n: int, total: int, state, data_dir, datasets, pro
                  "asking the rest")
         if cell.model.cache and cell.needs_model:
             cell.instance.response_cache = response_cache()
+        judge_batch = cell.judge.batch_size if cell.judge else 8
         answers, errors, trace_ids = run_cell(cell, model, data, state, trace=cfg.tracing, progress=progress,
-                                              run_id=run_id, journal=journal)
+                                              run_id=run_id, journal=journal, judge=judge, judge_batch=judge_batch)
         if main:
             result.rows = score_cell(cell, answers, data.items, judge, trace_ids,
-                                     judge_batch=cell.judge.batch_size if cell.judge else 8)
+                                     judge_batch=judge_batch)
             extra = {"query_embeddings": float(data.store.embedder.cache_misses), "resumed_questions": float(resumed)}
             if cell.instance.response_cache is not None:
                 extra["response_cache_hits"] = float(cell.instance.response_cache.hits)
             result.metrics = tracking.log_cell(cell, result.rows, errors, time.perf_counter() - t, extra)
-            tracking.log_assessments(result.rows)
+            if any(r.get("trace_id") for r in result.rows):  # written after the cells (log_pending_assessments)
+                mlflow.set_tag(tracking.ASSESSMENTS_TAG, "pending")
             over = over_error_budget(result.metrics, cfg.max_error_rate)
             if over:  # partial failure is failure: never skipped as done, redone by the next run
                 result.error = over
@@ -275,8 +309,8 @@ def _prepare(cell: Cell, state, data_dir, datasets):
                 from dkilab.models.kv import stock_attention
 
                 stock_attention(model.model)  # nothing injected: the stock kernel (SDPA fast paths, flash)
-        main = state.is_main_process
-        out = (model, data, make_judge(cell.judge, cell.model) if main and cell.judge is not None else None)
+        # every process loads the judge like its model (its own GPU) and judges its own answers (run_cell)
+        out = (model, data, make_judge(cell.judge, cell.model) if cell.judge is not None else None)
     except Exception as exc:
         if state.num_processes <= 1:
             raise
@@ -350,7 +384,7 @@ def cell_model(cell: Cell):
 def sweep_notes(results: list[CellResult]) -> list[str]:
     """Sweep values that changed nothing: two cells that differ in one sweep key only and gave the same
     prompt and the same answer on every question (e.g. a threshold no message reaches)."""
-    done = [r for r in results if not r.error and r.cell.point]
+    done = [r for r in results if r.done and r.cell.point]
     notes = []
     for a, b in itertools.combinations(done, 2):
         if (a.cell.strategy.key, a.cell.dataset) != (b.cell.strategy.key, b.cell.dataset):
@@ -371,7 +405,7 @@ def check_expectations(cfg: ExperimentConfig, results: list[CellResult]) -> list
     the metrics read back from MLflow."""
     problems = [f"{r.cell.label}: cell failed ({r.error})" for r in results if r.error]
     for res in results:
-        if res.error:
+        if not res.done:
             continue
         key = res.cell.strategy.key
         ranges = cfg.expect.get(key, {}) | cfg.expect.get(f"{key}@{res.cell.dataset.key}", {})
@@ -387,7 +421,7 @@ def results_table(results: list[CellResult], intervals: bool = False):
     one cell has (`intervals=True` adds `<metric>_low` / `<metric>_high` beside each)."""
     from dkilab.eval.tracking import metrics_frame
 
-    return metrics_frame([(r.cell.label, r.metrics) for r in results if not r.error], intervals=intervals)
+    return metrics_frame([(r.cell.label, r.metrics) for r in results if r.done], intervals=intervals)
 
 
 def dumps_rows(rows) -> str:

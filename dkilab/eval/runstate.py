@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 COMPLETE_TAG = "dkilab.complete"
+CLAIM_PREFIX = "dkilab-claim"  # `dkilab run --claim`: one MLflow experiment per claimed cell (names are unique)
 
 
 def process_tags() -> dict[str, str]:
@@ -39,6 +40,18 @@ def _alive(pid: int, start: str | None) -> bool:
         return start is None or abs(proc.create_time() - float(start)) < 1.0
     except (psutil.NoSuchProcess, ValueError):
         return False
+
+
+def writer_alive(tags: dict) -> bool:
+    """Whether the process that wrote a run (its process tags) is still running on this host; a run
+    from another host counts as alive (nothing here can tell)."""
+    if "dkilab.pid" not in tags:
+        return False
+    if tags.get("dkilab.host") != socket.gethostname():
+        return True
+    if int(tags["dkilab.pid"]) == os.getpid():
+        return False  # this process: whatever it left pending, it is past that point
+    return _alive(int(tags["dkilab.pid"]), tags.get("dkilab.pid_start"))
 
 
 def mark_dead_runs_killed(experiment_id: str) -> list[str]:
@@ -123,3 +136,65 @@ def open_store(uri: str) -> None:
     mlflow.set_tracking_uri(uri)
     with store_lock(uri, "__schema__", echo=lambda *_: None, what="store"):
         mlflow.MlflowClient().search_experiments(max_results=1)  # creates / migrates the schema
+
+
+# --- cells claimed across machines (`dkilab run --claim`) ------------------------------------------
+def claim_name(experiment: str, config_hash: str) -> str:
+    return f"{CLAIM_PREFIX}::{experiment}::{config_hash}"
+
+
+def claim_cell(experiment: str, config_hash: str, ttl_h: float | None = None) -> tuple[bool, str]:
+    """Claim a cell for this process through the tracking store -> (claimed, who holds it). The claim
+    is an experiment whose name the store keeps unique, so of several machines creating it at once
+    exactly one succeeds. A claim whose process is gone (same host), whose cell run failed, or older
+    than `ttl_h` hours (`$DKILAB_CLAIM_TTL_H`, default 24) is released and claimed again."""
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    client = mlflow.MlflowClient()
+    name = claim_name(experiment, config_hash)
+    ttl = float(os.environ.get("DKILAB_CLAIM_TTL_H", 24)) if ttl_h is None else ttl_h
+    holder = "?"
+    for _ in range(3):
+        try:
+            client.create_experiment(name, tags={**process_tags(), "dkilab.claimed_at": f"{time.time():.0f}"})
+            return True, "this process"
+        except MlflowException as e:
+            if e.error_code != "RESOURCE_ALREADY_EXISTS":
+                raise
+        exp = client.get_experiment_by_name(name)
+        if exp is None:
+            continue  # released meanwhile: try again
+        tags = exp.tags
+        holder = f"{tags.get('dkilab.host', '?')} pid {tags.get('dkilab.pid', '?')}"
+        if tags.get("dkilab.host") == socket.gethostname() and tags.get("dkilab.pid") == str(os.getpid()):
+            return True, "this process"
+        age_h = (time.time() - float(tags.get("dkilab.claimed_at", time.time()))) / 3600
+        if not writer_alive(tags) or age_h > ttl or tags.get("dkilab.released") == "1":
+            release(exp.experiment_id, name)
+            continue
+        return False, holder
+    return False, holder
+
+
+def release_claim(experiment: str, config_hash: str) -> None:
+    """Give a claimed cell back (it failed or was interrupted here): the next `--claim` run takes it."""
+    import mlflow
+
+    exp = mlflow.MlflowClient().get_experiment_by_name(claim_name(experiment, config_hash))
+    if exp is not None:
+        release(exp.experiment_id, exp.name)
+
+
+def release(experiment_id: str, name: str) -> None:
+    """Free a claim's name: renamed out of the way (deleted experiments keep their names), then deleted.
+    Two processes releasing one claim both rename it to the same name, so neither fails."""
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    client = mlflow.MlflowClient()
+    try:
+        client.rename_experiment(experiment_id, f"{name}::released::{experiment_id}")
+        client.delete_experiment(experiment_id)
+    except MlflowException:
+        pass  # released by another process meanwhile

@@ -299,7 +299,7 @@ def log_comparison(results) -> None:
     from dkilab.eval.metrics import primary_metric
     from dkilab.eval.runner import results_table
 
-    done = [r for r in results if not r.error]
+    done = [r for r in results if r.done]
     table = results_table(done, intervals=True)
     if table.empty:
         return
@@ -528,9 +528,42 @@ def _assessments(row: dict) -> list[tuple[str, Any, str | None, str]]:
     return out
 
 
-def log_assessments(rows: list[dict]) -> int:
+ASSESSMENTS_TAG = "dkilab.assessments"  # "pending" until a cell's feedback is on its traces, then how many
+
+
+def log_pending_assessments(experiment_id: str, rows_by_run: dict[str, list[dict]]) -> tuple[int, int]:
+    """Put the feedback of every cell run tagged pending on its traces: after the cells, so no process
+    of a multi-GPU run waits on the main one writing ~10k assessments per cell. A run this process just
+    finished brings its rows; one left pending by a stopped run (Ctrl-C, kill -9) is read back from its
+    predictions and only its missing assessments are added. -> (cells, assessments)."""
+    import mlflow
+
+    from dkilab.eval import runstate
+
+    client = mlflow.MlflowClient()
+    pending = client.search_runs([experiment_id], f"tags.`{ASSESSMENTS_TAG}` = 'pending'", max_results=50000)
+    cells = n = 0
+    for run in pending:
+        rid, tags = run.info.run_id, run.data.tags
+        rows = rows_by_run.get(rid)
+        if rows is None:
+            if run.info.status == "RUNNING" or runstate.writer_alive(tags):
+                continue  # another live process's cell: it logs its own
+            try:
+                rows = run_rows(rid)
+            except Exception:  # noqa: BLE001 - no predictions (the run died before them): nothing to assess
+                continue
+        logged = log_assessments(rows, only_missing=rid not in rows_by_run)
+        client.set_tag(rid, ASSESSMENTS_TAG, str(logged))
+        n += logged
+        cells += 1
+    return cells, n
+
+
+def log_assessments(rows: list[dict], only_missing: bool = False) -> int:
     """Each traced question's scores as MLflow feedback on its trace (a dialogue's turns: one feedback
-    per turn, named by turn, plus their mean). Returns how many were logged."""
+    per turn, named by turn, plus their mean). `only_missing`: skip names a trace already carries (a
+    backfill after a stopped run). Returns how many were logged."""
     import mlflow
     from mlflow.entities import AssessmentSource
 
@@ -550,6 +583,12 @@ def log_assessments(rows: list[dict]) -> int:
                     per.setdefault(name, []).append(value)
             items = [(name, sum(float(v) for v in vals) / len(vals), "per turn: " + ", ".join(
                 str(round(float(v), 3)) for v in vals), "CODE") for name, vals in per.items()]
+        if only_missing:
+            try:
+                have = {a.name for a in (mlflow.get_trace(trace_id).info.assessments or [])}
+            except Exception:  # noqa: BLE001 - the trace is gone: nothing to attach feedback to
+                continue
+            items = [it for it in items if it[0] not in have]
         for name, value, rationale, source in items:
             mlflow.log_feedback(trace_id=trace_id, name=name, value=value, rationale=rationale,
                                 source=AssessmentSource(source_type=source, source_id="dkilab"))

@@ -104,8 +104,19 @@ def _dequantised(gguf: Path) -> Path:
     return target
 
 
+def model_root_path(spec: str) -> Path | None:
+    """`$DKILAB_MODEL_ROOT/<hub id>` when it holds the model (weights copied there once for a cluster or
+    an offline GPU box), else None."""
+    root = os.environ.get("DKILAB_MODEL_ROOT")
+    if not root or ":" in spec or Path(spec).is_absolute():
+        return None
+    path = Path(root).expanduser() / spec
+    return path if (path / "config.json").exists() else None
+
+
 def resolve_spec(spec: str) -> str:
-    """The directory or hub id to load (a GGUF is dequantised into the cache first)."""
+    """The directory or hub id to load (a GGUF is dequantised into the cache first; a hub id found under
+    `$DKILAB_MODEL_ROOT` loads from there)."""
     if spec.startswith("offline:"):
         return str(_dequantised(offline_gguf(spec)))
     path = Path(spec).expanduser()
@@ -113,12 +124,14 @@ def resolve_spec(spec: str) -> str:
         if not path.exists():
             raise ModelNotAvailableError(f"GGUF file {path} does not exist")
         return str(_dequantised(path))
-    return spec
+    local = model_root_path(spec)
+    return str(local) if local is not None else spec
 
 
 def load_model(spec: str = DEFAULT_MODEL, *, dtype: str = "auto", device: str = "cpu",
                max_context: int | None = None, api_key: str | None = None, attn_implementation: str = "auto",
-               batch_size: int = 1, concurrency: int = 4, max_retries: int = 4, timeout: float = 120.0):
+               batch_size: int = 1, concurrency: int = 4, max_retries: int = 4, timeout: float = 120.0,
+               tokenizer: str | None = None):
     """A ChatModel for `spec` (cached per process: loading the same spec twice returns one object).
 
     The part before the first ':' picks a registered loader (`MODELS`):
@@ -131,13 +144,14 @@ def load_model(spec: str = DEFAULT_MODEL, *, dtype: str = "auto", device: str = 
     `attn_implementation` auto = what transformers picks (SDPA where the architecture has it); text
     strategies run on that stock kernel, a K/V strategy switches the model to the memory-bias attention
     over it on first use (`dkilab.models.kv`); `batch_size` questions are decoded together by `generate_batch` (left padding);
-    `concurrency`, `max_retries`, `timeout` are for OpenAI-compatible servers.
+    `concurrency`, `max_retries`, `timeout` and `tokenizer` (the served model's, for exact token
+    budgets) are for OpenAI-compatible servers.
     """
     scheme = spec.split(":", 1)[0] if ":" in spec else ""
     loader = MODELS[scheme] if scheme in MODELS else MODELS["transformers"]
     return loader(spec, dtype=dtype, device=device, max_context=max_context, api_key=api_key,
                   attn_implementation=attn_implementation, batch_size=batch_size, concurrency=concurrency,
-                  max_retries=max_retries, timeout=timeout)
+                  max_retries=max_retries, timeout=timeout, tokenizer=tokenizer)
 
 
 def load_tokenizer_model(spec: str = DEFAULT_MODEL, *, max_context: int | None = None, **kwargs):
@@ -164,7 +178,7 @@ def load_tokenizer_model(spec: str = DEFAULT_MODEL, *, max_context: int | None =
 
 @MODELS.register("openai")
 def _load_openai(spec: str, *, max_context: int | None = None, api_key: str | None = None, concurrency: int = 4,
-                 max_retries: int = 4, timeout: float = 120.0, **_):
+                 max_retries: int = 4, timeout: float = 120.0, tokenizer: str | None = None, **_):
     from dkilab.models.openai_client import OpenAIChatModel
 
     name, _, base_url = spec[len("openai:"):].partition("@")
@@ -173,7 +187,7 @@ def _load_openai(spec: str, *, max_context: int | None = None, api_key: str | No
 
         raise ConfigError(f"model spec {spec!r}: expected openai:<model>@<base_url>")
     return OpenAIChatModel(base_url, name, api_key=api_key, max_context=max_context, concurrency=concurrency,
-                           max_retries=max_retries, timeout=timeout)
+                           max_retries=max_retries, timeout=timeout, tokenizer=tokenizer)
 
 
 @MODELS.register("scripted")

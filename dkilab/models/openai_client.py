@@ -37,7 +37,7 @@ def _api_messages(messages: list[dict]) -> list[dict]:
 
 class OpenAIChatModel(TextOnlyModel):
     def __init__(self, base_url: str, model: str, api_key: str | None = None, max_context: int | None = None,
-                 timeout: float = 120.0, max_retries: int = 4, concurrency: int = 4):
+                 timeout: float = 120.0, max_retries: int = 4, concurrency: int = 4, tokenizer: str | None = None):
         from openai import OpenAI
 
         if concurrency < 1 or max_retries < 0 or timeout <= 0:
@@ -45,7 +45,7 @@ class OpenAIChatModel(TextOnlyModel):
                              f"{concurrency}, {max_retries}, {timeout}")
         self.base_url, self.model_name, self.timeout = base_url.rstrip("/"), model, timeout
         self.max_retries, self.concurrency = max_retries, concurrency
-        super().__init__(f"openai:{model}@{self.base_url}", max_context)
+        super().__init__(f"openai:{model}@{self.base_url}", max_context, tokenizer)
         self._client = OpenAI(base_url=self.base_url, api_key=api_key or "not-needed", timeout=timeout,
                               max_retries=max_retries)
 

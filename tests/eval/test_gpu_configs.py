@@ -9,7 +9,7 @@ from tests.conftest import ROOT
 
 GPU = sorted((ROOT / "experiments" / "gpu").glob("*.yaml"))
 CELLS = {"locomo_strategies": 5, "sweep_threshold_budget": 9, "kv_alpha": 15, "claim_fact_calls": 2,
-         "claim_flat_vs_summary": 2, "claim_summaries": 2}
+         "claim_flat_vs_summary": 2, "claim_summaries": 2, "served_vllm": 4}
 
 
 @pytest.mark.parametrize("path", GPU, ids=lambda p: p.stem)
@@ -18,9 +18,13 @@ def test_gpu_config_validates(path: Path):
     cells = check_config(cfg, str(path))
     assert len(cells) == CELLS[path.stem]
     m = cfg.model
-    assert m.device == "auto" and m.dtype in ("bf16", "bfloat16") and "/" in m.spec  # a hub id, bf16, placed by accelerate
     text = path.read_text()
-    assert "# Run:" in text and "GPU time" in text  # the command and the estimate
+    assert ("# Run:" in text or "# 2. Run:" in text) and "GPU time" in text  # the command and the estimate
+    if m.spec.startswith("openai:"):  # served: text strategies only, budgets in the served model's tokens
+        assert m.tokenizer == m.spec.split(":", 1)[1].split("@")[0] and "--tool-call-parser" in text
+        assert not any(c.instance.needs_kv(c.dataset.has_preferences) for c in cells)
+        return
+    assert m.device == "auto" and m.dtype in ("bf16", "bfloat16") and "/" in m.spec  # a hub id, bf16, placed by accelerate
 
 
 def test_every_gpu_config_is_listed():

@@ -260,3 +260,43 @@ def test_run_rows_are_read_once_per_store_and_run(logged, tmp_path):
     finally:
         mlflow.set_tracking_uri(uri)
         shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def test_feedback_left_pending_by_a_stopped_run_is_written_by_the_next_once(tmp_path, monkeypatch):
+    """Feedback goes on the traces after the cells (no process of a multi-GPU run waits on ~10k writes);
+    a run stopped between its cells and that step leaves its cells tagged pending, and the next run
+    writes what is missing, exactly once."""
+    import mlflow
+
+    from dkilab.eval import tracking
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    cfg = load_experiment(CONFIG)
+    real = tracking.log_pending_assessments
+
+    def stopped(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tracking, "log_pending_assessments", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(cfg, uri=uri, progress=False, echo=lambda *a: None)
+    mlflow.set_tracking_uri(uri)
+    exp = mlflow.get_experiment_by_name(cfg.name)
+
+    def state():
+        traces = mlflow.search_traces(locations=[exp.experiment_id], return_type="list")
+        runs = mlflow.MlflowClient().search_runs([exp.experiment_id], "tags.`dkilab.kind` = 'cell'")
+        return sorted(len(t.info.assessments) for t in traces), sorted(r.data.tags[tracking.ASSESSMENTS_TAG] for r in runs)
+
+    counts, tags = state()
+    assert len(counts) == 8 and set(counts) == {0} and set(tags) == {"pending"}  # the cells finished, feedback not
+    monkeypatch.setattr(tracking, "log_pending_assessments", real)
+    lines = []
+    results = run_experiment(cfg, uri=uri, progress=False, echo=lines.append)
+    assert all(r.skipped for r in results)  # nothing asked again ...
+    counts, tags = state()
+    expected = sorted(len(tracking._assessments(row)) for r in results for row in tracking.run_rows(r.run_id))
+    assert counts == expected and min(counts) >= 3 and "pending" not in tags  # ... but the feedback is there
+    assert any(ln.startswith("feedback on the traces of 2 cell(s)") for ln in lines), lines
+    run_experiment(cfg, uri=uri, progress=False, echo=lambda *a: None)
+    assert state()[0] == counts  # written once

@@ -2,6 +2,7 @@
 failure path of resume (a cell that raises, Ctrl-C, kill -9, two runs at once)."""
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from dkilab.eval import tracking
 from dkilab.eval.experiment import expand_cells, load_experiment
 from dkilab.eval.metrics import primary_metric
 from dkilab.eval.runner import check_expectations, results_table, run_experiment
@@ -24,7 +26,7 @@ from tests.conftest import ROOT
 
 CI_DIR = ROOT / "experiments" / "ci"
 DATA_BACKED = {"retrieval_locomo", "sweep_locomo", "sweep_memdaily"}  # need DKILAB_DATA_DIR: make test-slow
-SPECIAL = {"resume", "scripted_fact_calls"}  # run by their own tests (below; tests/eval/test_scripted.py)
+SPECIAL = {"resume", "scripted_fact_calls", "gpu_path"}  # run by their own tests (below; test_scripted.py, tests/gpu)
 CI_CONFIGS = sorted(p for p in CI_DIR.glob("*.yaml") if p.stem not in DATA_BACKED | SPECIAL)
 CELL_METRICS = {"questions", "errors", "latency_total_p50_ms", "questions_per_minute", "harness_overhead_p50_ms",
                 "query_embeddings"}  # plus the cell's headline metric with its interval
@@ -397,7 +399,8 @@ def test_every_cell_starts_with_cold_caches(tmp_path, uri):
 def test_accelerate_launch_shards_questions_over_two_cpu_processes(tmp_path, uri, model):
     import mlflow
 
-    path = _config(tmp_path, "sharded", strategies=[{"name": "no_memory"}], tracing=True)
+    path = _config(tmp_path, "sharded", strategies=[{"name": "no_memory"}], tracing=True,
+                   judge={"model": "offline:smollm2", "max_context": 1024})
     launcher = Path(sys.executable).parent / "accelerate"
     out = subprocess.run([str(launcher), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
                           "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "dkilab.cli", "run", str(path),
@@ -413,6 +416,13 @@ def test_accelerate_launch_shards_questions_over_two_cpu_processes(tmp_path, uri
     assert sorted(t.info.tags["qid"] for t in traces) == sorted(json.loads(r)["qid"] for r in rows.strip().splitlines())
     assert all(t.info.request_metadata.get("mlflow.sourceRun") == runs[0].info.run_id for t in traces)
     assert all({"score", "abstained"} <= {a.name for a in t.info.assessments} for t in traces)
+    # each process judged its own answer (no process waits on one judging them all), the main one scored
+    made = [int(m) for m in re.findall(r"process [01] of 2 judged its answers \((\d+) judge replies\)", out.stderr)]
+    answerable = [json.loads(r) for r in rows.strip().splitlines() if json.loads(r)["answerable"]]
+    assert len(made) == 2 and sum(made) == len(answerable) >= 1, out.stderr[-2000:]
+    assert all(r.get("judge") is not None for r in answerable)
+    # the traces' feedback was written after the cells, and the run says how much
+    assert _runs(uri, "sharded")[0].data.tags[tracking.ASSESSMENTS_TAG] == str(sum(len(t.info.assessments) for t in traces))
 
 
 def test_llm_judge_scores_answers_and_logs_its_model_and_prompt(tmp_path, uri, model):
@@ -458,7 +468,7 @@ def test_data_backed_ci_configs(path, uri, model):
 def test_a_cell_whose_endpoint_fails_mid_run_is_failed_not_good_and_reruns_whole(tmp_path, uri):
     """Issue 28 item 3: an OpenAI-compatible endpoint that starts failing mid-cell. Transient errors are
     retried first (a single 503 costs nothing); what still fails makes the cell FAILED."""
-    from tests.models.test_openai_client import Server
+    from tests.fake_openai import Server
 
     server = Server(plan=[(503, 0)] + [(200, 0)] * 3 + [(500, 0)] * 40)  # 1 retried blip, 3 answers, then down
     try:

@@ -1,72 +1,13 @@
 """The OpenAI-compatible client against local loopback servers: requests in flight, 429 / 5xx
 retries with backoff, a server that hangs, native tool calls coming back as text."""
 import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from dkilab.models import load_model
 from dkilab.models.openai_client import EndpointError
-
-
-class Server:
-    """A scripted /v1/chat/completions: `plan` is a list of (status, delay s) consumed per request
-    (then 200s), and the answer echoes the last user message."""
-
-    def __init__(self, plan=(), delay=0.0, tool_call=None):
-        self.plan, self.delay, self.tool_call = list(plan), delay, tool_call
-        self.lock = threading.Lock()
-        self.requests, self.in_flight, self.max_in_flight = [], 0, 0
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                with outer.lock:
-                    outer.requests.append((time.monotonic(), body))
-                    status, delay = outer.plan.pop(0) if outer.plan else (200, outer.delay)
-                    outer.in_flight += 1
-                    outer.max_in_flight = max(outer.max_in_flight, outer.in_flight)
-                try:
-                    time.sleep(delay)
-                    if status != 200:
-                        self.send_response(status)
-                        self.send_header("Content-Type", "application/json")
-                        self.send_header("Retry-After", "0")
-                        self.end_headers()
-                        self.wfile.write(json.dumps({"error": {"message": f"status {status}"}}).encode())
-                        return
-                    msg = {"role": "assistant", "content": "echo: " + body["messages"][-1]["content"]}
-                    if outer.tool_call:
-                        msg = {"role": "assistant", "content": None, "tool_calls": [{
-                            "id": "c1", "type": "function",
-                            "function": {"name": "retrieve_fact", "arguments": json.dumps(outer.tool_call)}}]}
-                    out = {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
-                           "choices": [{"index": 0, "finish_reason": "stop", "message": msg}],
-                           "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}}
-                    self.send_response(200)
-                    self.send_header("Content-Type", "application/json")
-                    self.end_headers()
-                    self.wfile.write(json.dumps(out).encode())
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
-                finally:
-                    with outer.lock:
-                        outer.in_flight -= 1
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+from tests.fake_openai import Server
 
 
 @pytest.fixture

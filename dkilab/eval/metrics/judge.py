@@ -84,7 +84,7 @@ class LLMJudge:
         self.model, self.prompt, self.max_new_tokens = model, check_prompt(prompt or JUDGE_PROMPT), max_new_tokens
         self.abstention_prompt = check_prompt(abstention_prompt or ABSTENTION_PROMPT, ("{question}", "{prediction}"))
         self.abstention = abstention  # also label abstention (DECLINES / ANSWERS) for the hallucination metrics
-        self._replies: dict[str, str] = {}  # prompt text -> reply generated ahead in a batch (`prefetch`)
+        self.replies: dict[str, str] = {}  # prompt text -> reply generated ahead in a batch (`prefetch`)
 
     def abstains(self, question: str, prediction: str) -> tuple[bool | None, str]:
         """(does the answer decline?, the judge's raw reply); None when the reply names neither label."""
@@ -107,17 +107,17 @@ class LLMJudge:
         """Generate the replies to `texts` together (batches of `batch_size` through the model's
         `generate_batch`, or `generate_many` for a served judge: greedy, so each reply equals the one-by-one
         reply); `judge` / `abstains` then read them. -> replies generated."""
-        todo = [t for t in dict.fromkeys(texts) if t not in self._replies]
+        todo = [t for t in dict.fromkeys(texts) if t not in self.replies]
         batch = getattr(self.model, "generate_batch", None) or getattr(self.model, "generate_many", None)
         if batch is None or not todo:
             return 0
         for i in range(0, len(todo), batch_size):
             chunk = todo[i:i + batch_size]
             gens = batch([[{"role": "user", "content": t}] for t in chunk], max_new_tokens=self.max_new_tokens)
-            self._replies.update({t: g.text for t, g in zip(chunk, gens)})
+            self.replies.update({t: g.text for t, g in zip(chunk, gens)})
         return len(todo)
 
     def _reply(self, text: str) -> str:
-        if text in self._replies:
-            return self._replies[text]
+        if text in self.replies:
+            return self.replies[text]
         return self.model.generate([{"role": "user", "content": text}], max_new_tokens=self.max_new_tokens)
