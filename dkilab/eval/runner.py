@@ -300,8 +300,8 @@ def _prepare(cell: Cell, state, data_dir, datasets):
     in a collective for one that raised."""
     error, out = None, (None, None, None)
     try:
+        data = load_cell_data(cell, data_dir, datasets)  # first: a missing dataset fails before a model loads
         model = cell_model(cell) if cell.needs_model else None
-        data = load_cell_data(cell, data_dir, datasets)
         if model is not None:  # e.g. K/V on an architecture that cannot take it: one clear failure, no error rows
             prefs = any(conv.preferences for conv, _ in data.items)
             cell.instance.check_model(model, preferences=prefs)

@@ -52,6 +52,8 @@ def measure(model, prompt_tokens: int = 256, new_tokens: int = 16, batch: int = 
 
 
 ROUNDS = {"recall_v4": 2.0}  # fact-call rounds on a model that calls tools (each a prefill + decode)
+NO_HISTORY = {"no_memory"}  # shows no history: the prompt is the question alone
+HISTORY_AS_KV = {"full_attention"}  # the history goes in as a K/V block (encoded once per question), not as text
 
 
 def cell_seconds(cell, questions: int, tp: Throughput, judge_tp: Throughput | None, processes: int = 1) -> float:
@@ -59,12 +61,14 @@ def cell_seconds(cell, questions: int, tp: Throughput, judge_tp: Throughput | No
     p = cell.params
     budget = getattr(p, "history_budget", None) or 0
     new = getattr(p, "max_new_tokens", 64) or 64
-    prompt = budget + 120  # the question, the instructions and the chat template around the history
-    kv = cell.instance.needs_kv(True)
+    name = cell.strategy.name
+    text_history = 0 if name in NO_HISTORY | HISTORY_AS_KV else budget
+    prompt = text_history + 120  # the question, the instructions and the chat template around the history
+    kv = cell.instance.needs_kv(cell.dataset.has_preferences)  # K/V questions decode one at a time
     batched = not kv and cell.model.batch_size > 1
-    per_q = tp.seconds(prompt, new, batched) * ROUNDS.get(cell.strategy.name, 1.0)
-    if kv:
-        per_q += budget / tp.prefill_tok_s  # the history block encoded once per question's recall
+    per_q = tp.seconds(prompt, new, batched) * ROUNDS.get(name, 1.0)
+    if name in HISTORY_AS_KV:
+        per_q += budget / tp.prefill_tok_s  # the history block encoded once per question
     if judge_tp is not None and cell.judge is not None:
         per_q += judge_tp.seconds(200, cell.judge.max_new_tokens, batched=True)
     return questions * per_q / max(1, processes)

@@ -205,8 +205,9 @@ def test_text_cells_run_the_stock_attention_and_kv_cells_the_memory_bias(tmp_pat
     import dkilab.models.kv as kv
     from dkilab.eval import cell as cell_mod
     from dkilab.eval.runner import run_experiment
-    from dkilab.models.loading import load_model, release_models
+    from dkilab.models.loading import load_model, loaded_keys, release_models
 
+    session = loaded_keys()  # the session's models (fixtures) stay loaded
     spec = _save_tiny(tmp_path / "m")
     seen = []
     real_answer = cell_mod._answer
@@ -235,4 +236,19 @@ def test_text_cells_run_the_stock_attention_and_kv_cells_the_memory_bias(tmp_pat
         assert model.generate("alpha beta", max_new_tokens=4) == before  # ... with the same text answers
         assert kv.stock_attention(model.model) and model.model.config._attn_implementation == "sdpa"
     finally:
-        release_models()
+        release_models(protect=session)
+
+
+def test_a_missing_dataset_fails_the_cell_before_its_model_loads(tmp_path, monkeypatch):
+    import dkilab.models.loading as loading
+    from dkilab.eval.runner import run_experiment
+
+    loads = []
+    monkeypatch.setattr(loading, "_load_hf", lambda *a, **k: loads.append(a) or (_ for _ in ()).throw(AssertionError))
+    cfg = {"name": "no-data", "tracing": False, "model": {"spec": "someorg/big-model"},
+           "datasets": [{"name": "locomo"}], "strategies": [{"name": "no_memory"}]}
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    [res] = run_experiment(load_experiment(path), data_dir=tmp_path / "none", uri=f"sqlite:///{tmp_path / 'm.db'}",
+                           progress=False, echo=lambda _: None)
+    assert res.status == "failed" and "DatasetNotFoundError" in res.error and loads == []
