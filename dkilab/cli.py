@@ -24,7 +24,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 def _cmd_tracking_server(args: argparse.Namespace) -> int:
     from dkilab.eval.team_server import main as server_main
 
-    return server_main(args.dir, args.port, args.pg_port, args.host)
+    return server_main(args.dir, args.port, args.pg_port, args.host, args.backend_store_uri, args.workers)
 
 
 def _cmd_keys(args: argparse.Namespace) -> int:
@@ -381,6 +381,9 @@ def build_parser() -> argparse.ArgumentParser:
     ts.add_argument("--port", type=int, default=5000, help="MLflow server port (default 5000)")
     ts.add_argument("--pg-port", type=int, default=5433, help="Postgres port, loopback only (default 5433)")
     ts.add_argument("--host", default="127.0.0.1", help="MLflow bind address (default loopback; 0.0.0.0 for a team)")
+    ts.add_argument("--backend-store-uri", default=None, metavar="URI",
+                    help="an external PostgreSQL (postgresql://user:pw@host/db): no local one is started")
+    ts.add_argument("--workers", type=_positive_int, default=2, help="MLflow server worker processes (default 2)")
     ts.set_defaults(func=_cmd_tracking_server)
 
     keys = sub.add_parser("keys", help="API keys of the recall service (the file keeps hashes only)",

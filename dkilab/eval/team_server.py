@@ -118,11 +118,18 @@ class TeamServer:
     port: int = 5000
     pg_port: int = 5433
     host: str = "127.0.0.1"
+    backend_store_uri: str | None = None  # an external (managed) PostgreSQL: no local one is started
+    workers: int = 2  # the MLflow server's worker processes (more for a team or a cluster of runs)
 
     def __post_init__(self):
         self.dir = Path(self.dir).resolve()
-        self.postgres = Postgres(self.dir / "pgdata", self.pg_port, self.dir / "postgres.log")
+        self.postgres = None if self.backend_store_uri else Postgres(self.dir / "pgdata", self.pg_port,
+                                                                     self.dir / "postgres.log")
         self.mlflow: subprocess.Popen | None = None
+
+    @property
+    def backend(self) -> str:
+        return self.backend_store_uri or self.postgres.uri
 
     @property
     def url(self) -> str:
@@ -131,15 +138,16 @@ class TeamServer:
 
     def start(self, timeout: float = 120.0) -> "TeamServer":
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.postgres.start()
+        if self.postgres is not None:
+            self.postgres.start()
         try:
             artifacts = self.dir / "artifacts"
             artifacts.mkdir(exist_ok=True)
             log = open(self.dir / "mlflow-server.log", "a")
             self.mlflow = subprocess.Popen(
-                [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", self.postgres.uri,
+                [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", self.backend,
                  "--serve-artifacts", "--artifacts-destination", str(artifacts), "--host", self.host,
-                 "--port", str(self.port), "--workers", "2"],
+                 "--port", str(self.port), "--workers", str(self.workers)],
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline:
@@ -165,7 +173,8 @@ class TeamServer:
             except subprocess.TimeoutExpired:
                 os.killpg(self.mlflow.pid, signal.SIGKILL)
                 self.mlflow.wait(timeout=10)
-        self.postgres.stop()
+        if self.postgres is not None:  # an external database is not ours to stop
+            self.postgres.stop()
 
     def __enter__(self) -> "TeamServer":
         return self.start()
@@ -174,9 +183,9 @@ class TeamServer:
         self.stop()
 
 
-def main(dir: str, port: int, pg_port: int, host: str) -> int:
-    """Run until Ctrl-C or SIGTERM, then stop both servers."""
-    server = TeamServer(Path(dir), port, pg_port, host)
+def main(dir: str, port: int, pg_port: int, host: str, backend_store_uri: str | None = None, workers: int = 2) -> int:
+    """Run until Ctrl-C or SIGTERM, then stop both servers (the MLflow server only, on an external database)."""
+    server = TeamServer(Path(dir), port, pg_port, host, backend_store_uri, workers)
     stop = {"now": False}
 
     def on_signal(signum, frame):
@@ -184,8 +193,10 @@ def main(dir: str, port: int, pg_port: int, host: str) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     with server:
-        print(f"MLflow tracking server: {server.url}  (backend PostgreSQL on 127.0.0.1:{pg_port}, data "
-              f"{server.postgres.data}; artifacts {server.dir / 'artifacts'}, served by the server)\n"
+        where = (f"backend {_redacted(backend_store_uri)}" if backend_store_uri else
+                 f"backend PostgreSQL on 127.0.0.1:{pg_port}, data {server.postgres.data}")
+        print(f"MLflow tracking server: {server.url}  ({where}; {workers} workers; artifacts {server.dir / 'artifacts'}, "
+              "served by the server)\n"
               f"researchers: export MLFLOW_TRACKING_URI={server.url}   (Ctrl-C stops both servers)", flush=True)
         try:
             while not stop["now"] and server.mlflow.poll() is None:
@@ -196,3 +207,10 @@ def main(dir: str, port: int, pg_port: int, host: str) -> int:
             print(f"mlflow server exited ({server.mlflow.returncode}); stopping Postgres", file=sys.stderr)
             return 1
     return 0
+
+
+def _redacted(uri: str) -> str:
+    """A database URI without its password (printed to a terminal a team shares)."""
+    import re
+
+    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", uri)

@@ -63,6 +63,37 @@ def test_runs_resume_and_report_against_the_postgres_backed_server():
         shutil.rmtree(root, ignore_errors=True)
 
 
+@pytest.mark.slow
+def test_an_external_postgres_and_more_workers(capsys):
+    """`dkilab tracking-server --backend-store-uri postgresql://... --workers 4`: the database is someone
+    else's (a managed one; here a Postgres started apart): used, never started or stopped by dkilab."""
+    import mlflow
+
+    from dkilab.eval.team_server import Postgres, TeamServer, _redacted
+
+    root = Path(tempfile.mkdtemp(prefix="dkilab-ext-"))
+    root.chmod(0o755)
+    db = Postgres(root / "pgdata", _free_port(), root / "postgres.log").start()
+    try:
+        with TeamServer(root / "team", _free_port(), backend_store_uri=db.uri, workers=4) as server:
+            assert server.postgres is None and not (root / "team" / "pgdata").exists()
+            out = dkilab("run", CONFIG, "--tracking-uri", server.url)
+            assert out.returncode == 0, out.stderr[-1500:]
+            mlflow.set_tracking_uri(server.url)
+            assert mlflow.get_experiment_by_name("ci-scripted-fact-calls") is not None
+            import psutil
+
+            cmdline = " ".join(psutil.Process(server.mlflow.pid).cmdline())
+            assert "--workers 4" in cmdline and db.uri in cmdline
+            assert len(psutil.Process(server.mlflow.pid).children(recursive=True)) >= 4  # the worker processes
+        assert db._running()  # stopping the MLflow server left the external database alone
+        assert _redacted("postgresql://me:secret@db:5432/mlflow") == "postgresql://me:***@db:5432/mlflow"
+    finally:
+        mlflow.set_tracking_uri(None)
+        db.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def test_a_missing_postgres_is_named(monkeypatch):
     from dkilab.config import ConfigError
     from dkilab.eval import team_server
