@@ -100,12 +100,28 @@ class EmbedderSpec(_Strict):
     experiments/embedders.yaml), `offline:minilm`, `offline:e5`, a local directory or a hub id.
     Stores record which encoder built them; each encoder gets its own cached store."""
     model: str = "auto"
+    batch_size: int = Field(64, ge=1, le=4096)
+    # what a stored turn's vector is computed from: the turn with the one it replies to (index text v2,
+    # ~2x the tokens to encode) or the turn alone (v1); each choice gets its own cached store
+    with_previous_turn: bool = True
 
     def for_language(self, language: str) -> "EmbedderSpec":
         if self.model != "auto":
             return self
         return self.model_copy(update={"model": EMBEDDER_BY_LANGUAGE.get(language, "offline:e5")})
-    batch_size: int = Field(64, ge=1, le=4096)
+
+    @property
+    def index_text(self) -> str:
+        """The store's index-text version (dkilab.memory.store.index_text)."""
+        return "2" if self.with_previous_turn else "1"
+
+    def identity(self) -> dict:
+        """What a cell's hash records: the default `with_previous_turn` is left out, so cells from before
+        the knob existed keep their hashes."""
+        out = self.model_dump(mode="json")
+        if out.get("with_previous_turn", True):
+            out.pop("with_previous_turn", None)
+        return out
 
 
 class DatasetSpec(_Strict):
@@ -352,7 +368,7 @@ class Cell:
         out = {"strategy": {"name": self.strategy.name, "label": self.strategy.key, "version": self.instance.version,
                             "params": self.params.model_dump(mode="json")},
                "dataset": self.dataset.model_dump(mode="json") | self.dataset.info(),
-               "embedder": self.embedder.model_dump(mode="json"), "seed": self.seed,
+               "embedder": self.embedder.identity(), "seed": self.seed,
                "metrics": {"version": metrics_version(), "abstention_detector": detector}}
         if self.needs_model:
             out["model"] = self.model.identity()

@@ -24,14 +24,18 @@ def store_key(conversations: list[Conversation], encoder: str) -> str:
     return h.hexdigest()[:16]
 
 
-def store_for(conversations: list[Conversation], name: str, embedder=None, path: str | os.PathLike | None = None):
-    """A MemoryStore holding `conversations` (idempotent: a cached store only ingests what it lacks)."""
+def store_for(conversations: list[Conversation], name: str, embedder=None, path: str | os.PathLike | None = None,
+              index_text: str | None = None):
+    """A MemoryStore holding `conversations` (idempotent: a cached store only ingests what it lacks);
+    `index_text` "1" embeds each turn alone, "2" (default) with the turn it replies to."""
     from dkilab.memory import Embedder, MemoryStore
+    from dkilab.memory.store import INDEX_TEXT_VERSION
 
     embedder = embedder or Embedder()
     if path is None:
-        path = cache_dir() / "stores" / f"{name}-{store_key(conversations, embedder.model_name)}"
-    store = MemoryStore.open(path, embedder=embedder, create=True)  # a cache: a lost one is rebuilt
+        encoder = embedder.model_name + ("" if index_text in (None, INDEX_TEXT_VERSION) else f"|index_text={index_text}")
+        path = cache_dir() / "stores" / f"{name}-{store_key(conversations, encoder)}"
+    store = MemoryStore.open(path, embedder=embedder, create=True, index_text=index_text)  # a cache: a lost one is rebuilt
     if store.count() < sum(len(c.messages) for c in conversations):
         for conv in conversations:
             store.add_messages(conv.messages)

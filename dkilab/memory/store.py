@@ -126,8 +126,11 @@ class MemoryStore:
     """
 
     def __init__(self, path: str | None, embedder: Embedder | None = None, result_cap: int = 1000,
-                 create: bool = False):
+                 create: bool = False, index_text: str | None = None):
         self._tmpdir = None
+        if index_text not in (None, "1", "2"):
+            raise ValueError(f"index_text {index_text!r}: expected '1' (each turn alone) or '2' (with the turn it replies to)")
+        self._want_index_text = index_text
         if path in (None, ":memory:"):
             self._tmpdir = tempfile.TemporaryDirectory(prefix="dkilab-store-")
             path = self._tmpdir.name
@@ -149,6 +152,11 @@ class MemoryStore:
             raise ValueError(f"{self.path / DB_FILE} was built with the embedder {built_with!r}; its vectors "
                              f"cannot be searched or extended with {self.embedder.model_name!r} (open it with "
                              "that embedder, or build a new store)")
+        recorded = self._meta.get("index_text")
+        if index_text and recorded and recorded != index_text:
+            self.conn.close()
+            raise ValueError(f"{self.path / DB_FILE} embeds index text v{recorded}; it cannot take v{index_text} "
+                             "vectors (open it without index_text, or build a new store)")
         self.cursors = CursorCodec(bytes.fromhex(self._meta["cursor_secret"]))
         self._vectors = None
         # ranked lexical result sets behind live cursors: (user, cid) -> (created, sig, ranked); bounded
@@ -349,7 +357,7 @@ class MemoryStore:
     def _index_text_version(self) -> str:
         """The store's recorded index-text version; a store embedded before versions were recorded is v1."""
         if "index_text" not in self._meta:
-            version = "1" if "embedding_dim" in self._meta else INDEX_TEXT_VERSION
+            version = "1" if "embedding_dim" in self._meta else (self._want_index_text or INDEX_TEXT_VERSION)
 
             def record():
                 with transaction(self.conn) as c:

@@ -323,3 +323,21 @@ def test_the_int8_minilm_build_ranks_like_fp32_and_is_built_once(tmp_path, monke
     store.close()
     with pytest.raises(ValueError, match=r"built with the embedder 'offline:minilm-int8'.*'offline:minilm'"):
         MemoryStore.open(tmp_path / "s", embedder=fp32)
+
+
+def test_a_store_can_embed_each_turn_alone_and_keeps_to_its_choice(embedder, tmp_path):
+    """EmbedderSpec.with_previous_turn: false = index text v1 (the turn alone, half the tokens to encode);
+    a store keeps the version it was built with and refuses the other, by name."""
+    from dkilab.memory.store import index_text
+
+    m1, m2 = msg("q1", "Where did you go last week?", turn=0), msg("a1", "To Lisbon, for the conference.", turn=1)
+    alone = MemoryStore.open(tmp_path / "v1", embedder=embedder, index_text="1")
+    alone.add_messages([m1, m2])
+    hit = alone.for_user("alice").semantic_search(query_embedding=embedder.encode([index_text(m2, version="1")])[0], top_k=1)
+    assert hit.items[0].message_id == "a1" and hit.items[0].score > 0.999  # embedded without the question
+    alone.close()
+    with pytest.raises(ValueError, match="embeds index text v1; it cannot take v2"):
+        MemoryStore.open(tmp_path / "v1", embedder=embedder, index_text="2")
+    assert MemoryStore.open(tmp_path / "v1", embedder=embedder).count() == 2  # opened as built
+    with pytest.raises(ValueError, match="index_text '3'"):
+        MemoryStore.open(tmp_path / "v3", embedder=embedder, index_text="3")
