@@ -95,6 +95,12 @@ def _cmd_bench_embedders(args: argparse.Namespace) -> int:
     return bench_main(data_dir=args.data_dir, messages=args.messages, queries=args.queries)
 
 
+def _cmd_bench_retrieval(args: argparse.Namespace) -> int:
+    from dkilab.bench.retrieval import main as bench_main
+
+    return bench_main(data_dir=args.data_dir, metric=args.metric, tracking_uri=args.tracking_uri)
+
+
 def _cmd_bench_generation(args: argparse.Namespace) -> int:
     from dkilab.bench.generation import main as bench_main
 
@@ -432,6 +438,12 @@ def build_parser() -> argparse.ArgumentParser:
     be.add_argument("--messages", type=int, default=1000)
     be.add_argument("--queries", type=int, default=100)
     be.set_defaults(func=_cmd_bench_embedders)
+    brt = bench_sub.add_parser("retrieval", help="recall defaults vs the dev-tuned pipeline vs single signals on "
+                                                 "held-back data (experiments/retrieval_bench.yaml), paired")
+    brt.add_argument("--data-dir", default=None)
+    brt.add_argument("--metric", default="recall_at_10")
+    brt.add_argument("--tracking-uri", default=None)
+    brt.set_defaults(func=_cmd_bench_retrieval)
     bgen = bench_sub.add_parser("generation", help="tokens/s of batched greedy generation at several batch sizes")
     bgen.add_argument("--model", default="offline:smollm2")
     bgen.add_argument("--prompts", type=int, default=16)

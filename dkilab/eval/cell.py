@@ -58,7 +58,9 @@ def _questions(cell: Cell, data_dir):
         convs = ablation_split(convs)
     cats = None if d.categories is None else {str(c) for c in d.categories}
     out = []
-    for conv in convs:
+    half = (len(convs) + 1) // 2
+    asked = convs[:half] if d.split == "dev" else convs[half:] if d.split == "test" else convs
+    for conv in asked:
         qs = [q for q in conv.questions if (cats is None or str(q.category) in cats)
               and (q.answerable or not d.answerable_only)]
         out += [(conv, q) for q in qs[:d.question_limit]]

@@ -130,7 +130,10 @@ class DatasetSpec(_Strict):
     path: str | None = None  # a file in the normalised format (then `name` is its label)
     limit: int | None = Field(None, ge=1)  # conversations (MADial: dialogues)
     question_limit: int | None = Field(None, ge=1)  # questions per conversation
-    split: Literal["full", "ablation"] = "full"
+    # full | ablation (evidence removed) | dev / test: the questions of the first / second half of the
+    # conversations, in loader order (LoCoMo: 0-4 / 5-9); the store still holds every conversation, so
+    # the halves share one cached store. Tune recall on dev, report on test (experiments/retrieval_*.yaml)
+    split: Literal["full", "ablation", "dev", "test"] = "full"
     categories: list[Any] | None = None
     languages: list[Literal["en", "cn"]] | None = None  # keep the conversations in these languages
     answerable_only: bool = False
@@ -397,7 +400,7 @@ class Cell:
     @property
     def label(self) -> str:
         sweep = ",".join(f"{k.split('.', 1)[1]}={v}" for k, v in self.point.items())
-        split = ":ablation" if self.dataset.split == "ablation" else ""
+        split = f":{self.dataset.split}" if self.dataset.split != "full" else ""
         return f"{self.strategy.key}@{self.dataset.key}{split}" + (f"[{sweep}]" if sweep else "")
 
 

@@ -8,7 +8,8 @@ import yaml
 from pydantic import Field
 
 from dkilab.config import ConfigError
-from dkilab.eval.experiment import apply_overrides, expand_cells, load_experiment, parse_set, with_question_limit
+from dkilab.eval.experiment import (apply_overrides, check_config, expand_cells, load_experiment, parse_set,
+                                    with_question_limit)
 from tests.conftest import ROOT
 
 
@@ -175,3 +176,25 @@ def test_multiple_choice_questions_show_their_options():
     item = QAItem("我的上司是哪个学校毕业的？", "D", choices={"B": "专科", "A": "本科", "D": "高中"})
     assert question_text(item) == "我的上司是哪个学校毕业的？\nA. 本科\nB. 专科\nD. 高中\n请只回答一个选项的字母。"
     assert question_text(QAItem("Where?", "Paris")) == "Where?"
+
+
+def test_dev_and_test_splits_are_the_two_halves_of_the_conversations_over_one_store(tmp_path):
+    """Tune on dev, report on test: the questions of the first and the second half of the conversations
+    (in loader order); both halves search the same store (every conversation), so it is built once."""
+    from dkilab.eval.cell import _questions
+
+    def cells(split):
+        cfg = load_experiment(_write(tmp_path, f"s-{split}", strategies=[{"name": "recall_only"}],
+                                     datasets=[{"name": "fixtures", "split": split}]))
+        return check_config(cfg)[0]
+
+    full, dev, test = cells("full"), cells("dev"), cells("test")
+    convs, items = _questions(full, None)
+    _, dev_items = _questions(dev, None)
+    test_convs, test_items = _questions(test, None)
+    half = (len(convs) + 1) // 2
+    assert {c.conversation_id for c, _ in dev_items} == {c.conversation_id for c in convs[:half]}
+    assert {c.conversation_id for c, _ in test_items} == {c.conversation_id for c in convs[half:]}
+    assert len(dev_items) + len(test_items) == len(items) and dev_items and test_items
+    assert [c.conversation_id for c in test_convs] == [c.conversation_id for c in convs]  # the store: all of them
+    assert dev.label.endswith("@fixtures:dev") and dev.config_hash != test.config_hash != full.config_hash
