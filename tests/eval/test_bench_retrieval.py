@@ -16,10 +16,10 @@ def test_the_table_has_every_method_with_intervals_and_paired_differences(tmp_pa
     out = capsys.readouterr().out
     head, *rest = out.split("\n\n")
     lines = head.splitlines()
-    assert lines[1].split() == ["dataset", "defaults", "tuned", "bm25_only", "dense_only"]
+    assert lines[1].split() == ["dataset", "defaults", "tuned", "tuned_neighbors", "bm25_only", "dense_only"]
     for ds in ("fixtures:dev", "fixtures:test"):
         row = next(ln for ln in lines if ln.startswith(ds))
-        assert len(re.findall(r"\d\.\d{3} ±\d\.\d{3}", row)) == 4  # every method, with its interval
-        assert len(re.findall(r" [+-]\d\.\d{3}\*?", row)) >= 3  # paired against the defaults
+        assert len(re.findall(r"\d\.\d{3} ±\d\.\d{3}", row)) == 5  # every method, with its interval
+        assert len(re.findall(r" [+-]\d\.\d{3}\*?", row)) >= 4  # paired against the defaults
     assert re.search(r"fixtures:dev\s+n=\s*\d+\s+[+-]\d\.\d{3} \[[+-]\d\.\d{3}, [+-]\d\.\d{3}\]", out)
     assert "categories where tuned is below the best single signal" in out
