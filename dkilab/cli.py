@@ -182,12 +182,22 @@ def _report_columns(table, metrics: list[str] | None) -> list[str]:
         if unknown:
             import difflib
 
+            from dkilab.config import ConfigError
+            from dkilab.registry import METRICS
+
+            has = ", ".join(c for c in table.columns if not c.endswith(("_low", "_high")))
+            absent = [m for m in unknown if m in METRICS]
+            if absent:  # a real metric with no value here: say why instead of "no such metric"
+                why = []
+                for m in absent:
+                    decl = METRICS[m]
+                    what = f" ({decl.description})" if decl.description else ""
+                    why.append(f"{m!r}{what} has no value in any cell: none of their questions is one it applies to "
+                               f"(a --limit run may draw none; a context-only cell has no answers to score)")
+                raise ConfigError("--metrics: " + "; ".join(why) + f". This experiment has: {has}")
             hints = [f"{m!r}" + (f" (did you mean {c[0]!r}?)" if (c := difflib.get_close_matches(m, table.columns, 1)) else "")
                      for m in unknown]
-            from dkilab.config import ConfigError
-
-            raise ConfigError(f"--metrics: no such metric in this experiment: {', '.join(hints)}; it has: "
-                              + ", ".join(c for c in table.columns if not c.endswith(("_low", "_high"))))
+            raise ConfigError(f"--metrics: no such metric in this experiment: {', '.join(hints)}; it has: {has}")
         return metrics
     head = primary_metric(table.columns)
     narrow = CONTEXT_NARROW if head == "evidence_visible" else NARROW  # context-only cells: coverage and cost
@@ -252,6 +262,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
             shown[c] = shown[c].map(lambda x: f"{x:.3f}")
         print("\npaired differences b - a on the same questions (95% CI; real = the interval excludes 0):")
         print(_markdown(shown.set_index("dataset")) if args.format == "markdown" else shown.to_string(index=False))
+    if not metrics and "score" in table.columns and "hallucination_rate" not in table.columns:
+        print("\nnote: no hallucination_rate: none of these cells' questions is unanswerable (a --limit run may "
+              "draw none); run more questions per conversation to measure it")
     for note in notes:  # how far to trust hallucination_rate
         print("\n" + note)
     return 0

@@ -509,3 +509,31 @@ def test_a_failing_cell_does_not_stop_a_two_process_sweep(tmp_path, uri, model):
     runs = {r.info.run_name: r for r in _runs(uri, "twoproc")}
     assert runs["no_memory@fixtures"].info.status == "FINISHED" and runs["no_memory@fixtures"].data.metrics["questions"] == 2
     assert runs["no_memory@locomo"].info.status == "FAILED" and "process 1 (of 2)" in runs["no_memory@locomo"].data.tags["dkilab.error"]
+
+
+def test_report_says_why_a_real_metric_has_no_value_and_what_a_typo_meant(tmp_path, uri, capsys):
+    """Issue 34 item 2: `--metrics score,hallucination_rate` after a run that drew no unanswerable
+    question said only "no such metric"; a declared metric now gets the reason, a typo a suggestion."""
+    from dkilab.cli import main
+
+    path = _config(tmp_path, "why", strategies=[{"name": "recall_only"}])
+    assert main(["run", str(path), "--tracking-uri", uri]) == 0
+    capsys.readouterr()
+    assert main(["report", "why", "--tracking-uri", uri, "--metrics", "recall_at_10,hallucination_rate"]) == 2
+    err = capsys.readouterr().err
+    assert "'hallucination_rate' (unanswerable questions answered anyway" in err and "--limit run may draw none" in err
+    assert "no such metric" not in err and "recall_at_10" in err  # and what the experiment does have
+    assert main(["report", "why", "--tracking-uri", uri, "--metrics", "recall_at_1O"]) == 2
+    assert "no such metric in this experiment: 'recall_at_1O' (did you mean 'recall_at_10'?)" in capsys.readouterr().err
+
+
+def test_the_default_report_says_when_hallucination_rate_is_missing(monkeypatch, capsys):
+    import pandas as pd
+
+    import dkilab.eval.tracking as tracking_mod
+    from dkilab.cli import main
+
+    table = pd.DataFrame({"score": [0.5], "questions": [2.0]}, index=pd.Index(["no_memory@fixtures"], name="cell"))
+    monkeypatch.setattr(tracking_mod, "report", lambda *a, **k: (table, pd.DataFrame(), []))
+    assert main(["report", "quick-limit1"]) == 0
+    assert "note: no hallucination_rate: none of these cells' questions is unanswerable" in capsys.readouterr().out
