@@ -1,3 +1,4 @@
+import contextlib
 import os
 import shutil
 import socket
@@ -43,6 +44,34 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def mlflow_server(tmp_path: Path, workers: int = 1):
+    """A real `mlflow server` on a free loopback port (SQLite backend, served artifacts) -> its URL."""
+    import sys
+    import urllib.request
+
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri",
+                             f"sqlite:///{tmp_path / 'server.db'}", "--serve-artifacts", "--artifacts-destination",
+                             str(tmp_path / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
+                             "--workers", str(workers)],
+                            stdout=subprocess.DEVNULL, stderr=open(tmp_path / "server.log", "w"))
+    try:
+        for _ in range(120):
+            try:
+                urllib.request.urlopen(url + "/health", timeout=2).read()
+                break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            pytest.fail("mlflow server did not start: " + (tmp_path / "server.log").read_text()[-2000:])
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 @pytest.fixture(scope="session")

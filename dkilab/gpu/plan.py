@@ -29,8 +29,8 @@ class Throughput:
 def measure(model, prompt_tokens: int = 256, new_tokens: int = 16, batch: int = 1) -> Throughput:
     """Prefill and decode rates of a loaded model (any kind: local, served): one short and one long
     generation after the same prompt, warmed up first."""
-    ids = model.encode(FILLER) if hasattr(model, "encode") else None
-    text = model.tokenizer.decode(ids[:prompt_tokens]) if ids is not None and hasattr(model, "tokenizer") else FILLER[:prompt_tokens * 4]
+    tok = getattr(model, "tokenizer", None)  # a served model without `model.tokenizer` has none: ~4 chars a token
+    text = tok.decode(model.encode(FILLER)[:prompt_tokens]) if tok is not None else FILLER[:prompt_tokens * 4]
     prompt = [{"role": "user", "content": text + "\nContinue the story:"}]
     model.generate_full(prompt, max_new_tokens=1)  # warm-up (kernels, caches, connection)
     t = time.perf_counter()

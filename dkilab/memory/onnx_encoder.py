@@ -80,17 +80,18 @@ class OnnxInt8Encoder:
     def encode(self, texts, *, batch_size: int = 32, **_) -> np.ndarray:
         """Texts sorted by length so a batch pads little; rows back in the given order."""
         texts = list(texts)
-        out = np.zeros((len(texts), getattr(self, "_dim", 0) or 1), np.float32)
         order = np.argsort([len(t) for t in texts], kind="stable")
+        parts = []
         for i in range(0, len(texts), batch_size):
-            idx = order[i:i + batch_size]
-            enc = self.tokenizer([texts[j] for j in idx], padding=True, truncation=True, max_length=self.max_length,
-                                 return_tensors="np")
+            enc = self.tokenizer([texts[j] for j in order[i:i + batch_size]], padding=True, truncation=True,
+                                 max_length=self.max_length, return_tensors="np")
             hidden = self.session.run(None, {k: enc[k].astype(np.int64) for k in INPUTS})[0]
             mask = enc["attention_mask"][..., None].astype(np.float32)
             vecs = (hidden * mask).sum(1) / np.maximum(mask.sum(1), 1e-9)
-            vecs /= np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
-            if out.shape[1] != vecs.shape[1]:
-                out = np.zeros((len(texts), vecs.shape[1]), np.float32)
-            out[idx] = vecs
+            parts.append(vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12))
+        if not parts:
+            return np.zeros((0, self._dim), np.float32)
+        rows = np.concatenate(parts).astype(np.float32, copy=False)
+        out = np.empty_like(rows)
+        out[order] = rows  # the i-th sorted row belongs to text order[i]
         return out

@@ -5,35 +5,17 @@ import os
 import subprocess
 import sys
 import time
-import urllib.request
 
 import pytest
 import yaml
 
-from tests.conftest import ROOT, _free_port
+from tests.conftest import ROOT, mlflow_server
 
 
 @pytest.fixture
 def server(tmp_path):
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri",
-                             f"sqlite:///{tmp_path / 'server.db'}", "--serve-artifacts", "--artifacts-destination",
-                             str(tmp_path / "artifacts"), "--host", "127.0.0.1", "--port", str(port), "--workers", "2"],
-                            stdout=subprocess.DEVNULL, stderr=open(tmp_path / "server.log", "w"))
-    try:
-        for _ in range(120):
-            try:
-                urllib.request.urlopen(url + "/health", timeout=2).read()
-                break
-            except OSError:
-                time.sleep(0.5)
-        else:
-            pytest.fail("mlflow server did not start: " + (tmp_path / "server.log").read_text()[-2000:])
+    with mlflow_server(tmp_path, workers=2) as url:
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(30)
 
 
 def _config(tmp_path, name="claims"):
@@ -114,3 +96,25 @@ def test_a_dead_claim_and_a_failed_cell_go_back_to_the_pool(tmp_path, monkeypatc
     results = run_experiment(cfg2, uri=uri, progress=False, echo=lambda _: None, claim=True)
     assert all(r.status == "failed" for r in results)
     assert all(client.get_experiment_by_name(runstate.claim_name("failing", r.cell.config_hash)) is None for r in results)
+
+
+def test_ctrl_c_in_a_claimed_cell_gives_the_claim_back(tmp_path, monkeypatch):
+    import mlflow
+
+    import dkilab.eval.runner as runner
+    from dkilab.eval import runstate
+    from dkilab.eval.experiment import check_config, load_experiment
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    cfg = load_experiment(_config(tmp_path, "interrupted"))
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "_run_one", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run_experiment(cfg, uri=uri, progress=False, echo=lambda _: None, claim=True)
+    mlflow.set_tracking_uri(uri)
+    first = check_config(cfg)[0]
+    assert mlflow.MlflowClient().get_experiment_by_name(runstate.claim_name("interrupted", first.config_hash)) is None
+    assert runstate.claim_cell("interrupted", first.config_hash) == (True, "this process")  # free to take again

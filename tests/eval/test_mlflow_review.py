@@ -9,7 +9,7 @@ import pytest
 
 from dkilab.eval.experiment import load_experiment
 from dkilab.eval.runner import run_experiment
-from tests.conftest import ROOT
+from tests.conftest import ROOT, mlflow_server
 
 CONFIG = ROOT / "experiments" / "ci" / "scripted_fact_calls.yaml"
 
@@ -192,31 +192,10 @@ def test_a_run_over_http_to_a_local_mlflow_server(tmp_path):
     """The same run against `mlflow server` over HTTP (artifacts served by the server): traces with their
     assessments, the question table and `dkilab report` all work through the URL alone."""
     import os
-    import socket
-    import subprocess
-    import sys
-    import time
-    import urllib.request
 
     import mlflow
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    url = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri",
-                               f"sqlite:///{tmp_path / 'server.db'}", "--serve-artifacts", "--artifacts-destination",
-                               str(tmp_path / "artifacts"), "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-                              stdout=subprocess.DEVNULL, stderr=open(tmp_path / "server.log", "w"))
-    try:
-        for _ in range(120):
-            try:
-                urllib.request.urlopen(url + "/health", timeout=2).read()
-                break
-            except OSError:
-                time.sleep(0.5)
-        else:
-            pytest.fail("mlflow server did not start: " + (tmp_path / "server.log").read_text()[-2000:])
+    with mlflow_server(tmp_path) as url:
         cwd = os.getcwd()
         os.chdir(ROOT)
         try:
@@ -234,9 +213,6 @@ def test_a_run_over_http_to_a_local_mlflow_server(tmp_path):
         assert len(table["data"]) == len(results[0].rows)
         rep = _cli("report", cfg.name, "--tracking-uri", url, "--allow-scripted", "--format", "json")
         assert rep.returncode == 0 and [c["cell"] for c in json.loads(rep.stdout)["cells"]] == [r.cell.label for r in results]
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
 
 
 def test_run_rows_are_read_once_per_store_and_run(logged, tmp_path):

@@ -140,3 +140,12 @@ def test_a_served_model_takes_native_fact_calls_and_counts_budgets_with_its_own_
         assert all(0 < r["history_tokens"] <= r["history_budget"] for r in res.rows)
     finally:
         server.close()
+
+
+def test_throughput_is_measured_on_a_served_model_with_or_without_its_tokenizer(fake_server):
+    from dkilab.gpu.plan import measure
+    from dkilab.models.loading import load_model, resolve_spec
+
+    for kw in ({}, {"tokenizer": resolve_spec("offline:smollm2")}):
+        tp = measure(load_model(f"openai:fake@{fake_server}", **kw), prompt_tokens=64, new_tokens=4)
+        assert tp.prefill_tok_s > 0 and tp.decode_tok_s > 0 and tp.batch == 1
