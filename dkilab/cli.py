@@ -98,7 +98,7 @@ def _cmd_bench_embedders(args: argparse.Namespace) -> int:
 def _cmd_bench_retrieval(args: argparse.Namespace) -> int:
     from dkilab.bench.retrieval import main as bench_main
 
-    return bench_main(data_dir=args.data_dir, metric=args.metric, tracking_uri=args.tracking_uri)
+    return bench_main(data_dir=args.data_dir, metric=args.metric, tracking_uri=args.tracking_uri, peers=args.peers)
 
 
 def _cmd_bench_generation(args: argparse.Namespace) -> int:
@@ -455,6 +455,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                  "held-back data (experiments/retrieval_bench.yaml), paired")
     brt.add_argument("--data-dir", default=None)
     brt.add_argument("--metric", default="recall_at_10")
+    brt.add_argument("--peers", action="store_true",
+                     help="also run engram-search and rank-bm25 on the same questions (pip install 'dkilab[peers]')")
     brt.add_argument("--tracking-uri", default=None)
     brt.set_defaults(func=_cmd_bench_retrieval)
     bgen = bench_sub.add_parser("generation", help="tokens/s of batched greedy generation at several batch sizes")

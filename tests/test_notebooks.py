@@ -100,6 +100,8 @@ def test_notebook_runs_twice_against_one_store(path: Path, tmp_path, monkeypatch
     for second in (False, True):
         text, pngs = execute(path, env, monkeypatch)
         CHECKS[path.stem](text, pngs, second)
+        # Chinese renders (make setup installs Noto CJK): matplotlib warns per glyph it has no font for
+        assert "missing from font" not in text, re.findall(r"Glyph \d+ .*? missing from font\S*", text)[:3]
 
 
 @pytest.mark.slow

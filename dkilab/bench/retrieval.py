@@ -1,9 +1,11 @@
 """Retrieval benchmark (issue 30): the recall candidates of `experiments/retrieval_bench.yaml` on data
 they were not tuned on, as one table: dataset split x method, the metric with its 95% interval, the
-paired difference of each method against the shipped defaults, and every category where the fused
-pipeline falls below the best single signal by more than its interval.
+paired difference of each method against the shipped defaults, every category where a candidate loses
+against the defaults or the fused pipeline falls below the best single signal by more than its interval,
+and with `--peers` two third-party retrievers run in the same experiment (same stores, same questions,
+same encoder), compared on every retrieval metric with the dkilab/peer ratio.
 
-    dkilab bench retrieval [--data-dir DIR] [--metric recall_at_10] [--tracking-uri URI]
+    dkilab bench retrieval [--data-dir DIR] [--metric recall_at_10] [--peers] [--tracking-uri URI]
 
 It runs the config like `dkilab run` (cached stores, finished cells read back), so a rerun is quick.
 """
@@ -13,16 +15,37 @@ from pathlib import Path
 
 CONFIG = Path(__file__).resolve().parents[2] / "experiments" / "retrieval_bench.yaml"
 BASELINE, FUSED, SINGLE = "defaults", "tuned", ("bm25_only", "dense_only")
+# the peers `--peers` adds to the config's strategies (dkilab/strategies/peer_*.py)
+PEERS = [{"name": "peer_engram", "label": "engram_search"}, {"name": "peer_bm25", "label": "rank_bm25"}]
+# the metrics a peer is compared on, and which published figure each corresponds to (metrics/retrieval.py)
+PEER_METRICS = ("recall_at_10", "any_hit_at_10", "session_any_hit_at_5", "ndcg_at_10", "mrr")
 
 
-def main(data_dir=None, metric: str = "recall_at_10", tracking_uri: str | None = None, config: str | None = None) -> int:
-    from dkilab.eval.experiment import load_experiment
+def load_config(config: str | Path | None = None, peers: bool = False):
+    """The bench experiment, with the peer strategies appended when asked."""
+    from dkilab.config import read_yaml
+    from dkilab.eval.experiment import experiment_from_dict, header_comment
+
+    path = Path(config or CONFIG)
+    data = read_yaml(path)
+    if peers:
+        data["strategies"] = [*data.get("strategies", []), *PEERS]
+    cfg = experiment_from_dict(data, str(path))
+    return cfg if cfg.description else cfg.model_copy(update={"description": header_comment(path)})
+
+
+def _fmt(res) -> str:
+    return f"{res['diff']:+.3f} [{res['low']:+.3f}, {res['high']:+.3f}], n={int(res['n'])}"
+
+
+def main(data_dir=None, metric: str = "recall_at_10", tracking_uri: str | None = None, config: str | None = None,
+         peers: bool = False) -> int:
     from dkilab.eval.metrics.base import aggregate, category_of
     from dkilab.eval.metrics.bootstrap import metric_ci, paired
     from dkilab.eval.runner import run_experiment
     from dkilab.registry import METRICS
 
-    cfg = load_experiment(config or CONFIG)
+    cfg = load_config(config, peers)
     results = run_experiment(cfg, data_dir=data_dir, uri=tracking_uri, progress=False,
                              echo=lambda line: print(line) if "FAILED" in line else None)
     failed = [r.cell.label for r in results if not r.done]
@@ -32,7 +55,8 @@ def main(data_dir=None, metric: str = "recall_at_10", tracking_uri: str | None =
             d = r.cell.dataset
             cells.setdefault(f"{d.key}:{d.split}" if d.split != "full" else d.key, {})[r.cell.strategy.key] = r.load_rows()
     fn = METRICS[metric]
-    methods = list(dict.fromkeys(m for by in cells.values() for m in by))
+    peer_labels = [p["label"] for p in PEERS] if peers else []
+    methods = [m for m in dict.fromkeys(m for by in cells.values() for m in by) if m not in peer_labels]
     print(f"{metric}, 95% interval half-width; vs {BASELINE}: paired difference [95% CI], * = real")
     print(f"{'dataset':<20}" + "".join(f"{m:>30}" for m in methods))
     for ds, by in cells.items():
@@ -56,23 +80,61 @@ def main(data_dir=None, metric: str = "recall_at_10", tracking_uri: str | None =
         if FUSED in by and BASELINE in by and (res := paired(fn, by[BASELINE], by[FUSED])) is not None:
             print(f"  {ds:<20} n={int(res['n']):>5}  {res['diff']:+.3f} [{res['low']:+.3f}, {res['high']:+.3f}]"
                   f"{'  real' if res['real'] else ''}")
-    print(f"\ncategories where {FUSED} is below the best single signal beyond the interval:")
-    losses = 0
-    for ds, by in cells.items():
-        if FUSED not in by:
-            continue
-        for cat in sorted({category_of(r) for r in by[FUSED]}, key=str):
-            fused = [r for r in by[FUSED] if category_of(r) == cat]
-            for single in SINGLE:
-                if single in by:
-                    other = [r for r in by[single] if category_of(r) == cat]
-                    res = paired(fn, other, fused)
-                    if res is not None and res["real"] and res["diff"] < 0:
-                        losses += 1
-                        print(f"  {ds} category {cat}: {FUSED} {res['b']:.3f} vs {single} {res['a']:.3f} "
-                              f"({res['diff']:+.3f} [{res['low']:+.3f}, {res['high']:+.3f}], n={int(res['n'])})")
-    if not losses:
-        print("  none")
+    losses = _category_losses(cells, fn, FUSED, [BASELINE], f"{FUSED} is below {BASELINE}", category_of, paired)
+    losses += _category_losses(cells, fn, FUSED, list(SINGLE), f"{FUSED} is below the best single signal",
+                               category_of, paired)
+    if peers:
+        _peer_table(cells, peer_labels, aggregate, metric_ci, paired, METRICS)
     if failed:
         print(f"\nFAILED cells: {', '.join(failed)}")
     return 1 if failed else 0
+
+
+def _category_losses(cells, fn, method, others, title, category_of, paired) -> int:
+    """Print every category where `method` falls below one of `others` beyond the interval."""
+    print(f"\ncategories where {title} beyond the interval:")
+    losses = 0
+    for ds, by in cells.items():
+        if method not in by:
+            continue
+        for cat in sorted({category_of(r) for r in by[method]}, key=str):
+            mine = [r for r in by[method] if category_of(r) == cat]
+            for other in others:
+                if other in by:
+                    theirs = [r for r in by[other] if category_of(r) == cat]
+                    res = paired(fn, theirs, mine)
+                    if res is not None and res["real"] and res["diff"] < 0:
+                        losses += 1
+                        print(f"  {ds} category {cat}: {method} {res['b']:.3f} vs {other} {res['a']:.3f} ({_fmt(res)})")
+    if not losses:
+        print("  none")
+    return losses
+
+
+def _peer_table(cells, peer_labels, aggregate, metric_ci, paired, metrics) -> None:
+    """dkilab (defaults and tuned) against each peer on every retrieval metric, in the same run: value,
+    the dkilab/peer ratio, and whether tuned - peer is a real difference (paired, 95%)."""
+    ours = [m for m in (BASELINE, FUSED) if any(m in by for by in cells.values())]
+    print(f"\npeers in the same run (same stores, questions and encoder); ratio = {FUSED} / peer, "
+          f"* = {FUSED} - peer real (paired 95%):")
+    head = f"{'dataset':<20}{'metric':<22}" + "".join(f"{m:>16}" for m in [*ours, *peer_labels])
+    head += "".join(f"{'/' + p:>18}" for p in peer_labels)
+    print(head)
+    for ds, by in cells.items():
+        if not any(p in by for p in peer_labels):
+            continue
+        for name in PEER_METRICS:
+            fn = metrics[name]
+            values = {m: aggregate(by[m]).get(name, float("nan")) for m in [*ours, *peer_labels] if m in by}
+            line = f"{ds:<20}{name:<22}"
+            for m in [*ours, *peer_labels]:
+                ci = metric_ci(fn, by[m]) if m in by else None
+                line += f"{values[m]:>10.3f} ±{(ci[1] - ci[0]) / 2:.2f}" if ci else f"{values.get(m, float('nan')):>16.3f}"
+            for p in peer_labels:
+                if FUSED in values and p in values and values[p]:
+                    res = paired(fn, by[p], by[FUSED])
+                    mark = "*" if res is not None and res["real"] else " "
+                    line += f"{values[FUSED] / values[p]:>17.2f}{mark}"
+                else:
+                    line += f"{'-':>18}"
+            print(line)

@@ -64,7 +64,18 @@ def _questions(cell: Cell, data_dir):
         qs = [q for q in conv.questions if (cats is None or str(q.category) in cats)
               and (q.answerable or not d.answerable_only)]
         out += [(conv, q) for q in qs[:d.question_limit]]
+    _mark_evidence_sessions(out)
     return convs, out
+
+
+def _mark_evidence_sessions(items: list) -> None:
+    """Each question's gold evidence sessions, for session-level retrieval metrics. It is written to
+    the question's metadata, which the harness keeps: a strategy is given only `session_id` and `task`."""
+    sessions: dict[str, dict[str, str]] = {}
+    for conv, q in items:
+        if q.evidence_ids and "evidence_sessions" not in q.metadata:
+            by_id = sessions.setdefault(conv.conversation_id, {m.message_id: m.session_id for m in conv.messages})
+            q.metadata["evidence_sessions"] = list(dict.fromkeys(by_id[e] for e in q.evidence_ids if e in by_id))
 
 
 def warm_up(data: CellData, views: dict) -> None:

@@ -505,10 +505,16 @@ def load_experiment(path: str | Path, overrides: dict[str, Any] | None = None) -
     data = read_yaml(path)
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: an experiment config is a mapping (name, datasets, strategies, ...)")
-    cfg = validate(ExperimentConfig, apply_overrides(data, overrides or {}), str(path), "experiment config")
-    check_config(cfg, str(path))
+    cfg = experiment_from_dict(apply_overrides(data, overrides or {}), str(path))
     if not cfg.description:  # the comment block a config starts with says what it is for: MLflow shows it
         cfg = cfg.model_copy(update={"description": header_comment(path)})
+    return cfg
+
+
+def experiment_from_dict(data: dict, source: str = "<config>") -> ExperimentConfig:
+    """Validate and check an experiment mapping (what `load_experiment` does after reading the file)."""
+    cfg = validate(ExperimentConfig, data, source, "experiment config")
+    check_config(cfg, source)
     return cfg
 
 

@@ -34,6 +34,9 @@ class SignalsConfig(_Strict):
     # when the query names exactly one speaker of this memory, candidates come from that speaker's
     # messages; the unfocused lists still count with this weight (0 = off: no focusing)
     speaker_focus: float = Field(0.0, ge=0, le=1)
+    # when the query carries a date cue ("last week", "in May", 5月7日: recall/temporal.py) resolved against
+    # when it is asked, candidates come from that window; the unfocused lists count with this weight (0 = off)
+    temporal_focus: float = Field(0.0, ge=0, le=1)
 
 
 class BudgetConfig(_Strict):

@@ -6,8 +6,9 @@ Fusion (configurable, `signals.fusion`):
 - `weighted`: score = sum over signals of weight_s * min-max-normalised signal score.
 The keyword signal is BM25 over the query's jieba keywords, re-weighted by the share of keyword
 weight a hit contains: bm25 * (0.5 + 0.5 * matched_weight / total_weight) (seed §2.2.3).
-Optional levers: session-neighbour expansion of the top hits and a boost for messages whose session
-holds many of the hits. Nothing here sees gold evidence or answers.
+Optional levers: speaker focus (a query naming one speaker searches that speaker's turns first),
+temporal focus (a date cue searches its window first: recall/temporal.py), session-neighbour expansion
+of the top hits and a boost for messages whose session holds many of the hits. Nothing here sees gold evidence or answers.
 """
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ from collections import Counter
 
 from dkilab.recall.config import RecallConfig
 from dkilab.recall.reference import ReferenceResolver, ReferenceType
+from dkilab.recall.temporal import date_window
 from dkilab.text.keywords import extract_keywords
 from dkilab.text.segment import segment
-from dkilab.types import Message, RecallResult, RecalledMessage
+from dkilab.types import Message, RecallResult, RecalledMessage, to_utc
 
 
 class MultiSignalRecall:
@@ -33,7 +35,8 @@ class MultiSignalRecall:
         lat[name] = lat.get(name, 0.0) + (time.perf_counter() - t) * 1000
         return out
 
-    def recall(self, query: str, session_id: str | None = None, max_results: int = 50) -> RecallResult:
+    def recall(self, query: str, session_id: str | None = None, max_results: int = 50, asked_at=None) -> RecallResult:
+        """`asked_at`: when the question is asked (date cues resolve against it; else the newest message)."""
         sig = self.config.signals
         lat: dict[str, float] = {}
         history = self._timed(lat, "history", lambda: self.memory.session_messages(session_id) if session_id
@@ -48,6 +51,11 @@ class MultiSignalRecall:
                 lists["reference"] = [(m, 1.0 / (1 + r)) for r, m in enumerate(picked)]
         keywords: list[tuple[str, float]] = []
         focus = self._timed(lat, "speaker", lambda: self._speaker_filter(query)) if sig.speaker_focus else None
+        unfocused = sig.speaker_focus if focus else 1.0  # the weight of the lists searched without the focus
+        window = self._timed(lat, "temporal", lambda: self._date_window(query, asked_at)) if sig.temporal_focus else None
+        if window is not None:
+            focus = (focus or {}) | {"time_range": {"since": window[0], "until": window[1]}}
+            unfocused = min(unfocused, sig.temporal_focus)
         if sig.keyword_enabled:
             keywords = self._timed(lat, "keywords", lambda: extract_keywords(query, sig.keyword_topk, sig.keyword_method))
             lists["keyword"] = self._timed(lat, "lexical", lambda: self._keyword_hits(query, keywords, focus))
@@ -57,7 +65,7 @@ class MultiSignalRecall:
             lists["vector"] = self._timed(lat, "vector", lambda: self._vector_hits(query, focus))
             if focus:
                 lists["vector_unfocused"] = self._timed(lat, "vector", lambda: self._vector_hits(query))
-        ranked = self._timed(lat, "fusion", lambda: self._fuse(lists))
+        ranked = self._timed(lat, "fusion", lambda: self._fuse(lists, unfocused))
         if sig.neighbor_expansion and ranked:
             ranked = self._timed(lat, "neighbors", lambda: self._expand(ranked))
         ranked = ranked[:max_results]
@@ -77,6 +85,18 @@ class MultiSignalRecall:
             reference_hits=len(lists.get("reference", [])), latency_ms=lat)
 
     # --- signals ----------------------------------------------------------------------------
+    def _date_window(self, query: str, asked_at):
+        """The window of the query's date cue, against when it is asked (else the newest message)."""
+        if asked_at is None:
+            newest = self.memory.recent(1)
+            if not newest:
+                return None
+            asked_at = newest[-1].timestamp
+        window = date_window(query, to_utc(asked_at))
+        if window is None or not self.memory.messages_list(since=window[0], until=window[1], page_size=1).items:
+            return None  # no cue, or nothing was said in its window: no focus (the ranking stays as it was)
+        return window
+
     def _speaker_filter(self, query: str) -> dict | None:
         """{role: ...} when the query names exactly one speaker and that speaker has one role."""
         if self._speakers is None:
@@ -109,12 +129,12 @@ class MultiSignalRecall:
         return [(h.message, h.score) for h in page.items]
 
     # --- fusion -----------------------------------------------------------------------------
-    def _fuse(self, lists: dict[str, list[tuple[Message, float]]]) -> list[RecalledMessage]:
+    def _fuse(self, lists: dict[str, list[tuple[Message, float]]], unfocused: float = 1.0) -> list[RecalledMessage]:
         sig = self.config.signals
         merged: dict[str, RecalledMessage] = {}
         for name, hits in lists.items():
-            base, _, unfocused = name.partition("_")
-            w = sig.weights.get(base, 1.0) * (sig.speaker_focus if unfocused else 1.0)
+            base, _, rest = name.partition("_")
+            w = sig.weights.get(base, 1.0) * (unfocused if rest else 1.0)
             if not hits or w == 0:
                 continue
             scores = [s for _, s in hits]

@@ -296,6 +296,7 @@ class RecallParams(StrategyParams):
 class RecallingStrategy(Strategy):
     """A strategy whose history comes from multi-signal recall (recall_v4, full_attention)."""
     Params: ClassVar[type[StrategyParams]] = RecallParams
+    takes_task_inputs = True  # asked_at: date cues ("last week") resolve against when the question is asked
 
     def __init__(self, params=None, source: str = "<params>"):
         super().__init__(params, source)
@@ -316,16 +317,20 @@ class RecallingStrategy(Strategy):
             out[key] = why
         return out
 
-    def recall_messages(self, question: str, memory: Memory, session_id: str | None) -> list[Message]:
+    def recall_messages(self, question: str, memory: Memory, session_id: str | None, asked_at=None) -> list[Message]:
         """Recall result in priority order: recent turns first, then by fused relevance."""
+        return self.recall_result(question, memory, session_id, asked_at).messages
+
+    def recall_result(self, question: str, memory: Memory, session_id: str | None, asked_at=None):
+        """The whole RecallResult: `messages` (recent turns, then by relevance) and `ranked` (relevance only)."""
         p = self.params
         msr = MultiSignalRecall(p.recall, self._resolver, memory)
-        result = msr.recall(question, session_id=session_id, max_results=p.max_results)
+        result = msr.recall(question, session_id=session_id, max_results=p.max_results, asked_at=asked_at)
         if tracing.active():  # the retriever span shows what came back, with scores and signals
             ranked = {r.message.message_id: r for r in result.ranked}
             tracing.record(documents=tracing.documents(ranked.get(m.message_id, m) for m in result.messages),
                            reference_scope=result.reference_scope, keywords=[k for k, _ in result.keywords])
-        return result.messages
+        return result
 
 
 class PlannedKV:

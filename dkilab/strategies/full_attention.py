@@ -33,11 +33,11 @@ class FullAttention(RecallingStrategy):
             out["history_alpha"] = "model.generate is false: alpha scales attention, not the context"
         return out
 
-    def _answer(self, question, memory, model, *, session_id, preferences, stages):
+    def _answer(self, question, memory, model, *, session_id, preferences, stages, asked_at=None, task=None):
         self.require_kv(model, "the history")
         lang, p = language_of(question), self.params
         with stages("recall"):
-            recalled = self.recall_messages(question, memory, session_id)
+            recalled = self.recall_messages(question, memory, session_id, asked_at)
         with stages("assembly"):
             pref_text = preferences_text(preferences, lang)
             budget = self.budget(model, question, lang, pref_text)

@@ -143,12 +143,12 @@ class RecallV4(RecallingStrategy):
                       context_text="\n".join(x for x in (pref, history) if x), prompt=prompt, budget=budget,
                       metadata={"recall_strategy": "flat_history"})
 
-    def _answer(self, question, memory, model, *, session_id, preferences, stages):
+    def _answer(self, question, memory, model, *, session_id, preferences, stages, asked_at=None, task=None):
         lang, p, cfg = language_of(question), self.params, self.params.recall
         if cfg.strategy == "flat_history" or not cfg.enabled:
             return self._flat(question, memory, model, session_id, preferences, stages)
         with stages("recall", question=question) as trace:
-            recalled = self.recall_messages(question, memory, session_id)
+            recalled = self.recall_messages(question, memory, session_id, asked_at)
             trace["recalled_ids"] = [m.message_id for m in recalled]
         with stages("assembly") as trace:
             memories, pref = self.preference_memories(model, preferences, lang, p.preference_alpha)

@@ -281,3 +281,33 @@ def test_a_metric_no_question_had_is_not_the_headline():
     # a recall-agent view cell on MemDaily: no answers (score NaN), no gold statements, gold evidence ids
     assert primary_metric({"score": float("nan"), "view_evidence_recall": 0.5, "errors": 0.0}) == "view_evidence_recall"
     assert primary_metric({"score": 0.2, "view_recall": 1.0}) == "score"
+
+
+def test_retrieval_metrics_the_field_reports_against_hand_worked_rankings():
+    """any-hit (LongMemEval recall_any@k), session any-hit and NDCG@10 on rankings worked out by hand."""
+    import math
+
+    from dkilab.eval.metrics.retrieval import any_hit, ndcg, session_ranking
+
+    ranked = ["a", "b", "c", "d", "e", "f"]
+    assert any_hit(ranked, ["f"], 5) == 0.0 and any_hit(ranked, ["f"], 10) == 1.0
+    # evidence at ranks 2 and 4 of 2 gold: (1/log2 3 + 1/log2 5) / (1 + 1/log2 3)
+    assert ndcg(ranked, ["b", "d"], 10) == pytest.approx((1 / math.log2(3) + 1 / math.log2(5)) / (1 + 1 / math.log2(3)))
+    assert ndcg(ranked, ["a", "b"], 10) == 1.0 and ndcg(ranked, ["z"], 10) == 0.0
+    assert ndcg(["x"] * 10 + ["a"], ["a"], 10) == 0.0  # past the cut-off counts nothing
+    assert session_ranking(["S1", "S1", "S2", "S1", "S3"]) == ["S1", "S2", "S3"]
+
+    item = QAItem("When did we go?", "May", 2, ["m9"], metadata={"evidence_sessions": ["S6"]})
+    # six sessions ahead of the gold one at message level, but S1 holds three of the top messages
+    ids = ["m1", "m2", "m3", "m4", "m5", "m6", "m7", "m9"]
+    sessions = ["S1", "S1", "S1", "S2", "S3", "S4", "S5", "S6"]
+    row = score_answer(item, Answer("", recalled_ids=ids, metadata={"retrieval_only": True,
+                                                                      "recalled_sessions": sessions}))
+    assert row["any_hit_at_5"] == 0.0 and row["any_hit_at_10"] == 1.0
+    assert row["session_any_hit_at_5"] == 0.0  # S6 is the 6th session
+    row = score_answer(item, Answer("", recalled_ids=ids[3:], metadata={"retrieval_only": True,
+                                                                         "recalled_sessions": sessions[3:]}))
+    assert row["session_any_hit_at_5"] == 1.0 and row["ndcg_at_10"] == pytest.approx(1 / math.log2(6))
+    assert row["recall_at_10"] == 1.0
+    # an answer that is not a ranking gets none of them
+    assert "ndcg_at_10" not in score_answer(item, Answer("May."))

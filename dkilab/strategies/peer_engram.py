@@ -1,0 +1,42 @@
+"""peer_engram: engram-search's retrieval pipeline (engram-search 0.1.7: dense + its BM25 + person-name,
+quoted-phrase and relative-date boosts, fused by RRF), one document per message, with the store's own
+encoder in place of its bge-large (same encoder as recall_only; its cross-encoder is off: its weights
+are not offline here). The question date feeds its temporal boost."""
+from __future__ import annotations
+
+import numpy as np
+
+from dkilab.strategies.base import register
+from dkilab.strategies.peer_base import PeerRetriever, need, render
+
+
+class _Encoder:
+    """engram's embedder interface over dkilab's encoder (unit vectors, query side prefixed as it wants)."""
+
+    def __init__(self, embedder):
+        self._e = embedder
+
+    def encode_query(self, text: str) -> np.ndarray:
+        return self._e.encode_query(text)
+
+
+@register
+class PeerEngram(PeerRetriever):
+    name = "peer_engram"
+    package = "engram-search==0.1.7"
+    takes_task_inputs = True  # asked_at: its temporal boost needs the question date
+
+    def build(self, messages, memory):
+        pipeline = need("engram.retrieval.pipeline", self.package)
+        base = need("engram.backends.base", self.package)
+        texts = [render(m) for m in messages]
+        vectors = memory.embedder.encode(texts)
+        docs = [base.Document(id=str(i), text=t, embedding=v, metadata={"timestamp": f"{m.timestamp:%Y-%m-%d}"})
+                for i, (t, v, m) in enumerate(zip(texts, vectors, messages))]
+        return pipeline.RetrievalPipeline(embedder=_Encoder(memory.embedder), use_reranker=False), docs
+
+    def rank(self, index, messages, question, asked_at):
+        pipe, docs = index
+        date = f"{asked_at:%Y-%m-%d}" if asked_at is not None else None
+        found = pipe.search(question, docs, top_k=self.params.max_results, question_date=date)
+        return [int(d.id) for d in found]
