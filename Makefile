@@ -10,6 +10,7 @@ export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
 .PHONY: setup quickstart ui test test-slow test-all gpu bench-store bench-strategies bench-abstention bench-agents \
+	bench-retrieval \
 	bench-serve tracking-server clean
 
 setup: $(STAMP)
@@ -61,6 +62,9 @@ bench-strategies: setup
 
 bench-abstention: setup
 	$(BIN)/dkilab bench abstention
+
+bench-retrieval: setup
+	$(BIN)/dkilab bench retrieval --peers
 
 bench-agents: setup
 	$(BIN)/dkilab bench agents

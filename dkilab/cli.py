@@ -141,7 +141,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     from dkilab.eval.experiment import load_experiment, parse_set, with_question_limit
     from dkilab.eval.runner import check_expectations, process_state, results_table, run_experiment, tracking_uri
-    from dkilab.eval.tracking import format_table
+    from dkilab.eval.tracking import INTERVAL_NOTE, format_table
 
     if args.data_dir:
         os.environ["DKILAB_DATA_DIR"] = args.data_dir
@@ -154,7 +154,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return 0
     table = results_table(results, intervals=True)
     if not table.empty:
-        print("\n" + format_table(table) + "\n(± = half the 95% bootstrap interval)")
+        print("\n" + format_table(table) + f"\n({INTERVAL_NOTE})")
         if "hallucination_rate" in table.columns:
             from dkilab.eval.tracking import detector_notes, flatten
 
@@ -215,7 +215,7 @@ def _markdown(frame) -> str:
 def _cmd_report(args: argparse.Namespace) -> int:
     import json
 
-    from dkilab.eval.tracking import category_table, format_table, report, run_rows, with_pm
+    from dkilab.eval.tracking import INTERVAL_NOTE, category_table, fmt_interval, format_table, report, run_rows, with_pm
 
     metrics = [m.strip() for m in args.metrics.split(",") if m.strip()] if args.metrics else None
     table, pairs, notes = report(args.experiment, args.tracking_uri, by_category=args.by == "category", metrics=metrics,
@@ -246,11 +246,10 @@ def _cmd_report(args: argparse.Namespace) -> int:
         print(json.dumps(out, ensure_ascii=False, indent=1))
         return 0
     text = _markdown(with_pm(narrow)) if args.format == "markdown" else format_table(narrow)
-    print(text + "\n(± = half the 95% bootstrap interval over questions; with 5 or more conversations "
-                 "they are resampled whole)")
+    print(text + f"\n({INTERVAL_NOTE}; over questions, or whole conversations when there are 5 or more)")
     if cats is not None and not cats.empty:
         shown = cats.copy()
-        shown["value"] = [f"{v:.3f}" + (f" ±{(h - lo) / 2:.3f}" if lo == lo and h == h and lo is not None else "")
+        shown["value"] = [fmt_interval(v, lo, h) if lo is not None and lo == lo and h == h else f"{v:.3f}"
                           for v, lo, h in zip(cats["value"], cats["low"], cats["high"])]
         shown = shown.pivot_table(index=["cell", "category"], columns="metric", values="value", aggfunc="first", sort=False)
         shown["n"] = cats.groupby(["cell", "category"], sort=False)["n"].first()
@@ -278,8 +277,8 @@ def _save_plots(args, table) -> None:
 
     out = Path(args.plots)
     out.mkdir(parents=True, exist_ok=True)
-    figs = {"comparison.png": plot_headlines(table, args.experiment)}
     preds = load_predictions(args.experiment, args.tracking_uri)
+    figs = {"comparison.png": plot_headlines(table, args.experiment, predictions=preds)}
     if "category" in preds and preds["category"].nunique() > 1:
         from dkilab.eval.metrics import primary_metric
 
@@ -313,8 +312,6 @@ def _open_hint(given: str | None, experiment: str) -> str:
 
 
 def _cmd_ui(args: argparse.Namespace) -> int:
-    import subprocess
-
     from dkilab.eval.runner import tracking_uri
     from dkilab.eval.tracking import existing_store
 
@@ -324,9 +321,11 @@ def _cmd_ui(args: argparse.Namespace) -> int:
         print(f"{uri} is a tracking server: its UI is at {uri} (open it in a browser)")
         return 0
     existing_store(uri)
-    print(f"MLflow UI for {uri} on http://{args.host}:{args.port}")
-    return subprocess.call([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
-                            "--host", args.host, "--port", str(args.port)])
+    from dkilab.cache import cache_dir
+    from dkilab.eval.ui import serve
+
+    return serve(uri, args.host, args.port, cache_dir() / "logs" / f"mlflow-ui-{args.port}.log",
+                 echo=lambda *a, **k: print(*a, **k))
 
 
 def _cmd_datasets(args: argparse.Namespace) -> int:

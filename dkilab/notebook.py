@@ -109,11 +109,18 @@ def paired_differences(experiment: str, tracking_uri: str | None = None, metrics
     return pairwise(cells, metrics, by_category)
 
 
-def plot_headlines(runs, title: str = ""):
-    """Every headline metric per cell with its 95% interval, value and n (a `load_runs` frame)."""
+def plot_headlines(runs, title: str = "", predictions=None):
+    """Every headline metric per cell with its 95% interval and value (a `load_runs` frame). With the
+    `load_predictions` frame, n is per metric (the questions each metric counts); else per cell."""
     from dkilab.eval.plots import headline_figure
+    from dkilab.eval.tracking import metric_counts
 
-    return headline_figure(runs, title)
+    counts = None
+    if predictions is not None and len(predictions):
+        counts = metric_counts({cell: [{k: v for k, v in r.items() if not (isinstance(v, float) and v != v)}
+                                       for r in group.to_dict("records")]
+                                for cell, group in predictions.groupby("cell", sort=False)})
+    return headline_figure(runs, title, counts)
 
 
 def plot_sweep(runs, x: str, y: str, metrics=("score", "hallucination_rate", "prompt_tokens"),

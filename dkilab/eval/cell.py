@@ -189,7 +189,8 @@ def run_cell(cell: Cell, model, data: CellData, state=None, trace: bool = False,
 
             with tracing_to(mlflow), mlflow.start_span(name=f"question {item.qid}", span_type="CHAIN",
                                                        run_id=run_id) as s:
-                s.set_inputs({"question": item.question, "gold": item.answer, "strategy": cell.label})
+                # the gold answer is an MLflow expectation on the trace (logged with the feedback), not an input
+                s.set_inputs({"question": item.question, "strategy": cell.label})
                 mlflow.update_current_trace(tags=trace_tags(cell, item), user=str(conv.user_id))
                 answer, wall, err = _answer(strategy, item, conv, memory, model)
                 s.set_outputs({"prediction": getattr(answer, "text", None), "error": err and answer})

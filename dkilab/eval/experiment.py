@@ -313,6 +313,12 @@ def check_model_spec(spec, key: str, fail) -> None:
     if m and not Path(spec).exists() and m.group(1) not in MODELS:
         fail(key, f"unknown model loader {m.group(1)!r} in {spec!r}{did_you_mean(m.group(1), MODELS.names())}; "
                   f"registered: {', '.join(MODELS.names())} (or a hub id, a directory, a .gguf file)")
+    elif m and m.group(1) == "offline" and not Path(spec).exists():
+        from dkilab.models.loading import OFFLINE_SPECS  # a dict: importing it loads no model and no torch
+
+        if spec not in OFFLINE_SPECS:
+            fail(key, f"unknown offline model {spec!r}{did_you_mean(spec, list(OFFLINE_SPECS))}; "
+                      f"the offline models are: {', '.join(OFFLINE_SPECS)}")
 
 
 def check_live_sweep(cell: "Cell", fail) -> None:

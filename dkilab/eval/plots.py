@@ -50,9 +50,11 @@ def _valid(v) -> bool:
     return v is not None and not (isinstance(v, float) and math.isnan(v))
 
 
-def headline_figure(table, title: str = ""):
-    """One panel per headline metric the cells have: a bar per cell, 95% interval, value on the bar, n in
-    the cell label. `table`: metrics_frame(..., intervals=True) with a `questions` column if known."""
+def headline_figure(table, title: str = "", counts: dict[str, dict[str, int]] | None = None):
+    """One panel per headline metric the cells have: a bar per cell, 95% interval, value on the bar. n is
+    per metric where `counts` ({metric: {cell: questions it counts}}) gives it, beside each value (the
+    hallucination rate of 12 questions may rest on 4 unanswerable ones); else the cell's question count
+    in its label. `table`: metrics_frame(..., intervals=True) with a `questions` column if known."""
     from matplotlib.figure import Figure
 
     _cjk_font()
@@ -60,7 +62,7 @@ def headline_figure(table, title: str = ""):
                and (m in RATES or table[m].fillna(0).abs().sum() > 0)]  # e.g. no K/V injected anywhere: no panel
     if not metrics:
         return None
-    n = table["questions"] if "questions" in table.columns else None
+    n = table["questions"] if "questions" in table.columns and not counts else None
     labels = [f"{c} (n={int(n[c])})" if n is not None and _valid(n[c]) else str(c) for c in table.index]
     cols = 2 if len(metrics) > 1 else 1
     rows = math.ceil(len(metrics) / cols)
@@ -80,8 +82,10 @@ def headline_figure(table, title: str = ""):
         top = max([*hi, *vals])
         ax.set_xlim(0, 1.0 if (m in RATES and top <= 1) or top <= 0 else top * 1.25)
         ax.set_xlabel(axis + " · 95% CI", fontsize=8)
-        for i, (v, h) in enumerate(zip(vals, hi)):
-            ax.text(max(v, h) + ax.get_xlim()[1] * 0.01, i, _fmt(v, m), va="center", fontsize=7)
+        per = (counts or {}).get(m, {})
+        for i, (c, v, h) in enumerate(zip(table.index, vals, hi)):
+            text = _fmt(v, m) + (f"  n={per[c]}" if c in per else "")
+            ax.text(max(v, h) + ax.get_xlim()[1] * 0.01, i, text, va="center", fontsize=7)
         ax.tick_params(axis="x", labelsize=7)
     for ax in axes[len(metrics):]:
         ax.set_visible(False)

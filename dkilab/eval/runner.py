@@ -155,7 +155,7 @@ def _run_cells(cfg, cells, state, exp_id, data_dir, config_path, progress, echo,
     datasets: dict[str, Any] = {}
     parent = None
     if main:
-        parent = mlflow.start_run(run_name=time.strftime('%m-%d %H:%M:%S'),
+        parent = mlflow.start_run(run_name=f"{cfg.name} {time.strftime('%m-%d %H:%M')}",  # what ran, and when
                                   tags={"dkilab.kind": "experiment", **tracking.provenance_tags(),
                                         **runstate.process_tags()}, description=cfg.description or None)
         tracking.log_experiment(cfg, cells, config_path)

@@ -224,6 +224,18 @@ def format_table(frame) -> str:
     return with_pm(frame).to_string()
 
 
+INTERVAL_NOTE = "± = half the 95% bootstrap interval; [low, high] where the interval is skewed"
+
+
+def fmt_interval(v: float, lo: float, hi: float) -> str:
+    """`v ±half` when the interval sits about evenly around v, else `v [lo, hi]` (a p50 latency of 0.9 ms
+    whose interval reaches 3,459 ms is not "0.919 ±1729")."""
+    half = (hi - lo) / 2
+    if lo <= v <= hi and abs((hi - v) - (v - lo)) <= 0.5 * half:
+        return f"{v:.3f} ±{half:.3f}"
+    return f"{v:.3f} [{lo:.3f}, {hi:.3f}]"
+
+
 def with_pm(frame):
     """The table as strings `value ±half-width` where it has intervals (`<m>_low` / `<m>_high` columns)."""
     import math
@@ -238,7 +250,7 @@ def with_pm(frame):
             elif col in ("questions", "errors"):
                 out.at[idx, col] = f"{int(v)}"
             elif lo is not None and hi is not None and not (math.isnan(lo) or math.isnan(hi)):
-                out.at[idx, col] = f"{v:.3f} ±{(hi - lo) / 2:.3f}"
+                out.at[idx, col] = fmt_interval(v, lo, hi)
             else:
                 out.at[idx, col] = f"{v:.3f}"
     return out
@@ -281,7 +293,7 @@ def pairwise(cells: list[tuple[str, str, list[dict]]], metrics: list[str] | None
                     out.append({"dataset": dataset, "a": la, "b": lb, "metric": name,
                                 **({"category": cat} if by_category else {}), "n": int(res["n"]),
                                 "a_value": res["a"], "b_value": res["b"], "diff": res["diff"], "low": res["low"],
-                                "high": res["high"], "p": res["p"], "real": "yes" if res["real"] else ""})
+                                "high": res["high"], "p": res["p"], "real": "yes" if res["real"] else "no"})
     columns = ["dataset", "a", "b", "metric", *(["category"] if by_category else []), "n", "a_value", "b_value", "diff",
                "low", "high", "p", "real"]
     return pd.DataFrame(out, columns=columns)
@@ -308,10 +320,12 @@ def log_comparison(results) -> None:
     mlflow.log_text(format_table(table), "comparison.txt")
     pairs = pairwise([(r.cell.label, _dataset_key(r.cell), r.load_rows()) for r in done])
     if not pairs.empty:
-        mlflow.log_text(pairs.to_csv(index=False), "paired.csv")
+        mlflow.log_text(paired_csv(pairs), "paired.csv")
+    _log_parent_metrics(done)
     from dkilab.eval.plots import category_figure, headline_figure
 
-    fig = headline_figure(table, f"{len(done)} cells · bars: 95% bootstrap intervals")
+    counts = metric_counts({r.cell.label: r.load_rows() for r in done})
+    fig = headline_figure(table, f"{len(done)} cells · bars: 95% bootstrap intervals · n per metric", counts)
     if fig is not None:
         mlflow.log_figure(fig, "comparison.png")
     metric = primary_metric(table.columns)
@@ -321,6 +335,59 @@ def log_comparison(results) -> None:
             fig = category_figure(by_cell, metric, f"{metric} per category")
             if fig is not None:
                 mlflow.log_figure(fig, "comparison_by_category.png")
+
+
+def metric_counts(rows_by_cell: dict[str, list[dict]]) -> dict[str, dict[str, int]]:
+    """{metric: {cell: how many questions the metric counts}} for every declared metric: the rows that have
+    its field (a metric's function gives no value for a question it does not apply to)."""
+    from dkilab.eval.metrics.base import declared
+
+    out: dict[str, dict[str, int]] = {}
+    for m in declared():
+        if m.aggregation not in ("mean", "p50", "p95"):
+            continue
+        for cell, rows in rows_by_cell.items():
+            n = sum(1 for r in rows if r.get(m.field) is not None and not r.get("error")
+                    and (m.subset == "all" or r.get("answerable") == (m.subset == "answerable")))
+            if n:
+                out.setdefault(m.name, {})[cell] = n
+    return out
+
+
+PAIRED_ORDER = ("dataset", "metric", "category", "a", "b", "diff", "low", "high", "real", "n", "a_value", "b_value", "p")
+
+
+def paired_csv(pairs) -> str:
+    """paired.csv as a reader (and MLflow's artifact preview) wants it: what differs and whether it is
+    real first, then the values; numbers rounded to 3 decimals."""
+    cols = [c for c in PAIRED_ORDER if c in pairs.columns]
+    return pairs[cols].round(3).to_csv(index=False)
+
+
+_KEY_CHARS = re.compile(r"[^\w.\- /:]")
+
+
+def parent_metric_key(metric: str, label: str) -> str:
+    """`score/recall_v4_fixtures`: a cell's figure on the parent run (MLflow keys allow \\w . - space / :)."""
+    return f"{metric}/{_KEY_CHARS.sub('_', label)}"[:250]
+
+
+def _log_parent_metrics(done) -> None:
+    """The parent run's Overview shows the answer, not "Metrics (0)": each cell's headline metric and, where
+    it has one, its hallucination rate, keyed `metric/cell`."""
+    import mlflow
+
+    from dkilab.eval.metrics import primary_metric
+
+    out = {}
+    for r in done:
+        head = primary_metric(r.metrics)
+        for name in dict.fromkeys([head, "hallucination_rate"]):
+            value = r.metrics.get(name) if name else None
+            if isinstance(value, (int, float)) and value == value:
+                out[parent_metric_key(name, r.cell.label)] = float(value)
+    if out:
+        mlflow.log_metrics(out)
 
 
 # --- reading back ------------------------------------------------------------------------------
@@ -504,10 +571,13 @@ def report(experiment: str, uri: str | None = None, pairs: bool = True, by_categ
 
 
 # --- per-question assessments on the traces ----------------------------------------------------
-ASSESSED = (  # row field -> assessment name (what the traces table shows as columns)
-    ("score", "score"), ("abstained", "abstained"), ("hallucinated", "hallucinated"),
-    ("unsupported_claim_rate", "unsupported_claims"), ("evidence_in_context", "evidence_in_context"),
-    ("intent_accuracy", "intent_correct"), ("l2_state_accuracy", "l2_state_correct"),
+# MLflow draws a boolean feedback True as a green check and False as a red cross, so every boolean here
+# reads "True = good"; what is neither good nor bad (whether a question was answered, an error's type) is
+# a string, which MLflow shows as plain text.
+ASSESSED = (  # row field -> feedback name (what the traces table shows as columns); numbers as they are
+    ("score", "score"), ("unsupported_claim_rate", "unsupported_claims"),
+    ("evidence_in_context", "evidence_in_context"), ("intent_accuracy", "intent_correct"),
+    ("l2_state_accuracy", "l2_state_correct"),
 )
 
 
@@ -517,15 +587,30 @@ def _assessments(row: dict) -> list[tuple[str, Any, str | None, str]]:
     for field, name in ASSESSED:
         v = row.get(field)
         if v is not None and not (isinstance(v, float) and v != v):
-            out.append((name, bool(v) if field in ("abstained", "hallucinated") else float(v), None, "CODE"))
+            out.append((name, float(v), None, "CODE"))
+    if row.get("abstained") is not None:
+        out.append(("response", "abstained" if row["abstained"] else "answered", None, "CODE"))
+    if row.get("hallucinated") is not None:  # an unanswerable question: abstaining is the good outcome
+        out.append(("hallucination_free", not row["hallucinated"],
+                    "abstained, as the history holds no answer" if not row["hallucinated"] else
+                    "answered although the history holds no answer", "CODE"))
     if row.get("fact_calls"):
         out.append(("fact_call_validity", row.get("valid_calls", 0) / row["fact_calls"],
                     f"{row.get('valid_calls', 0)} of {row['fact_calls']} retrieve_fact calls valid", "CODE"))
     if row.get("judge") is not None:
         out.append(("judge", bool(row["judge"]), str(row.get("judge_reply") or "")[:2000] or None, "LLM_JUDGE"))
     if row.get("error"):
-        out.append(("error", True, str(row["error"])[:2000], "CODE"))
+        text = str(row["error"])
+        out.append(("error", text.split(":", 1)[0][:200], text[:2000], "CODE"))
     return out
+
+
+def _expectations(row: dict) -> list[tuple[str, Any]]:
+    """The dataset's gold for one question, as MLflow expectations (ground truth, not inputs)."""
+    if row.get("answerable") is False:
+        return [("expected_behavior", "abstain: the history holds no answer")]
+    gold = row.get("gold")
+    return [("expected_response", str(gold))] if gold not in (None, "") else []
 
 
 ASSESSMENTS_TAG = "dkilab.assessments"  # "pending" until a cell's feedback is on its traces, then how many
@@ -574,6 +659,7 @@ def log_assessments(rows: list[dict], only_missing: bool = False) -> int:
     n = 0
     for trace_id, group in by_trace.items():
         items = []
+        expected = _expectations(group[0]) if len(group) == 1 else []
         if len(group) == 1:
             items = _assessments(group[0])
         else:  # a dialogue: the mean per measure, and the turn-by-turn values in the rationale
@@ -581,16 +667,25 @@ def log_assessments(rows: list[dict], only_missing: bool = False) -> int:
             for row in group:
                 for name, value, _, _ in _assessments(row):
                     per.setdefault(name, []).append(value)
-            items = [(name, sum(float(v) for v in vals) / len(vals), "per turn: " + ", ".join(
-                str(round(float(v), 3)) for v in vals), "CODE") for name, vals in per.items()]
+            for name, vals in per.items():
+                if all(isinstance(v, (int, float)) for v in vals):
+                    items.append((name, sum(float(v) for v in vals) / len(vals), "per turn: " + ", ".join(
+                        str(round(float(v), 3)) for v in vals), "CODE"))
+                else:  # text values (response, error): the turns' values in order
+                    items.append((name, ", ".join(map(str, vals))[:200], None, "CODE"))
         if only_missing:
             try:
                 have = {a.name for a in (mlflow.get_trace(trace_id).info.assessments or [])}
             except Exception:  # noqa: BLE001 - the trace is gone: nothing to attach feedback to
                 continue
             items = [it for it in items if it[0] not in have]
+            expected = [e for e in expected if e[0] not in have]
         for name, value, rationale, source in items:
             mlflow.log_feedback(trace_id=trace_id, name=name, value=value, rationale=rationale,
                                 source=AssessmentSource(source_type=source, source_id="dkilab"))
+            n += 1
+        for name, value in expected:
+            mlflow.log_expectation(trace_id=trace_id, name=name, value=value,
+                                   source=AssessmentSource(source_type="HUMAN", source_id="dataset gold"))
             n += 1
     return n

@@ -48,6 +48,8 @@ def _write(tmp_path, name="cfg", **extra):
     ({"model": {"spec": "opneai:m@http://x"}}, r"model\.spec: unknown model loader 'opneai'.*did you mean 'openai'"),
     ({"sweep": {"model.spec": ["offline:smollm2", "nosuch:x"]}}, r"sweep\.model\.spec: unknown model loader 'nosuch'"),
     ({"judge": {"model": "nosuch:judge"}}, r"judge\.model: unknown model loader 'nosuch'"),
+    # issue 34: a typo in an offline model's name is caught when the file is read, not in every cell
+    ({"model": {"spec": "offline:smolm2"}}, r"model\.spec: unknown offline model 'offline:smolm2' \(did you mean 'offline:smollm2'\?\)"),
     ({"max_error_rate": 1.5}, r"max_error_rate"),
 ])
 def test_config_errors_name_the_file_and_the_dotted_key(tmp_path, extra, pattern):

@@ -311,3 +311,19 @@ def test_retrieval_metrics_the_field_reports_against_hand_worked_rankings():
     assert row["recall_at_10"] == 1.0
     # an answer that is not a ranking gets none of them
     assert "ndcg_at_10" not in score_answer(item, Answer("May."))
+
+
+def test_skewed_intervals_print_as_low_high_not_plus_minus():
+    """Issue 34: a p50 latency of 0.919 ms whose interval reaches 3,459 ms is not "0.919 ±1729.021"."""
+    import pandas as pd
+
+    from dkilab.eval.tracking import fmt_interval, with_pm
+
+    assert fmt_interval(0.5, 0.4, 0.6) == "0.500 ±0.100"
+    assert fmt_interval(0.919, 0.5, 3459.0) == "0.919 [0.500, 3459.000]"
+    assert fmt_interval(1.0, 0.8, 1.0) == "1.000 [0.800, 1.000]"  # at the edge: one-sided
+    frame = pd.DataFrame({"score": [0.5], "score_low": [0.45], "score_high": [0.56],
+                          "latency_total_p50_ms": [0.919], "latency_total_p50_ms_low": [0.5],
+                          "latency_total_p50_ms_high": [3459.0]}, index=["a@x"])
+    shown = with_pm(frame)
+    assert shown.at["a@x", "score"] == "0.500 ±0.055" and "[" in shown.at["a@x", "latency_total_p50_ms"]

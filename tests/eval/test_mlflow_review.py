@@ -69,13 +69,21 @@ def test_each_trace_carries_its_scores_and_tags(logged):
         assert tags["category"] == str(row["category"]) and tags["answerable"] == str(row["answerable"]).lower()
         assert t.info.request_metadata["mlflow.sourceRun"] == res.run_id  # the cell's run shows its traces
         got = {a.name: a for a in t.info.assessments}
-        assert got["score"].value == pytest.approx(row["score"]) and got["abstained"].value == bool(row["abstained"])
+        assert got["score"].value == pytest.approx(row["score"])
+        assert got["response"].value == ("abstained" if row["abstained"] else "answered")  # text: no check or cross
         assert got["score"].source.source_type == "CODE"
+        # every boolean reads True = good (MLflow draws True as a green check)
+        assert all(a.value is not False or a.name in ("hallucination_free", "judge") for a in t.info.assessments
+                   if a.feedback is not None)
+        expected = {a.name: a.expectation.value for a in t.info.assessments if a.expectation is not None}
         if row["answerable"]:
             assert got["evidence_in_context"].value == pytest.approx(row["evidence_in_context"])
-            assert "unsupported_claims" in got
+            assert "unsupported_claims" in got and "hallucination_free" not in got
+            assert expected == {"expected_response": str(row["gold"])}  # the gold, as ground truth
         else:
-            assert got["hallucinated"].value == bool(row["hallucinated"])
+            assert got["hallucination_free"].value is (not row["hallucinated"]) and got["hallucination_free"].rationale
+            assert expected == {"expected_behavior": "abstain: the history holds no answer"}
+        assert "gold" not in t.data.spans[0].inputs  # not an input of the question's span
         if row["fact_calls"]:
             validity = got["fact_call_validity"]
             assert validity.value == pytest.approx(row["valid_calls"] / row["fact_calls"]) and validity.rationale
@@ -208,7 +216,7 @@ def test_a_run_over_http_to_a_local_mlflow_server(tmp_path):
         exp = mlflow.get_experiment_by_name(cfg.name)
         assert not exp.artifact_location.startswith(("/", "file:"))  # clients need only the URL
         traces = mlflow.search_traces(locations=[exp.experiment_id], return_type="list")
-        assert len(traces) == 8 and all({"score", "abstained"} <= {a.name for a in t.info.assessments} for t in traces)
+        assert len(traces) == 8 and all({"score", "response"} <= {a.name for a in t.info.assessments} for t in traces)
         table = json.loads(Path(mlflow.MlflowClient().download_artifacts(results[0].run_id, "questions.json")).read_text())
         assert len(table["data"]) == len(results[0].rows)
         rep = _cli("report", cfg.name, "--tracking-uri", url, "--allow-scripted", "--format", "json")
@@ -271,8 +279,35 @@ def test_feedback_left_pending_by_a_stopped_run_is_written_by_the_next_once(tmp_
     results = run_experiment(cfg, uri=uri, progress=False, echo=lines.append)
     assert all(r.skipped for r in results)  # nothing asked again ...
     counts, tags = state()
-    expected = sorted(len(tracking._assessments(row)) for r in results for row in tracking.run_rows(r.run_id))
+    expected = sorted(len(tracking._assessments(row)) + len(tracking._expectations(row))  # feedback + gold
+                      for r in results for row in tracking.run_rows(r.run_id))
     assert counts == expected and min(counts) >= 3 and "pending" not in tags  # ... but the feedback is there
     assert any(ln.startswith("feedback on the traces of 2 cell(s)") for ln in lines), lines
     run_experiment(cfg, uri=uri, progress=False, echo=lambda *a: None)
     assert state()[0] == counts  # written once
+
+
+def test_the_parent_run_shows_the_answer_on_its_first_page(logged):
+    """Issue 34: the parent's Overview lists each cell's headline metric (not "Metrics (0)"); it is named
+    by the experiment, not only a timestamp; paired.csv puts what differs and `real` first, rounded."""
+    import csv
+    import io
+
+    import mlflow
+
+    from dkilab.eval import tracking
+
+    cfg, results, exp, traces = logged
+    client = mlflow.MlflowClient()
+    parents = client.search_runs([exp.experiment_id], "tags.`dkilab.kind` = 'experiment' and "
+                                 "attributes.status = 'FINISHED'")  # other tests stop runs on this store
+    parent = parents[0]
+    assert parent.info.run_name.startswith(f"{cfg.name} ")
+    for r in results:
+        key = tracking.parent_metric_key("score", r.cell.label)
+        assert "@" not in key and parent.data.metrics[key] == pytest.approx(r.metrics["score"])
+    text = Path(client.download_artifacts(parent.info.run_id, "paired.csv")).read_text()
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert list(rows[0])[:8] == ["dataset", "metric", "a", "b", "diff", "low", "high", "real"]
+    assert {r["real"] for r in rows} <= {"yes", "no"}
+    assert all(len(r["diff"].split(".")[-1]) <= 3 for r in rows)  # 0.117, not 0.11666666666666668
