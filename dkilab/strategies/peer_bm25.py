@@ -3,7 +3,7 @@ own index (jieba for Chinese runs, lower-cased words otherwise). The simplest le
 from __future__ import annotations
 
 from dkilab.strategies.base import register
-from dkilab.strategies.peer_base import PeerRetriever, need, render
+from dkilab.strategies._peers import PeerRetriever, need, render
 from dkilab.text.segment import segment
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from dkilab.strategies.base import register
-from dkilab.strategies.peer_base import PeerRetriever, need, render
+from dkilab.strategies._peers import PeerRetriever, need, render
 
 
 class _Encoder:
