@@ -48,17 +48,27 @@ def _runs(experiment: str, tracking_uri: str | None):
 def load_runs(experiment: str, tracking_uri: str | None = None, params: bool = True):
     """One row per finished cell of `experiment` (the newest run per config hash), in config order, indexed
     by cell label: `strategy`, `dataset`, `run_id`, every metric with `<m>_low` / `<m>_high` beside it where
-    it has an interval, and (with `params`) the strategy params and sweep values as `param.<key>`."""
+    it has an interval, and (with `params`) the strategy params and sweep values as `param.<key>`.
+    `invocation` (the parent run) and `host` say where each cell ran; a warning says when they differ."""
     import pandas as pd
 
     from dkilab.eval.metrics.bootstrap import ci_keys
     from dkilab.eval.tracking import read_metrics
 
+    import warnings
+
+    from dkilab.eval.tracking import provenance_notes
+
     rows = []
-    for run in _runs(experiment, tracking_uri):
+    runs = _runs(experiment, tracking_uri)
+    for note in provenance_notes(runs):  # cells from several invocations: say so where the frame is shown
+        warnings.warn(note.removeprefix("note: "), stacklevel=2)
+    for run in runs:
         metrics = read_metrics(run)
         row: dict[str, Any] = {"cell": run.info.run_name, "strategy": run.data.params.get("strategy.name"),
-                               "dataset": run.data.params.get("dataset.name"), "run_id": run.info.run_id}
+                               "dataset": run.data.params.get("dataset.name"), "run_id": run.info.run_id,
+                               "invocation": run.data.tags.get("mlflow.parentRunId"),
+                               "host": run.data.tags.get("dkilab.host")}
         for name, value in metrics.items():
             if name.endswith(("_ci95_low", "_ci95_high")):
                 continue

@@ -527,6 +527,30 @@ def experiment_runs(experiment: str, uri: str | None = None) -> list:
     return config_ordered(newest_per_cell(runstate.finished_runs(exp.experiment_id).values()))
 
 
+def provenance_notes(runs) -> list[str]:
+    """Say when the cells of a comparison come from different invocations, machines or code: scores still
+    compare (same questions, same config hash), latencies and throughput only within one run."""
+    import datetime as dt
+
+    parents: dict[str, list] = {}
+    for r in runs:
+        parents.setdefault(r.data.tags.get("mlflow.parentRunId", r.info.run_id), []).append(r)
+    hosts = sorted({r.data.tags.get("dkilab.host", "?") for r in runs})
+    commits = sorted({r.data.tags.get("mlflow.source.git.commit", "?")[:12] for r in runs})
+    if len(parents) < 2 and len(hosts) < 2 and len(commits) < 2:
+        return []
+    when = sorted(dt.datetime.fromtimestamp(min(x.info.start_time for x in group) / 1000).strftime("%m-%d %H:%M")
+                  for group in parents.values())
+    parts = [f"{len(parents)} invocations (started {', '.join(when)})"]
+    if len(hosts) > 1:
+        parts.append(f"{len(hosts)} machines ({', '.join(hosts)})")
+    if len(commits) > 1:
+        parts.append(f"{len(commits)} code versions ({', '.join(commits)})")
+    return [f"note: these cells come from {' and '.join(parts)}. Scores compare (same questions, same config); "
+            "latency and throughput compare only between cells of one invocation, which may have run under "
+            "different load."]
+
+
 def newest_per_cell(runs) -> list:
     """One run per cell label: the newest (a config edited between runs leaves older hashes behind, and two
     rows for one label made reports crash and notebooks double-count)."""
@@ -564,6 +588,7 @@ def report(experiment: str, uri: str | None = None, pairs: bool = True, by_categ
     table = metrics_frame([(r.info.run_name, read_metrics(r)) for r in runs], intervals=True, extra=metrics)
     table["questions"] = [r.data.metrics.get("questions") for r in runs]  # n
     notes = detector_notes([r.data.params for r in runs]) if "hallucination_rate" in table.columns else []
+    notes = provenance_notes(runs) + notes
     if not pairs:
         return table, pd.DataFrame(), notes
     keyed = [(r.info.run_name, run_dataset_key(r), run_rows(r.info.run_id)) for r in runs]
