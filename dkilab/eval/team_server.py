@@ -166,13 +166,10 @@ class TeamServer:
             raise
 
     def stop(self) -> None:
-        if self.mlflow is not None and self.mlflow.poll() is None:
-            os.killpg(self.mlflow.pid, signal.SIGTERM)  # the server and its gunicorn/uvicorn workers
-            try:
-                self.mlflow.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.mlflow.pid, signal.SIGKILL)
-                self.mlflow.wait(timeout=10)
+        if self.mlflow is not None:
+            from dkilab.eval.ui import stop_group
+
+            stop_group(self.mlflow, grace=30)  # the server and its gunicorn/uvicorn workers, as a group
         if self.postgres is not None:  # an external database is not ours to stop
             self.postgres.stop()
 

@@ -74,3 +74,18 @@ def test_a_peer_names_its_release_in_the_cell_identity():
     ident = STRATEGIES["peer_engram"]().identity()
     assert ident["peer"] == "engram-search 0.1.7"
     assert STRATEGIES["peer_bm25"]().identity()["peer"] == "rank-bm25 0.2.2"
+
+
+def test_a_missing_peer_package_names_the_install_command(two_users, monkeypatch):
+    import importlib
+
+    real = importlib.import_module
+
+    def without_rank_bm25(name, *a, **k):
+        if name == "rank_bm25":
+            raise ImportError("No module named 'rank_bm25'")
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(importlib, "import_module", without_rank_bm25)
+    with pytest.raises(ImportError, match=r"peer_bm25|rank-bm25==0\.2\.2: pip install 'dkilab\[peers\]'"):
+        STRATEGIES["peer_bm25"]().answer("cello", two_users.for_user("alice"), None)
