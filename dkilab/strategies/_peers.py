@@ -60,16 +60,15 @@ class PeerRetriever(Strategy):
             installed = "not installed"
         return super().identity(model_name) | {"peer": f"{name} {installed}"}
 
-    def messages(self, memory) -> list[Message]:
-        return memory.recent(memory.count()) if memory.count() else []
 
     def index_for(self, memory):
         """The user's index, built on first use (keyed by store, user and message count)."""
         store = getattr(memory, "_store", None)
-        key = (id(store), getattr(store, "path", None), memory.user_id, memory.count())
+        count = memory.count()
+        key = (id(store), getattr(store, "path", None), memory.user_id, count)
         with self._lock:
             if key not in self._indexes:
-                msgs = self.messages(memory)
+                msgs = memory.recent(count) if count else []
                 self._indexes[key] = (msgs, self.build(msgs, memory))
             return self._indexes[key]
 
