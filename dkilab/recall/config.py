@@ -15,25 +15,28 @@ class _Strict(BaseModel):
 
 class SignalsConfig(_Strict):
     keyword_enabled: bool = True  # keyword + weight retrieval (BM25 over jieba keywords)
-    keyword_topk: int = Field(5, ge=1, le=50)  # keywords extracted from the query
+    keyword_topk: int = Field(8, ge=1, le=50)  # keywords extracted from the query (seed: 5)
     keyword_method: Literal["tfidf", "textrank"] = "tfidf"
     vector_enabled: bool = True  # vector similarity retrieval
-    vector_top_k: int = Field(10, ge=1, le=1000)
-    vector_threshold: float = Field(0.5, ge=-1, le=1)  # minimum cosine similarity
+    vector_top_k: int = Field(50, ge=1, le=1000)  # (seed: 10)
+    # minimum cosine similarity (seed: 0.5, which drops most relevant MiniLM / e5 cosines; the fused rank decides)
+    vector_threshold: float = Field(0.0, ge=-1, le=1)
     reference_enabled: bool = True  # reference resolution (ReferenceResolver)
     # --- dkilab additions (not in the seed): how the signals are fused --------------------
-    lexical_query: Literal["keywords", "full"] = "keywords"  # BM25 over the keywords or the whole query
-    lexical_top_k: int = Field(20, ge=1, le=200)
-    fusion: Literal["rrf", "weighted"] = "rrf"  # reciprocal-rank fusion or weighted min-max scores
+    # The defaults are the dev-split winner (experiments/retrieval_tune_dev.yaml), checked on held-back data
+    # by `dkilab bench retrieval` (issue 30); the seed's own values are noted where they differ.
+    lexical_query: Literal["keywords", "full"] = "full"  # BM25 over the whole query (stopwords dropped) or the keywords
+    lexical_top_k: int = Field(50, ge=1, le=200)
+    fusion: Literal["rrf", "weighted"] = "weighted"  # weighted min-max scores or reciprocal-rank fusion
     rrf_k: int = Field(60, ge=1)
-    weights: dict[str, float] = Field(default_factory=lambda: {"keyword": 1.0, "vector": 1.0, "reference": 0.5})
+    weights: dict[str, float] = Field(default_factory=lambda: {"keyword": 1.0, "vector": 0.6, "reference": 0.3})
     neighbor_expansion: int = Field(0, ge=0, le=5)  # add +-n session neighbours of the top hits
     neighbor_top: int = Field(5, ge=0, le=100)  # ... of this many top hits
     neighbor_decay: float = Field(0.5, ge=0, le=1)  # neighbour score = decay x anchor score
     session_boost: float = Field(0.0, ge=0)  # boost by the share of hits the message's session holds
     # when the query names exactly one speaker of this memory, candidates come from that speaker's
     # messages; the unfocused lists still count with this weight (0 = off: no focusing)
-    speaker_focus: float = Field(0.0, ge=0, le=1)
+    speaker_focus: float = Field(0.3, ge=0, le=1)
     # when the query carries a date cue ("last week", "in May", 5月7日: recall/temporal.py) resolved against
     # when it is asked, candidates come from that window; the unfocused lists count with this weight (0 = off)
     temporal_focus: float = Field(0.0, ge=0, le=1)
