@@ -450,7 +450,7 @@ def build_parser() -> argparse.ArgumentParser:
     be.add_argument("--messages", type=int, default=1000)
     be.add_argument("--queries", type=int, default=100)
     be.set_defaults(func=_cmd_bench_embedders)
-    brt = bench_sub.add_parser("retrieval", help="recall defaults vs the dev-tuned pipeline vs single signals on "
+    brt = bench_sub.add_parser("retrieval", help="recall defaults (the dev-tuned pipeline) vs the previous defaults vs single signals on "
                                                  "held-back data (experiments/retrieval_bench.yaml), paired")
     brt.add_argument("--data-dir", default=None)
     brt.add_argument("--metric", default="recall_at_10")

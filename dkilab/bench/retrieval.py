@@ -1,7 +1,7 @@
 """Retrieval benchmark (issue 30): the recall candidates of `experiments/retrieval_bench.yaml` on data
 they were not tuned on, as one table: dataset split x method, the metric with its 95% interval, the
-paired difference of each method against the shipped defaults, every category where a candidate loses
-against the defaults or the fused pipeline falls below the best single signal by more than its interval,
+paired difference of each method against the previous defaults, every category where a candidate loses
+against them or the shipped defaults falls below the best single signal by more than its interval,
 and with `--peers` two third-party retrievers run in the same experiment (same stores, same questions,
 same encoder), compared on every retrieval metric with the dkilab/peer ratio.
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 CONFIG = Path(__file__).resolve().parents[2] / "experiments" / "retrieval_bench.yaml"
-BASELINE, FUSED, SINGLE = "defaults", "tuned", ("bm25_only", "dense_only")
+BASELINE, FUSED, SINGLE = "previous_defaults", "defaults", ("bm25_only", "dense_only")
 # the peers `--peers` adds to the config's strategies (dkilab/strategies/peer_*.py)
 PEERS = [{"name": "peer_engram", "label": "engram_search"}, {"name": "peer_bm25", "label": "rank_bm25"}]
 # the metrics a peer is compared on, and which published figure each corresponds to (metrics/retrieval.py)
@@ -112,8 +112,8 @@ def _category_losses(cells, fn, method, others, title, category_of, paired) -> i
 
 
 def _peer_table(cells, peer_labels, aggregate, metric_ci, paired, metrics) -> None:
-    """dkilab (defaults and tuned) against each peer on every retrieval metric, in the same run: value,
-    the dkilab/peer ratio, and whether tuned - peer is a real difference (paired, 95%)."""
+    """dkilab (previous and shipped defaults) against each peer on every retrieval metric, in the same run:
+    value, the dkilab/peer ratio, and whether defaults - peer is a real difference (paired, 95%)."""
     ours = [m for m in (BASELINE, FUSED) if any(m in by for by in cells.values())]
     print(f"\npeers in the same run (same stores, questions and encoder); ratio = {FUSED} / peer, "
           f"* = {FUSED} - peer real (paired 95%):")

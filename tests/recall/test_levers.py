@@ -39,7 +39,7 @@ def memory(store):
 
 def recall(memory, question, asked_at=ASKED, **signals):
     cfg = RecallConfig().model_copy(deep=True)
-    base = {"reference_enabled": False, "vector_threshold": 0.0, "fusion": "weighted"}
+    base = {"reference_enabled": False, "vector_threshold": 0.0, "fusion": "weighted", "speaker_focus": 0.0}
     cfg = cfg.with_updates({f"signals.{k}": v for k, v in (base | signals).items()})
     return MultiSignalRecall(cfg, None, memory).recall(question, max_results=8, asked_at=asked_at)
 
