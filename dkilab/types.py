@@ -1,4 +1,4 @@
-"""Core data types shared by every package (see ARCHITECTURE.md §1)."""
+"""Core data types shared by every package (see docs/architecture.md §1)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

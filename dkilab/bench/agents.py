@@ -10,10 +10,7 @@ import statistics
 import time
 from datetime import timedelta
 
-
-def _pct(xs: list[float], p: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+from dkilab.eval.metrics.base import percentile
 
 
 def _locomo_like(data_dir):
@@ -63,7 +60,7 @@ def recall_agent_figures(data_dir=None, questions: int = 200) -> dict:
         res = RecallAgent(view).recall(q, now=asked)
         ms.append((time.perf_counter() - t) * 1000)
         calls.append(res.tool_calls)
-    return {"label": label, "n": len(ms), "p50": _pct(ms, 50), "p95": _pct(ms, 95), "calls": statistics.mean(calls)}
+    return {"label": label, "n": len(ms), "p50": percentile(ms, 50), "p95": percentile(ms, 95), "calls": statistics.mean(calls)}
 
 
 def pointer_figures(repeat: int = 20) -> dict:
@@ -81,7 +78,7 @@ def pointer_figures(repeat: int = 20) -> dict:
             t = time.perf_counter()  # a fresh resolver per case: nothing is cached
             strategy.answer(q.question, store.for_user(c.user_id), None, task=q.metadata["task"])
             ms.append((time.perf_counter() - t) * 1000)
-    return {"n": len(ms), "cases": len(convs), "p50": _pct(ms, 50), "p95": _pct(ms, 95)}
+    return {"n": len(ms), "cases": len(convs), "p50": percentile(ms, 50), "p95": percentile(ms, 95)}
 
 
 def main(data_dir=None, questions: int = 200, repeat: int = 20) -> int:

@@ -53,7 +53,7 @@ def _writer(path: str, user: str, n: int, seed: int, q, started) -> None:
 
 
 def concurrency(writers: int = 4, messages: int = 2000, readers: int = 2, seed: int = 0) -> dict:
-    from dkilab.bench.store import _pct
+    from dkilab.eval.metrics.base import percentile
     from dkilab.memory import MemoryStore
 
     with tempfile.TemporaryDirectory(prefix="dkilab-bench-conc-") as tmp:
@@ -105,7 +105,7 @@ def concurrency(writers: int = 4, messages: int = 2000, readers: int = 2, seed: 
     return {"writers": writers, "messages": messages, "readers": readers, "wall_s": wall,
             "lost": sum(messages - stored[u] for u in users), "reported_added": sum(added.values()),
             "write_errors": [e for _, _, es in results for e in es], "read_errors": errors,
-            "latency": {k: (_pct(v, 50), _pct(v, 95), len(v)) for k, v in lat.items() if v}}
+            "latency": {k: (percentile(v, 50), percentile(v, 95), len(v)) for k, v in lat.items() if v}}
 
 
 def open_time(users: int = 2000, per_user: int = 3) -> dict:

@@ -17,17 +17,15 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 import os
 import subprocess
 import tempfile
 import time
 
+from dkilab.eval.metrics.base import percentile
+
 ENDPOINTS = ("lexical_search", "semantic_search", "messages_list", "neighbors", "get")
-
-
-def _pct(xs: list[float], p: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))] if xs else float("nan")
 
 
 def _store(data_dir):
@@ -155,7 +153,7 @@ def _in_process(store, bodies, endpoint: str, n: int = 300) -> float:
         else:
             mem.semantic_search(body["query_text"], top_k=body["top_k"])
         lat.append((time.perf_counter() - t) * 1000)
-    return _pct(lat, 50)
+    return percentile(lat, 50, math.nan)
 
 
 def main(data_dir=None, clients=(1, 8, 32), seconds: float = 4.0, endpoints=ENDPOINTS, flood_clients: int = 4) -> int:
@@ -190,8 +188,8 @@ def main(data_dir=None, clients=(1, 8, 32), seconds: float = 4.0, endpoints=ENDP
             for c in clients:
                 lat, errors, wall = asyncio.run(_load(url, keys, bodies, endpoint, c, seconds))
                 total_errors += len(errors)
-                print(f"{endpoint:16s} {c:7d} {len(lat):8d} {len(lat) / wall:7.0f} {_pct(lat, 50):7.1f} "
-                      f"{_pct(lat, 95):7.1f} {_pct(lat, 99):7.1f} {len(errors):6d} {local[endpoint]:9.2f}"
+                print(f"{endpoint:16s} {c:7d} {len(lat):8d} {len(lat) / wall:7.0f} {percentile(lat, 50, math.nan):7.1f} "
+                      f"{percentile(lat, 95, math.nan):7.1f} {percentile(lat, 99, math.nan):7.1f} {len(errors):6d} {local[endpoint]:9.2f}"
                       + (f"  ({', '.join(sorted(set(errors)))})" if errors else ""), flush=True)
         if flood_clients:
             for n in (0, flood_clients):
@@ -199,7 +197,7 @@ def main(data_dir=None, clients=(1, 8, 32), seconds: float = 4.0, endpoints=ENDP
                 total_errors += len(errors)
                 what = (f"while one tenant floods ({n} clients: recent n=10000, messages_list page_size 1000; "
                         f"{answered} answered, {refused} refused 429)" if n else "alone")
-                print(f"isolation: another tenant's get p50 {_pct(lat, 50):.1f} ms, p99 {_pct(lat, 99):.1f} ms "
+                print(f"isolation: another tenant's get p50 {percentile(lat, 50, math.nan):.1f} ms, p99 {percentile(lat, 99, math.nan):.1f} ms "
                       f"({len(lat)} requests) {what}" + (f"  errors: {', '.join(sorted(set(errors)))}" if errors else ""),
                       flush=True)
     finally:

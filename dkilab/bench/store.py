@@ -18,10 +18,7 @@ from dataclasses import replace
 
 import numpy as np
 
-
-def _pct(xs: list[float], p: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+from dkilab.eval.metrics.base import percentile
 
 
 def _time(fn) -> float:
@@ -59,7 +56,7 @@ def _report(name: str, n_msgs: int, n_users: int, ingest_s: float, lat: dict[str
     print(f"  {'tool':16s} {'p50 ms':>8s} {'p95 ms':>8s}")
     for tool, xs in lat.items():
         if not tool.startswith("_"):
-            print(f"  {tool:16s} {_pct(xs, 50):8.2f} {_pct(xs, 95):8.2f}")
+            print(f"  {tool:16s} {percentile(xs, 50):8.2f} {percentile(xs, 95):8.2f}")
 
 
 PARTS = ("locomo", "synthetic", "concurrency", "open")

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from dkilab.config import ConfigError
 from dkilab.eval.experiment import Cell, ExperimentConfig
+from dkilab.eval.metrics.base import percentile
 
 THRESHOLD = "recall.summary.per_message_threshold"
 NEAR = 0.01  # thresholds whose summaries differ on fewer than 1% of the messages: said, not refused
@@ -23,10 +24,6 @@ def message_lengths(cell: Cell, data_dir=None) -> list[int]:
     convs = load_dataset(d.name, data_dir=data_dir, limit=d.limit, path=d.path)
     counter = load_tokenizer_model(cell.model.spec, **cell.model.load_kwargs())
     return sorted(counter.count_tokens(m.content) for c in convs for m in c.messages)
-
-
-def _pct(xs: list[int], p: float) -> int:
-    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
 
 
 def check_thresholds(cfg: ExperimentConfig, cells: list[Cell], data_dir=None, source: str = "<config>",
@@ -48,8 +45,8 @@ def check_thresholds(cfg: ExperimentConfig, cells: list[Cell], data_dir=None, so
                 continue
             n = len(lengths)
             above = {v: n - bisect.bisect_right(lengths, v) for v in values}
-            echo(f"{cell.dataset.key}: {n} messages, tokens p10 {_pct(lengths, 10)} / p50 {_pct(lengths, 50)} / "
-                 f"p90 {_pct(lengths, 90)} / p99 {_pct(lengths, 99)} / max {lengths[-1]}; summarised at "
+            echo(f"{cell.dataset.key}: {n} messages, tokens p10 {percentile(lengths, 10)} / p50 {percentile(lengths, 50)} / "
+                 f"p90 {percentile(lengths, 90)} / p99 {percentile(lengths, 99)} / max {lengths[-1]}; summarised at "
                  + ", ".join(f"{v}: {above[v]} ({above[v] / n:.1%})" for v in values))
             for a, b in zip(values, values[1:]):
                 between = above[a] - above[b]

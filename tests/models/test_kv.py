@@ -1,4 +1,4 @@
-"""K/V memory injection on the real offline SmolLM2 (fp32): the properties ARCHITECTURE §5 asks for."""
+"""K/V memory injection on the real offline SmolLM2 (fp32): the properties docs/architecture.md §2 (K/V injection) asks for."""
 import torch
 import pytest
 

@@ -1,4 +1,4 @@
-"""Metrics (ARCHITECTURE §6): answer quality, hallucination, fact calls, retrieval, cost — each declared
+"""Metrics (docs/architecture.md §4): answer quality, hallucination, fact calls, retrieval, cost — each declared
 once (`base.metric` / `base.declare`) with its aggregation, direction and table position; scorers per
 dataset (`base.scorer`); bootstrap intervals and paired comparisons (`bootstrap`)."""
 from dkilab.eval.metrics.abstention import detector_card, evaluate_detector, is_abstention, load_phrasings

@@ -173,9 +173,12 @@ def _in_subset(row: dict, subset: str) -> bool:
     return subset == "all" or (row.get("answerable") if subset == "answerable" else not row.get("answerable"))
 
 
-def _pct(xs: list[float], p: float) -> float | None:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))] if xs else None
+def percentile(xs, p: float, empty=None):
+    """The nearest-rank p-th percentile of `xs` (one of its values, as its own type), `empty` when there
+    are none: the one percentile of the project (latency aggregates, benchmarks, length checks)."""
+    import numpy as np
+
+    return np.percentile(np.asarray(xs), p, method="nearest").item() if len(xs) else empty
 
 
 def values(m: Metric, rows: list[dict]) -> list[float]:
@@ -200,7 +203,7 @@ def aggregate_metric(m: Metric, rows: list[dict]) -> float | None:
         return None
     if m.aggregation == "mean":
         return sum(xs) / len(xs)
-    return _pct(xs, 50 if m.aggregation == "p50" else 95)
+    return percentile(xs, 50 if m.aggregation == "p50" else 95)
 
 
 def aggregate(rows: list[dict[str, Any]]) -> dict[str, float]:
