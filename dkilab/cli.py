@@ -133,15 +133,15 @@ def _positive_int(text: str) -> int:
 def _cmd_gpu(args: argparse.Namespace) -> int:
     from dkilab.gpu.command import main as gpu_main
 
-    return gpu_main(args)
+    return gpu_main(args, cli=main)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
     import os
 
     from dkilab.eval.experiment import load_experiment, parse_set, with_question_limit
-    from dkilab.eval.runner import check_expectations, process_state, results_table, run_experiment, tracking_uri
-    from dkilab.eval.tracking import INTERVAL_NOTE, format_table
+    from dkilab.eval.runner import check_expectations, process_state, run_experiment
+    from dkilab.eval.tracking import INTERVAL_NOTE, format_table, results_table, tracking_uri
 
     if args.data_dir:
         os.environ["DKILAB_DATA_DIR"] = args.data_dir
@@ -303,7 +303,7 @@ def _report_runs(args) -> list[tuple[str, str]]:
 
 def _open_hint(given: str | None, experiment: str) -> str:
     """How to read back and open what a run wrote, for the store it used."""
-    from dkilab.eval.runner import DEFAULT_TRACKING_URI, tracking_uri
+    from dkilab.eval.tracking import DEFAULT_TRACKING_URI, tracking_uri
 
     uri = tracking_uri(given)
     flag = "" if uri == DEFAULT_TRACKING_URI or (not given and uri) else f" --tracking-uri {uri}"
@@ -312,7 +312,7 @@ def _open_hint(given: str | None, experiment: str) -> str:
 
 
 def _cmd_ui(args: argparse.Namespace) -> int:
-    from dkilab.eval.runner import tracking_uri
+    from dkilab.eval.tracking import tracking_uri
     from dkilab.eval.tracking import existing_store
 
     uri = tracking_uri(args.tracking_uri)

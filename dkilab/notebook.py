@@ -246,7 +246,7 @@ def category_values(predictions, metric: str = "score"):
 
 def plot_categories(predictions, metric: str = "score", title: str = ""):
     """`metric` per category and cell with 95% intervals and question counts (a `load_predictions` frame)."""
-    from dkilab.eval.metrics.base import aggregate_by_category
+    from dkilab.eval.metrics.bootstrap import aggregate_by_category
     from dkilab.eval.plots import category_figure
 
     by_cell = {cell: aggregate_by_category(rows, names=[metric], intervals=True)

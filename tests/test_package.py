@@ -110,3 +110,42 @@ def test_every_third_party_import_of_the_library_is_a_declared_dependency():
         if not names & declared:
             missing[mod] = sorted(names) or "not installed"
     assert not missing, f"imported but not declared in pyproject.toml: {missing}"
+
+
+def _internal_imports() -> dict[str, set[str]]:
+    """dkilab module -> the dkilab modules it imports (top level or inside functions, relative too)."""
+    import ast
+
+    mods = {}
+    for path in (ROOT / "dkilab").rglob("*.py"):
+        name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        mods[name.removesuffix(".__init__")] = path
+    edges = {m: set() for m in mods}
+    for mod, path in mods.items():
+        package = mod if path.name == "__init__.py" else mod.rsplit(".", 1)[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(parts + ([base] if base else []))
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in node.names]
+            else:
+                continue
+            for target in targets:
+                while target and target not in mods:
+                    target = target.rsplit(".", 1)[0] if "." in target else ""
+                if target and target != mod and target != "dkilab" and not mod.startswith(target + "."):
+                    edges[mod].add(target)
+    return edges
+
+
+def test_no_two_modules_import_each_other():
+    """Issue 31: dependencies point one way. A pair of modules that import each other (even lazily,
+    inside a function) is a cycle; the fix is a third module both import, or passing a callable in."""
+    edges = _internal_imports()
+    assert "dkilab.eval.tracking" in edges["dkilab.eval.runner"]  # the walk sees imports (not vacuous)
+    cycles = sorted({tuple(sorted((a, b))) for a in edges for b in edges[a] if a in edges.get(b, ())})
+    assert cycles == [], cycles

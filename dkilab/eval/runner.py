@@ -16,7 +16,6 @@ row; one MLflow parent run per invocation and one child run per cell.
 from __future__ import annotations
 
 import itertools
-import json
 import time
 import traceback
 from contextlib import nullcontext
@@ -27,9 +26,8 @@ from typing import Any
 from dkilab.eval.cell import load_cell_data, make_judge, run_cell, score_cell
 from dkilab.eval.journal import Journal
 from dkilab.eval.experiment import Cell, ExperimentConfig, check_config
+from dkilab.eval.tracking import tracking_uri
 
-ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_TRACKING_URI = f"sqlite:///{ROOT / 'mlflow' / 'mlflow.db'}"
 
 
 @dataclass
@@ -60,11 +58,6 @@ class CellResult:
             self.rows = run_rows(self.run_id)
         return self.rows
 
-
-def tracking_uri(uri: str | None = None) -> str:
-    import os
-
-    return uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
 
 
 def _ensure_experiment(cfg: ExperimentConfig, uri: str) -> str:
@@ -415,14 +408,3 @@ def check_expectations(cfg: ExperimentConfig, results: list[CellResult]) -> list
                 problems.append(f"{res.cell.label}: {metric} = {value} not in [{lo}, {hi}]")
     return problems
 
-
-def results_table(results: list[CellResult], intervals: bool = False):
-    """One row per finished or skipped cell, in config order; the declared table columns that at least
-    one cell has (`intervals=True` adds `<metric>_low` / `<metric>_high` beside each)."""
-    from dkilab.eval.tracking import metrics_frame
-
-    return metrics_frame([(r.cell.label, r.metrics) for r in results if r.done], intervals=intervals)
-
-
-def dumps_rows(rows) -> str:
-    return "\n".join(json.dumps(r, ensure_ascii=False, default=str) for r in rows) + "\n"

@@ -17,9 +17,29 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from dkilab.eval.metrics.base import aggregate_by_category, category_of
-from dkilab.eval.metrics.bootstrap import ci_keys, with_intervals
+from dkilab.eval.metrics.base import category_of
+from dkilab.eval.metrics.bootstrap import aggregate_by_category, ci_keys, with_intervals
 
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_TRACKING_URI = f"sqlite:///{ROOT / 'mlflow' / 'mlflow.db'}"
+
+
+def tracking_uri(uri: str | None = None) -> str:
+    """The store to use: the one given, else $MLFLOW_TRACKING_URI, else mlflow/mlflow.db in the project."""
+    import os
+
+    return uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+
+
+def dumps_rows(rows) -> str:
+    """Per-question rows as JSON lines (predictions.jsonl)."""
+    return "\n".join(json.dumps(r, ensure_ascii=False, default=str) for r in rows) + "\n"
+
+
+def results_table(results, intervals: bool = False):
+    """One row per finished or skipped cell (runner.CellResult), in config order; the declared table
+    columns that at least one cell has (`intervals=True` adds `<metric>_low` / `<metric>_high` beside each)."""
+    return metrics_frame([(r.cell.label, r.metrics) for r in results if r.done], intervals=intervals)
 
 
 def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
@@ -98,8 +118,6 @@ def cell_metrics(rows: list[dict], wall_s: float, extra: dict[str, float] | None
 def log_cell(cell, rows: list[dict], errors: list[str], wall_s: float, extra: dict[str, float] | None = None
              ) -> dict[str, float]:
     import mlflow
-
-    from dkilab.eval.runner import dumps_rows
 
     resolved = cell.resolved
     params = {k: (str(v)[:5000] if v is not None else "None") for k, v in flatten(resolved).items()}
@@ -309,7 +327,6 @@ def log_comparison(results) -> None:
     import mlflow
 
     from dkilab.eval.metrics import primary_metric
-    from dkilab.eval.runner import results_table
 
     done = [r for r in results if r.done]
     table = results_table(done, intervals=True)
@@ -511,7 +528,6 @@ def experiment_runs(experiment: str, uri: str | None = None) -> list:
     import mlflow
 
     from dkilab.eval import runstate
-    from dkilab.eval.runner import tracking_uri
 
     uri = existing_store(tracking_uri(uri))
     mlflow.set_tracking_uri(uri)

@@ -20,6 +20,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 GPU_CONFIGS = ("experiments/gpu/locomo_strategies.yaml", "experiments/gpu/sweep_threshold_budget.yaml",
@@ -33,7 +34,8 @@ def gpu_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def main(args) -> int:
+def main(args, cli: Callable[[list[str]], int]) -> int:
+    """`cli` is the `dkilab` entry point (dkilab.cli.main), passed in so this module does not import it."""
     from dkilab.gpu.preflight import cuda_missing, preflight
 
     echo = print
@@ -49,7 +51,7 @@ def main(args) -> int:
         os.environ["DKILAB_DATA_DIR"] = args.data_dir
     configs = args.configs or [c for c in GPU_CONFIGS if Path(c).exists()]
     from dkilab.eval.experiment import parse_set
-    from dkilab.eval.runner import tracking_uri
+    from dkilab.eval.tracking import tracking_uri
 
     uri = tracking_uri(args.tracking_uri)
     report = Path(args.report_dir or f"reports/gpu-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -88,13 +90,13 @@ def main(args) -> int:
     outcomes = []
     for path, cfg, _ in checked.configs:
         t = time.perf_counter()
-        code = _run_config(path, uri, processes, args)
+        code = _run_config(path, uri, processes, args, cli)
         outcomes.append({"config": str(path), "experiment": cfg.name, "exit": code,
                          "minutes": round((time.perf_counter() - t) / 60, 1)})
         echo(f"  {path}: {'done' if code == 0 else f'exit {code} (failed cells are retried by the next run)'}")
     echo(f"5/5 report folder {report}")
     for o in outcomes:
-        _report(o["experiment"], uri, report / o["experiment"])
+        _report(o["experiment"], uri, report / o["experiment"], cli)
     _index(report, plan, smoke, outcomes)
     echo(f"dkilab gpu: report in {report / 'index.md'}")
     return 0 if all(o["exit"] == 0 for o in outcomes) else 1
@@ -122,7 +124,7 @@ def _plan(checked, uri: str, processes: int, echo) -> list[dict]:
     return rows
 
 
-def _run_config(path, uri: str, processes: int, args) -> int:
+def _run_config(path, uri: str, processes: int, args, cli) -> int:
     """One config: in this process, or under `accelerate launch` with one process per GPU."""
     cmd = ["run", str(path), "--tracking-uri", uri] + [x for s in (args.set or []) for x in ("--set", s)] + (
         ["--limit", str(args.limit)] if args.limit else []) + (["--data-dir", args.data_dir] if args.data_dir else [])
@@ -131,15 +133,11 @@ def _run_config(path, uri: str, processes: int, args) -> int:
         return subprocess.run([str(launcher), "launch", "--multi_gpu", "--num_processes", str(processes),
                                "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
                                "-m", "dkilab.cli", *cmd]).returncode
-    from dkilab.cli import main as cli
-
     return cli(cmd)
 
 
-def _report(experiment: str, uri: str, folder: Path) -> None:
+def _report(experiment: str, uri: str, folder: Path, cli) -> None:
     """The experiment's table, paired differences, per-category view and plots into `folder`."""
-    from dkilab.cli import main as cli
-
     folder.mkdir(parents=True, exist_ok=True)
     for name, extra in (("table.md", ["--format", "markdown", "--plots", str(folder)]), ("table.csv", ["--format", "csv"]),
                         ("by_category.md", ["--format", "markdown", "--by", "category"]), ("report.json", ["--format", "json"])):

@@ -1,7 +1,6 @@
 """MemoryStore: messages in SQLite (+FTS5 for BM25) with per-user FAISS indexes beside it."""
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import secrets
@@ -16,6 +15,7 @@ import numpy as np
 from dkilab.memory.cursor import CursorCodec
 from dkilab.memory.embedder import DEFAULT_EMBEDDER, Embedder
 from dkilab.memory.sqlite import connect, transaction, with_retry
+from dkilab.memory.rows import MSG_COLS, fts_table, row_to_message
 from dkilab.memory.vectors import VectorIndex
 from dkilab.text.segment import segment
 from dkilab.types import Message
@@ -55,19 +55,7 @@ _FTS_DDL = ("CREATE VIRTUAL TABLE IF NOT EXISTS {table} USING fts5("
             "body, extra, content='', tokenize='porter unicode61 remove_diacritics 2')")
 
 
-def fts_table(slot: int) -> str:
-    return f"fts_u{int(slot)}"
-
-
-_MSG_COLS = "rid, message_id, user_id, session_id, turn_id, role, content, ts, topic, speaker, metadata"
-
-
 SLOT_BITS = 32
-
-
-def user_key(user_id: str) -> str:
-    """A file-name-safe key for a user's FAISS index."""
-    return "u" + hashlib.sha1(user_id.encode()).hexdigest()[:20]
 
 
 # What a message's vector is computed from. v2 adds the message it replies to (the previous turn of
@@ -109,14 +97,6 @@ def _reindex_fts(c) -> None:
 
 class _TurnTaken(Exception):
     """Another writer stored the turn this one allocated (add_turn retries)."""
-
-
-def row_to_message(row) -> Message:
-    return Message(
-        message_id=row["message_id"], user_id=row["user_id"], session_id=row["session_id"],
-        turn_id=row["turn_id"], role=row["role"], content=row["content"], timestamp=row["ts"],
-        topic=row["topic"], speaker=row["speaker"], metadata=json.loads(row["metadata"]),
-    )
 
 
 class MemoryStore:
@@ -379,7 +359,7 @@ class MemoryStore:
                 out[m.message_id] = best
                 continue
             row = self.conn.execute(
-                f"SELECT {_MSG_COLS} FROM messages WHERE user_id=? AND session_id=? AND turn_id<? "
+                f"SELECT {MSG_COLS} FROM messages WHERE user_id=? AND session_id=? AND turn_id<? "
                 "ORDER BY turn_id DESC, rid DESC LIMIT 1", (m.user_id, m.session_id, m.turn_id)).fetchone()
             stored = row_to_message(row) if row is not None else None
             if best is None or (stored is not None and stored.turn_id > best.turn_id):

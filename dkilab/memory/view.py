@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from dkilab.config import describe_errors
 from dkilab.memory.cursor import query_signature
-from dkilab.memory.store import _MSG_COLS, fts_table, row_to_message, user_key
+from dkilab.memory.rows import MSG_COLS, fts_table, row_to_message, user_key
 from dkilab.text.lang import has_cjk
 from dkilab.text.segment import content_tokens, segment
 from dkilab.types import Hit, Message, Page, to_utc
@@ -155,14 +155,14 @@ class UserMemory:
         out = {}
         for i in range(0, len(rids), 500):
             chunk = [int(r) for r in rids[i:i + 500]]
-            q = f"SELECT {_MSG_COLS} FROM messages WHERE +user_id=? AND rid IN ({','.join('?' * len(chunk))})"
+            q = f"SELECT {MSG_COLS} FROM messages WHERE +user_id=? AND rid IN ({','.join('?' * len(chunk))})"
             out.update({r["rid"]: row_to_message(r) for r in self._store.conn.execute(q, [self._user_id, *chunk])})
         return out
 
     def _row(self, message_id: str):
         check_text("message_id", message_id, 1000)
         row = self._store.conn.execute(
-            f"SELECT {_MSG_COLS} FROM messages WHERE message_id=? AND user_id=?", (message_id, self._user_id)).fetchone()
+            f"SELECT {MSG_COLS} FROM messages WHERE message_id=? AND user_id=?", (message_id, self._user_id)).fetchone()
         if row is None:
             raise MessageNotFoundError(message_id)
         return row
@@ -188,7 +188,7 @@ class UserMemory:
         where += " AND rid<=?"; args.append(snap)
         if after:
             where += " AND (ts>? OR (ts=? AND rid>?))"; args += [after[0], after[0], after[1]]
-        rows = conn.execute(f"SELECT {_MSG_COLS} FROM messages WHERE {where} ORDER BY ts, rid LIMIT ?",
+        rows = conn.execute(f"SELECT {MSG_COLS} FROM messages WHERE {where} ORDER BY ts, rid LIMIT ?",
                             [*args, page_size + 1]).fetchall()
         nxt = None
         if len(rows) > page_size:
@@ -258,7 +258,7 @@ class UserMemory:
         chunk = ranked[offset:offset + page_size]
         ids = [int(i) for i, _ in chunk]
         rows = self._store.conn.execute(
-            f"SELECT {_MSG_COLS}, fts_id FROM messages WHERE +user_id=? AND fts_id IN ({','.join('?' * len(ids))})",
+            f"SELECT {MSG_COLS}, fts_id FROM messages WHERE +user_id=? AND fts_id IN ({','.join('?' * len(ids))})",
             [self._user_id, *ids]).fetchall() if ids else []
         msgs = {r["fts_id"]: row_to_message(r) for r in rows}
         items = [Hit(msgs[i], score) for i, score in zip(ids, (s for _, s in chunk)) if i in msgs]
@@ -345,7 +345,7 @@ class UserMemory:
         _check_range("after", after, 0, 1000)
         a = self._row(message_id)
         key = (a["turn_id"], a["ts"], a["rid"])
-        base = f"SELECT {_MSG_COLS} FROM messages WHERE user_id=? AND session_id=? AND "
+        base = f"SELECT {MSG_COLS} FROM messages WHERE user_id=? AND session_id=? AND "
         prev = self._store.conn.execute(
             base + "(turn_id, ts, rid) < (?,?,?) ORDER BY turn_id DESC, ts DESC, rid DESC LIMIT ?",
             (self._user_id, a["session_id"], *key, before)).fetchall()
@@ -358,7 +358,7 @@ class UserMemory:
     def session_messages(self, session_id: str) -> list[Message]:
         """Every message of one session in turn order."""
         rows = self._store.conn.execute(
-            f"SELECT {_MSG_COLS} FROM messages WHERE user_id=? AND session_id=? ORDER BY turn_id, ts, rid",
+            f"SELECT {MSG_COLS} FROM messages WHERE user_id=? AND session_id=? ORDER BY turn_id, ts, rid",
             (self._user_id, session_id)).fetchall()
         return [row_to_message(r) for r in rows]
 
@@ -367,7 +367,7 @@ class UserMemory:
         _check_range("n", n, 0, 1_000_000)
         where, args = self._filter_sql(QueryFilter(session_id=session_id))
         rows = self._store.conn.execute(
-            f"SELECT {_MSG_COLS} FROM messages WHERE {where} ORDER BY ts DESC, turn_id DESC, rid DESC LIMIT ?",
+            f"SELECT {MSG_COLS} FROM messages WHERE {where} ORDER BY ts DESC, turn_id DESC, rid DESC LIMIT ?",
             [*args, n]).fetchall()
         return [row_to_message(r) for r in reversed(rows)]
 

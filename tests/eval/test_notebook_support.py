@@ -125,7 +125,7 @@ def test_tree_plot_marks_the_asking_agents_path():
 
 
 def test_category_names_replace_numbers_where_the_dataset_has_them():
-    from dkilab.eval.metrics.base import aggregate_by_category
+    from dkilab.eval.metrics.bootstrap import aggregate_by_category
 
     rows = [{"category": 2, "category_name": "temporal", "score": 1.0}, {"category": 7, "score": 0.0}]
     assert set(aggregate_by_category(rows, names=["score"])) == {"temporal", "7"}

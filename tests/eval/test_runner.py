@@ -16,8 +16,8 @@ import yaml
 from dkilab.eval import tracking
 from dkilab.eval.experiment import expand_cells, load_experiment
 from dkilab.eval.metrics import primary_metric
-from dkilab.eval.runner import check_expectations, results_table, run_experiment
-from dkilab.eval.tracking import report
+from dkilab.eval.runner import check_expectations, run_experiment
+from dkilab.eval.tracking import report, results_table
 from dkilab.registry import STRATEGIES
 from dkilab.strategies import register
 from dkilab.strategies.no_memory import NoMemory

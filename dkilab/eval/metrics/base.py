@@ -219,18 +219,3 @@ def aggregate(rows: list[dict[str, Any]]) -> dict[str, float]:
 def category_of(row: dict[str, Any]) -> str:
     """A row's category as reports show it: its name where the dataset gives one (LoCoMo: not 1-5)."""
     return str(row.get("category_name") or row.get("category"))
-
-
-def aggregate_by_category(rows: list[dict[str, Any]], names: list[str] | None = None,
-                          intervals: bool = False) -> dict[str, dict[str, float]]:
-    """Per category (by name where the dataset gives one): the per-category metrics (or `names`) and the
-    question count, with their 95% intervals (`<m>_ci95_low|high` keys) if asked."""
-    from dkilab.eval.metrics.bootstrap import with_intervals
-
-    wanted = sorted(set(names or category_metrics()) | {"questions"})
-    cats: dict[str, list] = {}
-    for r in rows:
-        cats.setdefault(category_of(r), []).append(r)
-    if intervals:
-        return {c: with_intervals(rs, wanted, only=True) for c, rs in sorted(cats.items())}
-    return {c: {k: v for k, v in aggregate(rs).items() if k in wanted} for c, rs in sorted(cats.items())}

@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from dkilab.eval.metrics.base import Metric, _finite, _in_subset, aggregate_metric, declared
+from dkilab.eval.metrics.base import (Metric, _finite, _in_subset, aggregate, aggregate_metric, category_metrics,
+                                      category_of, declared)
 
 CI = "ci95"  # interval keys: <metric>_ci95_low|_high (unprefixed: MLflow charts them beside the metric)
 B = 1000  # resamples
@@ -111,7 +112,6 @@ def ci_keys(name: str) -> tuple[str, str]:
 
 def with_intervals(rows: list[dict[str, Any]], names: list[str] | None = None, only: bool = False) -> dict[str, float]:
     """Aggregates (only `names` if `only`) plus the 95% intervals of `names` (default: all) as `<metric>_ci95_low|high` keys."""
-    from dkilab.eval.metrics.base import aggregate
 
     metrics = aggregate(rows)
     if only:
@@ -119,3 +119,16 @@ def with_intervals(rows: list[dict[str, Any]], names: list[str] | None = None, o
     for name, (lo, hi) in intervals(rows, [n for n in metrics if names is None or n in names]).items():
         metrics[ci_keys(name)[0]], metrics[ci_keys(name)[1]] = lo, hi
     return metrics
+
+
+def aggregate_by_category(rows: list[dict[str, Any]], names: list[str] | None = None,
+                          intervals: bool = False) -> dict[str, dict[str, float]]:
+    """Per category (by name where the dataset gives one): the per-category metrics (or `names`) and the
+    question count, with their 95% intervals (`<m>_ci95_low|high` keys) if asked."""
+    wanted = sorted(set(names or category_metrics()) | {"questions"})
+    cats: dict[str, list] = {}
+    for r in rows:
+        cats.setdefault(category_of(r), []).append(r)
+    if intervals:
+        return {c: with_intervals(rs, wanted, only=True) for c, rs in sorted(cats.items())}
+    return {c: {k: v for k, v in aggregate(rs).items() if k in wanted} for c, rs in sorted(cats.items())}
