@@ -167,15 +167,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
-NARROW = ("hallucination_rate", "unsupported_claim_rate", "prompt_tokens", "latency_total_p50_ms")
-CONTEXT_NARROW = ("evidence_reachable", "answer_in_context", "prompt_tokens", "injected_tokens", "history_tokens",
-                  "latency_total_p50_ms")
-
-
 def _report_columns(table, metrics: list[str] | None) -> list[str]:
     """`--metrics` as given, else the narrow default: the headline metric, the few that decide between
-    strategies, and the question count."""
+    strategies (declared `narrow`: metrics/base.py), and the question count."""
     from dkilab.eval.metrics import primary_metric
+    from dkilab.eval.metrics.base import narrow_metrics
 
     if metrics:
         unknown = [m for m in metrics if m not in table.columns]
@@ -200,7 +196,7 @@ def _report_columns(table, metrics: list[str] | None) -> list[str]:
             raise ConfigError(f"--metrics: no such metric in this experiment: {', '.join(hints)}; it has: {has}")
         return metrics
     head = primary_metric(table.columns)
-    narrow = CONTEXT_NARROW if head == "evidence_visible" else NARROW  # context-only cells: coverage and cost
+    narrow = narrow_metrics("context" if head == "evidence_visible" else "answers")  # context-only: coverage, cost
     return [c for c in dict.fromkeys([head, *narrow, "questions"]) if c and c in table.columns]
 
 

@@ -274,15 +274,13 @@ def with_pm(frame):
     return out
 
 
-SESSION_PAIRED = ("ellipsis_recall_at_1", "routed_recall_at_1", "intent_accuracy", "entity_f1", "l2_state_accuracy")
-
-
 def pairwise(cells: list[tuple[str, str, list[dict]]], metrics: list[str] | None = None, by_category: bool = False):
     """Paired differences (b - a) between cells on the same dataset, per metric (and category):
     cells are (label, dataset key, rows). Columns: dataset, a, b, metric, [category], n, a_value,
     b_value, diff, low, high, p, real."""
     import pandas as pd
 
+    from dkilab.eval.metrics.base import paired_by_default
     from dkilab.eval.metrics.bootstrap import paired
     from dkilab.registry import METRICS
 
@@ -293,9 +291,9 @@ def pairwise(cells: list[tuple[str, str, list[dict]]], metrics: list[str] | None
     for dataset, group in by_dataset.items():
         for (la, _, ra), (lb, _, rb) in itertools.combinations(group, 2):
             primary = "score" if any("score" in r for r in ra) else "recall_at_10"
-            names = metrics or [primary, "hallucination_rate"]
-            if not metrics and any("routed_recall_at_1" in r for r in ra):  # session-flow cells: what L2 is for
-                names = names + list(SESSION_PAIRED)
+            # the headline, then every metric declared `paired` that these cells have (metrics/base.py)
+            names = metrics or [primary, *(m for m in paired_by_default() if m != primary
+                                           and any(METRICS[m].field in r for r in (*ra, *rb)))]
             splits = [(None, ra, rb)]
             if by_category:
                 cats = sorted({category_of(r) for r in ra})
