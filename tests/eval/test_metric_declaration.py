@@ -26,7 +26,7 @@ def test_a_metric_declared_once_reaches_the_report_the_plot_and_the_paired_table
     from dkilab.eval.experiment import load_experiment
     from dkilab.eval.plots import headline_figure
     from dkilab.eval.runner import run_experiment
-    from dkilab.eval.tracking import results_table
+    from dkilab.eval.tables import results_table
 
     cfg = {"name": "declared-once", "tracing": False, "datasets": [{"name": "fixtures", "limit": 1, "question_limit": 4}],
            "defaults": {"max_results": 5},
