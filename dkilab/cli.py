@@ -141,7 +141,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     from dkilab.eval.experiment import load_experiment, parse_set, with_question_limit
     from dkilab.eval.runner import check_expectations, process_state, run_experiment
-    from dkilab.eval.tracking import INTERVAL_NOTE, format_table, results_table, tracking_uri
+    from dkilab.eval.report import tracking_uri
+    from dkilab.eval.tables import INTERVAL_NOTE, format_table, results_table
 
     if args.data_dir:
         os.environ["DKILAB_DATA_DIR"] = args.data_dir
@@ -156,7 +157,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if not table.empty:
         print("\n" + format_table(table) + f"\n({INTERVAL_NOTE})")
         if "hallucination_rate" in table.columns:
-            from dkilab.eval.tracking import detector_notes, flatten
+            from dkilab.eval.report import detector_notes
+            from dkilab.eval.tracking import flatten
 
             for note in detector_notes([flatten(r.cell.resolved) for r in results if not r.error]):
                 print(note)
@@ -167,15 +169,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
-NARROW = ("hallucination_rate", "unsupported_claim_rate", "prompt_tokens", "latency_total_p50_ms")
-CONTEXT_NARROW = ("evidence_reachable", "answer_in_context", "prompt_tokens", "injected_tokens", "history_tokens",
-                  "latency_total_p50_ms")
-
-
 def _report_columns(table, metrics: list[str] | None) -> list[str]:
     """`--metrics` as given, else the narrow default: the headline metric, the few that decide between
-    strategies, and the question count."""
+    strategies (declared `narrow`: metrics/base.py), and the question count."""
     from dkilab.eval.metrics import primary_metric
+    from dkilab.eval.metrics.base import narrow_metrics
 
     if metrics:
         unknown = [m for m in metrics if m not in table.columns]
@@ -200,7 +198,7 @@ def _report_columns(table, metrics: list[str] | None) -> list[str]:
             raise ConfigError(f"--metrics: no such metric in this experiment: {', '.join(hints)}; it has: {has}")
         return metrics
     head = primary_metric(table.columns)
-    narrow = CONTEXT_NARROW if head == "evidence_visible" else NARROW  # context-only cells: coverage and cost
+    narrow = narrow_metrics("context" if head == "evidence_visible" else "answers")  # context-only: coverage, cost
     return [c for c in dict.fromkeys([head, *narrow, "questions"]) if c and c in table.columns]
 
 
@@ -215,7 +213,8 @@ def _markdown(frame) -> str:
 def _cmd_report(args: argparse.Namespace) -> int:
     import json
 
-    from dkilab.eval.tracking import INTERVAL_NOTE, category_table, fmt_interval, format_table, report, run_rows, with_pm
+    from dkilab.eval.report import report, run_rows
+    from dkilab.eval.tables import INTERVAL_NOTE, category_table, fmt_interval, format_table, with_pm
 
     metrics = [m.strip() for m in args.metrics.split(",") if m.strip()] if args.metrics else None
     table, pairs, notes = report(args.experiment, args.tracking_uri, by_category=args.by == "category", metrics=metrics,
@@ -294,7 +293,7 @@ def _report_runs(args) -> list[tuple[str, str]]:
     import mlflow
 
     from dkilab.eval import runstate
-    from dkilab.eval.tracking import config_ordered
+    from dkilab.eval.report import config_ordered
 
     exp = mlflow.get_experiment_by_name(args.experiment)
     runs = config_ordered(runstate.finished_runs(exp.experiment_id).values())
@@ -303,7 +302,7 @@ def _report_runs(args) -> list[tuple[str, str]]:
 
 def _open_hint(given: str | None, experiment: str) -> str:
     """How to read back and open what a run wrote, for the store it used."""
-    from dkilab.eval.tracking import DEFAULT_TRACKING_URI, tracking_uri
+    from dkilab.eval.report import DEFAULT_TRACKING_URI, tracking_uri
 
     uri = tracking_uri(given)
     flag = "" if uri == DEFAULT_TRACKING_URI or (not given and uri) else f" --tracking-uri {uri}"
@@ -312,8 +311,7 @@ def _open_hint(given: str | None, experiment: str) -> str:
 
 
 def _cmd_ui(args: argparse.Namespace) -> int:
-    from dkilab.eval.tracking import tracking_uri
-    from dkilab.eval.tracking import existing_store
+    from dkilab.eval.report import existing_store, tracking_uri
 
     uri = tracking_uri(args.tracking_uri)
     if uri.startswith(("http://", "https://")):  # a server already serves its own UI
@@ -543,7 +541,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _user_errors() -> tuple[type[BaseException], ...]:
     from dkilab.config import ConfigError
     from dkilab.eval.datasets.base import DatasetNotFoundError
-    from dkilab.eval.tracking import ScriptedRunsError, TrackingStoreError
+    from dkilab.eval.report import ScriptedRunsError, TrackingStoreError
     from dkilab.models.loading import ModelNotAvailableError
     from dkilab.registry import UnknownNameError
 

@@ -40,7 +40,7 @@ __all__ = ["load_runs", "load_predictions", "plot_headlines", "plot_categories",
 
 
 def _runs(experiment: str, tracking_uri: str | None):
-    from dkilab.eval.tracking import experiment_runs
+    from dkilab.eval.report import experiment_runs
 
     return experiment_runs(experiment, tracking_uri)
 
@@ -53,11 +53,11 @@ def load_runs(experiment: str, tracking_uri: str | None = None, params: bool = T
     import pandas as pd
 
     from dkilab.eval.metrics.bootstrap import ci_keys
-    from dkilab.eval.tracking import read_metrics
+    from dkilab.eval.report import read_metrics
 
     import warnings
 
-    from dkilab.eval.tracking import provenance_notes
+    from dkilab.eval.report import provenance_notes
 
     rows = []
     runs = _runs(experiment, tracking_uri)
@@ -100,7 +100,7 @@ def load_predictions(experiment: str, tracking_uri: str | None = None):
     for the question (question, gold, prediction, score fields, recalled ids, fact-call log, ...)."""
     import pandas as pd
 
-    from dkilab.eval.tracking import run_rows
+    from dkilab.eval.report import run_rows
 
     out = []
     for run in _runs(experiment, tracking_uri):
@@ -112,7 +112,8 @@ def paired_differences(experiment: str, tracking_uri: str | None = None, metrics
                        by_category: bool = False):
     """Paired differences (b - a) between the cells of each dataset on the questions both answered, with
     95% bootstrap intervals, p and `real` (the interval excludes 0): `dkilab report --by category`'s pairs."""
-    from dkilab.eval.tracking import pairwise, run_dataset_key, run_rows
+    from dkilab.eval.report import run_dataset_key, run_rows
+    from dkilab.eval.tables import pairwise
 
     cells = [(run.info.run_name, run_dataset_key(run), run_rows(run.info.run_id))
              for run in _runs(experiment, tracking_uri)]
@@ -123,7 +124,7 @@ def plot_headlines(runs, title: str = "", predictions=None):
     """Every headline metric per cell with its 95% interval and value (a `load_runs` frame). With the
     `load_predictions` frame, n is per metric (the questions each metric counts); else per cell."""
     from dkilab.eval.plots import headline_figure
-    from dkilab.eval.tracking import metric_counts
+    from dkilab.eval.tables import metric_counts
 
     counts = None
     if predictions is not None and len(predictions):
@@ -239,7 +240,7 @@ def _rows_by_cell(predictions) -> dict[str, list[dict]]:
 def category_values(predictions, metric: str = "score"):
     """`metric` per cell and category with its 95% interval and n, as a table (what `plot_categories` draws;
     categories by name where the dataset has names)."""
-    from dkilab.eval.tracking import category_table
+    from dkilab.eval.tables import category_table
 
     return category_table(list(_rows_by_cell(predictions).items()), [metric])
 

@@ -8,16 +8,21 @@ import time
 import sys
 import traceback
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dkilab.eval.experiment import Cell
+from dkilab.types import ChatModel, Conversation, Memory, QAItem
+
+if TYPE_CHECKING:
+    from dkilab.memory.store import MemoryStore
+    from dkilab.strategies.base import Strategy
 
 
 @dataclass
 class CellData:
     """A dataset as one cell sees it: the questions to ask and the store holding the histories."""
-    items: list  # [(conversation, question)]
-    store: Any
+    items: list[tuple[Conversation, QAItem]]
+    store: MemoryStore
 
 
 def load_cell_data(cell: Cell, data_dir, cache: dict | None = None) -> CellData:
@@ -105,7 +110,8 @@ def question_text(item) -> str:
     return "\n".join([item.question, *options, CHOOSE[detect_language(item.question)]])
 
 
-def _answer(strategy, item, conv, memory, model) -> tuple[Any, float, str | None]:
+def _answer(strategy: Strategy, item: QAItem, conv: Conversation, memory: Memory, model: ChatModel | None
+            ) -> tuple[Any, float, str | None]:
     """(Answer or None, wall ms, traceback text or None): one question, an exception caught as data."""
     t = time.perf_counter()
     try:
@@ -118,7 +124,7 @@ def _answer(strategy, item, conv, memory, model) -> tuple[Any, float, str | None
         return f"{type(exc).__name__}: {exc}", (time.perf_counter() - t) * 1000, err
 
 
-def in_flight(model, strategy, preferences: bool = True) -> int:
+def in_flight(model: ChatModel | None, strategy: Strategy, preferences: bool = True) -> int:
     """Questions answered at once: an endpoint's `concurrency`, a local model's `batch_size` when the
     strategy injects no K/V here (K/V generations decode one question at a time: their memories
     differ per question)."""
@@ -150,7 +156,7 @@ class _Stopped(Exception):
     results are read in order, so the interruption is raised first)."""
 
 
-def run_cell(cell: Cell, model, data: CellData, state=None, trace: bool = False, progress: bool = True,
+def run_cell(cell: Cell, model: ChatModel | None, data: CellData, state=None, trace: bool = False, progress: bool = True,
              run_id: str | None = None, journal=None, judge=None, judge_batch: int = 8):
     """Answer every question of a cell -> [(index, Answer | error text, wall ms)], error tracebacks,
     {index: trace id} (when `trace`: one trace per question, under the cell's run `run_id`, on every

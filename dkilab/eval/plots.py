@@ -5,18 +5,7 @@ from __future__ import annotations
 
 import math
 
-# (metric, axis label); shown when at least one cell has it
-HEADLINES = (
-    ("score", "answer score (0-1)"), ("recall_at_10", "recall@10 (0-1)"), ("view_recall", "view recall (0-1)"),
-    ("pointer_accuracy", "pointer accuracy (0-1)"), ("routed_recall_at_1", "routed recall@1 (0-1)"),
-    ("evidence_visible", "gold evidence seen verbatim (share)"),
-    ("hallucination_rate", "hallucination rate (0-1, lower is better)"),
-    ("unsupported_claim_rate", "unsupported claims (share, lower is better)"),
-    ("fact_call_rate", "fact-call rate (share of questions)"), ("prompt_tokens", "prompt tokens (mean)"),
-    ("injected_tokens", "injected K/V tokens (mean)"), ("latency_total_p50_ms", "latency p50 (ms)"),
-)
-RATES = {"score", "recall_at_10", "view_recall", "pointer_accuracy", "routed_recall_at_1", "hallucination_rate",
-         "unsupported_claim_rate", "fact_call_rate", "evidence_visible", "evidence_reachable", "answer_in_context"}
+from dkilab.eval.metrics.base import is_rate, label_of, lower_is_better, plotted
 
 
 def _cjk_font() -> None:
@@ -43,7 +32,7 @@ def _cjk_font() -> None:
 
 
 def _fmt(v: float, metric: str) -> str:
-    return f"{v:.3f}" if metric in RATES else f"{v:,.0f}"
+    return f"{v:.3f}" if is_rate(metric) else f"{v:,.0f}"
 
 
 def _valid(v) -> bool:
@@ -58,8 +47,9 @@ def headline_figure(table, title: str = "", counts: dict[str, dict[str, int]] | 
     from matplotlib.figure import Figure
 
     _cjk_font()
-    metrics = [(m, label) for m, label in HEADLINES if m in table.columns and table[m].map(_valid).any()
-               and (m in RATES or table[m].fillna(0).abs().sum() > 0)]  # e.g. no K/V injected anywhere: no panel
+    shown = [d.name for d in plotted() if d.name in table.columns and table[d.name].map(_valid).any()
+             and (d.rate or table[d.name].fillna(0).abs().sum() > 0)]  # e.g. no K/V injected anywhere: no panel
+    metrics = [(m, label_of(m)) for m in shown]
     if not metrics:
         return None
     n = table["questions"] if "questions" in table.columns and not counts else None
@@ -80,7 +70,7 @@ def headline_figure(table, title: str = "", counts: dict[str, dict[str, int]] | 
         ax.set_yticks(range(len(vals)), labels, fontsize=8)
         ax.invert_yaxis()
         top = max([*hi, *vals])
-        ax.set_xlim(0, 1.0 if (m in RATES and top <= 1) or top <= 0 else top * 1.25)
+        ax.set_xlim(0, 1.0 if (is_rate(m) and top <= 1) or top <= 0 else top * 1.25)
         ax.set_xlabel(axis + " · 95% CI", fontsize=8)
         per = (counts or {}).get(m, {})
         for i, (c, v, h) in enumerate(zip(table.index, vals, hi)):
@@ -133,7 +123,7 @@ def category_figure(by_cell: dict[str, dict[str, dict[str, float]]], metric: str
                   rotation_mode="anchor")
     if crowded:
         fig.set_figheight(3.6 + 0.06 * max(len(c) for c in cats))
-    ax.set_ylim(0, 1.2 if metric in RATES else None)
+    ax.set_ylim(0, 1.2 if is_rate(metric) else None)
     ax.set_ylabel(f"{metric} · 95% CI", fontsize=8)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     if title:
@@ -156,26 +146,22 @@ def sweep_heatmaps(table, x: str, y: str, metrics, labels: dict[str, str] | None
     fig = Figure(figsize=(4.2 * len(metrics), 3.4))
     for ax, m in zip(fig.subplots(1, len(metrics), squeeze=False)[0], metrics):
         grid = table.pivot_table(index=y, columns=x, values=m, aggfunc="mean").sort_index(ascending=False)
-        im = ax.imshow(grid.to_numpy(dtype=float), cmap="viridis_r" if m in LOWER_IS_BETTER else "viridis",
+        im = ax.imshow(grid.to_numpy(dtype=float), cmap="viridis_r" if lower_is_better(m) else "viridis",
                        aspect="auto")
         ax.set_xticks(range(grid.shape[1]), [_tick(v) for v in grid.columns], fontsize=8)
         ax.set_yticks(range(grid.shape[0]), [_tick(v) for v in grid.index], fontsize=8)
         ax.set_xlabel(labels.get(x, x), fontsize=8)
         ax.set_ylabel(labels.get(y, y), fontsize=8)
-        ax.set_title(labels.get(m, dict(HEADLINES).get(m, m)), fontsize=9)
+        ax.set_title(labels.get(m, label_of(m)), fontsize=9)
         lo, hi = float(grid.min().min()), float(grid.max().max())
         for (i, j), v in _cells(grid):
-            dark = (v - lo) / (hi - lo or 1) < 0.5 if m not in LOWER_IS_BETTER else (v - lo) / (hi - lo or 1) >= 0.5
+            dark = (v - lo) / (hi - lo or 1) < 0.5 if not lower_is_better(m) else (v - lo) / (hi - lo or 1) >= 0.5
             ax.text(j, i, _fmt(v, m), ha="center", va="center", fontsize=8, color="white" if dark else "black")
         fig.colorbar(im, ax=ax, shrink=0.8)
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return fig
-
-
-LOWER_IS_BETTER = {"hallucination_rate", "unsupported_claim_rate", "prompt_tokens", "injected_tokens",
-                   "latency_total_p50_ms"}
 
 
 def _tick(v) -> str:
@@ -223,11 +209,10 @@ def frontier_figure(table, cost: str = "prompt_tokens", quality: str = "score", 
         placed.append((x, y))
         ax.annotate((names or {}).get(label, str(label)), (x, y), fontsize=7, xytext=(4, 4 + 10 * near),
                     textcoords="offset points")
-    axis = dict(HEADLINES)
-    ax.set_xlabel(axis.get(cost, cost), fontsize=8)
-    ax.set_ylabel(axis.get(quality, quality), fontsize=8)
+    ax.set_xlabel(label_of(cost), fontsize=8)
+    ax.set_ylabel(label_of(quality), fontsize=8)
     ax.legend(fontsize=7)
-    ax.set_title(title or f"{axis.get(quality, quality).split(' (')[0]} against {axis.get(cost, cost).split(' (')[0]}",
+    ax.set_title(title or f"{label_of(quality).split(' (')[0]} against {label_of(cost).split(' (')[0]}",
                  fontsize=9)
     fig.tight_layout()
     return fig
@@ -374,8 +359,8 @@ def metric_lines_figure(table, x: str, metrics, labels: dict[str, str] | None = 
             ax.errorbar(part[x], v, yerr=[(v - lo).clip(lower=0), (hi - v).clip(lower=0)], fmt="o-", capsize=3,
                         label="@".join(map(str, key if isinstance(key, tuple) else (key,))))
         ax.set_xlabel(labels.get(x, x), fontsize=8)
-        ax.set_ylabel(labels.get(m, dict(HEADLINES).get(m, m)) + " · 95% CI", fontsize=8)
-        if m in RATES:
+        ax.set_ylabel(labels.get(m, label_of(m)) + " · 95% CI", fontsize=8)
+        if is_rate(m):
             ax.set_ylim(-0.02, 1.05)
         ax.legend(fontsize=7)
     if title:

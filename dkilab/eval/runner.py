@@ -26,7 +26,7 @@ from typing import Any
 from dkilab.eval.cell import load_cell_data, make_judge, run_cell, score_cell
 from dkilab.eval.journal import Journal
 from dkilab.eval.experiment import Cell, ExperimentConfig, check_config
-from dkilab.eval.tracking import tracking_uri
+from dkilab.eval.report import tracking_uri
 
 
 
@@ -53,7 +53,7 @@ class CellResult:
     def load_rows(self) -> list[dict[str, Any]]:
         """The per-question rows (for a skipped cell, read from its predictions.jsonl artifact)."""
         if not self.rows and self.run_id and not self.error:
-            from dkilab.eval.tracking import run_rows
+            from dkilab.eval.report import run_rows
 
             self.rows = run_rows(self.run_id)
         return self.rows
@@ -122,7 +122,7 @@ def run_experiment(cfg: ExperimentConfig, *, data_dir=None, uri: str | None = No
     uri = tracking_uri(uri)
     if main:
         if uri.startswith(("http://", "https://")):  # one line within seconds, not minutes of retries
-            from dkilab.eval.tracking import check_server
+            from dkilab.eval.report import check_server
 
             check_server(uri)
         runstate.open_store(uri)
@@ -141,7 +141,7 @@ def run_experiment(cfg: ExperimentConfig, *, data_dir=None, uri: str | None = No
 def _run_cells(cfg, cells, state, exp_id, data_dir, config_path, progress, echo, claim=False) -> list[CellResult]:
     import mlflow
 
-    from dkilab.eval import runstate, tracking
+    from dkilab.eval import report, runstate, tracking
 
     main = state.is_main_process
     results: list[CellResult] = []
@@ -165,7 +165,7 @@ def _run_cells(cfg, cells, state, exp_id, data_dir, config_path, progress, echo,
             skip = _broadcast(state, None if done is None else done.info.run_id)
             if skip is not None:
                 by_index[i] = CellResult(cell, skipped=True, run_id=skip,
-                                         metrics=tracking.read_metrics(done) if main else {})
+                                         metrics=report.read_metrics(done) if main else {})
                 echo(f"[{n}/{len(cells)}] {cell.label}: finished before (config {cell.config_hash}), skipped")
             elif claim and (holder := _broadcast(state, _claim(cfg, cell) if main else None)) is not None:
                 by_index[i] = CellResult(cell, claimed_by=holder)
@@ -217,7 +217,7 @@ def _claim(cfg, cell: Cell) -> str | None:
 def _run_one(cfg, cell: Cell, n: int, total: int, state, data_dir, datasets, progress, echo) -> CellResult:
     import mlflow
 
-    from dkilab.eval import runstate, tracking
+    from dkilab.eval import report, runstate, tables, tracking
 
     main = state.is_main_process
     child = None
@@ -226,7 +226,7 @@ def _run_one(cfg, cell: Cell, n: int, total: int, state, data_dir, datasets, pro
             "dkilab.kind": "cell", "dkilab.config_hash": cell.config_hash, "dkilab.cell_index": str(n),
             "strategy": cell.strategy.key,
             "dataset": cell.dataset.name, **tracking.provenance_tags(), **runstate.process_tags(),
-            **({tracking.SCRIPTED_TAG: "1"} if cell.needs_model and cell.model.spec.startswith("scripted:") else {})},
+            **({report.SCRIPTED_TAG: "1"} if cell.needs_model and cell.model.spec.startswith("scripted:") else {})},
             description=tracking.cell_description(cell))
     run_id = _broadcast(state, child.info.run_id if child else None)
     result = CellResult(cell, run_id=run_id if main else None)
@@ -258,13 +258,13 @@ def _run_one(cfg, cell: Cell, n: int, total: int, state, data_dir, datasets, pro
                 result.error = over
                 mlflow.set_tag("dkilab.error", over)
                 mlflow.end_run(status="FAILED")
-                echo(f"{tracking.cell_line(cell, result.metrics, n, total, time.perf_counter() - t)}: FAILED ({over}; "
+                echo(f"{tables.cell_line(cell, result.metrics, n, total, time.perf_counter() - t)}: FAILED ({over}; "
                      "the error rows are kept in predictions.jsonl and errors.txt); the next run asks those questions again")
             else:
                 mlflow.set_tag(runstate.COMPLETE_TAG, "1")  # after every metric and artifact
                 mlflow.end_run(status="FINISHED")
                 journal.clear()
-                echo(tracking.cell_line(cell, result.metrics, n, total, time.perf_counter() - t))
+                echo(tables.cell_line(cell, result.metrics, n, total, time.perf_counter() - t))
     except (KeyboardInterrupt, SystemExit):
         if main:
             mlflow.end_run(status="KILLED")

@@ -10,11 +10,11 @@ from __future__ import annotations
 from dkilab.memory.view import MessageNotFoundError
 from dkilab.text.summarize import split_sentences
 from dkilab.text.tokens import HeuristicTokenCounter, TokenCounter
-from dkilab.types import FactResponse, Message
+from dkilab.types import FactResponse, Memory, Message
 
 
 class FactRetriever:
-    def __init__(self, memory, token_counter: TokenCounter | None = None, max_fact_tokens: int = 800,
+    def __init__(self, memory: Memory, token_counter: TokenCounter | None = None, max_fact_tokens: int = 800,
                  chunk_threshold: int = 200, max_limit: int = 50):
         self.memory, self.counter = memory, token_counter or HeuristicTokenCounter()
         self.max_fact_tokens, self.chunk_threshold, self.max_limit = max_fact_tokens, chunk_threshold, max_limit

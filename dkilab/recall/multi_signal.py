@@ -21,11 +21,11 @@ from dkilab.recall.reference import ReferenceResolver, ReferenceType
 from dkilab.recall.temporal import date_window
 from dkilab.text.keywords import extract_keywords
 from dkilab.text.segment import segment
-from dkilab.types import Message, RecallResult, RecalledMessage, to_utc
+from dkilab.types import Memory, Message, RecallResult, RecalledMessage, to_utc
 
 
 class MultiSignalRecall:
-    def __init__(self, config: RecallConfig, reference_resolver: ReferenceResolver | None, memory, embedder=None):
+    def __init__(self, config: RecallConfig, reference_resolver: ReferenceResolver | None, memory: Memory, embedder=None):
         self.config, self.resolver, self.memory, self.embedder = config, reference_resolver, memory, embedder
         self._speakers: dict[str, set[str]] | None = None
 

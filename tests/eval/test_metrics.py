@@ -317,7 +317,7 @@ def test_skewed_intervals_print_as_low_high_not_plus_minus():
     """Issue 34: a p50 latency of 0.919 ms whose interval reaches 3,459 ms is not "0.919 ±1729.021"."""
     import pandas as pd
 
-    from dkilab.eval.tracking import fmt_interval, with_pm
+    from dkilab.eval.tables import fmt_interval, with_pm
 
     assert fmt_interval(0.5, 0.4, 0.6) == "0.500 ±0.100"
     assert fmt_interval(0.919, 0.5, 3459.0) == "0.919 [0.500, 3459.000]"

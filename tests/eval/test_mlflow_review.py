@@ -228,7 +228,7 @@ def test_run_rows_are_read_once_per_store_and_run(logged, tmp_path):
 
     import mlflow
 
-    from dkilab.eval.tracking import run_rows
+    from dkilab.eval.report import run_rows
 
     cfg, results, exp, traces = logged
     uri = mlflow.get_tracking_uri()
@@ -253,6 +253,7 @@ def test_feedback_left_pending_by_a_stopped_run_is_written_by_the_next_once(tmp_
     import mlflow
 
     from dkilab.eval import tracking
+    from dkilab.eval.report import run_rows
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     cfg = load_experiment(CONFIG)
@@ -280,7 +281,7 @@ def test_feedback_left_pending_by_a_stopped_run_is_written_by_the_next_once(tmp_
     assert all(r.skipped for r in results)  # nothing asked again ...
     counts, tags = state()
     expected = sorted(len(tracking._assessments(row)) + len(tracking._expectations(row))  # feedback + gold
-                      for r in results for row in tracking.run_rows(r.run_id))
+                      for r in results for row in run_rows(r.run_id))
     assert counts == expected and min(counts) >= 3 and "pending" not in tags  # ... but the feedback is there
     assert any(ln.startswith("feedback on the traces of 2 cell(s)") for ln in lines), lines
     run_experiment(cfg, uri=uri, progress=False, echo=lambda *a: None)

@@ -127,7 +127,7 @@ def test_a_cell_killed_9_mid_run_resumes_where_it_stopped_with_the_same_answers(
     import uuid
 
     from dkilab.eval.journal import Journal
-    from dkilab.eval.tracking import run_rows
+    from dkilab.eval.report import run_rows
     from tests.conftest import ROOT
 
     name = f"resume-{uuid.uuid4().hex[:8]}"

@@ -8,7 +8,7 @@ import pandas as pd  # noqa: E402
 
 from dkilab.eval.metrics import aggregate, score_answer  # noqa: E402
 from dkilab.eval.plots import headline_figure  # noqa: E402
-from dkilab.eval.tracking import metric_counts  # noqa: E402
+from dkilab.eval.tables import metric_counts  # noqa: E402
 from dkilab.types import Answer, QAItem  # noqa: E402
 
 

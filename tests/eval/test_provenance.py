@@ -13,7 +13,7 @@ def cfg(*labels):
 
 
 def test_a_comparison_across_invocations_is_flagged(tmp_path):
-    from dkilab.eval.tracking import report
+    from dkilab.eval.report import report
     from dkilab.notebook import load_runs
 
     uri = f"sqlite:///{tmp_path / 'm.db'}"

@@ -17,7 +17,8 @@ from dkilab.eval import tracking
 from dkilab.eval.experiment import expand_cells, load_experiment
 from dkilab.eval.metrics import primary_metric
 from dkilab.eval.runner import check_expectations, run_experiment
-from dkilab.eval.tracking import report, results_table
+from dkilab.eval.report import report
+from dkilab.eval.tables import results_table
 from dkilab.registry import STRATEGIES
 from dkilab.strategies import register
 from dkilab.strategies.no_memory import NoMemory
@@ -187,7 +188,7 @@ def _config(tmp_path, name, **extra):
 def test_error_rows_do_not_stop_the_run_and_finished_cells_are_read_back(tmp_path, uri, model, test_strategies):
     import mlflow
 
-    from dkilab.eval.tracking import report
+    from dkilab.eval.report import report
 
     # by default one failed question fails the cell: FAILED, rows kept, redone by the next run
     strict = load_experiment(_config(tmp_path, "errors", datasets=[{"name": "fixtures", "limit": 1, "question_limit": 4}]))
@@ -240,7 +241,7 @@ def test_dkilab_report_prints_intervals_pairs_and_the_detector(tmp_path, uri, ca
     assert main(["report", "printed", "--tracking-uri", uri]) == 0
     out = capsys.readouterr().out
     assert "a@fixtures" in out and "±" in out and "paired differences b - a" in out and "recall_at_10" in out
-    from dkilab.eval.tracking import report
+    from dkilab.eval.report import report
 
     _, by_cat, _ = report("printed", uri, by_category=True)
     assert len(set(by_cat["category"])) > 1 and set(by_cat["metric"]) == {"recall_at_10"}
@@ -532,10 +533,10 @@ def test_report_says_why_a_real_metric_has_no_value_and_what_a_typo_meant(tmp_pa
 def test_the_default_report_says_when_hallucination_rate_is_missing(monkeypatch, capsys):
     import pandas as pd
 
-    import dkilab.eval.tracking as tracking_mod
+    import dkilab.eval.report as report_mod
     from dkilab.cli import main
 
     table = pd.DataFrame({"score": [0.5], "questions": [2.0]}, index=pd.Index(["no_memory@fixtures"], name="cell"))
-    monkeypatch.setattr(tracking_mod, "report", lambda *a, **k: (table, pd.DataFrame(), []))
+    monkeypatch.setattr(report_mod, "report", lambda *a, **k: (table, pd.DataFrame(), []))
     assert main(["report", "quick-limit1"]) == 0
     assert "note: no hallucination_rate: none of these cells' questions is unanswerable" in capsys.readouterr().out

@@ -51,7 +51,7 @@ def test_native_cell_logs_the_tool_schema(scripted_run):
 
 
 def test_report_refuses_scripted_cells_unless_asked(scripted_run):
-    from dkilab.eval.tracking import ScriptedRunsError, report
+    from dkilab.eval.report import ScriptedRunsError, report
 
     cfg, _, uri = scripted_run
     with pytest.raises(ScriptedRunsError, match="scripted model.*--allow-scripted"):

@@ -20,7 +20,7 @@ from dkilab.agents.recall_agent.steps import ToolCall, hypotheses, narrow
 from dkilab.agents.recall_agent.synthesis import selected, synthesize
 from dkilab.agents.recall_agent.tools import _jsonable, run_tool
 from dkilab.tracing import span
-from dkilab.types import to_utc
+from dkilab.types import ChatModel, Memory, to_utc
 
 MAX_PAGES = 3  # pages of one listing/lexical result the agent reads while they keep yielding evidence
 
@@ -39,7 +39,7 @@ class RecallResult:
 
 
 class RecallAgent:
-    def __init__(self, memory, policy: str = "rule", model=None, formatter=None, max_calls: int = 8,
+    def __init__(self, memory: Memory, policy: str = "rule", model: ChatModel | None = None, formatter=None, max_calls: int = 8,
                  max_items: int = 5, default_days: int | None = 30):
         if policy not in ("rule", "llm"):
             raise ValueError(f"policy must be 'rule' or 'llm', got {policy!r}")

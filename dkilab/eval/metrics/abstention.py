@@ -29,7 +29,8 @@ def _abstained(q: Scored):
     return q.abstained
 
 
-@metric("hallucination_rate", field="hallucinated", higher_is_better=False, per_category=True, rank=10,
+@metric("hallucination_rate", label="hallucination rate (0-1, lower is better)", rate=True, plot=6,
+        narrow=("answers",), paired=True, field="hallucinated", higher_is_better=False, per_category=True, rank=10,
         depends_on="abstention", description="unanswerable questions answered anyway (abstention detector)")
 def _hallucinated(q: Scored):
     return None if q.item.answerable else float(not q.abstained)

@@ -27,7 +27,7 @@ def _statements(q: Scored) -> list[dict] | None:
     return None if g is None or "statements" not in g else g["statements"]
 
 
-@metric("view_recall", kind="any", higher_is_better=True, per_category=True, rank=5, headline=True,
+@metric("view_recall", label="view recall (0-1)", rate=True, plot=2, kind="any", higher_is_better=True, per_category=True, rank=5, headline=True,
         description="gold statements the memory view states (an active item citing their evidence)")
 def _view_recall(q: Scored):
     view, gold = _view(q), _statements(q)
@@ -157,7 +157,7 @@ def _has(text: str, alternatives) -> bool:
     return any(a.lower() in text.lower() for a in alts)
 
 
-@metric("pointer_accuracy", kind="agent", higher_is_better=True, per_category=True, rank=2, headline=True,
+@metric("pointer_accuracy", label="pointer accuracy (0-1)", rate=True, plot=3, kind="agent", higher_is_better=True, per_category=True, rank=2, headline=True,
         description="pointers that name every gold fact (cases an ancestor can resolve)")
 def _pointer_accuracy(q: Scored):
     pg = _pointer(q)

@@ -44,6 +44,14 @@ class Metric:
     version: str = "1"
     depends_on: str | None = None  # a component whose version it inherits, e.g. the abstention detector
     description: str = ""
+    # --- how the views show it (not part of its identity: changing these re-runs nothing) -----------
+    label: str = ""  # axis and panel label (plots); default: the name
+    rate: bool = False  # a share in [0, 1]: three decimals, axes from 0 to 1
+    plot: float | None = None  # position in the comparison plot of the parent run; None = not plotted
+    # the report's default (narrow) columns it belongs to, beside the headline: "answers" for cells that
+    # generate, "context" for context-only cells; ordered by `rank`
+    narrow: tuple[str, ...] = ()
+    paired: bool = False  # in the default paired table (beside the headline) when the cells have it
     fn: Callable[["Scored"], Any] | None = field(default=None, compare=False, repr=False)
 
     @property
@@ -128,6 +136,35 @@ def table_metrics() -> list[str]:
 
 def category_metrics() -> list[str]:
     return [m.name for m in declared() if m.per_category]
+
+
+def plotted() -> list[Metric]:
+    """The comparison plot's panels, in order."""
+    return sorted((m for m in declared() if m.plot is not None), key=lambda m: m.plot)
+
+
+def narrow_metrics(view: str) -> list[str]:
+    """The report's default columns for `view` ("answers" or "context"), in table order."""
+    return [m.name for m in sorted((m for m in declared() if view in m.narrow), key=lambda m: (m.rank is None, m.rank or 0))]
+
+
+def paired_by_default() -> list[str]:
+    return [m.name for m in declared() if m.paired]
+
+
+def label_of(name: str) -> str:
+    m = METRICS.get(name)
+    return (m.label or m.name) if m is not None else name
+
+
+def is_rate(name: str) -> bool:
+    m = METRICS.get(name)
+    return bool(m is not None and m.rate)
+
+
+def lower_is_better(name: str) -> bool:
+    m = METRICS.get(name)
+    return bool(m is not None and m.higher_is_better is False)
 
 
 def primary_metric(metrics) -> str | None:

@@ -24,7 +24,7 @@ def _gold(q: Scored) -> set[str]:
     return set(q.item.evidence_ids) if q.item.answerable else set()
 
 
-@metric("evidence_visible", kind="context", higher_is_better=True, subset="answerable", per_category=True,
+@metric("evidence_visible", label="gold evidence seen verbatim (share)", rate=True, plot=5, kind="context", higher_is_better=True, subset="answerable", per_category=True,
         rank=21, headline=True, description="share of gold evidence messages the model sees word for word")
 def _verbatim(q: Scored):
     gold = _gold(q)
@@ -34,7 +34,7 @@ def _verbatim(q: Scored):
     return len(gold & seen) / len(gold)
 
 
-@metric("evidence_reachable", kind="context", higher_is_better=True, subset="answerable", per_category=True,
+@metric("evidence_reachable", rate=True, narrow=("context",), kind="context", higher_is_better=True, subset="answerable", per_category=True,
         rank=22, description="share of gold evidence messages seen verbatim or one offered fact call away")
 def _reachable(q: Scored):
     gold = _gold(q)
@@ -68,14 +68,14 @@ def answer_in_text(gold: str, context: str) -> bool:
     return f" {gold} " in f" {normalize_answer(context)} "
 
 
-@metric("answer_in_context", kind="context", higher_is_better=True, subset="answerable", per_category=True,
+@metric("answer_in_context", rate=True, narrow=("context",), kind="context", higher_is_better=True, subset="answerable", per_category=True,
         rank=23, description="the (short) gold answer string appears in what the model was given")
 def _answer_in_context(q: Scored):
     gold = gold_answer_text(q.item)
     return None if gold is None else float(answer_in_text(gold, q.answer.context_text))
 
 
-@metric("history_tokens", kind="context", higher_is_better=None, rank=43,
+@metric("history_tokens", narrow=("context",), kind="context", higher_is_better=None, rank=43,
         description="history tokens the strategy's selection filled (text lines or the K/V block)")
 def _history_tokens(q: Scored):
     b = q.answer.budget

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from dkilab.eval.metrics.base import declare
-from dkilab.types import QAItem
+from dkilab.types import ChatModel, QAItem
 
 declare("judge_score", field="judge", subset="answerable", higher_is_better=True, per_category=True, rank=5,
         description="share of answerable questions the LLM judge labels CORRECT")
@@ -79,7 +79,7 @@ def check_prompt(prompt: str, fields: tuple[str, ...] = ("{question}", "{gold}",
 
 
 class LLMJudge:
-    def __init__(self, model, prompt: str | None = None, max_new_tokens: int = 6, abstention_prompt: str | None = None,
+    def __init__(self, model: ChatModel, prompt: str | None = None, max_new_tokens: int = 6, abstention_prompt: str | None = None,
                  abstention: bool = False):
         self.model, self.prompt, self.max_new_tokens = model, check_prompt(prompt or JUDGE_PROMPT), max_new_tokens
         self.abstention_prompt = check_prompt(abstention_prompt or ABSTENTION_PROMPT, ("{question}", "{prediction}"))

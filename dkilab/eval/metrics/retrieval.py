@@ -54,8 +54,9 @@ def _recall_metric(k: int) -> None:
         ev = q.item.evidence_ids
         return evidence_recall(q.answer.recalled_ids, ev, k) if ev else None
 
-    metric(f"recall_at_{k}", kind="retrieval", higher_is_better=True, per_category=k == 10,
-           rank={5: 30, 10: 31, 20: 32}.get(k), headline=k == 10,
+    metric(f"recall_at_{k}", kind="retrieval", higher_is_better=True, per_category=k == 10, rate=True,
+           rank={5: 30, 10: 31, 20: 32}.get(k), headline=k == 10, plot=1 if k == 10 else None,
+           label=f"recall@{k} (0-1)",
            description=f"share of a question's evidence messages in the top {k} recalled")(fn)
 
 

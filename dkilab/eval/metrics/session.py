@@ -69,21 +69,21 @@ def same_state(pred: dict | None, gold: dict) -> bool:
             and p.get("business_object") == gold["business_object"] and p.get("operation_stage") == gold["operation_stage"])
 
 
-@metric("intent_accuracy", kind="any", higher_is_better=True, per_category=True, rank=3,
+@metric("intent_accuracy", rate=True, paired=True, kind="any", higher_is_better=True, per_category=True, rank=3,
         description="session flow: turns whose recognised intent is the gold intent")
 def _intent(q: Scored):
     t = _turn(q)
     return None if t is None else float(t[0]["extraction"]["intent"] == t[1]["meaning"]["intent"])
 
 
-@metric("entity_f1", kind="any", higher_is_better=True, per_category=True, rank=4,
+@metric("entity_f1", rate=True, paired=True, kind="any", higher_is_better=True, per_category=True, rank=4,
         description="session flow: F1 of the extracted domain, business object and stage against the turn's meaning")
 def _entities(q: Scored):
     t = _turn(q)
     return None if t is None else entity_f1(t[0]["extraction"], t[1]["meaning"])
 
 
-@metric("l2_state_accuracy", kind="any", higher_is_better=True, per_category=True, rank=5,
+@metric("l2_state_accuracy", rate=True, paired=True, kind="any", higher_is_better=True, per_category=True, rank=5,
         description="session flow: turns after which L2's current operation equals the gold state")
 def _l2(q: Scored):
     t = _turn(q)
@@ -99,10 +99,11 @@ def _recall(q: Scored, k: int, tag: str | None = None):
 
 
 for _k, _rank in ((1, 6), (3, 7)):
-    metric(f"routed_recall_at_{_k}", kind="any", higher_is_better=True, per_category=True, rank=_rank,
+    metric(f"routed_recall_at_{_k}", kind="any", higher_is_better=True, per_category=True, rank=_rank, rate=True,
+           plot=4 if _k == 1 else None, label=f"routed recall@{_k} (0-1)", paired=_k == 1,
            description=f"session flow: gold documents among the first {_k} retrieved")(lambda q, k=_k: _recall(q, k))
 for _k, _rank in ((1, 8), (3, 8.5)):
-    metric(f"ellipsis_recall_at_{_k}", kind="any", higher_is_better=True, rank=_rank,
+    metric(f"ellipsis_recall_at_{_k}", kind="any", higher_is_better=True, rank=_rank, rate=True, paired=_k == 1,
            description=f"session flow: routed recall@{_k} on the turns tagged ellipsis (object or stage from context)"
            )(lambda q, k=_k: _recall(q, k, "ellipsis"))
 

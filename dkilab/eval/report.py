@@ -1,0 +1,225 @@
+"""Reading an experiment back from MLflow (`dkilab report`, notebooks, resume): where the store is, its
+finished cells (the newest complete run per cell, in config order), their metrics and per-question rows,
+and the report built from them, with notes on the detector and on cells from different invocations."""
+from __future__ import annotations
+
+import functools
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from dkilab.eval.tables import metrics_frame, pairwise
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+DEFAULT_TRACKING_URI = f"sqlite:///{ROOT / 'mlflow' / 'mlflow.db'}"
+
+
+def tracking_uri(uri: str | None = None) -> str:
+    """The store to use: the one given, else $MLFLOW_TRACKING_URI, else mlflow/mlflow.db in the project."""
+    import os
+
+    return uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+
+
+SCRIPTED_TAG = "dkilab.scripted"
+
+
+_OLD_CI = re.compile(r"^ci95/(.+?)(?:/|_)(low|high)$")
+
+
+def read_metrics(run) -> dict[str, float]:
+    """A run's metrics under today's names (runs logged before the interval keys became
+    `<metric>_ci95_low|high` had `ci95/<metric>/low|high`)."""
+    out = {}
+    for k, v in run.data.metrics.items():
+        m = _OLD_CI.match(k)
+        out[f"{m.group(1)}_ci95_{m.group(2)}" if m else k] = v
+    return out
+
+
+# --- reading back ------------------------------------------------------------------------------
+def run_rows(run_id: str) -> list[dict[str, Any]]:
+    """The per-question rows a cell logged (predictions.jsonl); a fresh copy each call (the report's
+    pairs, its category table and its plots read the same runs once)."""
+    import mlflow
+
+    return [dict(r) for r in _rows_of(mlflow.get_tracking_uri(), run_id)]
+
+
+@functools.lru_cache(maxsize=256)
+def _rows_of(uri: str, run_id: str) -> tuple[dict[str, Any], ...]:
+    """Keyed by store and run: a logged artifact of a run never changes once written."""
+    import os
+
+    import mlflow
+
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    path = Path(mlflow.MlflowClient(uri).download_artifacts(run_id, "predictions.jsonl"))
+    return tuple(json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
+
+
+def detector_notes(params_per_cell: list[dict[str, str]]) -> list[str]:
+    """One line per abstention detector the cells used: name, version and measured test-half figures."""
+    seen = {}
+    for params in params_per_cell:
+        card = {k.removeprefix("metrics.abstention_detector."): v for k, v in params.items()
+                if k.startswith("metrics.abstention_detector.")}
+        if card:
+            seen.setdefault(json.dumps(card, sort_keys=True), card)
+    notes = []
+    for card in seen.values():
+        figures = ", ".join(f"{k.removeprefix('test_')} {v}" for k, v in sorted(card.items()) if k.startswith("test_"))
+        name = card.get("name", "?") + (f" ({card['model']})" if card.get("model") else "") + f"-v{card.get('version', '?')}"
+        notes.append(f"hallucination_rate rests on the abstention detector {name}: held-out test half "
+                     f"{figures or card.get('test_figures', 'not measured')} (`dkilab bench abstention`)")
+    return notes
+
+
+class UnknownExperimentError(KeyError):
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class TrackingStoreError(ValueError):
+    """A tracking URI that names no existing store (a typo would otherwise create an empty one)."""
+
+
+def existing_store(uri: str) -> str:
+    """`uri` if it names an existing store: a SQLite file or file: folder that exists, or a server that
+    answers (`/health`, 5 s timeout). Raises TrackingStoreError with one line otherwise."""
+    from dkilab.eval import runstate
+
+    local = runstate.local_store_dir(uri)
+    if local is not None:
+        path = Path(uri[len("sqlite:///"):]).expanduser() if uri.startswith("sqlite:///") else local
+        if not path.exists():
+            raise TrackingStoreError(f"no MLflow store at {uri} ({path} does not exist); runs go to "
+                                     "$MLFLOW_TRACKING_URI or sqlite:///mlflow/mlflow.db by default")
+        return uri
+    if uri.startswith(("http://", "https://")):
+        check_server(uri)
+    return uri
+
+
+def check_server(uri: str, timeout: float = 5.0) -> None:
+    """Fail within `timeout` seconds, in one line, when a tracking server does not answer."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout) as resp:
+            resp.read(64)
+    except urllib.error.HTTPError as e:
+        if e.code >= 500:
+            raise TrackingStoreError(f"MLflow tracking server {uri} answered {e.code} on /health") from None
+    except (urllib.error.URLError, OSError) as e:
+        reason = getattr(e, "reason", e)
+        raise TrackingStoreError(f"MLflow tracking server {uri} is not reachable ({reason}); start it, or pass "
+                                 "--tracking-uri / set MLFLOW_TRACKING_URI to one that is") from None
+
+
+def config_ordered(runs) -> list:
+    """Cell runs in the order the config lists them (the `dkilab.cell_index` tag); by start time when
+    some runs predate the tag."""
+    runs = list(runs)
+    idx = [r.data.tags.get("dkilab.cell_index", "") for r in runs]
+    if all(i.isdigit() for i in idx):
+        return [r for _, r in sorted(zip(idx, runs), key=lambda p: (int(p[0]), p[1].info.start_time))]
+    return sorted(runs, key=lambda r: r.info.start_time)
+
+
+class ScriptedRunsError(ValueError):
+    """An experiment's cells ran on a `scripted:` model: its numbers measure the pipeline, not a model."""
+
+
+def experiment_runs(experiment: str, uri: str | None = None) -> list:
+    """The finished cells of an experiment (the newest completed run per cell label) in config order;
+    a store that does not exist or an unknown experiment name is a one-line error (did-you-mean)."""
+    import mlflow
+
+    from dkilab.eval import runstate
+
+    uri = existing_store(tracking_uri(uri))
+    mlflow.set_tracking_uri(uri)
+    exp = mlflow.get_experiment_by_name(experiment)
+    if exp is None:
+        import difflib
+
+        names = [e.name for e in mlflow.MlflowClient().search_experiments(max_results=1000) if e.name != "Default"]
+        close = difflib.get_close_matches(experiment, names, n=1)
+        raise UnknownExperimentError(f"no MLflow experiment named {experiment!r} at {uri}"
+                                     + (f"; did you mean {close[0]!r}?" if close else "")
+                                     + (f" Experiments there: {', '.join(sorted(names))}" if names else " (it has none)"))
+    return config_ordered(newest_per_cell(runstate.finished_runs(exp.experiment_id).values()))
+
+
+def provenance_notes(runs) -> list[str]:
+    """Say when the cells of a comparison come from different invocations, machines or code: scores still
+    compare (same questions, same config hash), latencies and throughput only within one run."""
+    import datetime as dt
+
+    parents: dict[str, list] = {}
+    for r in runs:
+        parents.setdefault(r.data.tags.get("mlflow.parentRunId", r.info.run_id), []).append(r)
+    hosts = sorted({r.data.tags.get("dkilab.host", "?") for r in runs})
+    commits = sorted({r.data.tags.get("mlflow.source.git.commit", "?")[:12] for r in runs})
+    if len(parents) < 2 and len(hosts) < 2 and len(commits) < 2:
+        return []
+    when = sorted(dt.datetime.fromtimestamp(min(x.info.start_time for x in group) / 1000).strftime("%m-%d %H:%M")
+                  for group in parents.values())
+    parts = [f"{len(parents)} invocations (started {', '.join(when)})"]
+    if len(hosts) > 1:
+        parts.append(f"{len(hosts)} machines ({', '.join(hosts)})")
+    if len(commits) > 1:
+        parts.append(f"{len(commits)} code versions ({', '.join(commits)})")
+    return [f"note: these cells come from {' and '.join(parts)}. Scores compare (same questions, same config); "
+            "latency and throughput compare only between cells of one invocation, which may have run under "
+            "different load."]
+
+
+def newest_per_cell(runs) -> list:
+    """One run per cell label: the newest (a config edited between runs leaves older hashes behind, and two
+    rows for one label made reports crash and notebooks double-count)."""
+    best: dict[str, Any] = {}
+    for r in runs:
+        cur = best.get(r.info.run_name)
+        if cur is None or r.info.start_time > cur.info.start_time:
+            best[r.info.run_name] = r
+    return list(best.values())
+
+
+def run_dataset_key(run) -> str:
+    """Which cells compare question by question: same dataset, split and file."""
+    p = run.data.params
+    return (f"{p.get('dataset.name')}:{p.get('dataset.split')}"
+            + (f":{p['dataset.path']}" if p.get("dataset.path") not in (None, "None") else ""))
+
+
+def report(experiment: str, uri: str | None = None, pairs: bool = True, by_category: bool = False,
+           metrics: list[str] | None = None, allow_scripted: bool = False):
+    """(table with intervals, paired differences, detector notes) of the finished cells of an experiment:
+    the newest completed run per config hash, in the order the cells ran. Cells of a `scripted:` model
+    are refused unless `allow_scripted` (their outputs come from a file, not a model)."""
+    import pandas as pd
+
+    runs = experiment_runs(experiment, uri)
+    if not runs:
+        return pd.DataFrame(), pd.DataFrame(), []
+    scripted = [r.info.run_name for r in runs if r.data.tags.get(SCRIPTED_TAG) == "1"]
+    if scripted and not allow_scripted:
+        raise ScriptedRunsError(f"{len(scripted)} of {len(runs)} cells of {experiment!r} ran on a scripted model "
+                                f"({', '.join(scripted[:3])}{', ...' if len(scripted) > 3 else ''}): their outputs "
+                                "come from a file, so they compare pipelines, not models; pass --allow-scripted "
+                                "to report them anyway")
+    table = metrics_frame([(r.info.run_name, read_metrics(r)) for r in runs], intervals=True, extra=metrics)
+    table["questions"] = [r.data.metrics.get("questions") for r in runs]  # n
+    notes = detector_notes([r.data.params for r in runs]) if "hallucination_rate" in table.columns else []
+    notes = provenance_notes(runs) + notes
+    if not pairs:
+        return table, pd.DataFrame(), notes
+    keyed = [(r.info.run_name, run_dataset_key(r), run_rows(r.info.run_id)) for r in runs]
+    return table, pairwise(keyed, metrics, by_category), notes
