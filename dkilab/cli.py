@@ -191,7 +191,7 @@ def _report_columns(table, metrics: list[str] | None) -> list[str]:
                     decl = METRICS[m]
                     what = f" ({decl.description})" if decl.description else ""
                     why.append(f"{m!r}{what} has no value in any cell: none of their questions is one it applies to "
-                               f"(a --limit run may draw none; a context-only cell has no answers to score)")
+                               f"(a --questions-per-conversation run may draw none; a context-only cell has no answers to score)")
                 raise ConfigError("--metrics: " + "; ".join(why) + f". This experiment has: {has}")
             hints = [f"{m!r}" + (f" (did you mean {c[0]!r}?)" if (c := difflib.get_close_matches(m, table.columns, 1)) else "")
                      for m in unknown]
@@ -261,7 +261,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         print("\npaired differences b - a on the same questions (95% CI; real = the interval excludes 0):")
         print(_markdown(shown.set_index("dataset")) if args.format == "markdown" else shown.to_string(index=False))
     if not metrics and "score" in table.columns and "hallucination_rate" not in table.columns:
-        print("\nnote: no hallucination_rate: none of these cells' questions is unanswerable (a --limit run may "
+        print("\nnote: no hallucination_rate: none of these cells' questions is unanswerable (a --questions-per-conversation run may "
               "draw none); run more questions per conversation to measure it")
     for note in notes:  # how far to trust hallucination_rate
         print("\n" + note)
@@ -335,11 +335,18 @@ def _cmd_datasets(args: argparse.Namespace) -> int:
         where = args.data_dir or os.environ.get("DKILAB_DATA_DIR")
         print(f"data dir: {where} ({'--data-dir' if args.data_dir else '$DKILAB_DATA_DIR'})" if where else
               "data dir: not set (--data-dir or $DKILAB_DATA_DIR); only the bundled fixtures are present")
-        for name in DATASETS.names():
-            meta = DATASETS.meta(name)
-            present = "present" if dataset_available(name, args.data_dir) else "not in the data dir"
-            print(f"{name:16s} {meta['language']:6s} scorer={meta['scorer']:7s} v{meta['version']}  {present:20s} "
-                  f"{meta['description']}")
+        import pandas as pd
+
+        iso = {"cn": "zh"}  # the loaders' internal code for Chinese; ISO 639-1 says zh
+        rows = [{"dataset": name, "language": iso.get(meta["language"], meta["language"]), "scorer": meta["scorer"],
+                 "version": f"v{meta['version']}",
+                 "here": "present" if dataset_available(name, args.data_dir) else "not in the data dir",
+                 "description": meta["description"]} for name, meta in ((n, DATASETS.meta(n)) for n in DATASETS.names())]
+        frame = pd.DataFrame(rows)
+        table = frame.to_string(index=False, justify="left",
+                                formatters={c: (lambda w: lambda v: f"{v:<{w}}")(int(frame[c].str.len().max()))
+                                            for c in frame.columns})
+        print("\n".join(line.rstrip() for line in table.splitlines()))
         return 0
     convs = load_dataset(args.name, data_dir=args.data_dir)
     qs = [q for c in convs for q in c.questions]
@@ -348,7 +355,7 @@ def _cmd_datasets(args: argparse.Namespace) -> int:
         cats[str(q.category)] = cats.get(str(q.category), 0) + 1
     print(f"{args.name}: {len(convs)} conversations, {sum(len(c.messages) for c in convs)} messages, "
           f"{len(qs)} questions ({sum(not q.answerable for q in qs)} unanswerable)")
-    print("languages: " + ", ".join(sorted({c.language for c in convs})))
+    print("languages: " + ", ".join(sorted({"zh" if c.language == "cn" else c.language for c in convs})))
     print("categories: " + ", ".join(f"{k}={v}" for k, v in sorted(cats.items())))
     return 0
 
@@ -371,7 +378,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 "  dkilab ingest locomo --store stores/locomo --data-dir ../shared/datasets")
     ing.add_argument("dataset", help="a registered dataset (dkilab datasets list)")
     ing.add_argument("--store", required=True, help="store directory (created if missing; idempotent)")
-    ing.add_argument("--limit", type=int, default=None, help="first N conversations")
+    ing.add_argument("--conversations", "--limit", dest="limit", type=int, default=None,
+                     help="the first N conversations (--limit is the old name)")
     ing.add_argument("--embedder", default=None, help="encoder (default: the dataset language's, as `embedder: auto`)")
     ing.add_argument("--data-dir", default=None, help="dataset directory (default: $DKILAB_DATA_DIR)")
     ing.set_defaults(func=_cmd_ingest)
@@ -482,7 +490,8 @@ def build_parser() -> argparse.ArgumentParser:
     gpu.add_argument("--plan-only", action="store_true", help="stop after the plan: nothing is run")
     gpu.add_argument("--skip-smoke", action="store_true", help="skip the smoke stage (it passed on this machine before)")
     gpu.add_argument("--report-dir", default=None, help="where the report folder goes (default reports/gpu-<time>)")
-    gpu.add_argument("--limit", type=_positive_int, default=None, help="questions per conversation (a smoke run)")
+    gpu.add_argument("--questions-per-conversation", "--limit", dest="limit", type=_positive_int, default=None,
+                     help="the first N questions of each conversation, a smoke run (--limit is the old name)")
     gpu.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a dotted config key (repeatable)")
     gpu.add_argument("--data-dir", default=None, help="dataset directory (default: $DKILAB_DATA_DIR)")
     gpu.add_argument("--tracking-uri", default=None)
@@ -490,9 +499,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run an experiment YAML (strategies x sweep x datasets) into MLflow",
                          formatter_class=argparse.RawDescriptionHelpFormatter,
-                         epilog="examples:\n  dkilab run experiments/quickstart.yaml\n  dkilab run experiments/sweep_threshold_budget_locomo.yaml --limit 5 --data-dir ../shared/datasets\n  dkilab run experiments/quickstart.yaml --set defaults.max_new_tokens=16 --tracking-uri http://127.0.0.1:5000\n  accelerate launch --num_processes 2 -m dkilab.cli run experiments/quickstart.yaml")
+                         epilog="examples:\n  dkilab run experiments/quickstart.yaml\n  dkilab run experiments/sweep_threshold_budget_locomo.yaml --questions-per-conversation 5 --data-dir ../shared/datasets\n  dkilab run experiments/quickstart.yaml --set defaults.max_new_tokens=16 --tracking-uri http://127.0.0.1:5000\n  accelerate launch --num_processes 2 -m dkilab.cli run experiments/quickstart.yaml")
     run.add_argument("config", help="experiment YAML, e.g. experiments/quickstart.yaml")
-    run.add_argument("--limit", type=_positive_int, default=None, help="questions per conversation (>= 1)")
+    run.add_argument("--questions-per-conversation", "--limit", dest="limit", type=_positive_int, default=None,
+                     help="the first N (>= 1) questions of each conversation (--limit is the old name); the YAML's "
+                          "dataset `limit` counts conversations")
     run.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a dotted config key (repeatable)")
     run.add_argument("--data-dir", default=None, help="dataset directory (default: $DKILAB_DATA_DIR)")
     run.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or "

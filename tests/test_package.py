@@ -70,6 +70,21 @@ def test_datasets_list_says_which_data_dir_it_looked_in(tmp_path, capsys, monkey
     assert capsys.readouterr().out.startswith(f"data dir: {tmp_path} (--data-dir)")
 
 
+def test_datasets_list_is_a_table_with_iso_language_codes(capsys):
+    """Issue 34 item 14: long names (agent_pointers_heldout) no longer push their row out of line, and
+    Chinese is `zh` as everywhere else in the project (the loaders' internal `cn` does not leak)."""
+    from dkilab.cli import main
+
+    assert main(["datasets", "list"]) == 0
+    head, *rows = capsys.readouterr().out.splitlines()[1:]
+    columns = [head.index(c) for c in ("language", "scorer", "version", "here", "description")]
+    for row in rows:
+        assert all(row[c - 1] == " " and row[c] != " " for c in columns), row  # every cell starts under its header
+    langs = {row.split()[0]: row[columns[0]:columns[1]].strip() for row in rows}
+    assert langs["memdaily"] == langs["madial_bench_zh"] == "zh" and langs["locomo"] == "en"
+    assert "cn" not in langs.values() and langs["agent_pointers_heldout"] == "mixed"
+
+
 def test_the_run_hint_fits_the_store_used(monkeypatch):
     from dkilab.cli import _open_hint
 
@@ -149,3 +164,19 @@ def test_no_two_modules_import_each_other():
     assert "dkilab.eval.tracking" in edges["dkilab.eval.runner"]  # the walk sees imports (not vacuous)
     cycles = sorted({tuple(sorted((a, b))) for a in edges for b in edges[a] if a in edges.get(b, ())})
     assert cycles == [], cycles
+
+
+def test_one_name_per_meaning_with_limit_kept_as_an_alias():
+    """Issue 34 item 13: `run`/`gpu` count questions per conversation, `ingest` conversations; each says so
+    in its flag's name, and the old `--limit` still means the same thing for each."""
+    from dkilab.cli import build_parser
+
+    parser = build_parser()
+    for cmd, flag in (("run", "--questions-per-conversation"), ("gpu", "--questions-per-conversation"),
+                      ("ingest", "--conversations")):
+        extra = ["x.yaml"] if cmd == "run" else ["fixtures", "--store", "s"] if cmd == "ingest" else []
+        new = parser.parse_args([cmd, *extra, flag, "3"])
+        old = parser.parse_args([cmd, *extra, "--limit", "3"])
+        assert new.limit == old.limit == 3, cmd
+        help_text = next(a for a in parser._subparsers._group_actions[0].choices[cmd]._actions if a.dest == "limit").help
+        assert "--limit is the old name" in help_text

@@ -538,6 +538,6 @@ def with_question_limit(cfg: ExperimentConfig, limit: int) -> ExperimentConfig:
     """`--limit N`: N questions per conversation in every dataset, in an experiment of its own
     (`<name>-limitN`), so smoke runs never mix with the full runs in a report or a notebook."""
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
-        raise ConfigError(f"--limit: must be a positive number of questions per conversation, got {limit!r}")
+        raise ConfigError(f"--questions-per-conversation (--limit): must be a positive number, got {limit!r}")
     return cfg.model_copy(update={"name": f"{cfg.name}-limit{limit}",
                                   "datasets": [d.model_copy(update={"question_limit": limit}) for d in cfg.datasets]})

@@ -77,7 +77,7 @@ def test_duplicate_yaml_keys_and_bad_overrides_are_refused(tmp_path):
         parse_set(["oops"])
     loaded = load_experiment(cfg)
     for bad in (0, -1):
-        with pytest.raises(ConfigError, match="--limit"):
+        with pytest.raises(ConfigError, match=r"--questions-per-conversation \(--limit\)"):
             with_question_limit(loaded, bad)
     assert all(d.question_limit == 1 for d in with_question_limit(loaded, 1).datasets)
     assert apply_overrides({"a": {"b": 1}}, {"a.c": 2}) == {"a": {"b": 1, "c": 2}}

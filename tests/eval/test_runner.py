@@ -524,7 +524,7 @@ def test_report_says_why_a_real_metric_has_no_value_and_what_a_typo_meant(tmp_pa
     capsys.readouterr()
     assert main(["report", "why", "--tracking-uri", uri, "--metrics", "recall_at_10,hallucination_rate"]) == 2
     err = capsys.readouterr().err
-    assert "'hallucination_rate' (unanswerable questions answered anyway" in err and "--limit run may draw none" in err
+    assert "'hallucination_rate' (unanswerable questions answered anyway" in err and "--questions-per-conversation run may draw none" in err
     assert "no such metric" not in err and "recall_at_10" in err  # and what the experiment does have
     assert main(["report", "why", "--tracking-uri", uri, "--metrics", "recall_at_1O"]) == 2
     assert "no such metric in this experiment: 'recall_at_1O' (did you mean 'recall_at_10'?)" in capsys.readouterr().err
