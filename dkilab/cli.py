@@ -560,7 +560,16 @@ def _user_errors() -> tuple[type[BaseException], ...]:
             TrackingStoreError)
 
 
+# loggers whose INFO lines are noise on a console: MLflow's "Flushing the async trace logging queue ... This may
+# take a while" after the summary (issue 34 item 12); warnings and errors still show
+QUIET_LOGGERS = ("mlflow.tracing.export.async_export_queue",)
+
+
 def main(argv: list[str] | None = None) -> int:
+    import logging
+
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

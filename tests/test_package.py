@@ -180,3 +180,20 @@ def test_one_name_per_meaning_with_limit_kept_as_an_alias():
         assert new.limit == old.limit == 3, cmd
         help_text = next(a for a in parser._subparsers._group_actions[0].choices[cmd]._actions if a.dest == "limit").help
         assert "--limit is the old name" in help_text
+
+
+def test_no_jieba_or_mlflow_chatter_on_the_console():
+    """Issue 34 item 12: jieba's "Building prefix dict" (from any of the modules that cut Chinese) and
+    MLflow's "Flushing the async trace logging queue" after the summary are not printed."""
+    code = ("from dkilab.eval.metrics.qa import zh_tokens; zh_tokens('我爱北京')\n"
+            "from dkilab.eval.metrics.claims import claims; claims('我昨天在北京吃了烤鸭')\n"
+            "from dkilab.text.abstention import is_abstention; is_abstention('我不知道这件事')\n"
+            "from dkilab.text.keywords import extract_keywords; extract_keywords('我昨天在北京吃了烤鸭', 5)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert "prefix dict" not in out.stderr and "Loading model" not in out.stderr, out.stderr
+    import logging
+
+    from dkilab.cli import QUIET_LOGGERS, main
+
+    assert main(["datasets", "list"]) == 0
+    assert all(logging.getLogger(n).getEffectiveLevel() >= logging.WARNING for n in QUIET_LOGGERS)

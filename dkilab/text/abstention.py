@@ -228,6 +228,9 @@ def _en_kind(clause: str) -> str:
 
 @lru_cache(maxsize=1)
 def _jieba_posseg():
+    from dkilab.text.segment import _jieba
+
+    _jieba()  # quiet and initialised
     import jieba.posseg as pseg
 
     return pseg

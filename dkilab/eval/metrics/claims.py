@@ -23,6 +23,9 @@ def claims(answer: str) -> list[str]:
     text = str(answer or "")
     out = _NUM.findall(text)
     if has_cjk(text):
+        from dkilab.text.segment import _jieba
+
+        _jieba()  # quiet and initialised
         import jieba.posseg as pseg
 
         for w in pseg.lcut(text):

@@ -96,9 +96,9 @@ _ZH_PUNCT = set("，。！？、；：“”‘’（）《》【】…—·「�
 
 def zh_tokens(text: str) -> list[str]:
     """jieba tokens, lower-cased, without punctuation and spaces."""
-    import jieba
+    from dkilab.text.segment import _jieba
 
-    return [t.lower() for t in jieba.lcut(str(text)) if t.strip() and not all(c in _ZH_PUNCT for c in t)]
+    return [t.lower() for t in _jieba().lcut(str(text)) if t.strip() and not all(c in _ZH_PUNCT for c in t)]
 
 
 def zh_f1(prediction: str, ground_truth: str) -> float:
