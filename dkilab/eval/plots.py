@@ -85,9 +85,11 @@ def headline_figure(table, title: str = "", counts: dict[str, dict[str, int]] | 
     return fig
 
 
-def category_figure(by_cell: dict[str, dict[str, dict[str, float]]], metric: str, title: str = ""):
+def category_figure(by_cell: dict[str, dict[str, dict[str, float]]], metric: str, title: str = "", min_n: int = 5):
     """Grouped bars: `metric` per category (x) for each cell (colour), 95% intervals, n under each
-    category. `by_cell`: cell -> aggregate_by_category(rows, intervals=True)."""
+    category. `by_cell`: cell -> aggregate_by_category(rows, intervals=True). A category with fewer than
+    `min_n` questions in every cell is left out (a bar over 1-2 questions says nothing), and the figure
+    says how many were left out; if every category is that small, all are shown."""
     from matplotlib.figure import Figure
 
     from dkilab.eval.metrics.bootstrap import ci_keys
@@ -96,6 +98,12 @@ def category_figure(by_cell: dict[str, dict[str, dict[str, float]]], metric: str
     cats = sorted({c for agg in by_cell.values() for c, m in agg.items() if _valid(m.get(metric))})
     if not cats:
         return None
+    size = {c: max(int(agg.get(c, {}).get("questions", 0) or 0) for agg in by_cell.values()) for c in cats}
+    small = [c for c in cats if size[c] < min_n]
+    if small and len(small) < len(cats):
+        cats = [c for c in cats if c not in small]
+    else:
+        small = []
     cells = list(by_cell)
     width = 0.8 / max(1, len(cells))
     fig = Figure(figsize=(max(5.0, 1.1 * len(cats) * max(1, len(cells)) * 0.6 + 2), 3.6))
@@ -126,6 +134,9 @@ def category_figure(by_cell: dict[str, dict[str, dict[str, float]]], metric: str
     ax.set_ylim(0, 1.2 if is_rate(metric) else None)
     ax.set_ylabel(f"{metric} · 95% CI", fontsize=8)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    if small:
+        fig.text(0.01, 0.01, f"not shown: {len(small)} categories with fewer than {min_n} questions "
+                             f"({sum(size[c] for c in small)} questions in all)", fontsize=7, ha="left", va="bottom")
     if title:
         ax.set_title(title, fontsize=9)
     fig.tight_layout()
