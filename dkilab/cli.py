@@ -140,8 +140,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     import os
 
     from dkilab.eval.experiment import load_experiment, parse_set, with_question_limit
-    from dkilab.eval.runner import check_expectations, process_state, run_experiment
     from dkilab.eval.report import tracking_uri
+    from dkilab.eval.runner import check_expectations, process_state, run_experiment
     from dkilab.eval.tables import INTERVAL_NOTE, format_table, results_table
 
     if args.data_dir:

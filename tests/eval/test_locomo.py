@@ -35,8 +35,8 @@ def test_locomo_loader_matches_the_dataset_card():
 @needs_data
 def test_retrieval_experiment_logs_recall_at_k_to_mlflow(tmp_path, monkeypatch):
     from dkilab.eval.experiment import load_experiment
-    from dkilab.eval.runner import run_experiment
     from dkilab.eval.report import report
+    from dkilab.eval.runner import run_experiment
 
     monkeypatch.setenv("DKILAB_CACHE_DIR", str(tmp_path))
     cfg = load_experiment("experiments/retrieval_locomo.yaml",

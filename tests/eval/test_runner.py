@@ -16,8 +16,8 @@ import yaml
 from dkilab.eval import tracking
 from dkilab.eval.experiment import expand_cells, load_experiment
 from dkilab.eval.metrics import primary_metric
-from dkilab.eval.runner import check_expectations, run_experiment
 from dkilab.eval.report import report
+from dkilab.eval.runner import check_expectations, run_experiment
 from dkilab.eval.tables import results_table
 from dkilab.registry import STRATEGIES
 from dkilab.strategies import register
