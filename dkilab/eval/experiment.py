@@ -390,7 +390,9 @@ class Cell:
         """Everything that decides the cell's result: the resolved config plus the strategy's identity
         (version, prompts, components configured in code such as the reference resolver's mappings)."""
         model_name = self.model.spec if self.needs_model else ""
-        return self.resolved | {"strategy_identity": self.instance.identity(model_name)}
+        out = self.resolved | {"strategy_identity": self.instance.identity(model_name)}
+        out["strategy"] = out["strategy"] | {"params": identity_params(self.params)}
+        return out
 
     @cached_property
     def config_hash(self) -> str:
@@ -408,6 +410,32 @@ class Cell:
         sweep = ",".join(f"{k.split('.', 1)[1]}={v}" for k, v in self.point.items())
         split = f":{self.dataset.split}" if self.dataset.split != "full" else ""
         return f"{self.strategy.key}@{self.dataset.key}{split}" + (f"[{sweep}]" if sweep else "")
+
+
+def identity_params(params) -> dict[str, Any]:
+    """A params model as it enters a cell's identity: its JSON dump without the fields of a lever that is
+    off: a field declared `json_schema_extra={"off": v}` at `v`, and the fields declared `{"off_with": f}`
+    while their sibling `f` is off. A lever added later, off by default, so changes no existing cell's
+    hash (every cell would otherwise run again); switched on, all of its fields are in the identity."""
+    from pydantic import BaseModel
+
+    def walk(model: BaseModel) -> dict[str, Any]:
+        out, off = {}, set()
+        fields = type(model).model_fields
+        for name, field in fields.items():
+            extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+            if "off" in extra and getattr(model, name) == extra["off"]:
+                off.add(name)
+        for name, field in fields.items():
+            value = getattr(model, name)
+            extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+            if name in off or extra.get("off_with") in off:
+                continue
+            out[name] = walk(value) if isinstance(value, BaseModel) else model.__pydantic_serializer__.to_python(
+                model, mode="json", include={name})[name]
+        return out
+
+    return walk(params)
 
 
 def _set_dotted(data: dict, dotted: str, value: Any, where: str = "") -> None:

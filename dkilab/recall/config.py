@@ -40,6 +40,12 @@ class SignalsConfig(_Strict):
     # when the query carries a date cue ("last week", "in May", 5月7日: recall/temporal.py) resolved against
     # when it is asked, candidates come from that window; the unfocused lists count with this weight (0 = off)
     temporal_focus: float = Field(0.0, ge=0, le=1)
+    # pseudo-relevance feedback: the keywords of the top `prf_docs` fused hits that the query lacks (up to
+    # `prf_terms`) are added to it for a second BM25 search, fused with weight `prf_weight` (0 docs = off)
+    # (added after cells were logged: `off` keeps them out of a cell's identity while prf_docs is 0)
+    prf_docs: int = Field(0, ge=0, le=20, json_schema_extra={"off": 0})
+    prf_terms: int = Field(5, ge=1, le=30, json_schema_extra={"off_with": "prf_docs"})
+    prf_weight: float = Field(0.5, ge=0, le=2, json_schema_extra={"off_with": "prf_docs"})
 
 
 class BudgetConfig(_Strict):

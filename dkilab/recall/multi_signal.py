@@ -66,6 +66,11 @@ class MultiSignalRecall:
             if focus:
                 lists["vector_unfocused"] = self._timed(lat, "vector", lambda: self._vector_hits(query))
         ranked = self._timed(lat, "fusion", lambda: self._fuse(lists, unfocused))
+        if sig.prf_docs and ranked:
+            terms = self._timed(lat, "prf", lambda: self._feedback_terms(query, ranked[:sig.prf_docs]))
+            if terms:
+                lists["prf"] = self._timed(lat, "lexical", lambda: self._lexical(f"{query} {' '.join(terms)}", focus))
+                ranked = self._timed(lat, "fusion", lambda: self._fuse(lists, unfocused))
         if sig.neighbor_expansion and ranked:
             ranked = self._timed(lat, "neighbors", lambda: self._expand(ranked))
         ranked = ranked[:max_results]
@@ -121,6 +126,18 @@ class MultiSignalRecall:
         out.sort(key=lambda x: -x[1])
         return out
 
+    def _feedback_terms(self, query: str, top: list[RecalledMessage]) -> list[str]:
+        """Keywords of the top hits that the query does not already contain (pseudo-relevance feedback)."""
+        sig = self.config.signals
+        have = set(segment(query))
+        text = "\n".join(r.message.content for r in top)
+        found = extract_keywords(text, sig.prf_terms + len(have), sig.keyword_method)
+        return [k for k, _ in found if k not in have][:sig.prf_terms]
+
+    def _lexical(self, text: str, filter: dict | None = None) -> list[tuple[Message, float]]:
+        page = self.memory.lexical_search(text, filter=filter, page_size=self.config.signals.lexical_top_k)
+        return [(h.message, h.score or 0.0) for h in page.items]
+
     def _vector_hits(self, query: str, filter: dict | None = None) -> list[tuple[Message, float]]:
         sig = self.config.signals
         kwargs = ({"query_embedding": self.embedder.encode_query(query)} if self.embedder is not None
@@ -134,7 +151,7 @@ class MultiSignalRecall:
         merged: dict[str, RecalledMessage] = {}
         for name, hits in lists.items():
             base, _, rest = name.partition("_")
-            w = sig.weights.get(base, 1.0) * (unfocused if rest else 1.0)
+            w = (sig.prf_weight if base == "prf" else sig.weights.get(base, 1.0)) * (unfocused if rest else 1.0)
             if not hits or w == 0:
                 continue
             scores = [s for _, s in hits]

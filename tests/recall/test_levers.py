@@ -110,3 +110,30 @@ def test_date_cues_resolve_against_when_the_question_is_asked(query, window):
     assert (got and (got[0].date().isoformat(), got[1].date().isoformat())) == window
     if got:
         assert got[0].tzinfo == NOW.tzinfo
+
+
+def test_feedback_terms_find_a_message_that_shares_no_word_with_the_question(store):
+    """Pseudo-relevance feedback (`prf_docs`): the words of the top hit that the question lacks search
+    again, so the message about the parmesan is found for "mushroom risotto"; off, the ranking is as before;
+    and the lever, while off, is not part of a cell's identity (adding it re-ran no cell)."""
+    from dkilab.eval.experiment import identity_params
+    from dkilab.strategies.recall_only import RecallOnly
+
+    store.add_messages([m(0, "How about a mushroom risotto tonight?", "Ben", 0),
+                        m(1, "Risotto needs parmesan, the aged parmesan from Bologna.", "Ana", 0),
+                        m(2, "The parmesan from Bologna was expensive but worth it.", "Ana", 3),
+                        m(3, "My brother visited and we played chess.", "Ana", 5)])
+    memory = store.for_user("alice")
+    q = "mushroom risotto"
+    off = recall(memory, q, keyword_enabled=True, vector_enabled=False)
+    assert "m2" not in ids(off) and ids(off)[:2] == ["m0", "m1"]
+    on = recall(memory, q, keyword_enabled=True, vector_enabled=False, prf_docs=2, prf_terms=3)
+    assert ids(on)[:2] == ["m0", "m1"] and "m2" in ids(on) and "m3" not in ids(on)
+    added = next(r for r in on.ranked if r.message.message_id == "m2")
+    assert set(added.signals) == {"prf"}
+    assert ids(recall(memory, q, keyword_enabled=True, vector_enabled=False, prf_docs=0, prf_terms=9)) == ids(off)
+    params = RecallOnly.Params()
+    signals = identity_params(params)["recall"]["signals"]
+    assert not {"prf_docs", "prf_terms", "prf_weight"} & set(signals) and "speaker_focus" in signals
+    on = RecallOnly.Params(recall={"signals": {"prf_docs": 2}})
+    assert {"prf_docs": 2, "prf_terms": 5, "prf_weight": 0.5}.items() <= identity_params(on)["recall"]["signals"].items()
