@@ -419,23 +419,14 @@ def identity_params(params) -> dict[str, Any]:
     hash (every cell would otherwise run again); switched on, all of its fields are in the identity."""
     from pydantic import BaseModel
 
-    def walk(model: BaseModel) -> dict[str, Any]:
-        out, off = {}, set()
-        fields = type(model).model_fields
-        for name, field in fields.items():
-            extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
-            if "off" in extra and getattr(model, name) == extra["off"]:
-                off.add(name)
-        for name, field in fields.items():
-            value = getattr(model, name)
-            extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
-            if name in off or extra.get("off_with") in off:
-                continue
-            out[name] = walk(value) if isinstance(value, BaseModel) else model.__pydantic_serializer__.to_python(
-                model, mode="json", include={name})[name]
-        return out
+    def walk(model: BaseModel, dumped: dict[str, Any]) -> dict[str, Any]:
+        extra = {n: f.json_schema_extra if isinstance(f.json_schema_extra, dict) else {}
+                 for n, f in type(model).model_fields.items()}
+        off = {n for n, e in extra.items() if "off" in e and getattr(model, n) == e["off"]}
+        return {n: walk(getattr(model, n), v) if isinstance(getattr(model, n), BaseModel) else v
+                for n, v in dumped.items() if n not in off and extra.get(n, {}).get("off_with") not in off}
 
-    return walk(params)
+    return walk(params, params.model_dump(mode="json"))
 
 
 def _set_dotted(data: dict, dotted: str, value: Any, where: str = "") -> None:
