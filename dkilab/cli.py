@@ -140,9 +140,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     import os
 
     from dkilab.eval.experiment import load_experiment, parse_set, with_question_limit
-    from dkilab.eval.report import tracking_uri
-    from dkilab.eval.runner import check_expectations, process_state, run_experiment
-    from dkilab.eval.tables import INTERVAL_NOTE, format_table, results_table
+    from dkilab.eval.runner import process_state, run_experiment
 
     if args.data_dir:
         os.environ["DKILAB_DATA_DIR"] = args.data_dir
@@ -153,7 +151,34 @@ def _cmd_run(args: argparse.Namespace) -> int:
                              claim=args.claim)
     if not process_state().is_main_process:
         return 0
+    return _print_results(cfg, results, args.tracking_uri)
+
+
+def _cmd_rescore(args: argparse.Namespace) -> int:
+    import os
+
+    from dkilab.eval.rescore import stored_config
+    from dkilab.eval.runner import run_experiment
+
+    if args.data_dir:
+        os.environ["DKILAB_DATA_DIR"] = args.data_dir
+    cfg, source = stored_config(args.experiment, args.tracking_uri)
+    print(f"re-scoring the stored answers of {cfg.name!r} ({source}); no model under test is loaded")
+    results = run_experiment(cfg, data_dir=args.data_dir, uri=args.tracking_uri, config_path=source, rescore=True)
+    return _print_results(cfg, results, args.tracking_uri, args.metrics.split(",") if args.metrics else None)
+
+
+def _print_results(cfg, results, uri: str | None, metrics: list[str] | None = None) -> int:
+    """The table of a run (or re-scoring), the detector notes, where MLflow is; 1 if a cell failed or an
+    expectation was missed."""
+    from dkilab.eval.report import tracking_uri
+    from dkilab.eval.runner import check_expectations
+    from dkilab.eval.tables import INTERVAL_NOTE, format_table, results_table
+
     table = results_table(results, intervals=True)
+    if not table.empty and metrics:
+        cols = _report_columns(table, metrics)
+        table = table[[c for c in table.columns if c in cols or c.removesuffix("_low").removesuffix("_high") in cols]]
     if not table.empty:
         print("\n" + format_table(table) + f"\n({INTERVAL_NOTE})")
         if "hallucination_rate" in table.columns:
@@ -162,7 +187,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
             for note in detector_notes([flatten(r.cell.resolved) for r in results if not r.error]):
                 print(note)
-    print(f"\nMLflow: {tracking_uri(args.tracking_uri)} (experiment {cfg.name!r}); {_open_hint(args.tracking_uri, cfg.name)}")
+    print(f"\nMLflow: {tracking_uri(uri)} (experiment {cfg.name!r}); {_open_hint(uri, cfg.name)}")
     problems = check_expectations(cfg, results)
     for p in problems:
         print(f"EXPECTATION MISSED: {p}" if "cell failed" not in p else f"FAILED: {p}", file=sys.stderr)
@@ -512,6 +537,19 @@ def build_parser() -> argparse.ArgumentParser:
                      help="run only the cells this process claims in the tracking store (several machines, e.g. a "
                           "Slurm array, running the same config share its cells; experiments/gpu/README.md)")
     run.set_defaults(func=_cmd_run)
+    rsc = sub.add_parser("rescore", help="score an experiment's stored answers again with today's metrics (no generation)",
+                         formatter_class=argparse.RawDescriptionHelpFormatter, epilog=(
+                             "examples:\n  dkilab rescore quickstart\n"
+                             "  dkilab rescore experiments/quickstart.yaml --metrics score,hallucination_rate\n\n"
+                             "Every cell's answers are stored with its run (answers.jsonl.gz); each cell is scored again "
+                             "into a new run\nand the line per cell says which metrics changed. `dkilab run` does the "
+                             "same by itself for cells\nwhose metrics, scorer or judge changed but whose generation did not."))
+    rsc.add_argument("experiment", help="experiment name (its config is read from its newest run) or experiment YAML")
+    rsc.add_argument("--metrics", default=None, help="comma-separated metrics to show (all are computed and logged)")
+    rsc.add_argument("--data-dir", default=None, help="dataset directory (default: $DKILAB_DATA_DIR): the questions "
+                                                      "and gold answers are read again")
+    rsc.add_argument("--tracking-uri", default=None)
+    rsc.set_defaults(func=_cmd_rescore)
     rep = sub.add_parser("report", help="comparison table of an experiment's finished cells, from MLflow",
                          formatter_class=argparse.RawDescriptionHelpFormatter, epilog=(
                              "examples:\n  dkilab report quickstart\n"
@@ -552,12 +590,13 @@ def build_parser() -> argparse.ArgumentParser:
 def _user_errors() -> tuple[type[BaseException], ...]:
     from dkilab.config import ConfigError
     from dkilab.eval.datasets.base import DatasetNotFoundError
-    from dkilab.eval.report import ScriptedRunsError, TrackingStoreError
+    from dkilab.eval.report import ScriptedRunsError, TrackingStoreError, UnknownExperimentError
+    from dkilab.eval.rescore import StoredAnswersError
     from dkilab.models.loading import ModelNotAvailableError
     from dkilab.registry import UnknownNameError
 
     return (ConfigError, DatasetNotFoundError, ModelNotAvailableError, UnknownNameError, ScriptedRunsError,
-            TrackingStoreError)
+            TrackingStoreError, UnknownExperimentError, StoredAnswersError)
 
 
 # loggers whose INFO lines are noise on a console: MLflow's "Flushing the async trace logging queue ... This may
@@ -587,7 +626,7 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except Exception as exc:
-        if args.debug or not isinstance(exc, _user_errors()) and not (isinstance(exc, KeyError) and args.command == "report"):
+        if args.debug or not isinstance(exc, _user_errors()) and not (isinstance(exc, KeyError) and args.command in ("report", "rescore")):
             raise
         text = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
         print(f"dkilab: error: {text}", file=sys.stderr)

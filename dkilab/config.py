@@ -78,6 +78,23 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
+def set_dotted(data: dict, dotted: str, value: Any, *, create: bool = True, where: str = "") -> None:
+    """Set `a.b.c` in nested mappings, in place. `create`: make missing sections (a config being written);
+    otherwise every section and the key must exist already (updates to a validated block). Errors name
+    `where` (or the key) and the part that does not fit."""
+    *parents, leaf = dotted.split(".")
+    node = data
+    for p in parents:
+        if p not in node and not create:
+            raise ConfigError(f"{where or dotted}: no section {p!r}")
+        node = node.setdefault(p, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"{where or dotted}: {p} is not a mapping")
+    if leaf not in node and not create:
+        raise ConfigError(f"{where or dotted}: no key {leaf!r}")
+    node[leaf] = value
+
+
 def read_yaml(path: str | Path) -> Any:
     path = Path(path)
     try:

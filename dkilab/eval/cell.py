@@ -50,6 +50,20 @@ def load_cell_data(cell: Cell, data_dir, cache: dict | None = None) -> CellData:
     return data
 
 
+def load_cell_questions(cell: Cell, data_dir, cache: dict | None = None) -> list[tuple[Conversation, QAItem]]:
+    """The cell's [(conversation, question)] without building its store (re-scoring needs no store)."""
+    key = "questions:" + cell.dataset.model_dump_json()
+    loaded = cell.dataset.model_dump_json() + cell.embedder.model_dump_json()
+    if cache is not None and isinstance(cache.get(loaded), CellData):
+        return cache[loaded].items
+    if cache is not None and key in cache:
+        return cache[key]
+    items = _questions(cell, data_dir)[1]
+    if cache is not None:
+        cache[key] = items
+    return items
+
+
 def _questions(cell: Cell, data_dir):
     """[(conversation, question)] of the cell's dataset, after split, languages, categories and limits."""
     from dkilab.eval.datasets import load_dataset
@@ -70,6 +84,12 @@ def _questions(cell: Cell, data_dir):
               and (q.answerable or not d.answerable_only)]
         out += [(conv, q) for q in qs[:d.question_limit]]
     _mark_evidence_sessions(out)
+    from dkilab.eval.datasets import dataset_info
+
+    listed = next((q for _, q in out if q.choices), None)
+    if listed is not None and not dataset_info(d.name, d.path).get("choices"):  # CHOOSE would miss the identity
+        raise ValueError(f"dataset {d.name!r}: question {listed.qid} has choices, but the dataset is registered "
+                         "without choices=True (register_dataset): its cells' identity would miss the CHOOSE prompt")
     return convs, out
 
 
@@ -96,14 +116,12 @@ def warm_up(data: CellData, views: dict) -> None:
     embedder.clear_cache()
 
 
-CHOOSE = {"cn": "请只回答一个选项的字母。", "en": "Answer with the letter of one option."}
-
-
 def question_text(item) -> str:
     """What the strategy is asked: the question, and for multiple choice its options and how to answer
     (without them a model cannot pick a letter and the choice scorer scores nothing)."""
     if not item.choices:
         return item.question
+    from dkilab.eval.prompts import CHOOSE
     from dkilab.text.lang import detect_language
 
     options = [f"{k}. {v}" for k, v in sorted(item.choices.items())]

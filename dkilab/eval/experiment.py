@@ -24,7 +24,10 @@ strategy params, duplicate YAML keys. Errors are one line naming the file and th
 A cell's identity (`Cell.identity`, hashed into `config_hash`) is the validated, fully resolved
 params (defaults from code included), the strategy's version and prompts, the dataset's spec,
 version and scorer, the model and embedder (where the strategy uses them), the metrics' versions
-and the judge: change any of them, or a default in code, and the cell runs again.
+and the judge: change any of them, or a default in code, and the cell runs again. The identity has two
+parts: what generates the answers (`generation_hash`) and what scores them (`scoring_hash`: metrics,
+detector, scorer, judge). When only the scoring part changed, `dkilab run` re-scores the stored answers
+of the earlier run instead of generating them again (dkilab.eval.rescore).
 """
 from __future__ import annotations
 
@@ -41,7 +44,7 @@ from typing import Any, ClassVar, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from dkilab.config import ConfigError, read_yaml, validate
+from dkilab.config import ConfigError, read_yaml, set_dotted, validate
 from dkilab.registry import DATASETS, SCORERS, STRATEGIES, did_you_mean
 
 
@@ -392,15 +395,54 @@ class Cell:
         model_name = self.model.spec if self.needs_model else ""
         out = self.resolved | {"strategy_identity": self.instance.identity(model_name)}
         out["strategy"] = out["strategy"] | {"params": identity_params(self.params)}
+        if self.harness_prompts():
+            out["harness_prompts"] = self.harness_prompts()
         return out
+
+    def harness_prompts(self) -> dict[str, str]:
+        """Prompt text the harness adds to a question (not the strategy): how to answer a multiple-choice
+        question, on datasets that may have them (declared `choices`, or a file in the normalised format)."""
+        from dkilab.eval.datasets import dataset_info
+
+        if not dataset_info(self.dataset.name, self.dataset.path).get("choices"):
+            return {}
+        from dkilab.eval.prompts import CHOOSE
+
+        return {f"choose.{lang}": text for lang, text in CHOOSE.items()}
 
     @cached_property
     def config_hash(self) -> str:
-        blob = json.dumps(self.identity, sort_keys=True, ensure_ascii=False, default=str)
-        return hashlib.sha1(blob.encode()).hexdigest()[:16]
+        return _digest(self.identity)
+
+    @cached_property
+    def generation_identity(self) -> dict[str, Any]:
+        """The part of the identity that decides the answers: the identity without what only scores them
+        (the metrics and their versions, the abstention detector, the dataset's scorer, the judge). Two
+        cells with the same generation hash have the same answers, so a cell whose scoring part alone
+        changed is re-scored from its stored answers instead of generated again (dkilab.eval.rescore)."""
+        out = copy.deepcopy(self.identity)
+        out.pop("metrics", None)
+        out.pop("judge", None)
+        out["dataset"].pop("scorer", None)
+        return out
+
+    @cached_property
+    def generation_hash(self) -> str:
+        return _digest(self.generation_identity)
+
+    @cached_property
+    def scoring_identity(self) -> dict[str, Any]:
+        """What scores the answers: metrics and their versions, the detector, the scorer, the judge."""
+        out = {"metrics": self.identity["metrics"], "scorer": self.identity["dataset"].get("scorer")}
+        return out | ({"judge": self.identity["judge"]} if "judge" in self.identity else {})
+
+    @cached_property
+    def scoring_hash(self) -> str:
+        return _digest(self.scoring_identity)
 
     def prompts(self) -> dict[str, str]:
-        out = self.instance.prompts(self.model.spec if self.needs_model else "")
+        out = self.instance.prompts(self.model.spec if self.needs_model else "") | {
+            f"harness.{k}": v for k, v in self.harness_prompts().items()}
         if self.judge is not None:
             out |= {f"judge.{k}": v for k, v in self.judge.resolved().items() if k.endswith("prompt") and v}
         return out
@@ -410,6 +452,11 @@ class Cell:
         sweep = ",".join(f"{k.split('.', 1)[1]}={v}" for k, v in self.point.items())
         split = f":{self.dataset.split}" if self.dataset.split != "full" else ""
         return f"{self.strategy.key}@{self.dataset.key}{split}" + (f"[{sweep}]" if sweep else "")
+
+
+def _digest(identity: dict[str, Any]) -> str:
+    blob = json.dumps(identity, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha1(blob.encode()).hexdigest()[:16]
 
 
 def identity_params(params) -> dict[str, Any]:
@@ -427,16 +474,6 @@ def identity_params(params) -> dict[str, Any]:
                 for n, v in dumped.items() if n not in off and extra.get(n, {}).get("off_with") not in off}
 
     return walk(params, params.model_dump(mode="json"))
-
-
-def _set_dotted(data: dict, dotted: str, value: Any, where: str = "") -> None:
-    *parents, leaf = dotted.split(".")
-    node = data
-    for p in parents:
-        node = node.setdefault(p, {})
-        if not isinstance(node, dict):
-            raise ConfigError(f"{where or dotted}: {p} is not a mapping")
-    node[leaf] = value
 
 
 def _merge(base: dict, over: dict) -> dict:
@@ -469,9 +506,9 @@ def expand_cells(cfg: ExperimentConfig, source: str = "<config>") -> list[Cell]:
                 for key, value in point.items():
                     root, rest = key.split(".", 1)
                     if root in ("model", "embedder"):
-                        _set_dotted(model if root == "model" else embedder, rest, value, f"{source}: sweep.{key}")
+                        set_dotted(model if root == "model" else embedder, rest, value, where=f"{source}: sweep.{key}")
                     elif (root == "params" and _has_param(s.name, rest)) or root == s.key:
-                        _set_dotted(params, rest, value, f"{source}: sweep.{key}")
+                        set_dotted(params, rest, value, where=f"{source}: sweep.{key}")
                     else:
                         continue
                     applied[key] = value
@@ -518,9 +555,9 @@ def apply_overrides(data: dict, overrides: dict[str, Any], source: str = "--set"
                                   f"(indexes 0-{len(items) - 1}); write {parts[0]}.<index>.<key>")
             if len(parts) == 2:
                 raise ConfigError(f"{source} {key}: give a key inside the entry, e.g. {key}.params.<param>")
-            _set_dotted(items[int(parts[1])], ".".join(parts[2:]), value, f"{source} {key}")
+            set_dotted(items[int(parts[1])], ".".join(parts[2:]), value, where=f"{source} {key}")
         else:
-            _set_dotted(data, key, value, f"{source} {key}")
+            set_dotted(data, key, value, where=f"{source} {key}")
     return data
 
 

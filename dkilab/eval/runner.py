@@ -105,10 +105,13 @@ def _broadcast(state, value):
 
 
 def run_experiment(cfg: ExperimentConfig, *, data_dir=None, uri: str | None = None, config_path: str | None = None,
-                   progress: bool = True, echo=print, claim: bool = False) -> list[CellResult]:
+                   progress: bool = True, echo=print, claim: bool = False, rescore: bool = False) -> list[CellResult]:
     """Run (or resume) every cell; returns one CellResult per cell, finished, skipped or failed. With
     `claim`, a cell runs only if this process claims it in the tracking store (`runstate.claim_cell`):
-    several machines running the same config each take different cells (claimed elsewhere: "claimed")."""
+    several machines running the same config each take different cells (claimed elsewhere: "claimed").
+    A cell whose generation part is unchanged since a finished run is scored from that run's stored
+    answers (dkilab.eval.rescore). With `rescore`, every cell is, finished or not, and nothing generates:
+    a cell without stored answers fails, naming why (`dkilab rescore`)."""
     import mlflow
 
     from dkilab.eval import runstate
@@ -135,10 +138,12 @@ def run_experiment(cfg: ExperimentConfig, *, data_dir=None, uri: str | None = No
         if main:
             for run_id in runstate.mark_dead_runs_killed(exp_id):
                 echo(f"run {run_id} was left RUNNING by a process that is gone: marked KILLED")
-        return _run_cells(cfg, cells, state, exp_id, data_dir, config_path, progress, echo, claim)
+        return _run_cells(cfg, cells, state, exp_id, data_dir, config_path, progress, echo, claim and not rescore,
+                          rescore)
 
 
-def _run_cells(cfg, cells, state, exp_id, data_dir, config_path, progress, echo, claim=False) -> list[CellResult]:
+def _run_cells(cfg, cells, state, exp_id, data_dir, config_path, progress, echo, claim=False,
+               rescore_all=False) -> list[CellResult]:
     import mlflow
 
     from dkilab.eval import report, runstate, tracking
@@ -148,9 +153,11 @@ def _run_cells(cfg, cells, state, exp_id, data_dir, config_path, progress, echo,
     datasets: dict[str, Any] = {}
     parent = None
     if main:
-        parent = mlflow.start_run(run_name=f"{cfg.name} {time.strftime('%m-%d %H:%M')}",  # what ran, and when
+        what = "rescore " if rescore_all else ""
+        parent = mlflow.start_run(run_name=f"{what}{cfg.name} {time.strftime('%m-%d %H:%M')}",  # what ran, and when
                                   tags={"dkilab.kind": "experiment", **tracking.provenance_tags(),
-                                        **runstate.process_tags()}, description=cfg.description or None)
+                                        **runstate.process_tags(), **({"dkilab.rescore": "1"} if rescore_all else {})},
+                                  description=cfg.description or None)
         tracking.log_experiment(cfg, cells, config_path)
     status = "FINISHED"
     order = model_order(cells)
@@ -161,7 +168,8 @@ def _run_cells(cfg, cells, state, exp_id, data_dir, config_path, progress, echo,
     try:
         for n, i in enumerate(order, 1):
             cell = cells[i]
-            done = runstate.finished_runs(exp_id).get(cell.config_hash) if main else None  # re-checked per cell
+            done = (runstate.finished_runs(exp_id).get(cell.config_hash) if main and not rescore_all
+                    else None)  # re-checked per cell
             skip = _broadcast(state, None if done is None else done.info.run_id)
             if skip is not None:
                 by_index[i] = CellResult(cell, skipped=True, run_id=skip,
@@ -172,7 +180,15 @@ def _run_cells(cfg, cells, state, exp_id, data_dir, config_path, progress, echo,
                 echo(f"[{n}/{len(cells)}] {cell.label}: claimed by {holder}, left to it")
             else:
                 try:
-                    by_index[i] = _run_one(cfg, cell, n, len(cells), state, data_dir, datasets, progress, echo)
+                    source = _broadcast(state, _answered(exp_id, cell, rescore_all) if main else None)
+                    got = None if source is None else _rescore_one(cfg, cell, n, len(cells), state, source,
+                                                                   data_dir, datasets, echo)
+                    if got is None and rescore_all:
+                        got = CellResult(cell, error="no stored answers (never finished, or its generation part "
+                                                     "changed since): `dkilab run` it")
+                        echo(f"[{n}/{len(cells)}] {cell.label}: {got.error}")
+                    by_index[i] = got if got is not None else _run_one(cfg, cell, n, len(cells), state, data_dir,
+                                                                       datasets, progress, echo)
                 except BaseException:
                     if claim and main:
                         runstate.release_claim(cfg.name, cell.config_hash)  # Ctrl-C: the cell goes back
@@ -214,20 +230,93 @@ def _claim(cfg, cell: Cell) -> str | None:
     return None if got else holder
 
 
+def _cell_tags(cell: Cell, n: int) -> dict[str, str]:
+    from dkilab.eval import report, rescore, runstate, tracking
+
+    return {"dkilab.kind": "cell", "dkilab.config_hash": cell.config_hash, "dkilab.cell_index": str(n),
+            rescore.GENERATION_TAG: cell.generation_hash, rescore.SCORING_TAG: cell.scoring_hash,
+            "strategy": cell.strategy.key, "dataset": cell.dataset.name, **tracking.provenance_tags(),
+            **runstate.process_tags(),
+            **({report.SCRIPTED_TAG: "1"} if cell.needs_model and cell.model.spec.startswith("scripted:") else {})}
+
+
+def _answered(exp_id: str, cell: Cell, any_scoring: bool) -> str | None:
+    """The run whose stored answers this cell can be scored from: same generation hash, and (for `dkilab
+    run`) a different scoring part; None when the cell has to generate."""
+    from dkilab.eval import rescore
+
+    run = rescore.answered_runs(exp_id).get(cell.generation_hash)
+    if run is None or (not any_scoring and run.data.tags.get("dkilab.config_hash") == cell.config_hash):
+        return None
+    return run.info.run_id
+
+
+def _rescore_one(cfg, cell: Cell, n: int, total: int, state, source: str, data_dir, datasets, echo
+                 ) -> CellResult | None:
+    """A cell scored from the stored answers of run `source` into a new run (no model under test loaded; the
+    judge is, if the config has one). None when the answers no longer fit the questions: generate instead."""
+    import mlflow
+
+    from dkilab.eval import rescore, runstate, tables, tracking
+    from dkilab.eval.cell import load_cell_questions
+
+    if not state.is_main_process:
+        return CellResult(cell, skipped=True)
+    t = time.perf_counter()
+    items = load_cell_questions(cell, data_dir, datasets)
+    try:
+        stored = rescore.read_answers(source, items)
+    except rescore.StoredAnswersError as exc:
+        echo(f"[{n}/{total}] {cell.label}: {exc}; generating")
+        return None
+    mlflow.start_run(run_name=cell.label, nested=True, tags=_cell_tags(cell, n) | {rescore.RESCORED_TAG: source},
+                     description=tracking.cell_description(cell) + f" Re-scored from the answers of run `{source}`.")
+    result = CellResult(cell, run_id=mlflow.active_run().info.run_id)
+    try:
+        judge = make_judge(cell.judge, cell.model) if cell.judge is not None else None
+        result.rows = rescore.rescore_cell(cell, stored, items, judge)
+        answers, trace_ids, header = stored
+        errors, counters = list(header.get("errors") or []), dict(header.get("counters") or {})
+        result.metrics = tracking.log_cell(cell, result.rows, errors, float(header["wall_s"]), counters)
+        rescore.log_answers(cell, answers, items, trace_ids, errors, float(header["wall_s"]), counters)
+        over = over_error_budget(result.metrics, cfg.max_error_rate)
+        if over:
+            result.error = over
+            mlflow.set_tag("dkilab.error", over)
+            mlflow.end_run(status="FAILED")
+            echo(f"[{n}/{total}] {cell.label}: FAILED ({over})")
+            return result
+        mlflow.set_tag(runstate.COMPLETE_TAG, "1")
+        mlflow.end_run(status="FINISHED")
+        before = mlflow.get_run(source).data.metrics
+        changed, new, gone = rescore.changed_metrics(before, result.metrics)
+        what = ("; ".join(p for p in (f"changed: {', '.join(changed)}" if changed else "",
+                                      f"new: {', '.join(new)}" if new else "", f"gone: {', '.join(gone)}" if gone else "")
+                          if p) or "every metric as before")
+        echo(tables.cell_line(cell, result.metrics, n, total, time.perf_counter() - t)
+             + f" (re-scored from the answers of run {source[:8]}, no generation; {what})")
+    except (KeyboardInterrupt, SystemExit):
+        mlflow.end_run(status="KILLED")
+        raise
+    except Exception as exc:
+        result.error = f"{type(exc).__name__}: {exc}"
+        mlflow.log_text(traceback.format_exc(), "cell_error.txt")
+        mlflow.set_tag("dkilab.error", result.error[:5000])
+        mlflow.end_run(status="FAILED")
+        echo(f"[{n}/{total}] {cell.label}: re-scoring FAILED ({result.error}); the next run retries it")
+    return result
+
+
 def _run_one(cfg, cell: Cell, n: int, total: int, state, data_dir, datasets, progress, echo) -> CellResult:
     import mlflow
 
-    from dkilab.eval import report, runstate, tables, tracking
+    from dkilab.eval import rescore, runstate, tables, tracking
 
     main = state.is_main_process
     child = None
     if main:
-        child = mlflow.start_run(run_name=cell.label, nested=True, tags={
-            "dkilab.kind": "cell", "dkilab.config_hash": cell.config_hash, "dkilab.cell_index": str(n),
-            "strategy": cell.strategy.key,
-            "dataset": cell.dataset.name, **tracking.provenance_tags(), **runstate.process_tags(),
-            **({report.SCRIPTED_TAG: "1"} if cell.needs_model and cell.model.spec.startswith("scripted:") else {})},
-            description=tracking.cell_description(cell))
+        child = mlflow.start_run(run_name=cell.label, nested=True, tags=_cell_tags(cell, n),
+                                 description=tracking.cell_description(cell))
     run_id = _broadcast(state, child.info.run_id if child else None)
     result = CellResult(cell, run_id=run_id if main else None)
     t = time.perf_counter()
@@ -250,7 +339,9 @@ def _run_one(cfg, cell: Cell, n: int, total: int, state, data_dir, datasets, pro
             extra = {"query_embeddings": float(data.store.embedder.cache_misses), "resumed_questions": float(resumed)}
             if cell.instance.response_cache is not None:
                 extra["response_cache_hits"] = float(cell.instance.response_cache.hits)
-            result.metrics = tracking.log_cell(cell, result.rows, errors, time.perf_counter() - t, extra)
+            wall_s = time.perf_counter() - t
+            result.metrics = tracking.log_cell(cell, result.rows, errors, wall_s, extra)
+            rescore.log_answers(cell, answers, data.items, trace_ids, errors, wall_s, extra)  # re-scored from later
             if any(r.get("trace_id") for r in result.rows):  # written after the cells (log_pending_assessments)
                 mlflow.set_tag(tracking.ASSESSMENTS_TAG, "pending")
             over = over_error_budget(result.metrics, cfg.max_error_rate)

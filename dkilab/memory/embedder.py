@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import threading
-from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
@@ -70,8 +69,9 @@ class Embedder:
         # one encode at a time: a fast tokenizer used by two threads at once can fail ("Already borrowed"),
         # and the store's threads (L1 saves, readers) share one embedder
         self._encode_lock = threading.Lock()
-        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
-        self._cache_size = cache_size
+        from cachetools import LRUCache
+
+        self._cache: LRUCache[str, np.ndarray] = LRUCache(maxsize=max(1, cache_size))
         self.cache_hits = self.cache_misses = 0
 
     def clear_cache(self) -> None:
@@ -121,15 +121,12 @@ class Embedder:
     def encode_query(self, text: str) -> np.ndarray:
         """One memoised query embedding, shape (dim,)."""
         with self._lock:
-            hit = self._cache.get(text)
+            hit = self._cache.get(text)  # a hit becomes the most recent
             if hit is not None:
-                self._cache.move_to_end(text)
                 self.cache_hits += 1
                 return hit
             self.cache_misses += 1
         vec = self.encode([text], is_query=True)[0]
         with self._lock:
-            self._cache[text] = vec
-            while len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
+            self._cache[text] = vec  # the least recently used entry goes when the cache is full
         return vec

@@ -111,17 +111,11 @@ class RecallConfig(_Strict):
 
     def with_updates(self, updates: dict[str, Any]) -> "RecallConfig":
         """A copy with dotted-key updates applied, e.g. {"summary.per_message_threshold": 100}."""
+        from dkilab.config import set_dotted
+
         data = self.model_dump()
         for key, value in updates.items():
-            node = data
-            *parents, leaf = key.split(".")
-            for p in parents:
-                if p not in node or not isinstance(node[p], dict):
-                    raise ValueError(f"recall config has no section {key!r}")
-                node = node[p]
-            if leaf not in node:
-                raise ValueError(f"recall config has no key {key!r}")
-            node[leaf] = value
+            set_dotted(data, key, value, create=False, where=f"recall config key {key!r}")
         return validate_recall_config(data, source="updates")
 
 

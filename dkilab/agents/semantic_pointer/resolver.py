@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -81,7 +80,11 @@ class TreeContextResolver:
                  llm: Callable[[str], str] | None = None, clock: Callable[[], float] = time.monotonic):
         self.memory, self.tree, self.llm, self.clock = memory, tree, llm, clock
         self.config = SemanticPointerConfig.model_validate(config or {})
-        self._cache: OrderedDict[tuple, tuple[float, SemanticPointer]] = OrderedDict()
+        from cachetools import TTLCache
+
+        # entries expire after cache_ttl_seconds on the resolver's clock; the least recently used goes first when full
+        self._cache: TTLCache[tuple, SemanticPointer] = TTLCache(maxsize=1024, ttl=self.config.cache_ttl_seconds,
+                                                                 timer=clock)
         self.stats = {"resolved": 0, "cache_hits": 0, "llm_calls": 0, "llm_fallbacks": 0}
 
     # --- the public call -----------------------------------------------------------------------
@@ -96,9 +99,9 @@ class TreeContextResolver:
                    name, desc, json.dumps(current_context, sort_keys=True, default=str, ensure_ascii=False),
                    self.memory.version(user_id))
             hit = self._cache.get(key)
-            if hit is not None and hit[0] > self.clock():
+            if hit is not None:
                 self.stats["cache_hits"] += 1
-                out[name] = hit[1]
+                out[name] = hit
                 continue
             with span("semantic_pointer", param=name, description=desc, agent=agent_id) as trace:
                 query = self._query(desc, current_context)
@@ -107,9 +110,7 @@ class TreeContextResolver:
                 pointer = self._synthesize_semantic_pointer(name, desc, ancestors, current_context)
                 trace.update(resolved=pointer.resolved_desc, confidence=pointer.confidence, method=pointer.method)
             self.stats["resolved"] += 1
-            self._cache[key] = (self.clock() + self.config.cache_ttl_seconds, pointer)
-            while len(self._cache) > 1024:
-                self._cache.popitem(last=False)
+            self._cache[key] = pointer
             out[name] = pointer
         return out
 

@@ -36,7 +36,7 @@ def dataset_info(name: str, path: str | None = None) -> dict:
     """What a dataset declares: language, scorer, version (a file in the normalised format: auto, auto, 1)."""
     if path is not None:
         return {"language": "auto", "scorer": "auto", "version": "1", "sources": (), "description": f"file {path}",
-                "preferences": True}  # a normalised file may carry them: not known before it is read
+                "preferences": True, "choices": True}  # a normalised file may carry them: not known before it is read
     return DATASETS.meta(name)
 
 

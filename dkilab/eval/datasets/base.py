@@ -28,14 +28,17 @@ def require(path: Path, what: str, how: str) -> Path:
 
 
 def register_dataset(name: str, *, language: str, scorer: str = "auto", version: str = "1",
-                     sources: tuple[str, ...] = (), description: str = "", preferences: bool = False):
+                     sources: tuple[str, ...] = (), description: str = "", preferences: bool = False,
+                     choices: bool = False):
     """Decorator for a loader `fn(data_dir, limit=None, question_limit=None) -> list[Conversation]`.
 
     `language` (en, cn or mixed) and `scorer` (a registered scorer: locomo, f1, zh_f1, choice, auto)
     are what the runner asks the dataset for; `version` is part of every cell's identity (bump it when
     the loader changes what it produces); `sources` are glob patterns under the data dir (or absolute
     paths) whose files fingerprint the cache; `preferences`: whether its conversations carry a user
-    profile (the preference block K/V strategies inject: without one, an alpha sweep changes nothing)."""
+    profile (the preference block K/V strategies inject: without one, an alpha sweep changes nothing);
+    `choices`: whether it has multiple-choice questions (asked with the harness's CHOOSE line, which then
+    enters its cells' identity)."""
     from dkilab.registry import DATASETS
 
     def deco(fn):
@@ -43,6 +46,7 @@ def register_dataset(name: str, *, language: str, scorer: str = "auto", version:
 
         doc = sys.modules[fn.__module__].__doc__ or fn.__doc__ or ""
         DATASETS.add(name, fn, language=language, scorer=scorer, version=version, sources=tuple(sources), preferences=preferences,
+                     choices=choices,
                      description=description or doc.strip().split("\n")[0])
         return fn
 

@@ -37,7 +37,7 @@ def _bad(q: dict) -> bool:
     return any("[ERRORQ]" in str(v) or "[ERRORA]" in str(v) for v in (q.get("question"), q.get("answer")))
 
 
-@register_dataset("memdaily", language="cn", scorer="choice", version="1", sources=(f"{DIR}/*.json",))
+@register_dataset("memdaily", language="cn", scorer="choice", version="1", sources=(f"{DIR}/*.json",), choices=True)
 def load_memdaily(data: str | None = None, limit: int | None = None, question_limit: int | None = None) -> list[Conversation]:
     root = require(data_dir(data) / DIR, "MemDaily", HOW)
     files = sorted(root.glob("*.json"))
