@@ -33,6 +33,7 @@ quickstart: setup
 	$(BIN)/dkilab run experiments/quickstart.yaml
 
 test: setup
+	$(BIN)/mypy  # the type check of dkilab/ ([tool.mypy] in pyproject.toml): clean, or the tests do not start
 	$(BIN)/pytest -q
 
 test-slow: setup

@@ -321,6 +321,8 @@ def _report_runs(args) -> list[tuple[str, str]]:
     from dkilab.eval.report import config_ordered
 
     exp = mlflow.get_experiment_by_name(args.experiment)
+    if exp is None:
+        return []
     runs = config_ordered(runstate.finished_runs(exp.experiment_id).values())
     return [(r.info.run_name, r.info.run_id) for r in runs]
 

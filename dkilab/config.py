@@ -3,7 +3,7 @@ dotted key, in one line."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -56,7 +56,10 @@ def describe_errors(exc: ValidationError, prefix: str = "", model: type[BaseMode
     return "; ".join(parts)
 
 
-def validate(model: type[BaseModel], data: Any, source: str, what: str, prefix: str = "") -> BaseModel:
+M = TypeVar("M", bound=BaseModel)
+
+
+def validate(model: type[M], data: Any, source: str, what: str, prefix: str = "") -> M:
     """`model.model_validate(data)`, raising ConfigError('{source}: invalid {what}: {key}: {msg}')."""
     try:
         return model.model_validate(data)

@@ -134,9 +134,9 @@ def _same_definition(a: Any, b: Any) -> bool:
             and getattr(a, "__module__", None) == getattr(b, "__module__", object()))
 
 
-STRATEGIES: Registry[type] = Registry("strategy", discover="dkilab.strategies")
+STRATEGIES: Registry[Any] = Registry("strategy", discover="dkilab.strategies")
 DATASETS: Registry[Callable] = Registry("dataset", discover="dkilab.eval.datasets")
 METRICS: Registry[Any] = Registry("metric", discover="dkilab.eval.metrics")
 SCORERS: Registry[Callable] = Registry("scorer", discover="dkilab.eval.metrics")
-FORMATTERS: Registry[type] = Registry("prompt formatter", discover="dkilab.recall.formatters")
+FORMATTERS: Registry[Any] = Registry("prompt formatter", discover="dkilab.recall.formatters")
 MODELS: Registry[Callable] = Registry("model loader", discover="dkilab.models.loading")

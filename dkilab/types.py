@@ -3,9 +3,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, overload, runtime_checkable
 
 
+@overload
+def to_utc(ts: None) -> None: ...
+@overload
+def to_utc(ts: datetime | str | float | int) -> datetime: ...
 def to_utc(ts: datetime | str | float | int | None) -> datetime | None:
     """Normalise a timestamp to an aware UTC datetime (naive values are taken as UTC)."""
     if ts is None:
@@ -303,10 +307,11 @@ class ChatModel(Protocol):
 
     def truncate(self, text: str, max_tokens: int) -> str: ...
 
-    def render(self, messages_or_prompt) -> str: ...
+    def render(self, messages_or_prompt, tools: list[dict] | None = None) -> str: ...
 
     def generate(self, messages_or_prompt, max_new_tokens: int = 64, temperature: float = 0.0,
                  stop: list[str] | None = None, memories=None, seed: int | None = None) -> str: ...
 
     def generate_full(self, messages_or_prompt, max_new_tokens: int = 64, temperature: float = 0.0,
-                      stop: list[str] | None = None, memories=None, seed: int | None = None) -> Generation: ...
+                      stop: list[str] | None = None, memories=None, seed: int | None = None,
+                      tools: list[dict] | None = None) -> Generation: ...

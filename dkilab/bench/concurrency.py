@@ -92,13 +92,17 @@ def concurrency(writers: int = 4, messages: int = 2000, readers: int = 2, seed: 
 
         threads = [threading.Thread(target=read, args=(r,)) for r in range(readers)]
         t0 = time.perf_counter()
-        [p.start() for p in procs]
-        [t.start() for t in threads]
+        for p in procs:
+            p.start()
+        for th in threads:
+            th.start()
         results = [q.get(timeout=600) for _ in procs]
         wall = time.perf_counter() - t0  # includes starting the writer processes
         done.set()
-        [t.join() for t in threads]
-        [p.join(timeout=60) for p in procs]
+        for th in threads:
+            th.join()
+        for p in procs:
+            p.join(timeout=60)
         stored = {u: store.for_user(u).count() for u in users}
         store.close()
     added = {u: a for u, a, _ in results}

@@ -23,7 +23,7 @@ def main(model_spec: str = "offline:smollm2", prompts: int = 16, new_tokens: int
     base = None
     for b in batch_sizes:
         t = time.perf_counter()
-        gens = []
+        gens: list = []
         for i in range(0, len(msgs), b):
             chunk = msgs[i:i + b]
             gens += ([model.generate_full(chunk[0], max_new_tokens=new_tokens)] if b == 1

@@ -184,7 +184,8 @@ def run_cell(cell: Cell, model: ChatModel | None, data: CellData, state=None, tr
     and the replies are gathered with them, so the main process scores without generating."""
     from tqdm.auto import tqdm
 
-    items, views = data.items, {}
+    items = data.items
+    views: dict[str, Any] = {}
     strategy = cell.instance
     main = state is None or state.is_main_process
     done = journal.load(items) if journal is not None else {}
@@ -282,7 +283,7 @@ def score_cell(cell: Cell, answers, items: list, judge=None, trace_ids: dict | N
     from dkilab.eval.metrics.session import expand_turns
 
     scorer = cell.dataset.info()["scorer"]
-    rows = []
+    rows: list[dict[str, Any]] = []
     if judge is not None:  # every judge prompt of the cell generated in batches first, not one call per row
         judge.prefetch(judge_texts(judge, answers, items), batch_size=judge_batch)
     for i, answer, wall in answers:

@@ -274,9 +274,10 @@ def check_config(cfg: ExperimentConfig, source: str = "<config>") -> list["Cell"
             fail(f"sweep.{key}", f"no strategy of this experiment has a parameter {first!r}{did_you_mean(first, every)}")
         if root in keys and first not in fields[root]:
             fail(f"sweep.{key}", f"strategy {root!r} has no parameter {first!r}{did_you_mean(first, fields[root])}")
-        model_fields = {"model": ModelSpec, "embedder": EmbedderSpec}.get(root)
-        if model_fields is not None and first not in model_fields.model_fields:
-            fail(f"sweep.{key}", f"{root} has no field {first!r}; fields: {', '.join(model_fields.model_fields)}")
+        specs: dict[str, type[BaseModel]] = {"model": ModelSpec, "embedder": EmbedderSpec}
+        spec_model = specs.get(root)
+        if spec_model is not None and first not in spec_model.model_fields:
+            fail(f"sweep.{key}", f"{root} has no field {first!r}; fields: {', '.join(spec_model.model_fields)}")
     datasets = {d.key for d in cfg.datasets}
     for i, st in enumerate(cfg.strategies):
         for d in st.datasets or []:

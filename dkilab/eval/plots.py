@@ -109,13 +109,16 @@ def category_figure(by_cell: dict[str, dict[str, dict[str, float]]], metric: str
     fig = Figure(figsize=(max(5.0, 1.1 * len(cats) * max(1, len(cells)) * 0.6 + 2), 3.6))
     ax = fig.subplots()
     for k, cell in enumerate(cells):
-        xs, vals, errs = [], [], [[], []]
+        xs: list[float] = []
+        vals: list[float] = []
+        errs: list[list[float]] = [[], []]
         for i, cat in enumerate(cats):
             m = by_cell[cell].get(cat, {})
-            v = m.get(metric)
-            if not _valid(v):
+            got = m.get(metric)
+            if got is None or not _valid(got):
                 continue
-            lo, hi = (m.get(key, v) for key in ci_keys(metric))
+            v = float(got)
+            lo, hi = (float(m.get(key, v)) for key in ci_keys(metric))
             xs.append(i + (k - (len(cells) - 1) / 2) * width)
             vals.append(v)
             errs[0].append(max(0.0, v - (lo if _valid(lo) else v)))
@@ -303,7 +306,9 @@ def tree_figure(edges: list[tuple[str, str | None]], labels: dict[str, str] | No
     kids: dict[str | None, list[str]] = {}
     for agent, par in edges:
         kids.setdefault(par, []).append(agent)
-    pos, depth, next_x = {}, {}, [0]
+    pos: dict[str, float] = {}
+    depth: dict[str, int] = {}
+    next_x = [0.0]
 
     def place(node: str, d: int) -> float:
         depth[node] = d

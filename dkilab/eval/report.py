@@ -64,7 +64,7 @@ def _rows_of(uri: str, run_id: str) -> tuple[dict[str, Any], ...]:
 
 def detector_notes(params_per_cell: list[dict[str, str]]) -> list[str]:
     """One line per abstention detector the cells used: name, version and measured test-half figures."""
-    seen = {}
+    seen: dict[str, dict[str, str]] = {}
     for params in params_per_cell:
         card = {k.removeprefix("metrics.abstention_detector."): v for k, v in params.items()
                 if k.startswith("metrics.abstention_detector.")}

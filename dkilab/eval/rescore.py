@@ -115,7 +115,7 @@ def answered_runs(experiment_id: str) -> dict[str, Any]:
                          f"and tags.`{ANSWERS_TAG}` = '1'", order_by=["attributes.start_time DESC"], max_results=50000)
     out: dict[str, Any] = {}
     for r in runs:
-        out.setdefault(r.data.tags.get(GENERATION_TAG), r)
+        out.setdefault(r.data.tags.get(GENERATION_TAG, ""), r)
     return out
 
 
@@ -156,6 +156,7 @@ def stored_config(target: str, uri: str | None = None):
     mlflow.set_tracking_uri(existing_store(tracking_uri(uri)))
     client = mlflow.MlflowClient()
     exp = mlflow.get_experiment_by_name(target)
+    assert exp is not None  # experiment_runs checked the name
     parents = client.search_runs([exp.experiment_id], "tags.`dkilab.kind` = 'experiment'",
                                  order_by=["attributes.start_time DESC"], max_results=50)
     for parent in parents:

@@ -21,7 +21,7 @@ import traceback
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Collection
 
 from dkilab.eval.cell import load_cell_data, make_judge, run_cell, score_cell
 from dkilab.eval.journal import Journal
@@ -75,6 +75,8 @@ def _ensure_experiment(cfg: ExperimentConfig, uri: str) -> str:
         except mlflow.exceptions.MlflowException:
             pass  # created meanwhile
         exp = mlflow.get_experiment_by_name(cfg.name)
+        if exp is None:
+            raise RuntimeError(f"MLflow experiment {cfg.name!r} could not be created at {uri}")
     mlflow.set_experiment(experiment_id=exp.experiment_id)
     return exp.experiment_id
 
@@ -199,7 +201,8 @@ def _run_cells(cfg, cells, state, exp_id, data_dir, config_path, progress, echo,
         results = [by_index[i] for i in sorted(by_index)]  # config order again
         if main:
             t = time.perf_counter()
-            n_cells, n = tracking.log_pending_assessments(exp_id, {r.run_id: r.rows for r in results if r.rows})
+            n_cells, n = tracking.log_pending_assessments(exp_id, {r.run_id: r.rows for r in results
+                                                                   if r.rows and r.run_id})
             if n:
                 echo(f"feedback on the traces of {n_cells} cell(s): {n} assessments ({time.perf_counter() - t:.0f} s, "
                      "after the cells so no process waits on it)")
@@ -216,7 +219,7 @@ def _run_cells(cfg, cells, state, exp_id, data_dir, config_path, progress, echo,
         raise
     finally:
         if main and parent is not None:
-            while mlflow.active_run() is not None and mlflow.active_run().info.run_id != parent.info.run_id:
+            while (active := mlflow.active_run()) is not None and active.info.run_id != parent.info.run_id:
                 mlflow.end_run(status="KILLED" if status == "KILLED" else "FAILED")
             mlflow.end_run(status=status)
     return results
@@ -269,9 +272,9 @@ def _rescore_one(cfg, cell: Cell, n: int, total: int, state, source: str, data_d
     except rescore.StoredAnswersError as exc:
         echo(f"[{n}/{total}] {cell.label}: {exc}; generating")
         return None
-    mlflow.start_run(run_name=cell.label, nested=True, tags=_cell_tags(cell, n) | {rescore.RESCORED_TAG: source},
-                     description=tracking.cell_description(cell) + f" Re-scored from the answers of run `{source}`.")
-    result = CellResult(cell, run_id=mlflow.active_run().info.run_id)
+    run = mlflow.start_run(run_name=cell.label, nested=True, tags=_cell_tags(cell, n) | {rescore.RESCORED_TAG: source},
+                           description=tracking.cell_description(cell) + f" Re-scored from the answers of run `{source}`.")
+    result = CellResult(cell, run_id=run.info.run_id)
     try:
         judge = make_judge(cell.judge, cell.model) if cell.judge is not None else None
         result.rows = rescore.rescore_cell(cell, stored, items, judge)
@@ -382,7 +385,8 @@ def _prepare(cell: Cell, state, data_dir, datasets):
     """(model, data, judge) of a cell. Under several processes each one's failure is gathered, so they all
     fail the cell together (naming the rank) and go on to the next cell, instead of the others waiting
     in a collective for one that raised."""
-    error, out = None, (None, None, None)
+    error: str | None = None
+    out: tuple[Any, Any, Any] = (None, None, None)
     try:
         data = load_cell_data(cell, data_dir, datasets)  # first: a missing dataset fails before a model loads
         model = cell_model(cell) if cell.needs_model else None
@@ -440,7 +444,7 @@ def model_order(cells: list[Cell]) -> list[int]:
     return sorted(range(len(cells)), key=lambda i: first[cells[i].model.spec])
 
 
-def release_after(cell: Cell, later: list[Cell], protect: set = frozenset()) -> list[str]:
+def release_after(cell: Cell, later: list[Cell], protect: Collection = frozenset()) -> list[str]:
     """Free what the cell held: its strategy's K/V blocks; and, before the next cell loads another model,
     every loaded model no later cell needs (after the last cell the models stay, for the next experiment
     of a notebook or a test session). -> the model specs released."""

@@ -19,6 +19,7 @@ import os
 import re
 import socket
 import time
+from typing import Any
 from pathlib import Path
 
 COMPLETE_TAG = "dkilab.complete"
@@ -71,7 +72,7 @@ def mark_dead_runs_killed(experiment_id: str) -> list[str]:
     return killed
 
 
-def finished_runs(experiment_id: str) -> dict[str, object]:
+def finished_runs(experiment_id: str) -> dict[str, Any]:
     """config hash -> the newest completed cell run (FINISHED and tagged complete)."""
     import mlflow
 
@@ -81,7 +82,7 @@ def finished_runs(experiment_id: str) -> dict[str, object]:
                               order_by=["attributes.start_time DESC"], max_results=50000)
     out: dict[str, object] = {}
     for r in runs:
-        out.setdefault(r.data.tags.get("dkilab.config_hash"), r)
+        out.setdefault(r.data.tags.get("dkilab.config_hash", ""), r)
     return out
 
 

@@ -4,6 +4,7 @@ tables, and the console line of a cell. `tracking.py` logs them; `report.py` reb
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 from dkilab.eval.metrics.base import category_of
 from dkilab.eval.metrics.bootstrap import aggregate_by_category, ci_keys
@@ -113,7 +114,7 @@ def pairwise(cells: list[tuple[str, str, list[dict]]], metrics: list[str] | None
             # the headline, then every metric declared `paired` that these cells have (metrics/base.py)
             names = metrics or [primary, *(m for m in paired_by_default() if m != primary
                                            and any(METRICS[m].field in r for r in (*ra, *rb)))]
-            splits = [(None, ra, rb)]
+            splits: list[tuple[Any, list, list]] = [(None, ra, rb)]
             if by_category:
                 cats = sorted({category_of(r) for r in ra})
                 splits = [(c, [r for r in ra if category_of(r) == c], [r for r in rb if category_of(r) == c])

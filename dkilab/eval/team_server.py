@@ -195,13 +195,15 @@ def main(dir: str, port: int, pg_port: int, host: str, backend_store_uri: str | 
         print(f"MLflow tracking server: {server.url}  ({where}; {workers} workers; artifacts {server.dir / 'artifacts'}, "
               "served by the server)\n"
               f"researchers: export MLFLOW_TRACKING_URI={server.url}   (Ctrl-C stops both servers)", flush=True)
+        proc = server.mlflow
+        assert proc is not None  # started by `with server`
         try:
-            while not stop["now"] and server.mlflow.poll() is None:
+            while not stop["now"] and proc.poll() is None:
                 time.sleep(0.5)
         except KeyboardInterrupt:
             pass
-        if server.mlflow.poll() is not None:
-            print(f"mlflow server exited ({server.mlflow.returncode}); stopping Postgres", file=sys.stderr)
+        if proc.poll() is not None:
+            print(f"mlflow server exited ({proc.returncode}); stopping Postgres", file=sys.stderr)
             return 1
     return 0
 

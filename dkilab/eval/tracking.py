@@ -28,7 +28,7 @@ def dumps_rows(rows) -> str:
 
 def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
     if isinstance(data, dict):
-        out = {}
+        out: dict[str, Any] = {}
         for k, v in data.items():
             out |= flatten(v, f"{prefix}.{k}" if prefix else str(k))
         return out
@@ -70,7 +70,9 @@ def log_experiment(cfg, cells, config_path: str | None) -> None:
     import mlflow
 
     if cfg.description:  # the experiment page shows the YAML's current description
-        mlflow.MlflowClient().set_experiment_tag(mlflow.active_run().info.experiment_id, "mlflow.note.content",
+        run = mlflow.active_run()
+        assert run is not None  # the parent run, started by the runner
+        mlflow.MlflowClient().set_experiment_tag(run.info.experiment_id, "mlflow.note.content",
                                                  cfg.description)
 
     mlflow.log_dict(cfg.model_dump(mode="json"), "experiment.yaml")
@@ -138,7 +140,8 @@ def log_questions(cell, rows: list[dict]) -> None:
     questions = table[[c for c in ("qid", "category", "answerable", "question", "gold") if c in table]]
     questions = questions.drop_duplicates("qid") if "qid" in questions else questions
     name = d.name + (f" ({d.label})" if getattr(d, "label", None) and d.label != d.name else "")
-    source = mlflow.data.from_pandas(questions.astype(str), name=name, targets="gold" if "gold" in questions else None)
+    source = mlflow.data.from_pandas(questions.astype(str), name=name,  # type: ignore[attr-defined]
+                                     targets="gold" if "gold" in questions else None)
     mlflow.log_input(source, context=d.split)
 
 
@@ -150,7 +153,7 @@ def _plot_categories(by_cat: dict[str, dict[str, float]], title: str) -> None:
 
     metric = primary_metric({k for agg in by_cat.values() for k in agg})
     cats = [c for c in by_cat if metric in by_cat[c]]
-    if not cats:
+    if metric is None or not cats:
         return
     vals = [by_cat[c][metric] for c in cats]
     err = [[max(0.0, v - by_cat[c].get(ci_keys(metric)[0], v)) for c, v in zip(cats, vals)],
@@ -221,7 +224,7 @@ def _log_parent_metrics(done) -> None:
     out = {}
     for r in done:
         head = primary_metric(r.metrics)
-        for name in dict.fromkeys([head, "hallucination_rate"]):
+        for name in dict.fromkeys([head or "", "hallucination_rate"]):
             value = r.metrics.get(name) if name else None
             if isinstance(value, (int, float)) and value == value:
                 out[parent_metric_key(name, r.cell.label)] = float(value)
@@ -242,7 +245,7 @@ ASSESSED = (  # row field -> feedback name (what the traces table shows as colum
 
 def _assessments(row: dict) -> list[tuple[str, Any, str | None, str]]:
     """(name, value, rationale, source type) for one row; only what applies to the question."""
-    out = []
+    out: list[tuple[str, Any, str | None, str]] = []
     for field, name in ASSESSED:
         v = row.get(field)
         if v is not None and not (isinstance(v, float) and v != v):

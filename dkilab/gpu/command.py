@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 from pathlib import Path
 
 GPU_CONFIGS = ("experiments/gpu/locomo_strategies.yaml", "experiments/gpu/sweep_threshold_budget.yaml",
@@ -107,7 +108,7 @@ def _plan(checked, uri: str, processes: int, echo) -> list[dict]:
     from dkilab.models.loading import load_model
 
     throughput = {}
-    specs: dict[str, object] = {}
+    specs: dict[str, Any] = {}  # model spec -> its ModelSpec
     for _, _, cells in checked.configs:
         for c in cells:
             if c.needs_model:

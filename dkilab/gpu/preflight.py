@@ -121,8 +121,8 @@ def preflight(paths: list[str], data_dir=None, overrides: dict | None = None, li
                 try:
                     counts[key] = len(_questions(cell, data_dir)[1])
                 except Exception as e:  # noqa: BLE001 - a missing or broken dataset: one line, the run stops here
-                    counts[key] = f"{path}: dataset {cell.dataset.name}: {e}"
-                    out.problems.append(counts[key])
+                    counts[key] = failed = f"{path}: dataset {cell.dataset.name}: {e}"
+                    out.problems.append(failed)
             if isinstance(counts[key], int):
                 out.questions[(path, cell.config_hash)] = counts[key]
     for spec, where in specs.items():

@@ -11,7 +11,7 @@ import time
 from typing import Any, Callable
 
 from dkilab.memory.sessions import SessionManager, SessionNotFoundError, SessionRecord, check_user, iso
-from dkilab.types import Message
+from dkilab.types import Message, to_utc
 
 MAX_CONTENT_CHARS = 100_000
 
@@ -22,7 +22,7 @@ class L1Memory:
 
     def _message(self, session_id: str, turn_id: int, role: str, content: str, user_id: str) -> Message:
         return Message(message_id=f"{session_id}:{turn_id}:{role}", user_id=user_id, session_id=session_id,
-                       turn_id=turn_id, role=role, content=content, timestamp=self.clock())
+                       turn_id=turn_id, role=role, content=content, timestamp=to_utc(self.clock()))
 
     @staticmethod
     def _check(role: str, session_id: str, content, turn_id) -> None:

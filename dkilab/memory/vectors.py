@@ -20,6 +20,7 @@ import sqlite3
 import threading
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -31,7 +32,7 @@ class VectorIndex:
         self._faiss = faiss
         self.dim = dim
         self.directory = directory
-        self._indexes: dict[str, object] = {}
+        self._indexes: dict[str, Any] = {}  # faiss indexes
         self._max_rid: dict[str, int] = {}
         self._dirty: set[str] = set()
         self._lock = threading.Lock()
@@ -134,7 +135,7 @@ class VectorIndex:
         with self._lock:
             self.directory.mkdir(parents=True, exist_ok=True)
             for ukey in sorted(self._dirty):
-                path = self._path(ukey)
+                path = self.directory / f"{ukey}.faiss"
                 index = self._indexes[ukey]
                 data = self._faiss.serialize_index(index).tobytes()
                 meta = {"store_id": self.store_id, "ntotal": int(index.ntotal), "max_rid": int(self._max_rid[ukey]),

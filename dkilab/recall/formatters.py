@@ -6,6 +6,7 @@ import json
 import re
 from abc import ABC, abstractmethod
 from datetime import datetime
+from typing import Any, Literal
 
 from dkilab.recall.tool_calls import (DS_CALL, DS_END, DS_SEP, RETRIEVE_FACT_TOOL, MalformedToolCall,
                                       parse_tool_calls)
@@ -76,7 +77,8 @@ class PromptFormatter(ABC):
         lang = _lang(language or self.language)
         out = {"constraint": self.format_constraint_instruction(["<trace_id>"], lang), "query": QUERY[lang],
                "follow_up": FOLLOW_UP[lang], "not_found": NOT_FOUND[lang]}
-        return out | ({"system": self.system_prompt(lang)} if self.system_prompt(lang) else {})
+        system = self.system_prompt(lang)
+        return out | ({"system": system} if system else {})
 
     # --- history list -----------------------------------------------------------------------
     def format_summary_item(self, item: HistoryItem, language: str | None = None) -> str:
@@ -156,7 +158,7 @@ class PromptFormatter(ABC):
         """The first fact call in the model's output, None if there is none or it is malformed."""
 
     # shared parsers -------------------------------------------------------------------------
-    def _parse_text_call(self, output: str) -> FactRequest | None | bool:
+    def _parse_text_call(self, output: str) -> FactRequest | None | Literal[False]:
         """retrieve_fact(...) in free text; False when no call is present at all."""
         m = re.search(r"retrieve_fact\s*\(", output)
         if not m:
@@ -194,7 +196,7 @@ class PromptFormatter(ABC):
                 limit = int(value)
         return self._request(trace_id, offset, limit)
 
-    def _parse_native(self, text: str) -> FactRequest | None | bool:
+    def _parse_native(self, text: str) -> FactRequest | None | Literal[False]:
         """A retrieve_fact call in any family's native tool-call syntax; False when there is none."""
         try:
             calls = parse_tool_calls(text)
@@ -232,7 +234,8 @@ class PromptFormatter(ABC):
             return self._malformed()
         return FactRequest(trace_id=trace_id.strip(), offset=offset, limit=limit)
 
-    def _malformed(self) -> None:
+    def _malformed(self) -> Any:
+        """Count a malformed call; returns None (typed Any so every parser can `return self._malformed()`)."""
         self.malformed_calls += 1
         return None
 
@@ -355,7 +358,7 @@ def formatter_kind(model_name: str = "", kind: str = "auto") -> str:
         FORMATTERS[kind]  # the error for an unknown kind
         return kind
     name = (model_name or "").lower()
-    return next((k for k, cls in FORMATTERS.items() if any(m in name for m in cls.matches)), "generic")
+    return next((k for k, cls in FORMATTERS.items() if any(m in name for m in getattr(cls, "matches", ()))), "generic")
 
 
 def create_formatter(model_name: str = "", language: str = "cn", kind: str = "auto",

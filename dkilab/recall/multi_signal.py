@@ -143,7 +143,7 @@ class MultiSignalRecall:
         kwargs = ({"query_embedding": self.embedder.encode_query(query)} if self.embedder is not None
                   else {"query_text": query})
         page = self.memory.semantic_search(top_k=sig.vector_top_k, min_score=sig.vector_threshold, filter=filter, **kwargs)
-        return [(h.message, h.score) for h in page.items]
+        return [(h.message, float(h.score or 0.0)) for h in page.items]
 
     # --- fusion -----------------------------------------------------------------------------
     def _fuse(self, lists: dict[str, list[tuple[Message, float]]], unfocused: float = 1.0) -> list[RecalledMessage]:

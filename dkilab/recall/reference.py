@@ -64,7 +64,7 @@ def _m(scope: str, type_: str, confidence: float = 0.9) -> dict[str, Any]:
     return {"scope": scope, "type": type_, "confidence": confidence}
 
 
-DEFAULT_MAPPINGS_CN = {
+DEFAULT_MAPPINGS_CN: dict[str, Any] = {
     "刚刚": _m("last_1_3_turns", "temporal"), "刚才": _m("last_1_3_turns", "temporal"),
     "最近": _m("current_session", "temporal"),
     "那件事": _m("last_shared_topic", "referential"), "那个问题": _m("last_shared_topic", "referential"),
@@ -73,7 +73,7 @@ DEFAULT_MAPPINGS_CN = {
     "你之前提到": _m("assistant_last_stance", "stance"),
     "上次": _m("last_5_10_turns", "temporal"), "前几天": _m("last_5_10_turns", "temporal"),
 }
-DEFAULT_MAPPINGS_EN = {
+DEFAULT_MAPPINGS_EN: dict[str, Any] = {
     "just now": _m("last_1_3_turns", "temporal"),
     "just": _m("last_1_3_turns", "temporal", 0.4),  # "I just want..." is rarely a reference: low confidence
     "recently": _m("current_session", "temporal"),
@@ -208,6 +208,8 @@ class ReferenceResolver:
     def _llm_resolve(self, query: str, history: list | None, language: str) -> ResolvedReference | None:
         """Ask the `llm_resolver(query, history)` callback; it returns a ResolvedReference, a dict with
         scope/type(/confidence), or None."""
+        if self.llm_resolver is None:
+            return None
         out = self.llm_resolver(query, history)
         if out is None or isinstance(out, ResolvedReference):
             return out

@@ -51,14 +51,15 @@ def _month_window(year: int, month: int) -> Window:
     return start, end
 
 
-def _latest(now: datetime, month: int, day: int | None = None) -> Window:
+def _latest(now: datetime, month: int | None, day: int | None = None) -> Window | None:
     """The latest `month` (or `month`/`day`) not after `now`."""
-    year = now.year
-    for y in (year, year - 1):
+    if month is None:
+        return None
+    for y in range(now.year, now.year - 8, -1):  # 29 February: back to the last leap year
         try:
             start = datetime(y, month, day or 1)
         except ValueError:
-            return None
+            continue
         if start <= now.replace(tzinfo=None):
             return (start, start + timedelta(days=1)) if day else _month_window(y, month)
     return None
@@ -88,7 +89,7 @@ def _rules(now: datetime):
         (r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b", lambda m: _safe_day(int(m[1]), int(m[2]), int(m[3]))),
         (r"(\d{4})\s*年\s*(\d{1,2})\s*月\s*(\d{1,2})\s*[日号]", lambda m: _safe_day(int(m[1]), int(m[2]), int(m[3]))),
         (r"(\d{4})\s*年\s*(\d{1,2}|[一二三四五六七八九十]+)\s*月",
-         lambda m: _month_window(int(m[1]), _zh_int(m[2])) if 1 <= (_zh_int(m[2]) or 0) <= 12 else None),
+         lambda m: _month_window(int(m[1]), _zh_int(m[2]) or 0) if 1 <= (_zh_int(m[2]) or 0) <= 12 else None),
         (rf"\b(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?({_MONTH})\.?,?\s+(\d{{4}})\b",
          lambda m: _safe_day(int(m[3]), MONTHS[m[2]], int(m[1]))),
         (rf"\b({_MONTH})\.?\s+(\d{{1,2}})(?:st|nd|rd|th)?,?\s+(\d{{4}})\b",

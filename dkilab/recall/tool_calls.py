@@ -171,4 +171,4 @@ def template_supports_tools(tokenizer) -> bool:
     template = getattr(tokenizer, "chat_template", None)
     if isinstance(template, dict):
         template = template.get("tool_use") or template.get("default") or ""
-    return bool(template) and "tools" in template
+    return isinstance(template, str) and "tools" in template

@@ -17,7 +17,7 @@ import threading
 import warnings
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from dkilab.config import ConfigError, describe_errors
 from dkilab.memory.sessions import check_user
@@ -71,7 +71,7 @@ def read_keys(path: str | Path) -> KeysFile:
     try:
         return KeysFile.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")) or {})
     except Exception as e:  # yaml or validation
-        detail = describe_errors(e) if hasattr(e, "errors") else str(e)
+        detail = describe_errors(e) if isinstance(e, ValidationError) else str(e)
         raise ConfigError(f"keys file {path}: {detail}") from e
 
 

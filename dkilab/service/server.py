@@ -95,7 +95,7 @@ def spawn(store_path, keys_path, port: int, timeout: float = 60.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"dkilab serve exited ({proc.returncode}): {proc.stdout.read()}")
+            raise RuntimeError(f"dkilab serve exited ({proc.returncode}): {proc.stdout.read() if proc.stdout else ''}")
         try:
             if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
                 return proc

@@ -190,7 +190,7 @@ class Strategy(ABC):
                 return
             from dkilab.models.kv import check_support
 
-            check_support(model.model)
+            check_support(getattr(model, "model"))
 
     # --- shared helpers ------------------------------------------------------------------
     def require_kv(self, model: ChatModel, why: str) -> None:
@@ -257,7 +257,7 @@ class Strategy(ABC):
         (Generation, prompt text). `tools` are offered through the model's chat template."""
         system = SYSTEM[lang] + (f"\n{system_extra}" if system_extra else "")
         messages = [{"role": "system", "content": system}, {"role": "user", "content": user_text}, *(turns or [])]
-        kw = {"tools": tools} if tools else {}
+        kw: dict[str, Any] = {"tools": tools} if tools else {}
         if self.context_only:  # the prompt as the model would get it, counted as generate_full counts it
             prompt = model.render(messages, **kw)
             injected = 1 + sum(m.n_tokens for m, a in memories if a > 0) if memories else 0
@@ -296,6 +296,7 @@ class RecallParams(StrategyParams):
 class RecallingStrategy(Strategy):
     """A strategy whose history comes from multi-signal recall (recall_v4, full_attention)."""
     Params: ClassVar[type[StrategyParams]] = RecallParams
+    params: RecallParams
     takes_task_inputs = True  # asked_at: date cues ("last week") resolve against when the question is asked
 
     def __init__(self, params=None, source: str = "<params>"):
@@ -397,7 +398,8 @@ def question_text(question: str, lang: str, history: str = "") -> str:
 
 def all_messages(memory) -> list[Message]:
     """Every message of the user, oldest first (paged through messages_list)."""
-    out, cursor = [], None
+    out: list = []
+    cursor = None
     while True:
         page = memory.messages_list(page_size=1000, cursor=cursor)
         out.extend(h.message if hasattr(h, "message") else h for h in page.items)

@@ -25,6 +25,7 @@ class FullAttention(RecallingStrategy):
     name = "full_attention"
     version = "2"  # matched history budget, one history renderer
     Params = FullAttentionParams
+    params: FullAttentionParams
     uses_kv = True
 
     def inert_params(self, has_preferences: bool = True, generate: bool = True) -> dict[str, str]:

@@ -45,6 +45,7 @@ def view_text(output, lang: str) -> str:
 class RecallAgentStrategy(Strategy):
     name = "recall_agent"
     Params = RecallAgentParams
+    params: RecallAgentParams
     takes_task_inputs = True
 
     def requires_model(self) -> bool:

@@ -22,6 +22,7 @@ class RecallOnly(RecallingStrategy):
     name = "recall_only"
     version = "2"  # 2: the relevance ranking, without the recent-turn supplement in front
     Params = RecallOnlyParams
+    params: RecallOnlyParams
     needs_model = False
 
     def inert_params(self, has_preferences: bool = True, generate: bool = True) -> dict[str, str]:

@@ -15,6 +15,7 @@ the summaries but never offers or follows a fact call. `recall.summary.strategy`
 from __future__ import annotations
 
 import weakref
+from typing import Any
 
 from pydantic import Field
 
@@ -36,6 +37,7 @@ class RecallV4(RecallingStrategy):
     name = "recall_v4"
     version = "3"  # 2: matched budget, time and speaker on every item, flat = stable; 3: context_text without the query
     Params = RecallV4Params
+    params: RecallV4Params
     uses_kv = True
 
     def needs_kv(self, preferences: bool = True) -> bool:
@@ -112,6 +114,7 @@ class RecallV4(RecallingStrategy):
         if lang not in builders:
             cfg = self.params.recall
             formatter = self._formatter(model.name, lang, self.protocol(model))
+            summarizer: Any
             if cfg.summary.strategy == "llm":
                 from dkilab.text.summarize import LLMSummarizer
 

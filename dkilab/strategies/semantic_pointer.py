@@ -43,6 +43,7 @@ class UserBoundStore:
 class SemanticPointerStrategy(Strategy):
     name = "semantic_pointer"
     Params = SemanticPointerParams
+    params: SemanticPointerParams
     takes_task_inputs = True
     needs_model = False  # the rule composer; `policy: llm` needs one (requires_model)
 

@@ -39,6 +39,7 @@ class SessionL2(Strategy):
     name = "session_l2"
     version = "1"
     Params = SessionL2Params
+    params: SessionL2Params
     takes_task_inputs = True
 
     def __init__(self, params=None, source: str = "<params>"):

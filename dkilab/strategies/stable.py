@@ -20,6 +20,7 @@ class Stable(Strategy):
     name = "stable"
     version = "2"  # matched history budget, one history renderer
     Params = StableParams
+    params: StableParams
     uses_kv = True
 
     def needs_kv(self, preferences: bool = True) -> bool:

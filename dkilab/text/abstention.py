@@ -190,7 +190,7 @@ def _strip_fillers(clause: str, fillers: list[re.Pattern]) -> str:
 
 def _is_third(core: str) -> bool:
     m = _EN_THIRD.match(core)
-    return bool(m) and m.group(0).split()[0].lower() not in _EN_STARTERS
+    return m is not None and m.group(0).split()[0].lower() not in _EN_STARTERS
 
 
 def _en_third_person_absence(clause: str) -> bool:

@@ -43,6 +43,7 @@ class RecallAgent:
                  max_items: int = 5, default_days: int | None = 30):
         if policy not in ("rule", "llm"):
             raise ValueError(f"policy must be 'rule' or 'llm', got {policy!r}")
+        self.policy: LLMPolicy | RulePolicy
         if policy == "llm":
             if model is None:
                 raise ValueError("the llm policy needs a model")

@@ -147,7 +147,8 @@ def explicit_range(question: str) -> TimeRange | None:
         y, mo = map(int, m.groups())
         return TimeRange(since=_utc_day(y, mo, 1), until=_utc_day(y + mo // 12, mo % 12 + 1, 1))
     if m := _EN_DATE.search(question.lower()):
-        d1, month, d2, y = m.groups()
+        d1, month, d2, year = m.groups()
+        y = int(year)
         mo, day = _MONTHS.index(month) + 1, d1 or d2
         if day:
             start = _utc_day(int(y), mo, int(day))

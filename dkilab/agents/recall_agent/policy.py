@@ -4,6 +4,7 @@ output falls back to the rule step and is counted)."""
 from __future__ import annotations
 
 import json
+from typing import Literal
 import re
 
 from pydantic import ValidationError
@@ -64,7 +65,8 @@ class LLMPolicy:
         self.rule = RulePolicy()
 
     def first(self, state: AgentState) -> ToolCall:
-        return self._plan(state, None, 10**9) or self.rule.first(state)
+        planned = self._plan(state, None, 10**9)
+        return planned if isinstance(planned, ToolCall) else self.rule.first(state)
 
     def next(self, state: AgentState, r: Reflection, max_calls: int) -> ToolCall | None:
         if len(state.calls) >= max_calls:
@@ -74,12 +76,12 @@ class LLMPolicy:
         if planned is False:
             state.stop_reason = "the model stopped"
             return None
-        return planned if planned is not None else self.rule.next(state, r, max_calls)
+        return planned if isinstance(planned, ToolCall) else self.rule.next(state, r, max_calls)
 
     def _ask(self, prompt: str) -> str:
         return self.model.generate([{"role": "user", "content": prompt}], max_new_tokens=self.max_new_tokens)
 
-    def _plan(self, state: AgentState, r, max_calls) -> ToolCall | None | bool:
+    def _plan(self, state: AgentState, r, max_calls) -> ToolCall | None | Literal[False]:
         """The model's next call (validated), False for STOP, None when it fell back (counted)."""
         state.policy_steps += 1
         nar = state.narrowing

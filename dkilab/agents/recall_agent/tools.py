@@ -47,7 +47,7 @@ class NeighborsArgs(_Args):
     after: int = Field(5, ge=0, le=50)
 
 
-ARGS = {"messages_list": MessagesListArgs, "lexical_search": LexicalArgs, "semantic_search": SemanticArgs,
+ARGS: dict[str, type[BaseModel]] = {"messages_list": MessagesListArgs, "lexical_search": LexicalArgs, "semantic_search": SemanticArgs,
         "neighbors": NeighborsArgs}
 SIGNATURES = {
     "messages_list": "messages_list(since, until, role, page_size, cursor) - messages in time order",

@@ -143,6 +143,8 @@ class TreeContextResolver:
         return pointer
 
     def _llm_pointer(self, param_name, original_desc, ancestors, current_context) -> SemanticPointer | None:
+        if self.llm is None:
+            return None
         self.stats["llm_calls"] += 1
         text = "\n\n".join(f"[父级{a['level']} {a['agent_id']}] {a['agent_description']}\n{a['core_memory']}\n"
                            f"{a['conversation_history']}".strip() for a in ancestors) or "（无）"

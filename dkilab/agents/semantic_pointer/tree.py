@@ -65,7 +65,8 @@ class AgentTree:
 
     def get_full_path(self, agent_id: str) -> list[str]:
         """Root first, `agent_id` last."""
-        path, cur = [], agent_id
+        path: list[str] = []
+        cur: str | None = agent_id
         while cur is not None:
             if cur in path:
                 raise TreeError(f"cycle through {cur!r}")

@@ -90,7 +90,7 @@ def load_agent_recall(data=None, limit: int | None = None, question_limit: int |
                       path: str | Path | None = None) -> list[Conversation]:
     out = []
     for case in _load(Path(path) if path else RECALL, RecallCase, "agent recall cases")[:limit]:
-        uid, msgs, turn = f"agent-recall:{case.id}", [], {}
+        uid, msgs, turn = f"agent-recall:{case.id}", [], dict[str, int]()
         for i, (day, role, text) in enumerate(case.messages):
             sid = f"{case.id}-d{day}"
             turn[sid] = turn.get(sid, -1) + 1

@@ -28,7 +28,7 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -181,7 +181,7 @@ def as_hf_dataset(conversations: list[Conversation]):
     return Dataset.from_list(to_records(conversations), features=features())
 
 
-def fingerprint(*parts: Any, files: list[Path] = ()) -> str:
+def fingerprint(*parts: Any, files: Iterable[Path] = ()) -> str:
     h = hashlib.sha1(json.dumps([FORMAT_VERSION, *parts], default=str, sort_keys=True).encode())
     for f in sorted(files):
         st = f.stat()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from dkilab.eval.metrics.base import Scored, metric
 from dkilab.text.abstention import ABSTAIN_PHRASE, DETECTOR, StructuralDetector, is_abstention
@@ -44,7 +45,7 @@ def load_phrasings(path: str | Path | None = None) -> list[dict]:
 
 
 def evaluate_detector(is_abstention_fn=None, split: str = "test", rows: list[dict] | None = None
-                      ) -> dict[str, dict[str, float]]:
+                      ) -> dict[str, dict[str, Any]]:
     """Precision, recall and F1 of abstention detection per language on one half of the labelled set."""
     fn = is_abstention_fn or DETECTOR.is_abstention
     out = {}
@@ -94,7 +95,7 @@ def judge_card(model: str, prompt: str) -> dict[str, object]:
 def save_judge_card(model: str, prompt: str, figures: dict[str, dict[str, float]]) -> None:
     path = _judge_cache(model, prompt)
     path.parent.mkdir(parents=True, exist_ok=True)
-    out = {}
+    out: dict[str, Any] = {}
     for lang, m in figures.items():
         out |= {f"test_precision_{lang}": round(m["precision"], 3), f"test_recall_{lang}": round(m["recall"], 3)}
     path.write_text(json.dumps(out), encoding="utf-8")

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field as dataclass_field
 from functools import cached_property
 from typing import Any, Callable, Literal
 
@@ -52,7 +52,11 @@ class Metric:
     # generate, "context" for context-only cells; ordered by `rank`
     narrow: tuple[str, ...] = ()
     paired: bool = False  # in the default paired table (beside the headline) when the cells have it
-    fn: Callable[["Scored"], Any] | None = field(default=None, compare=False, repr=False)
+    fn: Callable[["Scored"], Any] | None = dataclass_field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.aggregation == "ratio" and self.ratio_of is None:
+            raise ValueError(f"metric {self.name!r}: a ratio needs ratio_of=(numerator field, denominator field)")
 
     @property
     def identity(self) -> str:
@@ -131,7 +135,7 @@ def declared() -> list[Metric]:
 
 def table_metrics() -> list[str]:
     """The comparison table's columns, in declared order."""
-    return [m.name for m in sorted((m for m in declared() if m.rank is not None), key=lambda m: m.rank)]
+    return [m.name for m in sorted((m for m in declared() if m.rank is not None), key=lambda m: m.rank or 0.0)]
 
 
 def category_metrics() -> list[str]:
@@ -140,7 +144,7 @@ def category_metrics() -> list[str]:
 
 def plotted() -> list[Metric]:
     """The comparison plot's panels, in order."""
-    return sorted((m for m in declared() if m.plot is not None), key=lambda m: m.plot)
+    return sorted((m for m in declared() if m.plot is not None), key=lambda m: m.plot or 0.0)
 
 
 def narrow_metrics(view: str) -> list[str]:
@@ -207,7 +211,7 @@ def _finite(x) -> bool:
 
 
 def _in_subset(row: dict, subset: str) -> bool:
-    return subset == "all" or (row.get("answerable") if subset == "answerable" else not row.get("answerable"))
+    return subset == "all" or (bool(row.get("answerable")) if subset == "answerable" else not row.get("answerable"))
 
 
 def percentile(xs, p: float, empty=None):
@@ -231,6 +235,7 @@ def aggregate_metric(m: Metric, rows: list[dict]) -> float | None:
     if m.aggregation == "cell":
         return None  # computed by the runner from the cell as a whole
     if m.aggregation == "ratio":
+        assert m.ratio_of is not None  # Metric refuses a ratio without it
         num, den = m.ratio_of
         sub = [r for r in ok if _in_subset(r, m.subset) and _finite(r.get(den))]
         total = sum(float(r[den]) for r in sub)

@@ -51,6 +51,7 @@ def metric_ci(m: Metric, rows: list[dict[str, Any]], cluster: str = "user_id", s
         return None
     ok = [r for r in rows if not r.get("error") and _in_subset(r, m.subset)]
     if m.aggregation == "ratio":
+        assert m.ratio_of is not None  # Metric refuses a ratio without it
         num, den = m.ratio_of
         ok = [r for r in ok if _finite(r.get(den))]
         x = np.array([float(r.get(num) or 0) for r in ok]), np.array([float(r[den]) for r in ok])
@@ -84,7 +85,7 @@ def intervals(rows: list[dict[str, Any]], names: list[str] | None = None, seed: 
 
 
 def paired(m: Metric, rows_a: list[dict], rows_b: list[dict], key: str = "qid", cluster: str = "user_id",
-           seed: int = 0) -> dict[str, float] | None:
+           seed: int = 0) -> dict[str, Any] | None:
     """B - A on the questions both answered: {n, a, b, diff, low, high, p, real}; None if not comparable."""
     if m.aggregation != "mean":
         return None
@@ -114,7 +115,7 @@ def with_intervals(rows: list[dict[str, Any]], names: list[str] | None = None, o
     """Aggregates (only `names` if `only`) plus the 95% intervals of `names` (default: all) as `<metric>_ci95_low|high` keys."""
 
     metrics = aggregate(rows)
-    if only:
+    if only and names is not None:
         metrics = {k: v for k, v in metrics.items() if k in names}
     for name, (lo, hi) in intervals(rows, [n for n in metrics if names is None or n in names]).items():
         metrics[ci_keys(name)[0]], metrics[ci_keys(name)[1]] = lo, hi

@@ -153,14 +153,14 @@ def score_choice(item: QAItem, prediction: str, abstained: bool) -> dict[str, fl
         return _unanswerable(abstained)
     if not item.choices:
         return score_auto(item, prediction, abstained)
-    acc = choice_accuracy(prediction, item.answer, item.choices)
+    acc = choice_accuracy(prediction, item.answer or "", item.choices)
     return {"score": acc, "accuracy": acc}
 
 
 @scorer("locomo", description="LoCoMo's official per-category QA scoring (task_eval/evaluation.py)")
 def score_locomo(item: QAItem, prediction: str, abstained: bool) -> dict[str, float]:
     try:
-        category = int(item.category)
+        category = int(item.category)  # type: ignore[arg-type]  # None or a name: the except below
     except (TypeError, ValueError):
         return score_auto(item, prediction, abstained)
     if category == 5 or not item.answerable:

@@ -98,7 +98,7 @@ def _recall(q: Scored, k: int, tag: str | None = None):
     return len(gold & set(t[0]["doc_ids"][:k])) / len(gold)
 
 
-for _k, _rank in ((1, 6), (3, 7)):
+for _k, _rank in ((1, 6.0), (3, 7.0)):
     metric(f"routed_recall_at_{_k}", kind="any", higher_is_better=True, per_category=True, rank=_rank, rate=True,
            plot=4 if _k == 1 else None, label=f"routed recall@{_k} (0-1)", paired=_k == 1,
            description=f"session flow: gold documents among the first {_k} retrieved")(lambda q, k=_k: _recall(q, k))
@@ -139,7 +139,7 @@ def _rule(q: Scored) -> Any:
 def _rule_share(rule: str) -> None:
     metric(f"l2_rule_{rule}_rate", field=f"l2_rule_{rule}", kind="any",
            description=f"session flow: share of L2 updates that applied rule {rule!r}")(
-        lambda q: None if _turn(q) is None else float(_turn(q)[0]["l2_rule"] == rule))
+        lambda q: None if (t := _turn(q)) is None else float(t[0]["l2_rule"] == rule))
 
 
 for _rule_name in L2_RULES:

@@ -79,10 +79,11 @@ class RedisBackend:
 
     def _checked(self, result, fence: Fence | None):
         if result == -1:
-            raise FenceLost(f"redis at {self.url} no longer holds epoch {fence[1]} under {fence[0]!r}")
+            held = f"epoch {fence[1]} under {fence[0]!r}" if fence is not None else "its fence"
+            raise FenceLost(f"redis at {self.url} no longer holds {held}")
         return result
 
-    def _get(self, key: str, fence: Fence | None) -> str | None:
+    def _get(self, key: str, fence: Fence | None) -> Any:
         if fence is None:
             return self.client.get(key)
         epoch, raw = self.client.mget(fence[0], key)

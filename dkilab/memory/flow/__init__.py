@@ -62,7 +62,7 @@ class TurnResult:
     extraction: dict[str, Any]
     extraction_method: str  # rules | llm | llm_fallback
     l2_before: dict[str, Any] | None  # the current operation (last chain entry) before and after the update
-    l2_after: dict[str, Any]
+    l2_after: dict[str, Any] | None  # None only when the update left no operation (never after a turn)
     l2_rule: str  # new | overwrite_intent | overwrite_object | inherit
     filter: dict[str, Any] | None
     filter_relaxed: bool
