@@ -82,6 +82,14 @@ def pointer_figures(repeat: int = 20) -> dict:
 
 
 def main(data_dir=None, questions: int = 200, repeat: int = 20) -> int:
+    from dkilab.agents.recall_agent.conflict_set import evaluate
+
+    c = evaluate()
+    print(f"recall agent adjudication, conflict set ({c['pairs']} pairs, zh+en; dkilab/agents/recall_agent/conflicts.yaml):")
+    print(f"  accuracy {c['accuracy']:.3f} (zh {c['accuracy_cn']:.3f}, en {c['accuracy_en']:.3f}); explicit constraints "
+          f"kept against a weaker later statement: {c['constraints_kept']:.3f}")
+    for case, got in c["failures"].items():
+        print(f"  failed: {case} ({got})")
     r = recall_agent_figures(data_dir, questions)
     print(f"recall agent, rule policy, {r['label']}:")
     print(f"  {r['n']} questions: p50 {r['p50']:.1f} ms, p95 {r['p95']:.1f} ms, {r['calls']:.2f} tool calls per question")

@@ -378,8 +378,9 @@ class Cell:
 
             detector = judge_card(self.judge.model, self.judge.resolved()["abstention_prompt"]) | {
                 "fallback": f"{detector['name']}-v{detector['version']}"}
+        cards = self.instance.cards()
         out = {"strategy": {"name": self.strategy.name, "label": self.strategy.key, "version": self.instance.version,
-                            "params": self.params.model_dump(mode="json")},
+                            "params": self.params.model_dump(mode="json")} | ({"cards": cards} if cards else {}),
                "dataset": self.dataset.model_dump(mode="json") | self.dataset.info(),
                "embedder": self.embedder.identity(), "seed": self.seed,
                "metrics": {"version": metrics_version(), "abstention_detector": detector}}

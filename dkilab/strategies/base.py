@@ -169,6 +169,11 @@ class Strategy(ABC):
         identity): its version and its prompts. Subclasses add components configured in code."""
         return {"version": self.version, "prompts": self.prompts(model_name)}
 
+    def cards(self) -> dict[str, Any]:
+        """Measured figures of a component this strategy relies on (e.g. the recall agent's adjudication on
+        its conflict set), logged with each cell as `strategy.cards.*` params; empty for most strategies."""
+        return {}
+
     def prompts(self, model_name: str = "") -> dict[str, str]:
         """The prompt texts this strategy sends (logged with each cell and part of its identity)."""
         return {f"system.{lang}": text for lang, text in SYSTEM.items()} | {

@@ -44,9 +44,15 @@ def view_text(output, lang: str) -> str:
 @register
 class RecallAgentStrategy(Strategy):
     name = "recall_agent"
+    version = "2"  # 2: a later, weaker statement no longer supersedes an explicit constraint (issue 32)
     Params = RecallAgentParams
     params: RecallAgentParams
     takes_task_inputs = True
+
+    def cards(self) -> dict:
+        from dkilab.agents.recall_agent.conflict_set import card
+
+        return {"conflicts": card()}
 
     def requires_model(self) -> bool:
         return self.params.answer or self.params.policy == "llm"

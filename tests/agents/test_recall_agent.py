@@ -7,7 +7,6 @@ import pytest
 
 from dkilab.agents.recall_agent import RecallAgent, RecallOutput, validate_evidence
 from dkilab.agents.recall_agent.contract import EvidenceItem
-from dkilab.agents.recall_agent.policy import LLMPolicy
 from dkilab.recall import create_formatter
 from dkilab.tracing import tracing_to
 from tests.agents.conftest import ALICE, NOW, chat
@@ -134,10 +133,20 @@ def test_llm_policy_runs_valid_calls_and_falls_back_on_bad_ones(alice_store):
 
 @pytest.mark.slow
 def test_llm_policy_on_smollm2_counts_fallbacks(alice_store, model):
+    """The model's every plan is recorded; each fallback says why and is followed by the rule step, and the
+    counts the cell logs agree with the trace (SmolLM2 rarely emits a valid call: the rules carry the loop)."""
+    from dkilab.agents.recall_agent.policy import PLANNED
+
     res = RecallAgent(alice_store.for_user("alice"), "llm", model, max_calls=3).recall("我能吃辣吗？", now=NOW)
-    assert res.policy_steps >= 2 and 0 <= res.policy_fallbacks <= res.policy_steps
-    assert res.evidence_problems == [] and isinstance(res.output, RecallOutput)
-    assert any("plan_output" in s for s in res.steps)
+    asked = [s for s in res.steps if "plan_output" in s or "synthesis_output" in s]
+    fell_back = [s for s in res.steps if s.get("fallback")]
+    assert res.policy_steps == len(asked) >= 2 and res.policy_fallbacks == len(fell_back)
+    tools = [s for s in res.steps if s.get("tool")]
+    planned = sum(1 for s in tools if s["why"] == PLANNED)
+    plan_fallbacks = sum(1 for s in fell_back if s["fallback"] != "invalid view")
+    assert planned + plan_fallbacks == sum(1 for s in asked if "plan_output" in s)  # each plan: a call or a fallback
+    assert len(tools) - planned >= plan_fallbacks  # a rule step ran for every plan that fell back
+    assert res.evidence_problems == [] and isinstance(res.output, RecallOutput) and res.output.memory_view.active()
 
 
 def test_bad_input_is_refused_clearly(alice_store):
@@ -148,6 +157,8 @@ def test_bad_input_is_refused_clearly(alice_store):
         RecallAgent(mem, policy="magic")
     with pytest.raises(ValueError, match="needs a model"):
         RecallAgent(mem, policy="llm")
-    with pytest.raises(Exception, match="time_range|extra"):
+    with pytest.raises(Exception, match="time_rang"):
         RecallAgent(mem).recall("x?", context={"time_rang": {}})
-    assert isinstance(LLMPolicy, type) and ALICE
+    with pytest.raises(Exception, match="role_pref"):
+        RecallAgent(mem).recall("x?", context={"role_pref": ["user"]})
+    assert mem.count() == len(ALICE)  # refused calls change nothing

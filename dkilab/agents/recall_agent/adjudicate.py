@@ -1,18 +1,25 @@
 """Conflicts and their adjudication (seed recall-agent §4.4 context check, §4.6).
 
 Two candidates of one hypothesis conflict when they share a term and disagree: opposite polarity
-("I love spicy food" / "I can't eat spicy food anymore") or the newer one announces a change
-("现在…", "moved to"). Adjudication, in the seed's order of attribution (§4.6.2):
+("I love spicy food" / "I can't eat spicy food anymore"), the newer one announces a change
+("现在…", "moved to"), or the newer one hedges about what the older one states as a constraint
+("我对花生严重过敏" / "最近好像对花生没那么敏感了吧"). Adjudication, in the seed's order of attribution (§4.6.2):
   context  - one side is hypothetical, retracted or about someone else -> the other wins;
   source   - the user's own words beat the assistant's paraphrase;
   unresolved - both sides only hedge -> keep both, marked uncertain;
-  time     - both are the user's explicit words -> the later statement wins.
+  weaker_later - the later statement is less explicit than the earlier one by EXPLICIT_MARGIN, or
+             hedges against an explicit constraint ("我对海鲜过敏，绝对不能吃" then "我现在好像也许可以吃点
+             海鲜了吧") -> keep both, marked uncertain; the conflict stays open for a follow-up search
+             for a clearer statement (§4.6.1), which, if explicit, then wins on time;
+  time     - the later statement is as explicit (or more) -> it wins ("更晚、更明确的表述优先").
 """
 from __future__ import annotations
 
 from dkilab.agents.recall_agent import cues
 from dkilab.agents.recall_agent.state import AgentState, Candidate, Conflict
 from dkilab.types import Message
+
+EXPLICIT_MARGIN = 0.3  # a later statement this much less explicit does not supersede the earlier one
 
 RETRACTIONS = ["开玩笑", "说错了", "不对不对", "搞错了", "just kidding", "i was joking", "scratch that", "i misspoke",
                "that was wrong"]
@@ -57,10 +64,19 @@ def find_conflicts(candidates: list[Candidate]) -> list[Conflict]:
             shared = [t for t in a.matched if t in b.matched and t not in GENERIC]
             slot = _slot(a.statement)
             same_slot = slot is not None and slot == _slot(b.statement)
-            disagree = a.negated != b.negated or (b.changed and not a.changed) or (a.hedged and b.hedged)
+            disagree = (a.negated != b.negated or (b.changed and not a.changed) or (a.hedged and b.hedged)
+                        or (a.explicit_constraint and cues.hedges(b.statement) > 0))  # a hedge against a constraint
             if (shared and disagree) or same_slot:
                 out.append(Conflict(a.message.message_id, b.message.message_id, shared or a.matched[:2]))
     return out
+
+
+def weaker_later(older: Candidate, newer: Candidate) -> bool:
+    """The newer statement may not supersede the older: it hedges against an explicit constraint, or it is
+    less explicit by EXPLICIT_MARGIN or more."""
+    if older.explicit_constraint and cues.hedges(newer.statement) > 0:
+        return True
+    return older.explicitness - newer.explicitness >= EXPLICIT_MARGIN
 
 
 def adjudicate(state: AgentState) -> list[Conflict]:
@@ -73,6 +89,8 @@ def adjudicate(state: AgentState) -> list[Conflict]:
             x.winner, x.reason = (x.older if a.message.role == "user" else x.newer), "source"
         elif a.hedged and b.hedged:
             x.winner, x.reason = None, "unresolved"
+        elif weaker_later(a, b):
+            x.winner, x.reason = None, "weaker_later"
         else:
             x.winner, x.reason = x.newer, "time"
     return state.conflicts

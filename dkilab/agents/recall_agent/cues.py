@@ -22,8 +22,8 @@ KIND_CUES = {
 }
 TOPICS = [  # a question touching one term pulls in the whole list as evidence terms (synonyms, §4.1)
     ["饮食", "吃", "辣", "菜", "素", "肉", "海鲜", "甜", "咖啡", "茶", "酒", "过敏", "忌口", "口味", "花生", "牛奶",
-     "外卖", "点菜", "餐厅", "food", "eat", "spicy", "vegetarian", "vegan", "meat", "seafood", "coffee", "tea",
-     "allergic", "dessert", "sugar", "dish", "cuisine", "diet", "peanut", "milk", "dairy", "gluten", "drink",
+     "乳糖", "外卖", "点菜", "餐厅", "food", "eat", "spicy", "vegetarian", "vegan", "meat", "seafood", "coffee", "tea",
+     "allergic", "dessert", "sugar", "dish", "cuisine", "diet", "peanut", "milk", "dairy", "lactose", "gluten", "drink",
      "alcohol", "restaurant", "dinner", "lunch", "menu", "snack"],
     ["格式", "要点", "表格", "列表", "结论", "双语", "简洁", "详细", "总结", "markdown", "bullet", "table", "summary",
      "summaries", "summarise", "summarize", "format", "concise", "brief", "bilingual", "style", "length", "emoji"],
@@ -132,6 +132,40 @@ def is_request(statement: str) -> bool:
 
 def negated(clause: str) -> bool:
     return has_cue(clause, NEGATIONS) is not None
+
+
+# --- explicitness (seed recall-agent §4.6: the later *and more explicit* statement wins) ------------
+STRONG = ["绝对", "一定", "千万", "坚决", "永远", "从来不", "从不", "必须", "严禁", "务必", "完全不", "一点都不", "一口都不",
+          "absolutely", "definitely", "never", "always", "must", "strictly", "under no circumstances", "certainly",
+          "at all", "100%", "completely"]
+CONSTRAINTS = ["过敏", "不能吃", "不能喝", "不能碰", "禁止", "忌口", "不可以吃", "不耐受", "医生说", "医生不让", "确诊",
+               "allergic", "allergy", "can't eat", "cannot eat", "can't have", "cannot have", "must not", "intolerant",
+               "diagnosed", "doctor said", "doctor told", "not allowed"]
+EPISTEMIC = [*HEDGES, "或许", "似乎", "估计", "我猜", "应该可以", "不太确定", "说不好", "i guess", "i think", "kind of",
+             "sort of", "possibly", "i suppose", "could be", "not certain", "i believe", "might be"]
+_SOFT_END = re.compile(r"吧[。！!.]?\s*$")  # a closing 吧 softens a claim ("可以吃了吧")
+
+
+def hedges(statement: str) -> int:
+    """How many distinct hedges the statement carries (可能 / 好像 / maybe / I guess, a closing 吧)."""
+    return count_cues(statement, EPISTEMIC) + bool(_SOFT_END.search(statement.strip()))
+
+
+def is_constraint(statement: str) -> bool:
+    """A stated constraint: an allergy, a diagnosis, "can't eat", "must not", 绝对不, never."""
+    return has_cue(statement, CONSTRAINTS) is not None or (negated(statement) and has_cue(statement, STRONG) is not None)
+
+
+def explicitness(statement: str, role: str = "user") -> float:
+    """How explicitly the statement commits, in [0, 1] (§4.6 "更明确的表述"): strong modality and a stated
+    constraint raise it; each hedge, a question and a paraphrase by the assistant lower it."""
+    score = 0.5 + 0.2 * min(2, count_cues(statement, STRONG)) + (0.2 if is_constraint(statement) else 0.0)
+    score -= 0.2 * min(3, hedges(statement))
+    if statement.strip().endswith(("?", "？", "吗", "吗。")):
+        score -= 0.2
+    if role != "user":
+        score -= 0.2
+    return round(max(0.0, min(1.0, score)), 2)
 
 
 def _utc_day(y: int, m: int, d: int) -> datetime:

@@ -97,6 +97,7 @@ class LLMPolicy:
         if call is None:
             if r is not None and text.strip().upper().startswith("STOP") and state.relevant():
                 return False
+            state.steps[-1]["fallback"] = "no tool call in the model's plan"
             state.fallbacks += 1
             return None
         name, args = call
@@ -105,7 +106,7 @@ class LLMPolicy:
             if name == "neighbors" and args["message_id"] not in state.seen:
                 raise ValueError(f"neighbors: message_id {args['message_id']!r} was not found by an earlier call")
         except ValueError as exc:
-            state.steps.append({"policy": "llm", "invalid_call": str(exc)})
+            state.steps.append({"policy": "llm", "invalid_call": str(exc), "fallback": "invalid call"})
             state.fallbacks += 1
             return None
         focus = min((h for h in range(len(state.hypotheses)) if h not in state.searched), default=0)
@@ -128,7 +129,7 @@ class LLMPolicy:
             if bad or not view.items():
                 raise ValueError(f"evidence ids {bad} were not found" if bad else "empty view")
         except (ValueError, ValidationError, TypeError) as exc:
-            state.steps.append({"policy": "llm", "invalid_view": str(exc)[:200]})
+            state.steps.append({"policy": "llm", "invalid_view": str(exc)[:200], "fallback": "invalid view"})
             state.fallbacks += 1
             return None
         return view

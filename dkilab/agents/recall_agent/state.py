@@ -59,6 +59,15 @@ class Candidate:
     def hedged(self) -> bool:
         return cues.has_cue(self.statement, cues.HEDGES) is not None
 
+    @cached_property
+    def explicitness(self) -> float:
+        return cues.explicitness(self.statement, self.message.role)
+
+    @cached_property
+    def explicit_constraint(self) -> bool:
+        """A constraint stated without a hedge ("我对海鲜过敏，绝对不能吃海鲜"): only as explicit a statement lifts it."""
+        return cues.is_constraint(self.statement) and cues.hedges(self.statement) == 0
+
 
 @dataclass
 class Conflict:
@@ -66,7 +75,7 @@ class Conflict:
     newer: str
     shared: list[str]
     winner: str | None = None  # None: unresolved
-    reason: str = ""  # context | source | time | unresolved
+    reason: str = ""  # context | source | time | unresolved | weaker_later
     followed: bool = False  # a later statement was searched for (§4.6.1)
 
 
