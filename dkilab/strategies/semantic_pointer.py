@@ -42,6 +42,7 @@ class UserBoundStore:
 @register
 class SemanticPointerStrategy(Strategy):
     name = "semantic_pointer"
+    version = "2"  # 2: ambiguity detected (two referents at the nearest level), levels combined (issue 32)
     Params = SemanticPointerParams
     params: SemanticPointerParams
     takes_task_inputs = True
@@ -82,6 +83,9 @@ class SemanticPointerStrategy(Strategy):
         meta = {"task": "pointer", "pointer": {"resolved_desc": resolved, "fell_back": resolved == question,
                                                "confidence": pointer.confidence if pointer else 1.0,
                                                "method": pointer.method if pointer else "no_reference",
-                                               "chain": pointer.resolution_chain if pointer else []},
+                                               "chain": pointer.resolution_chain if pointer else [],
+                                               "ambiguous": bool(pointer and pointer.ambiguous),
+                                               "contributing_levels": sum(1 for c in (pointer.resolution_chain if pointer
+                                                                                    else []) if c.startswith("level "))},
                 "policy_steps": resolver.stats["llm_calls"], "policy_fallbacks": resolver.stats["llm_fallbacks"]}
         return Answer(resolved, rounds=0, metadata=meta)

@@ -12,10 +12,10 @@ CI = ROOT / "experiments" / "ci"
 
 def _rule_only(name: str) -> ExperimentConfig:
     cfg = load_experiment(CI / f"{name}.yaml")
-    keep = [s for s in cfg.strategies if s.key == "rule"]
+    keep = [s for s in cfg.strategies if s.key in ("rule", "hard")]
     used = {d for s in keep for d in s.datasets}
     cfg = cfg.model_copy(update={"strategies": keep, "datasets": [d for d in cfg.datasets if d.key in used],
-                                 "expect": {k: v for k, v in cfg.expect.items() if k.startswith("rule")}})
+                                 "expect": {k: v for k, v in cfg.expect.items() if k.startswith(("rule", "hard"))}})
     check_config(cfg, name)
     return cfg
 
@@ -51,6 +51,20 @@ def test_a_resolver_without_the_level_limit_or_the_referent_check_fails(tmp_path
 
     monkeypatch.setattr(AgentTree, "ancestors", lambda self, a, n=None: self.get_full_path(a)[:-1][::-1])
     assert any("fallback_recall" in p for p in _problems("agents_pointers", tmp_path / "b"))
+
+
+@pytest.mark.slow
+def test_a_resolver_blind_to_ambiguity_or_to_other_levels_fails(tmp_path, monkeypatch):
+    """Issue 32 item 4: without the ambiguity check the ambiguous trees resolve to one of two customers;
+    without the supporting lines the multi-level trees lose the fact from the other level."""
+    from dkilab.agents.semantic_pointer import resolver
+
+    monkeypatch.setattr(resolver, "ambiguity", lambda *a: None)
+    assert any("ambiguity_detected" in p for p in _problems("agents_pointers", tmp_path / "a"))
+    monkeypatch.undo()
+    monkeypatch.setattr(resolver, "supporting_lines", lambda *a, **k: [])
+    problems = _problems("agents_pointers", tmp_path / "b")
+    assert any("multi_level_share" in p for p in problems) and any("pointer_accuracy" in p for p in problems)
 
 
 @pytest.mark.slow

@@ -158,3 +158,47 @@ def test_the_harness_strategy_is_bound_to_the_questions_user(store):
     assert ans.metadata["task"] == "pointer" and "C-1029" in ans.text and not ans.metadata["pointer"]["fell_back"]
     with pytest.raises(ValueError, match="task inputs"):
         SemanticPointerStrategy().answer("该用户的ID", store.for_user("bob"), None, task={})
+
+
+def _tree_memory(store, rows, memories, user="dana"):
+    t = AgentTree.from_rows(rows)
+    tm = TreeMemory(store)
+    for agent, kind, text in memories:
+        tm.remember(user, t, agent, text, kind=kind)
+    return t, tm
+
+
+def test_two_referents_at_the_nearest_level_keep_the_original_flagged(store):
+    """Issue 32 item 4: ambiguity is detected (two customers at the level that knows), not resolved to both."""
+    rows = [("root", None, "退款调度"), ("refund", "root", "退款处理"), ("check", "refund", "余额查询")]
+    t, tm = _tree_memory(store, rows, [("refund", "core", "今天有两笔退款：客户张伟（C-1029）和客户李娜（C-2077）。")])
+    p = TreeContextResolver(tm, t).resolve_semantic_pointers({"client_id": "该客户的ID"}, {"content": "查询该客户余额"},
+                                                            "check", "dana")["client_id"]
+    assert p.ambiguous and p.fell_back and p.confidence < 0.6 and p.method == "fallback"
+    assert "C-1029" not in p.resolved_desc and "two candidate referents" in p.resolution_chain[0]
+    # two lines, and the task's own words name one of them: no longer ambiguous
+    t, tm = _tree_memory(store, rows, [("refund", "core", "退款客户张伟，客户号 C-1029。"),
+                                       ("refund", "core", "退款客户李娜，客户号 C-2077。")], "fay")
+    p = TreeContextResolver(tm, t).resolve_semantic_pointers({"client_id": "该客户的ID"}, {"content": "查询李娜的余额"},
+                                                            "check", "fay")["client_id"]
+    assert not p.ambiguous and "C-2077" in p.resolved_desc and "C-1029" not in p.resolved_desc
+    p = TreeContextResolver(tm, t).resolve_semantic_pointers({"client_id": "该客户的ID"}, {"content": "查询该客户余额"},
+                                                            "check", "fay")["client_id"]
+    assert p.ambiguous and p.fell_back
+    # amounts are not identifiers: one loan and its amount is one referent
+    rows2 = [("root", None, "信贷审批"), ("approve", "root", "审批贷款"), ("risk", "approve", "风险评估")]
+    t2, tm2 = _tree_memory(store, rows2, [("approve", "core", "待审批：那笔贷款是经营贷 L-7731，申请金额 200 万。")], "erin")
+    p = TreeContextResolver(tm2, t2).resolve_semantic_pointers({"loan_id": "那笔贷款的编号"}, {}, "risk", "erin")["loan_id"]
+    assert not p.ambiguous and "L-7731" in p.resolved_desc
+
+
+def test_facts_from_two_levels_combine_and_the_chain_says_what_each_added(store):
+    rows = [("root", None, "投诉中心"), ("complaint", "root", "投诉处理"), ("ship", "complaint", "物流核查")]
+    t, tm = _tree_memory(store, rows, [("root", "core", "本次处理客户张强（客户号 C-6012）的投诉。"),
+                                       ("complaint", "core", "张强投诉的订单是 O-6105，商品破损。"),
+                                       ("complaint", "user", "赵云的订单 O-6199 已经处理完了。")])
+    p = TreeContextResolver(tm, t).resolve_semantic_pointers({"order_id": "该客户投诉的订单编号"}, {}, "ship", "dana")["order_id"]
+    assert "C-6012" in p.resolved_desc and "O-6105" in p.resolved_desc
+    assert "O-6199" not in p.resolved_desc and "赵云" not in p.resolved_desc  # another customer's line is not added
+    assert p.resolution_chain[0].startswith("level 2 (root) named the referent")
+    assert p.resolution_chain[1].startswith("level 1 (complaint) added") and p.source_agent_path == ["complaint", "root"]

@@ -11,6 +11,8 @@ REFERENCES = {
     "person": ["该用户", "该客户", "这位客户", "那位客户", "这个客户", "那个客户", "这个用户", "那个用户", "此人", "该人",
                "他", "她", "对方", "that customer", "this customer", "the customer", "that client", "this client",
                "the client", "this user", "that user", "the user", "this person", "that person", "he", "she", "him",
+               "该借款人", "这位借款人", "那位借款人", "该申请人", "这位申请人", "the borrower", "that borrower", "this borrower",
+               "the applicant", "this applicant",
                "her", "his", "their", "them"],
     "order": ["这个订单", "该订单", "那个订单", "这笔订单", "this order", "that order", "the order"],
     "loan": ["那笔贷款", "这笔贷款", "该贷款", "这笔借款", "那笔借款", "this loan", "that loan", "the loan"],
@@ -25,7 +27,7 @@ ENTITY_WORDS = {  # words a memory line about that kind of entity contains
     "order": ["订单", "order"],
     "loan": ["贷款", "借款", "loan"],
     "collateral": ["押品", "抵押", "collateral"],
-    "account": ["账户", "账号", "account"],
+    "account": ["账户", "账号", "account", "accounts"],
     "generic": [],
 }
 _IDENT = re.compile(r"[A-Za-z]{0,4}[-_]?\d{3,}[\w\-]*")

@@ -57,6 +57,7 @@ class SemanticPointer:
     confidence: float
     resolution_chain: list[str] = field(default_factory=list)
     method: str = "rule"  # rule | llm | fallback
+    ambiguous: bool = False  # two candidate referents at the nearest level that names one: not resolved
 
     @property
     def fell_back(self) -> bool:
@@ -133,6 +134,14 @@ class TreeContextResolver:
     def _synthesize_semantic_pointer(self, param_name: str, original_desc: str, ancestor_contexts: list[dict],
                                      current_context: dict[str, Any]) -> SemanticPointer:
         pointer = None
+        if self.config.enable_ambiguity_detection:
+            rivals = ambiguity(original_desc, ancestor_contexts, current_context)
+            if rivals is not None:  # neither composer may pick one of two referents: keep the original (§3.5)
+                level, agent, names = rivals
+                chain = [f"level {level} ({agent}): two candidate referents, {' / '.join(names)}; the task does not "
+                         "say which", "kept the original description (ambiguous)"]
+                return SemanticPointer(param_name, original_desc, original_desc, [], AMBIGUOUS_CONFIDENCE, chain,
+                                       "fallback", ambiguous=True)
         if self.llm is not None:
             pointer = self._llm_pointer(param_name, original_desc, ancestor_contexts, current_context)
         if pointer is None:
@@ -162,6 +171,52 @@ class TreeContextResolver:
             return None
         return SemanticPointer(param_name, original_desc, desc.strip(), [a["agent_id"] for a in ancestors], conf,
                                chain, "llm")
+
+
+AMBIGUOUS_CONFIDENCE = 0.3  # below any sensible min_confidence_threshold
+_ENTITY_ID = re.compile(r"(?<![A-Za-z0-9])[A-Za-z]{1,4}[-_]?\d{3,}[A-Za-z0-9\-]*")
+_NAME = re.compile(rf"(?:客户|用户|申请人|借款人)[：:\s]?([{_SURNAMES}][\u4e00-\u9fff]{{1,2}})|([{_SURNAMES}][\u4e00-\u9fff]?)(?:先生|女士)"
+                   r"|(?:customer|client|applicant|borrower|Mr\.?|Ms\.?|Mrs\.?)\s+([A-Z][a-z]+)")
+
+
+def entities(line: str) -> tuple[set[str], set[str]]:
+    """(identifiers, names) a line names: C-1029, L-20250418 (a letter prefix: amounts such as 200 or 8,000
+    are not identifiers); 张伟 after 客户, Mr Smith."""
+    names = {next(g for g in m.groups() if g) for m in _NAME.finditer(line)}
+    return set(_ENTITY_ID.findall(line)), names
+
+
+def _referents(lines: list[str]) -> int:
+    """How many distinct entities the lines name: identifiers and names counted apart (a name with its id is one)."""
+    ids = set().union(*(entities(ln)[0] for ln in lines)) if lines else set()
+    names = set().union(*(entities(ln)[1] for ln in lines)) if lines else set()
+    return max(len(ids), len(names))
+
+
+def _about(ln: str, entity_words: set[str]) -> bool:
+    return shares_word(ln, entity_words) if entity_words else has_identifier(ln)
+
+
+def ambiguity(original_desc: str, ancestors: list[dict], current_context: dict[str, Any]
+              ) -> tuple[int, str, list[str]] | None:
+    """(level, agent, the rival lines) when the nearest level that names a referent of the described kind
+    names two or more and the task words do not single one out; None otherwise."""
+    kinds = {k for _, k in detect_references(original_desc)} or {"generic"}
+    entity_words = {w for k in kinds for w in ENTITY_WORDS[k]}
+    task_words = set(content_tokens(original_desc + " " + _context_text(current_context)))
+    for ctx in ancestors:
+        lines = [ln for ln in _lines(ctx) if _about(ln, entity_words) and named(ln)]
+        if not lines:
+            continue
+        if _referents(lines) < 2:
+            return None
+        overlap = {ln: sum(shares_word(ln, {w}) for w in task_words) for ln in lines}
+        top = max(overlap.values())
+        best = [ln for ln in lines if overlap[ln] == top]
+        if top > 0 and len(best) == 1 and _referents(best) == 1:
+            return None  # the task's own words pick one line naming one entity
+        return ctx["level"], ctx["agent_id"], lines[:3]
+    return None
 
 
 def _lines(ctx: dict) -> list[str]:
@@ -200,8 +255,33 @@ def compose_pointer(param_name: str, original_desc: str, ancestors: list[dict],
     ctx, best = next(((c, ln) for c, ln in found if referent(ln) == 2), found[0])
     conf = {1: 0.9, 2: 0.8, 3: 0.7}.get(ctx["level"], 0.65) - (0.0 if referent(best) == 2 else 0.1)
     ref = refs[0][0] if refs else ""
-    resolved = (f"{original_desc}（{ref + '指' if ref else '指'}：{best}）" if has_cjk(original_desc)
-                else f"{original_desc} ({ref + ' = ' if ref else 'refers to: '}{best})")
-    path = [a["agent_id"] for a in ancestors[:ancestors.index(ctx) + 1]]
-    chain = [f"level {c['level']} ({c['agent_id']}): {ln}" for c, ln in found[:3]]
+    added = supporting_lines(best, ctx, ancestors)
+    cn = has_cjk(original_desc)
+    what = best + "".join(f"{'；' if cn else '; '}{ln}" for _, ln in added)
+    resolved = (f"{original_desc}（{ref + '指' if ref else '指'}：{what}）" if cn
+                else f"{original_desc} ({ref + ' = ' if ref else 'refers to: '}{what})")
+    deepest = max([ancestors.index(ctx), *(ancestors.index(c) for c, _ in added)])
+    path = [a["agent_id"] for a in ancestors[:deepest + 1]]
+    chain = [f"level {ctx['level']} ({ctx['agent_id']}) named the referent: {best}"]
+    chain += [f"level {c['level']} ({c['agent_id']}) added: {ln}" for c, ln in added]
     return SemanticPointer(param_name, original_desc, resolved, path, round(conf, 2), chain, "rule")
+
+
+def supporting_lines(best: str, ctx: dict, ancestors: list[dict], limit: int = 2) -> list[tuple[dict, str]]:
+    """Facts about the same referent from the other levels (seed §3.3: each level completes the picture): a
+    line that mentions one of the referent's identifiers or names and names no other person. Nearest level
+    first, one line per level."""
+    ids, names = entities(best)
+    mine = ids | names
+    out = []
+    for other in ancestors:
+        if other is ctx:
+            continue
+        for ln in _lines(other):
+            o_ids, o_names = entities(ln)
+            if ln != best and any(e in ln for e in mine) and not (o_names - names):
+                out.append((other, ln))
+                break  # one line per level
+        if len(out) >= limit:
+            break
+    return out

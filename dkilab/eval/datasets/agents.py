@@ -26,6 +26,9 @@ DIR = Path(__file__).resolve().parents[3] / "datasets" / "fixtures" / "agents"
 RECALL, POINTERS = DIR / "recall_cases.yaml", DIR / "pointer_cases.yaml"
 # written after the rules were frozen on the sets above, never used to tune them
 RECALL_HELDOUT, POINTERS_HELDOUT = DIR / "recall_cases_heldout.yaml", DIR / "pointer_cases_heldout.yaml"
+# issue 32: ambiguous referents and facts spread over several levels; the held-out half was written with the
+# dev half, before the composer changes were run on either, and is never used to tune them
+POINTERS_HARD, POINTERS_HARD_HELDOUT = DIR / "pointer_cases_hard.yaml", DIR / "pointer_cases_hard_heldout.yaml"
 
 
 class _Case(BaseModel):
@@ -71,6 +74,7 @@ class PointerCase(_Case):
     facts: list[list[str]] = Field(default_factory=list)  # each fact: alternatives, one must appear
     distractors: list[str] = Field(default_factory=list)
     fallback: bool = False
+    ambiguous: bool = False  # two referents at the nearest level that knows: must fall back, flagged ambiguous
 
 
 def _load(path: Path, model, what: str) -> list:
@@ -133,7 +137,8 @@ def load_agent_pointers(data=None, limit: int | None = None, question_limit: int
         item = QAItem(desc, None, case.category, [], not case.fallback, start + timedelta(days=1), qid=case.id,
                       metadata={"task": {"tree": [list(r) for r in case.tree], "agent_id": case.agent, "param_name": name,
                                          "current_context": {"content": case.task}},
-                                "gold": {"facts": case.facts, "distractors": case.distractors, "fallback": case.fallback}})
+                                "gold": {"facts": case.facts, "distractors": case.distractors,
+                                         "fallback": case.fallback or case.ambiguous, "ambiguous": case.ambiguous}})
         out.append(Conversation(uid, uid, msgs, [item][:question_limit], "cn" if case.language == "zh" else "en"))
     return out
 
@@ -150,3 +155,17 @@ def load_agent_recall_heldout(data=None, limit: int | None = None, question_limi
 def load_agent_pointers_heldout(data=None, limit: int | None = None, question_limit: int | None = None,
                                 path: str | Path | None = None) -> list[Conversation]:
     return load_agent_pointers(data, limit, question_limit, path or POINTERS_HELDOUT)
+
+
+@register_dataset("agent_pointers_hard", language="mixed", scorer="auto", version="1", description="Semantic-pointer trees with two candidate referents (ambiguous) or facts on several levels (multi_level), dev half.",
+                  sources=(str(POINTERS_HARD),))
+def load_agent_pointers_hard(data=None, limit: int | None = None, question_limit: int | None = None,
+                             path: str | Path | None = None) -> list[Conversation]:
+    return load_agent_pointers(data, limit, question_limit, path or POINTERS_HARD)
+
+
+@register_dataset("agent_pointers_hard_heldout", language="mixed", scorer="auto", version="1", description="Held-out half of the ambiguous and multi-level pointer trees.",
+                  sources=(str(POINTERS_HARD_HELDOUT),))
+def load_agent_pointers_hard_heldout(data=None, limit: int | None = None, question_limit: int | None = None,
+                                     path: str | Path | None = None) -> list[Conversation]:
+    return load_agent_pointers(data, limit, question_limit, path or POINTERS_HARD_HELDOUT)

@@ -198,3 +198,30 @@ declare("fallback_precision", field="fallback_tp", aggregation="ratio", ratio_of
         higher_is_better=True, rank=4, description="fallbacks (original description kept) where no ancestor knows")
 declare("fallback_recall", field="fallback_tp", aggregation="ratio", ratio_of=("fallback_tp", "fallback_gold"),
         higher_is_better=True, rank=4.5, description="cases no ancestor can resolve that fell back")
+
+
+@metric("ambiguity_detected", kind="agent", higher_is_better=True, rank=4.7, rate=True,
+        description="ambiguous cases (two referents at the nearest level that knows) the resolver flagged")
+def _ambiguity_detected(q: Scored):
+    pg = _pointer(q)
+    if pg is None or not pg[1].get("ambiguous"):
+        return None
+    return float(bool(pg[0].get("ambiguous")) and pg[0]["fell_back"])
+
+
+@metric("ambiguity_false_alarm", kind="agent", higher_is_better=False, rank=4.8, rate=True,
+        description="cases with one referent the resolver wrongly flagged as ambiguous")
+def _ambiguity_false_alarm(q: Scored):
+    pg = _pointer(q)
+    if pg is None or pg[1].get("ambiguous"):
+        return None
+    return float(bool(pg[0].get("ambiguous")))
+
+
+@metric("multi_level_share", kind="agent", higher_is_better=None, rank=4.9, rate=True,
+        description="resolved pointers that combine facts from two or more ancestor levels")
+def _multi_level_share(q: Scored):
+    pg = _pointer(q)
+    if pg is None or pg[0]["fell_back"]:
+        return None
+    return float(pg[0].get("contributing_levels", 0) >= 2)
