@@ -121,7 +121,7 @@ def question_text(item) -> str:
     (without them a model cannot pick a letter and the choice scorer scores nothing)."""
     if not item.choices:
         return item.question
-    from dkilab.eval.prompts import CHOOSE
+    from dkilab.prompts import CHOOSE
     from dkilab.text.lang import detect_language
 
     options = [f"{k}. {v}" for k, v in sorted(item.choices.items())]

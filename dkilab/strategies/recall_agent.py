@@ -14,11 +14,8 @@ from pydantic import Field
 from dkilab.strategies.base import (StrategyParams, Strategy, history_block, language_of, newest_that_fit, preferences_text,
                                     question_text, register)
 from dkilab.types import Answer
+from dkilab.prompts import VIEW_HEAD, VIEW_KIND as KIND, VIEW_UNCERTAIN as UNCERTAIN  # prompt texts: dkilab/prompts.py
 
-VIEW_HEAD = {"en": "What the user's memory shows (recall agent):", "cn": "用户记忆（回忆 Agent 整理）："}
-KIND = {"en": {"preferences": "preference", "profile": "profile", "constraints": "constraint"},
-        "cn": {"preferences": "偏好", "profile": "背景", "constraints": "约束"}}
-UNCERTAIN = {"en": " (uncertain: conflicting evidence)", "cn": "（不确定：证据矛盾）"}
 
 
 class RecallAgentParams(StrategyParams):
@@ -58,10 +55,13 @@ class RecallAgentStrategy(Strategy):
         return self.params.answer or self.params.policy == "llm"
 
     def prompts(self, model_name: str = "") -> dict[str, str]:
-        from dkilab.agents.recall_agent.policy import PLAN, SYNTH
+        from dkilab import prompts as text
 
-        out = super().prompts(model_name) | {f"view_head.{k}": v for k, v in VIEW_HEAD.items()}
-        return out | ({"policy.plan": PLAN, "policy.synthesis": SYNTH} if self.params.policy == "llm" else {})
+        out = super().prompts(model_name) | {f"view_head.{k}": v for k, v in text.VIEW_HEAD.items()}
+        out |= {f"view_kind.{lang}.{k}": v for lang, kinds in text.VIEW_KIND.items() for k, v in kinds.items()}
+        out |= {f"view_uncertain.{k}": v for k, v in text.VIEW_UNCERTAIN.items()}
+        return out | ({"policy.plan": text.AGENT_PLAN, "policy.synthesis": text.AGENT_SYNTH}
+                      if self.params.policy == "llm" else {})
 
     def needs_kv(self, preferences: bool = True) -> bool:
         return self.params.view_as == "kv"

@@ -54,9 +54,10 @@ class SemanticPointerStrategy(Strategy):
         return self.params.policy == "llm"
 
     def prompts(self, model_name: str = "") -> dict[str, str]:
-        from dkilab.agents.semantic_pointer.refs import DETECT_PROMPT, SYNTH_PROMPT
+        from dkilab import prompts as text
 
-        return {"detect": DETECT_PROMPT, "synthesize": SYNTH_PROMPT} if self.params.policy == "llm" else {}
+        return ({"detect": text.POINTER_DETECT_PROMPT, "synthesize": text.POINTER_SYNTH_PROMPT}
+                if self.params.policy == "llm" else {})
 
     def _answer(self, question, memory, model, *, session_id, preferences, stages, asked_at=None, task=None):
         from dkilab.agents.semantic_pointer import AgentTree, SemanticPointerConfig, TreeContextResolver, TreeMemory

@@ -193,7 +193,7 @@ def test_rescore_names_a_missing_experiment_in_one_line(tmp_path, capsys):
 def test_editing_a_harness_or_summary_prompt_changes_the_cells_it_reaches(in_root, monkeypatch):
     """CHOOSE (the multiple-choice line the harness adds) and the LLM summary prompt are in the identity of
     the cells that can reach them, and only of those."""
-    from dkilab.eval import prompts
+    from dkilab import prompts
     from dkilab.eval.experiment import expand_cells
     from dkilab.text import summarize
 
