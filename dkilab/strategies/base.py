@@ -123,9 +123,13 @@ class Strategy(ABC):
         answer = self._answer(question, memory, model, session_id=session_id, preferences=prefs, stages=stages, **extra)
         answer.strategy = self.name
         answer.latency_ms = {**stages.ms, **answer.latency_ms}
-        if self.context_only:
-            answer.metadata["context_only"] = True
+        answer.kind = "context" if self.context_only else self.output_kind
         return answer
+
+    @property
+    def output_kind(self) -> str:
+        """What this configuration produces (Answer.kind): answer, ranking, memory_view or pointer."""
+        return "answer"
 
     @abstractmethod
     def _answer(self, question: str, memory: Memory, model: ChatModel | None, *, session_id: str | None,

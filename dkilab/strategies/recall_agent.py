@@ -51,6 +51,10 @@ class RecallAgentStrategy(Strategy):
 
         return {"conflicts": card()}
 
+    @property
+    def output_kind(self) -> str:
+        return "answer" if self.params.answer else "memory_view"
+
     def requires_model(self) -> bool:
         return self.params.answer or self.params.policy == "llm"
 
@@ -85,13 +89,13 @@ class RecallAgentStrategy(Strategy):
                          documents=[{"page_content": e.content, "id": e.message_id,
                                      "metadata": {"role": e.role, "timestamp": str(e.timestamp), "signal": "agent"}}
                                     for e in out.evidence])
-        meta = {"memory_view": out.model_dump(mode="json"), "evidence_problems": result.evidence_problems,
-                "agent_tool_calls": result.tool_calls, "agent_rounds": result.rounds,
-                "policy_steps": result.policy_steps,
-                "policy_fallbacks": result.policy_fallbacks, "agent_stop": result.stop_reason, "agent_steps": result.steps}
+        review = {"memory_view": out.model_dump(mode="json"), "evidence_problems": result.evidence_problems,
+                  "agent_stop": result.stop_reason}
+        meta = {"agent_tool_calls": result.tool_calls, "agent_rounds": result.rounds, "policy_steps": result.policy_steps,
+                "policy_fallbacks": result.policy_fallbacks, "agent_steps": result.steps}
         evidence_ids = [e.message_id for e in out.evidence]
         if not p.answer:
-            return Answer("", recalled_ids=evidence_ids, rounds=0, metadata=meta | {"task": "memory_view"})
+            return Answer("", recalled_ids=evidence_ids, rounds=0, metadata=meta, review=review)
         with stages("assembly"):
             view = view_text(out, lang)
             pref = preferences_text(preferences, lang)
@@ -112,4 +116,4 @@ class RecallAgentStrategy(Strategy):
         return Answer(gen.text, prompt_tokens=gen.prompt_tokens, injected_tokens=gen.injected_tokens,
                       generated_tokens=gen.new_tokens, recalled_ids=[m.message_id for m in shown],
                       context_text="\n".join(x for x in (pref, view, history) if x), prompt=prompt, budget=budget,
-                      metadata=meta)
+                      metadata=meta, review=review)
