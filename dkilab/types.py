@@ -97,7 +97,16 @@ class QAItem:
     question_date: datetime | None = None
     choices: dict[str, str] | None = None  # multiple choice: letter -> text; `answer` is then the letter
     qid: str | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)  # dataset-specific extras (gold details, ...)
+    session_id: str | None = None  # the session the question is asked in (what "刚才 / just now" refers to)
+    task: dict[str, Any] | None = None  # task inputs of an agent question (a pointer's tree, a dialogue's user)
+
+    def __post_init__(self) -> None:
+        # loaders and cached records written before these were fields carried them in `metadata`
+        if self.session_id is None and self.metadata.get("session_id") is not None:
+            self.session_id = str(self.metadata.pop("session_id"))
+        if self.task is None and isinstance(self.metadata.get("task"), dict):
+            self.task = self.metadata.pop("task")
 
 
 @dataclass
@@ -262,6 +271,11 @@ class Answer:
     prompt: str = ""  # the final visible prompt
     budget: ContextBudget | None = None  # the history budget the strategy worked within
     metadata: dict[str, Any] = field(default_factory=dict)
+    # what the strategy produced (`Strategy.output_kind`), which decides the metrics that apply: answer (a
+    # generated reply), ranking (recalled messages only), memory_view / pointer (an agent's output), context
+    # (a context-only cell: prompt and K/V built, nothing generated)
+    kind: str = "answer"
+    review: dict[str, Any] = field(default_factory=dict)  # what a reviewer reads beside it: copied whole into its row
 
 
 # --- what a strategy may call: the collaborators' protocols ---------------------------------

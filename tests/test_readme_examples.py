@@ -26,7 +26,7 @@ def test_the_readme_strategy_and_metric_examples_run(model, tmp_path, embedder):
         store.add_messages(conv.messages)
         item = conv.questions[0]
         answer = create_strategy("echo_last", {"turns": 1, "max_new_tokens": 8}).answer(
-            item.question, store.for_user(conv.user_id), model, session_id=item.metadata["session_id"])
+            item.question, store.for_user(conv.user_id), model, session_id=item.session_id)
         assert answer.strategy == "echo_last" and len(answer.recalled_ids) == 2 and answer.text
         row = score_answer(item, answer)
         assert row["answer_length"] == len(answer.text.split()) and "answer_length" in aggregate([row])

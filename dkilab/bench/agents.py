@@ -76,7 +76,7 @@ def pointer_figures(repeat: int = 20) -> dict:
         for c in convs:
             q = c.questions[0]
             t = time.perf_counter()  # a fresh resolver per case: nothing is cached
-            strategy.answer(q.question, store.for_user(c.user_id), None, task=q.metadata["task"])
+            strategy.answer(q.question, store.for_user(c.user_id), None, task=q.task)
             ms.append((time.perf_counter() - t) * 1000)
     return {"n": len(ms), "cases": len(convs), "p50": percentile(ms, 50), "p95": percentile(ms, 95)}
 

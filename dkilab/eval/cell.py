@@ -95,7 +95,8 @@ def _questions(cell: Cell, data_dir):
 
 def _mark_evidence_sessions(items: list) -> None:
     """Each question's gold evidence sessions, for session-level retrieval metrics. It is written to
-    the question's metadata, which the harness keeps: a strategy is given only `session_id` and `task`."""
+    the question's metadata, which the harness keeps: a strategy is given only `session_id` and `task`
+    (QAItem fields)."""
     sessions: dict[str, dict[str, str]] = {}
     for conv, q in items:
         if q.evidence_ids and "evidence_sessions" not in q.metadata:
@@ -121,7 +122,7 @@ def question_text(item) -> str:
     (without them a model cannot pick a letter and the choice scorer scores nothing)."""
     if not item.choices:
         return item.question
-    from dkilab.eval.prompts import CHOOSE
+    from dkilab.prompts import CHOOSE
     from dkilab.text.lang import detect_language
 
     options = [f"{k}. {v}" for k, v in sorted(item.choices.items())]
@@ -133,9 +134,9 @@ def _answer(strategy: Strategy, item: QAItem, conv: Conversation, memory: Memory
     """(Answer or None, wall ms, traceback text or None): one question, an exception caught as data."""
     t = time.perf_counter()
     try:
-        answer = strategy.answer(question_text(item), memory, model, session_id=item.metadata.get("session_id"),
+        answer = strategy.answer(question_text(item), memory, model, session_id=item.session_id,
                                  preferences=conv.preferences or None, asked_at=item.question_date,
-                                 task=item.metadata.get("task"))
+                                 task=item.task)
         return answer, (time.perf_counter() - t) * 1000, None
     except Exception as exc:  # one bad question must not stop the sweep
         err = f"--- {item.qid}: {item.question}\n{traceback.format_exc()}"
@@ -322,17 +323,14 @@ def _score_one(item, answer, wall: float, conv, scorer: str, judge) -> dict[str,
         "prompt_digest": hashlib.sha1(f"{answer.prompt}\n{answer.context_text}".encode()).hexdigest()[:12],
         "fact_call_log": [c.__dict__ for c in answer.fact_calls], "summary_ids": answer.summary_ids,
         "budget": answer.budget.as_dict() if answer.budget is not None else None}
-    for key in ("memory_view", "evidence_problems", "agent_stop", "pointer", "fact_protocol", "formatter",
-                "session_turn"):  # review
-        if key in answer.metadata:
-            row[key] = answer.metadata[key]
+    row |= answer.review  # what a reviewer reads beside the answer, whole
     # harness overhead: what the question cost beyond the strategy's own stages, scoring included
     row["overhead_ms"] = max(0.0, wall - sum(answer.latency_ms.values())) + (time.perf_counter() - t) * 1000 - judge_ms
     return row
 
 
 def _judged(item, answer) -> bool:
-    return bool(item.answerable and not answer.metadata.get("retrieval_only") and not answer.metadata.get("task"))
+    return bool(item.answerable and answer.kind == "answer")
 
 
 def judge_texts(judge, answers, items) -> list[str]:

@@ -204,11 +204,11 @@ class JudgeSpec(_Strict):
         return self
 
     def resolved(self) -> dict[str, Any]:
-        from dkilab.eval.metrics.judge import ABSTENTION_PROMPT, JUDGE_PROMPT
+        from dkilab import prompts as text
 
         unset = {k for k in ("dtype", "device") if getattr(self, k) is None} | {"batch_size"}  # not identity
-        return self.model_dump(exclude=unset) | {"prompt": self.prompt or JUDGE_PROMPT,
-                                    "abstention_prompt": (self.abstention_prompt or ABSTENTION_PROMPT)
+        return self.model_dump(exclude=unset) | {"prompt": self.prompt or text.JUDGE_PROMPT,
+                                    "abstention_prompt": (self.abstention_prompt or text.ABSTENTION_PROMPT)
                                     if self.abstention else None}
 
 
@@ -408,7 +408,7 @@ class Cell:
 
         if not dataset_info(self.dataset.name, self.dataset.path).get("choices"):
             return {}
-        from dkilab.eval.prompts import CHOOSE
+        from dkilab.prompts import CHOOSE
 
         return {f"choose.{lang}": text for lang, text in CHOOSE.items()}
 

@@ -23,8 +23,19 @@ def answer_to_json(a: Answer) -> dict[str, Any]:
     return dataclasses.asdict(a)
 
 
+REVIEW_KEYS = ("memory_view", "evidence_problems", "agent_stop", "pointer", "fact_protocol", "formatter", "session_turn")
+
+
 def answer_from_json(d: dict[str, Any]) -> Answer:
+    """An Answer back from its JSON (answers stored before `kind` and `review` carried their flags and review
+    fields in `metadata`: they are moved over)."""
     d = dict(d)
+    if "kind" not in d:
+        meta = dict(d.get("metadata") or {})
+        d["kind"] = ("context" if meta.pop("context_only", False) else "ranking" if meta.pop("retrieval_only", False)
+                     else meta.pop("task") if meta.get("task") in ("memory_view", "pointer") else "answer")
+        d["review"] = {k: meta.pop(k) for k in REVIEW_KEYS if k in meta}
+        d["metadata"] = meta
     d["fact_calls"] = [FactCall(**f) for f in d.get("fact_calls") or []]
     d["budget"] = ContextBudget(**d["budget"]) if d.get("budget") else None
     return Answer(**d)

@@ -13,17 +13,7 @@ from dkilab.recall.tool_calls import (DS_CALL, DS_END, DS_SEP, RETRIEVE_FACT_TOO
 from dkilab.registry import FORMATTERS
 from dkilab.text.history import DEFAULT_FIELDS, ROLE_NAME as ROLE, render_line, role_name, when
 from dkilab.types import FactRequest, FactResponse, HistoryItem
-CONSTRAINT = {
-    "cn": ("[可信+推理限定]\n以上 [SUMMARY] 为摘要，非完整事实记录。\n若回答需要精确原话/数据/时间顺序/因果关系，\n"
-           "且摘要中未明确包含，\n请调用 {call}\n获取原始记录。不得基于摘要进行推理。\n[/可信+推理限定]"),
-    "en": ("[TRUST AND REASONING RULES]\nThe [SUMMARY] items above are summaries, not complete factual records.\n"
-           "If the answer needs exact wording, numbers, dates, time order or causes\n"
-           "that the summaries do not state explicitly,\ncall {call}\n"
-           "to get the original record. Do not reason from the summaries.\n[/TRUST AND REASONING RULES]"),
-}
-QUERY = {"cn": "用户当前问题: {query}", "en": "Current user question: {query}"}
-FOLLOW_UP = {"cn": "请基于以上补充事实回答用户问题。", "en": "Answer the user's question based on the facts above."}
-NOT_FOUND = {"cn": "未找到 trace_id={trace_id} 的原始记录。", "en": "No original record found for trace_id={trace_id}."}
+from dkilab.prompts import CONSTRAINT, FOLLOW_UP, NOT_FOUND, QUERY  # prompt texts: dkilab/prompts.py
 _QUOTES = "\"'“”‘’「」`"
 _INT = re.compile(r"^\s*(-?\d{1,9})\s*$")  # more digits than an offset can use: malformed, never int() of 5,000 digits
 MAX_CALL_ARGS = 2000  # characters between "retrieve_fact(" and ")"; a longer argument list is malformed
@@ -275,13 +265,10 @@ class DeepSeekFormatter(PromptFormatter):
         return self.format_tool_call("retrieve_fact", {"trace_id": request.trace_id, "offset": request.offset,
                                                        "limit": request.limit})
 
-    SYSTEM = {"en": ("Tools: retrieve_fact(trace_id: string, offset: integer = 0, limit: integer = 5) — returns the "
-                     "original records behind a [SUMMARY] trace_id, `limit` items from `offset`."),
-              "cn": ("工具：retrieve_fact(trace_id: string, offset: integer = 0, limit: integer = 5)，返回 [SUMMARY] "
-                     "trace_id 背后的原始记录，从第 offset 条起取 limit 条。")}
-
     def system_prompt(self, language: str | None = None) -> str:
-        return self.SYSTEM[_lang(language or self.language)]
+        from dkilab import prompts
+
+        return prompts.DEEPSEEK_TOOLS[_lang(language or self.language)]
 
     def detect_fact_request(self, model_output: str) -> FactRequest | None:
         text = model_output or ""
@@ -328,13 +315,16 @@ class NativeToolFormatter(PromptFormatter):
     tool = RETRIEVE_FACT_TOOL
 
     def format_fact_call(self, request: FactRequest, language: str | None = None) -> str:
+        from dkilab import prompts
+
         args = f'{{"trace_id": "{request.trace_id}", "limit": {request.limit}}}'
-        if _lang(language or self.language) == "cn":
-            return f"retrieve_fact 工具，参数 {args}"
-        return f"the retrieve_fact tool with {args}"
+        return prompts.NATIVE_CALL[_lang(language or self.language)].format(args=args)
 
     def templates(self, language: str | None = None) -> dict[str, str]:
-        return super().templates(language) | {"tool_schema": json.dumps(self.tool, ensure_ascii=False, sort_keys=True)}
+        from dkilab import prompts
+
+        return super().templates(language) | {"tool_schema": json.dumps(prompts.RETRIEVE_FACT_TOOL, ensure_ascii=False,
+                                                                        sort_keys=True)}
 
     def detect_fact_request(self, model_output: str) -> FactRequest | None:
         text = model_output or ""

@@ -15,25 +15,8 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from dkilab.prompts import RETRIEVE_FACT_TOOL  # prompt texts: dkilab/prompts.py
 
-RETRIEVE_FACT_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "retrieve_fact",
-        "description": "Return the original records behind a [SUMMARY] trace_id: `limit` messages from `offset`. "
-                       "Call it when the answer needs exact wording, numbers, dates, order or causes that the "
-                       "summary does not state.",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "trace_id": {"type": "string", "description": "the trace_id of a [SUMMARY] item"},
-                "offset": {"type": "integer", "description": "first record to return", "default": 0},
-                "limit": {"type": "integer", "description": "how many records to return", "default": 5},
-            },
-            "required": ["trace_id"],
-        },
-    },
-}
 
 # markers a decoder must not strip (some are special tokens); the parser looks for them
 MARKERS = ("<tool_call>", "</tool_call>", "<|python_tag|>", "[TOOL_CALLS]", "[ARGS]", "<|tool_call|>",

@@ -44,6 +44,7 @@ class PeerRetriever(Strategy):
     needs_model = False
     supports_context_only = False
     package: ClassVar[str] = ""  # pinned requirement: part of the identity (a new peer release re-runs)
+    output_kind = "ranking"  # a ranking, no answer
 
     def __init__(self, params=None, source: str = "<params>"):
         super().__init__(params, source)
@@ -86,4 +87,4 @@ class PeerRetriever(Strategy):
             ranked = [msgs[i] for i in order]
             trace["recalled_ids"] = [m.message_id for m in ranked]
         return Answer("", recalled_ids=[m.message_id for m in ranked], rounds=0,
-                      metadata={"retrieval_only": True, "recalled_sessions": [m.session_id for m in ranked]})
+                      metadata={"recalled_sessions": [m.session_id for m in ranked]})

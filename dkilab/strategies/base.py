@@ -22,21 +22,13 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from dkilab.config import validate
 from dkilab.recall import MultiSignalRecall, RecallConfig, create_reference_resolver
 from dkilab.registry import STRATEGIES
-from dkilab.text.abstention import ABSTAIN_PHRASE
 from dkilab.text.history import DEFAULT_FIELDS, ROLE_NAME, render_line
 from dkilab.text.lang import detect_language
 from dkilab import tracing
 from dkilab.tracing import span
 from dkilab.types import Answer, ChatModel, ContextBudget, Generation, Memory, Message
+from dkilab.prompts import HISTORY_HEAD, PREFERENCES_HEAD, QUESTION, SYSTEM  # prompt texts: dkilab/prompts.py
 
-SYSTEM = {
-    "en": "You are a helpful assistant who remembers earlier conversations with the user. Answer in one short "
-          f"sentence. If the memory does not contain the answer, reply exactly: {ABSTAIN_PHRASE['en']}",
-    "cn": f"你是一个记得与用户过往对话的助手。请用一句话简短回答。如果记忆中没有答案，请只回答：{ABSTAIN_PHRASE['cn']}",
-}
-HISTORY_HEAD = {"en": "Conversation history:", "cn": "对话历史："}
-QUESTION = {"en": "Question: {q}", "cn": "问题：{q}"}
-PREFERENCES_HEAD = {"en": "What the user has told us about themselves:", "cn": "用户的偏好与情况："}
 TEMPLATE_TOKENS = 64  # what a chat template adds around the system and user messages (a generous bound)
 
 
@@ -131,9 +123,13 @@ class Strategy(ABC):
         answer = self._answer(question, memory, model, session_id=session_id, preferences=prefs, stages=stages, **extra)
         answer.strategy = self.name
         answer.latency_ms = {**stages.ms, **answer.latency_ms}
-        if self.context_only:
-            answer.metadata["context_only"] = True
+        answer.kind = "context" if self.context_only else self.output_kind
         return answer
+
+    @property
+    def output_kind(self) -> str:
+        """What this configuration produces (Answer.kind): answer, ranking, memory_view or pointer."""
+        return "answer"
 
     @abstractmethod
     def _answer(self, question: str, memory: Memory, model: ChatModel | None, *, session_id: str | None,
@@ -176,7 +172,9 @@ class Strategy(ABC):
 
     def prompts(self, model_name: str = "") -> dict[str, str]:
         """The prompt texts this strategy sends (logged with each cell and part of its identity)."""
-        return {f"system.{lang}": text for lang, text in SYSTEM.items()} | {
+        from dkilab import prompts as text
+
+        return {f"system.{lang}": t for lang, t in text.SYSTEM.items()} | {
             f"question.{lang}": QUESTION[lang] for lang in QUESTION} | {
             f"history_head.{lang}": HISTORY_HEAD[lang] for lang in HISTORY_HEAD} | {
             f"preferences_head.{lang}": PREFERENCES_HEAD[lang] for lang in PREFERENCES_HEAD}

@@ -14,11 +14,8 @@ from pydantic import Field
 from dkilab.strategies.base import (StrategyParams, Strategy, history_block, language_of, newest_that_fit, preferences_text,
                                     question_text, register)
 from dkilab.types import Answer
+from dkilab.prompts import VIEW_HEAD, VIEW_KIND as KIND, VIEW_UNCERTAIN as UNCERTAIN  # prompt texts: dkilab/prompts.py
 
-VIEW_HEAD = {"en": "What the user's memory shows (recall agent):", "cn": "用户记忆（回忆 Agent 整理）："}
-KIND = {"en": {"preferences": "preference", "profile": "profile", "constraints": "constraint"},
-        "cn": {"preferences": "偏好", "profile": "背景", "constraints": "约束"}}
-UNCERTAIN = {"en": " (uncertain: conflicting evidence)", "cn": "（不确定：证据矛盾）"}
 
 
 class RecallAgentParams(StrategyParams):
@@ -54,14 +51,21 @@ class RecallAgentStrategy(Strategy):
 
         return {"conflicts": card()}
 
+    @property
+    def output_kind(self) -> str:
+        return "answer" if self.params.answer else "memory_view"
+
     def requires_model(self) -> bool:
         return self.params.answer or self.params.policy == "llm"
 
     def prompts(self, model_name: str = "") -> dict[str, str]:
-        from dkilab.agents.recall_agent.policy import PLAN, SYNTH
+        from dkilab import prompts as text
 
-        out = super().prompts(model_name) | {f"view_head.{k}": v for k, v in VIEW_HEAD.items()}
-        return out | ({"policy.plan": PLAN, "policy.synthesis": SYNTH} if self.params.policy == "llm" else {})
+        out = super().prompts(model_name) | {f"view_head.{k}": v for k, v in text.VIEW_HEAD.items()}
+        out |= {f"view_kind.{lang}.{k}": v for lang, kinds in text.VIEW_KIND.items() for k, v in kinds.items()}
+        out |= {f"view_uncertain.{k}": v for k, v in text.VIEW_UNCERTAIN.items()}
+        return out | ({"policy.plan": text.AGENT_PLAN, "policy.synthesis": text.AGENT_SYNTH}
+                      if self.params.policy == "llm" else {})
 
     def needs_kv(self, preferences: bool = True) -> bool:
         return self.params.view_as == "kv"
@@ -85,13 +89,13 @@ class RecallAgentStrategy(Strategy):
                          documents=[{"page_content": e.content, "id": e.message_id,
                                      "metadata": {"role": e.role, "timestamp": str(e.timestamp), "signal": "agent"}}
                                     for e in out.evidence])
-        meta = {"memory_view": out.model_dump(mode="json"), "evidence_problems": result.evidence_problems,
-                "agent_tool_calls": result.tool_calls, "agent_rounds": result.rounds,
-                "policy_steps": result.policy_steps,
-                "policy_fallbacks": result.policy_fallbacks, "agent_stop": result.stop_reason, "agent_steps": result.steps}
+        review = {"memory_view": out.model_dump(mode="json"), "evidence_problems": result.evidence_problems,
+                  "agent_stop": result.stop_reason}
+        meta = {"agent_tool_calls": result.tool_calls, "agent_rounds": result.rounds, "policy_steps": result.policy_steps,
+                "policy_fallbacks": result.policy_fallbacks, "agent_steps": result.steps}
         evidence_ids = [e.message_id for e in out.evidence]
         if not p.answer:
-            return Answer("", recalled_ids=evidence_ids, rounds=0, metadata=meta | {"task": "memory_view"})
+            return Answer("", recalled_ids=evidence_ids, rounds=0, metadata=meta, review=review)
         with stages("assembly"):
             view = view_text(out, lang)
             pref = preferences_text(preferences, lang)
@@ -112,4 +116,4 @@ class RecallAgentStrategy(Strategy):
         return Answer(gen.text, prompt_tokens=gen.prompt_tokens, injected_tokens=gen.injected_tokens,
                       generated_tokens=gen.new_tokens, recalled_ids=[m.message_id for m in shown],
                       context_text="\n".join(x for x in (pref, view, history) if x), prompt=prompt, budget=budget,
-                      metadata=meta)
+                      metadata=meta, review=review)

@@ -24,6 +24,7 @@ class RecallOnly(RecallingStrategy):
     Params = RecallOnlyParams
     params: RecallOnlyParams
     needs_model = False
+    output_kind = "ranking"  # a ranking, no answer
 
     def inert_params(self, has_preferences: bool = True, generate: bool = True) -> dict[str, str]:
         why = "recall_only scores the relevance ranking: the recent-turn supplement is not part of it"
@@ -37,4 +38,4 @@ class RecallOnly(RecallingStrategy):
             trace["recalled_ids"] = ids
         # the session of each ranked message: session-level metrics collapse the ranking to sessions
         return Answer("", recalled_ids=ids, rounds=0,
-                      metadata={"retrieval_only": True, "recalled_sessions": [m.session_id for m in messages]})
+                      metadata={"recalled_sessions": [m.session_id for m in messages]})

@@ -195,5 +195,5 @@ class RecallV4(RecallingStrategy):
                       budget=budget,
                       metadata={"summaries": suffix.summary_count, "history_tokens": suffix.history_tokens,
                                 "dropped_for_budget": suffix.dropped_for_budget, "fact_loop_stopped": loop.stopped,
-                                "fact_protocol": "native" if native else "text", "formatter": formatter.name,
-                                "fact_tokens": loop.fact_tokens, "facts": facts})  # what each call fetched
+                                "fact_tokens": loop.fact_tokens, "facts": facts},  # what each call fetched
+                      review={"fact_protocol": "native" if native else "text", "formatter": formatter.name})

@@ -53,10 +53,13 @@ class SemanticPointerStrategy(Strategy):
     def requires_model(self) -> bool:
         return self.params.policy == "llm"
 
-    def prompts(self, model_name: str = "") -> dict[str, str]:
-        from dkilab.agents.semantic_pointer.refs import DETECT_PROMPT, SYNTH_PROMPT
+    output_kind = "pointer"  # a resolved description, no answer
 
-        return {"detect": DETECT_PROMPT, "synthesize": SYNTH_PROMPT} if self.params.policy == "llm" else {}
+    def prompts(self, model_name: str = "") -> dict[str, str]:
+        from dkilab import prompts as text
+
+        return ({"detect": text.POINTER_DETECT_PROMPT, "synthesize": text.POINTER_SYNTH_PROMPT}
+                if self.params.policy == "llm" else {})
 
     def _answer(self, question, memory, model, *, session_id, preferences, stages, asked_at=None, task=None):
         from dkilab.agents.semantic_pointer import AgentTree, SemanticPointerConfig, TreeContextResolver, TreeMemory
@@ -80,12 +83,12 @@ class SemanticPointerStrategy(Strategy):
             pointer = found.get(name)
             trace.update(pointer=None if pointer is None else pointer.__dict__)
         resolved = pointer.resolved_desc if pointer else question
-        meta = {"task": "pointer", "pointer": {"resolved_desc": resolved, "fell_back": resolved == question,
+        review = {"pointer": {"resolved_desc": resolved, "fell_back": resolved == question,
                                                "confidence": pointer.confidence if pointer else 1.0,
                                                "method": pointer.method if pointer else "no_reference",
                                                "chain": pointer.resolution_chain if pointer else [],
                                                "ambiguous": bool(pointer and pointer.ambiguous),
                                                "contributing_levels": sum(1 for c in (pointer.resolution_chain if pointer
-                                                                                    else []) if c.startswith("level "))},
-                "policy_steps": resolver.stats["llm_calls"], "policy_fallbacks": resolver.stats["llm_fallbacks"]}
-        return Answer(resolved, rounds=0, metadata=meta)
+                                                                                    else []) if c.startswith("level "))}}
+        meta = {"policy_steps": resolver.stats["llm_calls"], "policy_fallbacks": resolver.stats["llm_fallbacks"]}
+        return Answer(resolved, rounds=0, metadata=meta, review=review)

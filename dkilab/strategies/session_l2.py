@@ -63,12 +63,11 @@ class SessionL2(Strategy):
         return super().identity(model_name) | {"schema": self.schema.model_dump(mode="json")}
 
     def prompts(self, model_name: str = "") -> dict[str, str]:
-        from dkilab.memory.flow import ANSWER
-        from dkilab.memory.flow.intent import PROMPT as EXTRACT
-        from dkilab.memory.flow.rewrite import PROMPT as REWRITE
+        from dkilab import prompts as text
 
-        return {f"{step}.{lang}": "\n".join(parts) for step, table in (("rewrite", REWRITE), ("intent", EXTRACT),
-                                                                        ("answer", ANSWER))
+        return {f"{step}.{lang}": "\n".join(parts) for step, table in (("rewrite", text.REWRITE_PROMPT),
+                                                                        ("intent", text.INTENT_PROMPT),
+                                                                        ("answer", text.FLOW_ANSWER))
                 for lang, parts in table.items()}
 
     def _answer(self, question, memory, model, *, session_id, preferences, stages, asked_at=None, task=None):

@@ -25,7 +25,7 @@ import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
 
-ABSTAIN_PHRASE = {"en": "Not mentioned.", "cn": "没有提到。"}  # what prompts ask a model to reply
+from dkilab.prompts import ABSTAIN_PHRASE  # noqa: E402  # what prompts ask a model to reply (dkilab/prompts.py)
 
 # --- English -----------------------------------------------------------------------------------
 _MENTION = (r"(?:mention(?:ed|ing)?|sa(?:y|id|ying)|t(?:ell|old|elling)|shar(?:e|ed|ing)|discuss(?:ed|ing)?|"

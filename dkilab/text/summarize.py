@@ -13,6 +13,7 @@ from dkilab.text.lang import detect_language
 from dkilab.text.segment import _jieba, segment
 from dkilab.text.stopwords import STOPWORDS
 from dkilab.text.tokens import HeuristicTokenCounter, TokenCounter
+from dkilab.prompts import LLM_SUMMARY_PROMPT  # prompt texts: dkilab/prompts.py
 
 # sentence ends: Chinese and full-width marks, English .!? followed by space, and newlines
 _SPLIT = re.compile(r"(?<=[。！？；!?])|(?<=[.;])(?=\s)|\n+")
@@ -121,14 +122,6 @@ class ExtractiveSummarizer:
         return f"{head}: {sep.join(parts)}"
 
 
-LLM_SUMMARY_PROMPT = {
-    "cn": ("请将以下对话内容压缩为不超过{max_tokens}字的摘要。\n要求:\n- 仅提取事实性陈述，不得推理或补充\n"
-           "- 标注不确定或可能遗漏的信息\n- 使用\"提到了\"\"讨论了\"等不确定措辞\n\n原文:\n{text}\n\n摘要:"),
-    "en": ("Compress the following conversation content into a summary of at most {max_tokens} tokens.\n"
-           "Requirements:\n- Extract factual statements only; do not infer or add anything\n"
-           "- Mark information that is uncertain or may be missing\n- Use hedged wording such as \"mentioned\", "
-           "\"discussed\"\n\nOriginal:\n{text}\n\nSummary:"),
-}
 
 
 class LLMSummarizer:

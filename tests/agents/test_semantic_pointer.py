@@ -155,7 +155,7 @@ def test_the_harness_strategy_is_bound_to_the_questions_user(store):
     task = {"tree": [list(r) for r in ROWS], "agent_id": "checker", "param_name": "client_id",
             "current_context": {"content": "查询该用户的余额"}}
     ans = SemanticPointerStrategy().answer("该用户的ID", store.for_user("bob"), None, task=task)
-    assert ans.metadata["task"] == "pointer" and "C-1029" in ans.text and not ans.metadata["pointer"]["fell_back"]
+    assert ans.kind == "pointer" and "C-1029" in ans.text and not ans.review["pointer"]["fell_back"]
     with pytest.raises(ValueError, match="task inputs"):
         SemanticPointerStrategy().answer("该用户的ID", store.for_user("bob"), None, task={})
 

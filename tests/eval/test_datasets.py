@@ -90,10 +90,10 @@ def test_madial_loader_keeps_the_gold_turn_out_of_the_history(tmp_path):
     q1, q2 = conv.questions
     assert (q1.question, q1.answer, q1.evidence_ids) == ("I am so nervous though.", "Remember the spring concert? You shone.",
                                                          ["madial:en:mem7"])
-    d1 = [m for m in conv.messages if m.session_id == q1.metadata["session_id"]]
+    d1 = [m for m in conv.messages if m.session_id == q1.session_id]
     assert [(m.role, m.content) for m in d1] == [("user", "I have a piano recital tomorrow."), ("assistant", "How exciting!")]
     assert all(q.answer not in m.content for q in conv.questions for m in conv.messages)
-    d2 = [m for m in conv.messages if m.session_id == q2.metadata["session_id"]]
+    d2 = [m for m in conv.messages if m.session_id == q2.session_id]
     assert d2[1].role == "assistant" and d2[1].content == "Oh no, what happened?"  # untagged line: speaker by position
     assert q2.evidence_ids == ["madial:en:mem8", "madial:en:mem9"]
     assert len(load_dataset("madial_bench_en", data_dir=str(tmp_path), limit=1)[0].questions) == 1

@@ -301,12 +301,11 @@ def test_retrieval_metrics_the_field_reports_against_hand_worked_rankings():
     # six sessions ahead of the gold one at message level, but S1 holds three of the top messages
     ids = ["m1", "m2", "m3", "m4", "m5", "m6", "m7", "m9"]
     sessions = ["S1", "S1", "S1", "S2", "S3", "S4", "S5", "S6"]
-    row = score_answer(item, Answer("", recalled_ids=ids, metadata={"retrieval_only": True,
-                                                                      "recalled_sessions": sessions}))
+    row = score_answer(item, Answer("", recalled_ids=ids, kind="ranking", metadata={"recalled_sessions": sessions}))
     assert row["any_hit_at_5"] == 0.0 and row["any_hit_at_10"] == 1.0
     assert row["session_any_hit_at_5"] == 0.0  # S6 is the 6th session
-    row = score_answer(item, Answer("", recalled_ids=ids[3:], metadata={"retrieval_only": True,
-                                                                         "recalled_sessions": sessions[3:]}))
+    row = score_answer(item, Answer("", recalled_ids=ids[3:], kind="ranking",
+                                    metadata={"recalled_sessions": sessions[3:]}))
     assert row["session_any_hit_at_5"] == 1.0 and row["ndcg_at_10"] == pytest.approx(1 / math.log2(6))
     assert row["recall_at_10"] == 1.0
     # an answer that is not a ranking gets none of them

@@ -193,7 +193,7 @@ def test_rescore_names_a_missing_experiment_in_one_line(tmp_path, capsys):
 def test_editing_a_harness_or_summary_prompt_changes_the_cells_it_reaches(in_root, monkeypatch):
     """CHOOSE (the multiple-choice line the harness adds) and the LLM summary prompt are in the identity of
     the cells that can reach them, and only of those."""
-    from dkilab.eval import prompts
+    from dkilab import prompts
     from dkilab.eval.experiment import expand_cells
     from dkilab.text import summarize
 
@@ -254,3 +254,16 @@ def test_ctrl_c_while_rescoring_leaves_the_cell_to_the_next_run(tmp_path, in_roo
 
 
 SCRIPTED_NAME = "ci-scripted-fact-calls"
+
+
+def test_answers_stored_before_kind_and_review_read_back_with_them():
+    """Answers journalled or stored with their flags and review fields in `metadata` (before Answer.kind and
+    Answer.review) are read back with them moved over, so a resume or a rescore scores them the same."""
+    from dkilab.eval.journal import answer_from_json
+
+    old = {"text": "", "metadata": {"task": "pointer", "pointer": {"fell_back": True}, "policy_steps": 1}}
+    a = answer_from_json(old)
+    assert a.kind == "pointer" and a.review == {"pointer": {"fell_back": True}} and a.metadata == {"policy_steps": 1}
+    assert answer_from_json({"text": "", "metadata": {"retrieval_only": True}}).kind == "ranking"
+    assert answer_from_json({"text": "", "metadata": {"context_only": True}}).kind == "context"
+    assert answer_from_json({"text": "x", "kind": "answer", "review": {"formatter": "generic"}}).review == {"formatter": "generic"}

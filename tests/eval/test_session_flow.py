@@ -69,7 +69,7 @@ def test_limit_takes_both_languages_and_the_knowledge_base_is_tagged():
         ("session-kb-zh", ["zh-01", "zh-02"]), ("session-kb-en", ["en-01"])]
     assert len(convs[0].messages) == len(load_documents(KB))
     assert all(m.metadata.keys() == {"domain", "object", "stage"} for m in convs[0].messages)
-    task = convs[0].questions[0].metadata["task"]
+    task = convs[0].questions[0].task
     assert task == {"dialogue_id": "zh-01", "user": "session-user-zh-01", "turns": ["押品怎么创建？", "那入库呢？", "审批呢？"]}
     assert "gold" not in task  # task inputs reach the strategy; gold never does
 
@@ -81,12 +81,12 @@ def test_a_dialogue_answer_becomes_one_row_per_turn(embedder):
     store.add_messages(conv.messages)
     strategy = create_strategy("session_l2", {"rewriter": "rules", "extractor": "rules", "answer": False})
     assert not strategy.requires_model()
-    answer = strategy.answer(item.question, store.for_user(conv.user_id), None, task=item.metadata["task"])
+    answer = strategy.answer(item.question, store.for_user(conv.user_id), None, task=item.task)
     parts = expand_turns(item, answer)
     assert [sub.qid for sub, _ in parts] == ["zh-01#1", "zh-01#2", "zh-01#3"]
     assert [sub.category for sub, _ in parts] == ["first", "ellipsis", "ellipsis"]
     assert all(sub.metadata["user_id"] == "session-user-zh-01" for sub, _ in parts)  # clusters are dialogues
-    assert all(a.metadata["retrieval_only"] for _, a in parts)  # no answers generated: no answer score
+    assert all(a.kind == "ranking" for _, a in parts)  # no answers generated: no answer score
     with pytest.raises(ValueError, match="2 turns answered for 3 gold turns"):
         expand_turns(item, Answer("", metadata={"turns": answer.metadata["turns"][:2]}))
     lone = strategy.answer("押品怎么创建？", store.for_user(conv.user_id), None)  # no task: a one-turn dialogue

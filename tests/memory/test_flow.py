@@ -277,7 +277,7 @@ def test_dialogues_on_threads_do_not_see_each_other(kb_store):
     items = [(c.user_id, q) for c in load_session_flow(limit=8) for q in c.questions]
 
     def run(uid, q):
-        return strategy.answer(q.question, kb_store.for_user(uid), None, task=q.metadata["task"]).metadata["turns"]
+        return strategy.answer(q.question, kb_store.for_user(uid), None, task=q.task).metadata["turns"]
 
     alone = {q.qid: run(uid, q) for uid, q in items}
     together: dict = {}

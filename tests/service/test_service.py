@@ -215,7 +215,7 @@ def test_recall_v4_strategy_over_http_recalls_what_it_recalls_in_process(service
     strategy = create_strategy("recall_only", {"max_results": 10})
     for conv in load_dataset("fixtures"):
         for q in conv.questions[:4]:
-            sid = q.metadata.get("session_id")
+            sid = q.session_id
             local = strategy.answer(q.question, service.store.for_user(conv.user_id), None, session_id=sid)
             remote = strategy.answer(q.question, service.client(conv.user_id), None, session_id=sid)
             assert remote.recalled_ids == local.recalled_ids and remote.recalled_ids, q.question

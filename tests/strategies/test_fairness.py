@@ -100,7 +100,7 @@ def test_context_only_builds_exactly_what_the_model_gets(name, memory, model):
     params = {**SMALL, **({"recall": {"fact_call": {"enabled": False}}} if name == "recall_v4" else {})}
     real = create_strategy(name, params).answer(QUESTION, memory, model, preferences=PREFS)
     plan = planned(name, params, memory, model)
-    assert plan.text == "" and plan.metadata["context_only"] and plan.generated_tokens == 0
+    assert plan.text == "" and plan.kind == "context" and plan.generated_tokens == 0
     assert (plan.prompt, plan.prompt_tokens, plan.injected_tokens, plan.recalled_ids) == \
            (real.prompt, real.prompt_tokens, real.injected_tokens, real.recalled_ids)
     assert plan.context_text == real.context_text and "generation" in plan.latency_ms

@@ -32,7 +32,7 @@ def test_a_peer_ranks_the_message_that_answers_first_and_reports_sessions(two_us
     peer = STRATEGIES[name]({"max_results": 4})
     a = peer.answer("What instrument does Ana's sister play? The cello?", two_users.for_user("alice"), None)
     assert a.recalled_ids[0] == "m2" and len(a.recalled_ids) == 4
-    assert a.metadata["retrieval_only"] and a.metadata["recalled_sessions"][0] == "s1"
+    assert a.kind == "ranking" and a.metadata["recalled_sessions"][0] == "s1"
     assert a.latency_ms["recall"] > 0
     # bob's index holds only bob's message: never alice's, although the strategy object is shared
     b = peer.answer("What instrument does Ana's sister play? The cello?", two_users.for_user("bob"), None)

@@ -156,7 +156,7 @@ def test_text_only_models_are_refused_by_kv_strategies(memory):
 def test_recall_only_ranks_without_a_model(memory):
     strategy = create_strategy("recall_only", {"max_results": 3})
     ans = strategy.answer("What is my cat called?", memory, None)
-    assert ans.text == "" and ans.metadata["retrieval_only"] and ans.prompt_tokens == 0
+    assert ans.text == "" and ans.kind == "ranking" and ans.prompt_tokens == 0
     assert ans.recalled_ids[0] == "u1:0" and len(ans.recalled_ids) <= 3
     assert ans.latency_ms["recall"] > 0
 

@@ -14,6 +14,7 @@ from dkilab.agents.recall_agent.reflect import Reflection, decide
 from dkilab.agents.recall_agent.state import AgentState, Candidate
 from dkilab.agents.recall_agent.steps import ToolCall, choose_tool
 from dkilab.agents.recall_agent.tools import SIGNATURES, TOOLS, validate_call
+from dkilab.prompts import AGENT_PLAN as PLAN, AGENT_SYNTH as SYNTH  # prompt texts: dkilab/prompts.py
 
 
 class RulePolicy:
@@ -29,23 +30,6 @@ class RulePolicy:
         return None  # the rule synthesis
 
 
-PLAN = """You recall what a user told an assistant. Question: {question}
-Hypotheses: {hypotheses}
-Search window: {since} .. {until}, role: {role}
-Tools:
-{tools}
-Calls so far:
-{calls}
-Messages found (id | role | date | text):
-{found}
-Reply with exactly one tool call, e.g. {example}
-or the word STOP if the messages found already answer the question."""
-SYNTH = """Question: {question}
-Messages (id | role | date | text):
-{found}
-Write what these messages say about the user as JSON: {{"preferences": [...], "profile": [...], "constraints": [...]}},
-each item {{"statement": "...", "evidence_ids": ["<id>"], "confidence": 0.0-1.0}}. Use only the ids above.
-JSON:"""
 _JSON = re.compile(r"\{.*\}", re.S)
 PLANNED = "planned by the model"
 

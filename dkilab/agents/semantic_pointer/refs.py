@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from dkilab.prompts import POINTER_DETECT_PROMPT as DETECT_PROMPT, POINTER_SYNTH_PROMPT as SYNTH_PROMPT  # prompt texts: dkilab/prompts.py
 
 # reference -> entity kind; the longest match wins ("那笔贷款" before "那")
 REFERENCES = {
@@ -32,49 +33,7 @@ ENTITY_WORDS = {  # words a memory line about that kind of entity contains
 }
 _IDENT = re.compile(r"[A-Za-z]{0,4}[-_]?\d{3,}[\w\-]*")
 
-DETECT_PROMPT = """你是一个语义分析器。请分析以下文本，识别其中的模糊引用（代词、指示词等）。
 
-【文本】
-{text}
-
-【输出格式】
-JSON 数组，包含所有模糊引用：
-["该用户", "他", "这个", ...]
-
-如果没有模糊引用，输出空数组 []"""
-
-SYNTH_PROMPT = """你是一个语义消歧助手。请根据父级上下文，将模糊的参数描述转化为精确的语义描述。
-
-【当前参数】
-参数名: {param_name}
-原始描述: {original_desc}
-
-【当前任务上下文】
-{current_context}
-
-【父级业务记忆】（从近到远）
-{ancestor_contexts}
-
-【任务】
-1. 分析原始描述中是否存在模糊引用（如"该用户"、"他"、"这个订单"）
-2. 从父级记忆中找到对应的精确信息
-3. 生成一个自包含的语义描述，使得仅凭此描述就能精确定位数据
-
-【输出格式】
-{{
-    "resolved_desc": "完整的语义描述，包含所有必要的限定条件",
-    "confidence": 0.0-1.0,
-    "resolution_chain": ["从父级1获取的信息", "从父级2获取的信息", ...]
-}}
-
-【示例】
-输入: param_name="client_id", original_desc="该用户的ID"
-父级记忆: "任务目标：处理昨天的第二个客户的投诉"
-输出: {{
-    "resolved_desc": "昨天第二个需要处理投诉的客户的ID",
-    "confidence": 0.9,
-    "resolution_chain": ["父级任务目标：处理昨天的第二个客户的投诉"]
-}}"""
 
 
 def _find(text: str, ref: str) -> bool:

@@ -8,7 +8,7 @@ the gold statements (with their evidence messages) and conflicts. Message ids ar
 `agent_pointers`: one agent tree per case, memories of its agents stored under their scopes
 (`{user}:{root}` and `{user}:{root}:{agent}`), a vague parameter of one agent, the gold entity facts its
 pointer must name, distractors it must not, and whether no ancestor knows (it must fall back). The
-question is the parameter's description; the tree, agent, parameter and task are `metadata["task"]`.
+question is the parameter's description; the tree, agent, parameter and task are `QAItem.task`.
 """
 from __future__ import annotations
 
@@ -108,7 +108,7 @@ def load_agent_recall(data=None, limit: int | None = None, question_limit: int |
         answer = "; ".join(g.statement for g in case.gold) or None
         item = QAItem(case.question, answer, case.category, [i for g in gold["statements"] for i in g["evidence"]],
                       answer is not None, case.start + timedelta(days=case.asked_day), qid=case.id,
-                      metadata={"session_id": msgs[-1].session_id, "gold": gold})
+                      metadata={"gold": gold}, session_id=msgs[-1].session_id)
         out.append(Conversation(uid, uid, msgs, [item][:question_limit], "cn" if case.language == "zh" else "en"))
     return out
 
@@ -135,9 +135,9 @@ def load_agent_pointers(data=None, limit: int | None = None, question_limit: int
                                 start + timedelta(minutes=i), metadata={"kind": "core"} if kind == "core" else {}))
         name, desc = case.param
         item = QAItem(desc, None, case.category, [], not case.fallback, start + timedelta(days=1), qid=case.id,
-                      metadata={"task": {"tree": [list(r) for r in case.tree], "agent_id": case.agent, "param_name": name,
-                                         "current_context": {"content": case.task}},
-                                "gold": {"facts": case.facts, "distractors": case.distractors,
+                      task={"tree": [list(r) for r in case.tree], "agent_id": case.agent, "param_name": name,
+                            "current_context": {"content": case.task}},
+                      metadata={"gold": {"facts": case.facts, "distractors": case.distractors,
                                          "fallback": case.fallback or case.ambiguous, "ambiguous": case.ambiguous}})
         out.append(Conversation(uid, uid, msgs, [item][:question_limit], "cn" if case.language == "zh" else "en"))
     return out

@@ -3,7 +3,7 @@
 Four users (two English, two Chinese), three sessions each, long messages that need summaries,
 reference expressions, preferences that change over time, and 48 questions of which 12 are
 unanswerable. Message ids are `{session_id}#{index}`, the form the file's evidence uses; each
-question is asked in the user's last session (`metadata["session_id"]`), an hour after it.
+question is asked in the user's last session (`QAItem.session_id`), an hour after it.
 """
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def load_fixtures(data=None, limit: int | None = None, question_limit: int | Non
             answerable = q.get("answer") is not None
             qs.append(QAItem(q["question"], q["answer"], q.get("category"), list(q.get("evidence", [])),
                              answerable, asked, q.get("choices"), qid=f"{uid}:q{n}",
-                             metadata={"session_id": last}))
+                             session_id=last))
         out.append(Conversation(uid, uid, msgs, qs[:question_limit], language="cn" if c["language"] == "zh" else "en",
                                 speakers=speakers, preferences=list(c.get("preferences", []))))
     return out

@@ -91,7 +91,7 @@ def load_madial(lang: str, data: str | None = None, limit: int | None = None,
         evidence = [f"madial:{lang}:mem{r}" for r in d["relevant-id"]]
         questions[uid].append(QAItem(
             question, gold, "memory_recall", evidence, True, start + timedelta(minutes=len(turns)),
-            qid=f"{session}:t{t}", metadata={"session_id": session, "dialogue": i}))
+            qid=f"{session}:t{t}", metadata={"dialogue": i}, session_id=session))
     out = []
     for uid, name in names.items():
         user = f"madial-{lang}-u{uid}"

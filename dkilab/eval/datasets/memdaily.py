@@ -65,6 +65,6 @@ def load_memdaily(data: str | None = None, limit: int | None = None, question_li
             evidence = [f"{uid}:{s}" for s in q.get("target_step_id", []) if f"{uid}:{s}" in ids]
             qs.append(QAItem(q["question"], q["ground_truth"], stem.split("_", 1)[1], evidence, True,
                              parse_memdaily_time(q["time"]), q.get("choices"), qid=f"{uid}:q{q['qid']}",
-                             metadata={"answer_text": q["answer"], "session_id": uid}))
+                             metadata={"answer_text": q["answer"]}, session_id=uid))
         out.append(Conversation(uid, uid, msgs, qs[:question_limit], language="cn"))
     return out

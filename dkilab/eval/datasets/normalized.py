@@ -154,7 +154,9 @@ def to_records(conversations: list[Conversation]) -> list[dict[str, Any]]:
                            "evidence_ids": list(q.evidence_ids), "answerable": q.answerable,
                            "question_date": iso(q.question_date),
                            "choices": [{"key": k, "text": v} for k, v in (q.choices or {}).items()],
-                           "metadata": json.dumps(q.metadata, ensure_ascii=False, default=str)} for q in c.questions]})
+                           "metadata": json.dumps(q.metadata | {k: v for k, v in (("session_id", q.session_id),
+                                                                                  ("task", q.task)) if v is not None},
+                                                  ensure_ascii=False, default=str)} for q in c.questions]})
     return out
 
 
@@ -263,7 +265,7 @@ def read_normalized(path: Path) -> list[Conversation]:
             answerable = q.answerable if q.answerable is not None else q.answer is not None
             qs.append(QAItem(q.question, q.answer, q.category, q.evidence_ids, answerable, q.question_date, q.choices,
                              qid=q.qid or f"{rec.conversation_id}:q{j}",
-                             metadata=q.metadata | ({"session_id": q.session_id} if q.session_id else {})))
+                             metadata=dict(q.metadata), session_id=q.session_id))
         lang = rec.language if rec.language != "auto" else detect_language(" ".join(m.content for m in msgs[:20]))
         out.append(Conversation(rec.conversation_id, uid, msgs, qs, language="cn" if lang == "zh" else lang,
                                 speakers=rec.speakers, preferences=rec.preferences, metadata=rec.metadata))

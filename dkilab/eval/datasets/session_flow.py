@@ -149,7 +149,7 @@ def load_session_flow(data=None, limit: int | None = None, question_limit: int |
             task = {"dialogue_id": d.id, "user": f"session-user-{d.id}", "turns": [t.q for t in d.turns]}
             items.append(QAItem(" / ".join(t.q for t in d.turns), gold[-1]["answer"], "dialogue",
                                 sorted({x for t in d.turns for x in t.docs}), True, START + timedelta(days=1), qid=d.id,
-                                metadata={"task": task, "gold": {"turns": gold}}))
+                                metadata={"gold": {"turns": gold}}, task=task))
         if items:
             out.append(Conversation(kb_user, kb_user, msgs, items[:question_limit], "cn" if lang == "zh" else "en"))
     return out

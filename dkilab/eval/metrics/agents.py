@@ -10,7 +10,7 @@ from dkilab.eval.metrics.base import Scored, declare, metric
 
 
 def _view(q: Scored) -> dict | None:
-    return q.answer.metadata.get("memory_view")
+    return q.answer.review.get("memory_view")
 
 
 def _active(view: dict) -> list[dict]:
@@ -148,7 +148,7 @@ declare("policy_fallback_rate", field="policy_fallbacks", aggregation="ratio", r
 
 # --- semantic pointers ----------------------------------------------------------------------------
 def _pointer(q: Scored) -> tuple[dict, dict] | None:
-    p, g = q.answer.metadata.get("pointer"), _gold(q)
+    p, g = q.answer.review.get("pointer"), _gold(q)
     return None if p is None or g is None else (p, g)
 
 

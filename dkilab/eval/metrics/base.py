@@ -104,17 +104,18 @@ class Scored:
 
     @property
     def retrieval_only(self) -> bool:
-        return bool(self.answer.metadata.get("retrieval_only"))
+        """A ranking: the strategy recalled messages and answered nothing (Answer.kind)."""
+        return self.answer.kind == "ranking"
 
     @property
     def context_only(self) -> bool:
         """A context-only cell's answer: the prompt and K/V blocks were built, nothing was generated."""
-        return bool(self.answer.metadata.get("context_only"))
+        return self.answer.kind == "context"
 
     @property
     def task(self) -> str | None:
         """None for an answer or a ranking; `memory_view` / `pointer` for an agent's output (its own metrics)."""
-        return self.answer.metadata.get("task")
+        return self.answer.kind if self.answer.kind in ("memory_view", "pointer") else None
 
     @cached_property
     def abstained(self) -> bool:

@@ -12,6 +12,7 @@ import re
 
 from dkilab.eval.metrics.base import declare
 from dkilab.types import ChatModel, QAItem
+from dkilab.prompts import ABSTENTION_PROMPT, JUDGE_PROMPT  # prompt texts: dkilab/prompts.py
 
 declare("judge_score", field="judge", subset="answerable", higher_is_better=True, per_category=True, rank=5,
         description="share of answerable questions the LLM judge labels CORRECT")
@@ -20,14 +21,6 @@ declare("judge_unparsed_rate", field="judge_unparsed", subset="answerable", high
 declare("abstention_judge_unparsed_rate", field="abstention_judge_unparsed", higher_is_better=False,
         description="abstention-judge replies that named neither label (the rules decided those)")
 
-JUDGE_PROMPT = """Label a generated answer to a question as CORRECT or WRONG. You get the question, the gold answer and the generated answer.
-Be generous: the generated answer is CORRECT if it states the same fact or touches the same topic as the gold answer, even if it is longer; a date in another format is CORRECT if it names the same date. It is WRONG if it gives a different fact, says it does not know, or does not answer.
-
-Question: {question}
-Gold answer: {gold}
-Generated answer: {prediction}
-
-Reply with one word: CORRECT or WRONG."""
 
 _WRONG = re.compile(r"\b(wrong|incorrect)\b|错误|不正确", re.I)
 _RIGHT = re.compile(r"\bcorrect\b|正确", re.I)
@@ -48,12 +41,6 @@ def parse_verdict(text: str) -> float | None:
     return None if wrong is None else 0.0 if wrong else 1.0
 
 
-ABSTENTION_PROMPT = """Does the answer below decline to answer, saying the information is not available (not mentioned, unknown, not in the conversation), without giving any answer of its own? An answer that gives any content, even hedged, does not decline.
-
-Question: {question}
-Answer: {prediction}
-
-Reply with one word: DECLINES or ANSWERS."""
 
 _DECLINES = re.compile(r"\bdeclin|\babstain|拒绝|未回答", re.I)
 _ANSWERS = re.compile(r"\banswers?\b|回答了", re.I)

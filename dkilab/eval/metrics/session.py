@@ -29,7 +29,7 @@ def expand_turns(item: QAItem, answer: Answer) -> list[tuple[QAItem, Answer]]:
         return [(item, answer)]
     if len(turns) != len(golds):
         raise ValueError(f"dialogue {item.qid}: {len(turns)} turns answered for {len(golds)} gold turns")
-    user = (item.metadata.get("task") or {}).get("user")
+    user = (item.task or {}).get("user")
     out = []
     for n, (turn, gold) in enumerate(zip(turns, golds), 1):
         sub = QAItem(turn["query"], gold["answer"], gold["category"], list(gold["docs"]), True, item.question_date,
@@ -39,12 +39,13 @@ def expand_turns(item: QAItem, answer: Answer) -> list[tuple[QAItem, Answer]]:
                                 generated_tokens=turn["generated_tokens"], recalled_ids=list(turn["doc_ids"]),
                                 rounds=turn["llm_calls"], latency_ms=latency, context_text=turn.get("context", ""),
                                 prompt=turn.get("prompt", ""),
-                                metadata={"session_turn": turn, "retrieval_only": not answer.metadata.get("answers", True)})))
+                                review={"session_turn": turn},
+                                kind="answer" if answer.metadata.get("answers", True) else "ranking")))
     return out
 
 
 def _turn(q: Scored) -> tuple[dict, dict] | None:
-    turn, gold = q.answer.metadata.get("session_turn"), q.item.metadata.get("gold")
+    turn, gold = q.answer.review.get("session_turn"), q.item.metadata.get("gold")
     return (turn, gold) if turn is not None and isinstance(gold, dict) and "meaning" in gold else None
 
 

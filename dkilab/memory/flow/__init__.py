@@ -26,12 +26,8 @@ from dkilab.memory.flow.routing import retrieve, route_filter
 from dkilab.memory.flow.schema import DomainSchema
 from dkilab.text.lang import detect_language
 from dkilab.tracing import documents, span
+from dkilab.prompts import FLOW_ANSWER as ANSWER  # prompt texts: dkilab/prompts.py
 
-ANSWER = {
-    "cn": ("你是银行信贷业务助手。根据下面的资料，用一句话回答问题。", "资料：", "问题：{q}"),
-    "en": ("You assist bank credit staff. Answer the question in one sentence from the documents below.",
-           "Documents:", "Question: {q}"),
-}
 STEPS = ("l1_write_query", "rewrite", "l2_read", "intent", "l2_update", "retrieval", "answer", "l1_write_answer")
 
 

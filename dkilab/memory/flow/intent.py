@@ -16,16 +16,8 @@ import re
 from typing import Any
 
 from dkilab.memory.flow.schema import DomainSchema
+from dkilab.prompts import INTENT_PROMPT as PROMPT  # prompt texts: dkilab/prompts.py
 
-PROMPT = {
-    "cn": ("你是银行信贷系统的意图识别助手。识别用户问题的意图，并抽取关键实体。只输出一个JSON对象，"
-           "字段为 intent, active_domain（列表）, business_object, operation_stage；不知道的字段填 null。\n"
-           "可选值：\n{values}", "当前业务状态：{state}\n", "问题：{q}\nJSON："),
-    "en": ("You recognise the intent of questions to a bank's credit system and extract the key entities. Output "
-           "only one JSON object with the fields intent, active_domain (a list), business_object, operation_stage; "
-           "use null for what you do not know.\nAllowed values:\n{values}", "Current business state: {state}\n",
-           "Question: {q}\nJSON:"),
-}
 
 
 def extraction_messages(query: str, schema: DomainSchema, language: str, l2_entry: dict | None) -> list[dict]:

@@ -17,16 +17,10 @@ from typing import Any
 from dkilab.memory.flow.schema import DomainSchema
 from dkilab.recall.reference import ReferenceResolver, ReferenceType
 from dkilab.text.lang import has_cjk
+from dkilab.prompts import REWRITE_PROMPT as PROMPT  # prompt texts: dkilab/prompts.py
 
 POINTING = {"cn": ("那", "这", "它", "其", "该", "上面"),
             "en": ("that", "this", "it", "them", "those", "these", "there", "then")}
-PROMPT = {
-    "cn": ("你负责改写用户的问题：结合对话历史补全省略的业务对象和指代，使问题脱离上下文也能看懂。"
-           "只输出改写后的一句问题。", "对话历史：", "当前问题：{q}\n改写后的问题："),
-    "en": ("Rewrite the user's last question so that it can be understood without the conversation: fill in "
-           "the business object and anything it refers to. Output only the rewritten question.",
-           "Conversation:", "Question: {q}\nRewritten question:"),
-}
 ROLE = {"cn": {"user": "用户", "assistant": "助手"}, "en": {"user": "User", "assistant": "Assistant"}}
 _LABEL = re.compile(r"^\s*(改写后的问题|改写|rewritten question|rewrite|question|问题)\s*[:：]\s*", re.I)
 
