@@ -284,9 +284,7 @@ def _rescore_one(cfg, cell: Cell, n: int, total: int, state, source: str, data_d
         rescore.log_answers(cell, answers, items, trace_ids, errors, float(header["wall_s"]), counters)
         over = over_error_budget(result.metrics, cfg.max_error_rate)
         if over:
-            result.error = over
-            mlflow.set_tag("dkilab.error", over)
-            mlflow.end_run(status="FAILED")
+            _end_failed(result, over)
             echo(f"[{n}/{total}] {cell.label}: FAILED ({over})")
             return result
         mlflow.set_tag(runstate.COMPLETE_TAG, "1")
@@ -302,10 +300,7 @@ def _rescore_one(cfg, cell: Cell, n: int, total: int, state, source: str, data_d
         mlflow.end_run(status="KILLED")
         raise
     except Exception as exc:
-        result.error = f"{type(exc).__name__}: {exc}"
-        mlflow.log_text(traceback.format_exc(), "cell_error.txt")
-        mlflow.set_tag("dkilab.error", result.error[:5000])
-        mlflow.end_run(status="FAILED")
+        _end_failed(result, f"{type(exc).__name__}: {exc}", traceback.format_exc())
         echo(f"[{n}/{total}] {cell.label}: re-scoring FAILED ({result.error}); the next run retries it")
     return result
 
@@ -349,9 +344,7 @@ def _run_one(cfg, cell: Cell, n: int, total: int, state, data_dir, datasets, pro
                 mlflow.set_tag(tracking.ASSESSMENTS_TAG, "pending")
             over = over_error_budget(result.metrics, cfg.max_error_rate)
             if over:  # partial failure is failure: never skipped as done, redone by the next run
-                result.error = over
-                mlflow.set_tag("dkilab.error", over)
-                mlflow.end_run(status="FAILED")
+                _end_failed(result, over)
                 echo(f"{tables.cell_line(cell, result.metrics, n, total, time.perf_counter() - t)}: FAILED ({over}; "
                      "the error rows are kept in predictions.jsonl and errors.txt); the next run asks those questions again")
             else:
@@ -369,12 +362,21 @@ def _run_one(cfg, cell: Cell, n: int, total: int, state, data_dir, datasets, pro
         if not main:
             result.error = str(exc)
             return result  # every process agreed the cell failed: on to the next one together
-        result.error = f"{type(exc).__name__}: {exc}"
-        mlflow.log_text(traceback.format_exc(), "cell_error.txt")
-        mlflow.set_tag("dkilab.error", result.error[:5000])
-        mlflow.end_run(status="FAILED")
+        _end_failed(result, f"{type(exc).__name__}: {exc}", traceback.format_exc())
         echo(f"[{n}/{total}] {cell.label}: FAILED ({result.error}); the next run retries it")
     return result
+
+
+def _end_failed(result: CellResult, error: str, trace: str | None = None) -> None:
+    """End the active cell run FAILED with the reason as a tag (and the traceback as cell_error.txt): never
+    counted as finished, so the next run does the cell again."""
+    import mlflow
+
+    result.error = error
+    if trace:
+        mlflow.log_text(trace, "cell_error.txt")
+    mlflow.set_tag("dkilab.error", error[:5000])
+    mlflow.end_run(status="FAILED")
 
 
 class CellFailedOnARank(RuntimeError):

@@ -8,7 +8,7 @@ from abc import ABC, abstractmethod
 from datetime import datetime
 from typing import Any, Literal
 
-from dkilab.recall.tool_calls import (DS_CALL, DS_END, DS_SEP, RETRIEVE_FACT_TOOL, MalformedToolCall,
+from dkilab.recall.tool_calls import (DS_CALL, DS_END, DS_SEP, MalformedToolCall,
                                       parse_tool_calls)
 from dkilab.registry import FORMATTERS
 from dkilab.text.history import DEFAULT_FIELDS, ROLE_NAME as ROLE, render_line, role_name, when
@@ -312,7 +312,13 @@ class NativeToolFormatter(PromptFormatter):
     DeepSeek), with the seed's text call as the fallback. Fact segments go back as `tool` messages."""
 
     name = "native"
-    tool = RETRIEVE_FACT_TOOL
+
+    @property
+    def tool(self) -> dict:
+        """The retrieve_fact schema offered through the chat template (dkilab/prompts.py)."""
+        from dkilab import prompts
+
+        return prompts.RETRIEVE_FACT_TOOL
 
     def format_fact_call(self, request: FactRequest, language: str | None = None) -> str:
         from dkilab import prompts
@@ -321,10 +327,7 @@ class NativeToolFormatter(PromptFormatter):
         return prompts.NATIVE_CALL[_lang(language or self.language)].format(args=args)
 
     def templates(self, language: str | None = None) -> dict[str, str]:
-        from dkilab import prompts
-
-        return super().templates(language) | {"tool_schema": json.dumps(prompts.RETRIEVE_FACT_TOOL, ensure_ascii=False,
-                                                                        sort_keys=True)}
+        return super().templates(language) | {"tool_schema": json.dumps(self.tool, ensure_ascii=False, sort_keys=True)}
 
     def detect_fact_request(self, model_output: str) -> FactRequest | None:
         text = model_output or ""

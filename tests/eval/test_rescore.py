@@ -267,3 +267,31 @@ def test_answers_stored_before_kind_and_review_read_back_with_them():
     assert answer_from_json({"text": "", "metadata": {"retrieval_only": True}}).kind == "ranking"
     assert answer_from_json({"text": "", "metadata": {"context_only": True}}).kind == "context"
     assert answer_from_json({"text": "x", "kind": "answer", "review": {"formatter": "generic"}}).review == {"formatter": "generic"}
+
+
+def test_a_scoring_error_fails_the_rescored_cell_and_the_next_run_redoes_it(tmp_path, in_root, monkeypatch,
+                                                                             drop_answer_chars):
+    """A scorer or judge that raises while re-scoring: the new run ends FAILED with its traceback, never counts
+    as finished, and the next run re-scores the cell (still without the model)."""
+    import mlflow
+
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    run_experiment(load_experiment(SCRIPTED), uri=uri, echo=lambda *a: None, **QUIET)
+    refuse_the_model(monkeypatch)
+    metric("answer_chars", kind="any", rank=90)(lambda q: float(len(q.answer.text)))
+    real = rescore.rescore_cell
+
+    def broken(*a, **k):
+        raise ValueError("scorer exploded")
+    monkeypatch.setattr(rescore, "rescore_cell", broken)
+    lines = []
+    failed = run_experiment(load_experiment(SCRIPTED), uri=uri, echo=lines.append, **QUIET)
+    assert all(r.status == "failed" and "scorer exploded" in r.error for r in failed)
+    assert sum("re-scoring FAILED" in ln for ln in lines) == 2
+    mlflow.set_tracking_uri(uri)
+    bad = [r for r in _cells(uri, SCRIPTED_NAME) if r.info.status == "FAILED"]
+    assert len(bad) == 2 and all("cell_error.txt" in {a.path for a in mlflow.MlflowClient().list_artifacts(r.info.run_id)}
+                                 for r in bad)
+    monkeypatch.setattr(rescore, "rescore_cell", real)
+    again = run_experiment(load_experiment(SCRIPTED), uri=uri, echo=lambda *a: None, **QUIET)
+    assert [r.status for r in again] == ["finished", "finished"] and all("answer_chars" in r.metrics for r in again)
