@@ -85,19 +85,21 @@ VIEW_UNCERTAIN = {"en": " (uncertain: conflicting evidence)", "cn": "（不确�
 
 
 # --- the recall agent's LLM policy (seed recall-agent §3-§4): plan the next call, write the view ---
-AGENT_PLAN = """You recall what a user told an assistant. Question: {question}
+AGENT_PLAN = """{skill}
+
+Question: {question}
 Hypotheses: {hypotheses}
 Search window: {since} .. {until}, role: {role}
 Tools:
 {tools}
 Calls so far:
 {calls}
-Messages found (id | role | date | text):
-{found}
+Results of the last call (id | role | date | text):
+{results}
 Reply with exactly one tool call, e.g. {example}
-or the word STOP if the messages found already answer the question."""
+or the word STOP when every hypothesis has evidence or has been shown empty."""
 AGENT_SYNTH = """Question: {question}
-Messages (id | role | date | text):
+Messages you have seen (id | role | date | text):
 {found}
 Write what these messages say about the user as JSON: {{"preferences": [...], "profile": [...], "constraints": [...]}},
 each item {{"statement": "...", "evidence_ids": ["<id>"], "confidence": 0.0-1.0}}. Use only the ids above.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from dkilab.strategies.base import (StrategyParams, Strategy, history_block, language_of, newest_that_fit, preferences_text,
                                     question_text, register)
@@ -23,10 +23,20 @@ class RecallAgentParams(StrategyParams):
     answer: bool = True  # false: the memory view only (scored by the view metrics)
     view_as: Literal["text", "kv"] = "text"
     view_alpha: float = Field(1.0, ge=0.0)  # alpha of the view block when view_as = kv
-    max_calls: int = Field(8, ge=1, le=50)
+    max_calls: int = Field(12, ge=1, le=50)
     max_items: int = Field(5, ge=1, le=50)
     default_days: int | None = Field(30, ge=1)  # the window when the question has no time cue (None: all time)
     policy_max_new_tokens: int = Field(96, ge=8, le=1024)
+    skill: str | None = Field(None, json_schema_extra={"off": None})  # a recall skill file (default: the packaged one)
+
+    @field_validator("skill")
+    @classmethod
+    def _skill_loads(cls, v: str | None) -> str | None:
+        if v is not None:
+            from dkilab.agents.recall_agent.skill import load_skill
+
+            load_skill(v)  # a missing file or a bad front matter is refused when the config is read
+        return v
 
 
 def view_text(output, lang: str) -> str:
@@ -41,7 +51,10 @@ def view_text(output, lang: str) -> str:
 @register
 class RecallAgentStrategy(Strategy):
     name = "recall_agent"
-    version = "2"  # 2: a later, weaker statement no longer supersedes an explicit constraint (issue 32)
+    # 2: a later, weaker statement no longer supersedes an explicit constraint (issue 32)
+    # 3: the closed loop of §4 (own queries per hypothesis, narrowing, rewriting, coverage, both-side conflicts);
+    #    the LLM policy reads the recall skill and raw tool results (issue 32)
+    version = "3"
     Params = RecallAgentParams
     params: RecallAgentParams
     takes_task_inputs = True
@@ -64,8 +77,12 @@ class RecallAgentStrategy(Strategy):
         out = super().prompts(model_name) | {f"view_head.{k}": v for k, v in text.VIEW_HEAD.items()}
         out |= {f"view_kind.{lang}.{k}": v for lang, kinds in text.VIEW_KIND.items() for k, v in kinds.items()}
         out |= {f"view_uncertain.{k}": v for k, v in text.VIEW_UNCERTAIN.items()}
-        return out | ({"policy.plan": text.AGENT_PLAN, "policy.synthesis": text.AGENT_SYNTH}
-                      if self.params.policy == "llm" else {})
+        if self.params.policy != "llm":
+            return out
+        from dkilab.agents.recall_agent.skill import load_skill
+
+        return out | {"policy.plan": text.AGENT_PLAN, "policy.synthesis": text.AGENT_SYNTH,
+                      "policy.skill": load_skill(self.params.skill).text}
 
     def needs_kv(self, preferences: bool = True) -> bool:
         return self.params.view_as == "kv"
@@ -80,7 +97,7 @@ class RecallAgentStrategy(Strategy):
         lang, p = language_of(question), self.params
         with stages("recall", question=question) as trace:
             formatter = create_formatter(model.name, lang) if p.policy == "llm" else None
-            agent = RecallAgent(memory, p.policy, model, formatter, p.max_calls, p.max_items, p.default_days)
+            agent = RecallAgent(memory, p.policy, model, formatter, p.max_calls, p.max_items, p.default_days, p.skill)
             if p.policy == "llm":
                 agent.policy.max_new_tokens = p.policy_max_new_tokens
             result = agent.recall(question, now=asked_at)

@@ -109,16 +109,26 @@ def test_conflicts_are_adjudicated_by_context_source_time_or_left_unresolved():
     assert find_conflicts(st.relevant()) == []
 
 
-def test_decide_reads_context_then_follows_conflicts_then_stops():
+def test_decide_reads_context_then_works_both_sides_of_a_conflict_then_stops():
+    """§4.6.1: the neighbours of *both* sides (older first), a lexical and a semantic search for a later
+    statement, then the stop; each call names its step."""
     st = _state("我能吃辣吗？", chat("u", [(0, "user", "我特别能吃辣。"), (9, "user", "我现在不吃辣了。")]))
     st.searched.add(0)
     r = Reflection(needs_context=["u#1"])
-    assert decide(st, r, 8).tool == "neighbors"
+    first = decide(st, r, 20)
+    assert (first.tool, first.step, first.args["message_id"]) == ("neighbors", "read_context", "u#1")
     st.conflicts = find_conflicts(st.relevant())
-    call = decide(st, Reflection(), 8)
-    assert call.tool == "lexical_search" and call.args["filter"]["time_range"]["since"] == st.seen["u#1"].timestamp
-    assert decide(st, Reflection(), 8) is None and st.stop_reason == "enough evidence for every hypothesis"
-    st.calls = [call] * 8
+    steps = []
+    while (call := decide(st, Reflection(), 20)) is not None:
+        steps.append((call.step, call.tool, call.args.get("message_id")))
+        if call.tool == "neighbors":
+            st.expanded.add(call.args["message_id"])
+        else:
+            assert call.args["filter"]["time_range"]["since"] == st.seen["u#1"].timestamp
+    assert steps == [("conflict_context", "neighbors", "u#0"), ("conflict_context", "neighbors", "u#1"),
+                     ("conflict_lexical", "lexical_search", None), ("conflict_semantic", "semantic_search", None)]
+    assert st.stop_reason == "every hypothesis has evidence or is shown empty"
+    st.calls = [first] * 8
     assert decide(st, Reflection(needs_context=["u#0"]), 8) is None and st.stop_reason == "call budget spent"
 
 

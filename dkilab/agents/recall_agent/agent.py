@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from dkilab.agents.recall_agent.contract import RecallContext, RecallOutput, validate_evidence
 from dkilab.agents.recall_agent.policy import PLANNED, LLMPolicy, RulePolicy
 from dkilab.agents.recall_agent.reflect import Reflection, reflect
+from dkilab.agents.recall_agent.skill import load_skill
 from dkilab.agents.recall_agent.state import AgentState
 from dkilab.agents.recall_agent.steps import ToolCall, hypotheses, narrow
 from dkilab.agents.recall_agent.synthesis import selected, synthesize
@@ -39,8 +40,8 @@ class RecallResult:
 
 
 class RecallAgent:
-    def __init__(self, memory: Memory, policy: str = "rule", model: ChatModel | None = None, formatter=None, max_calls: int = 8,
-                 max_items: int = 5, default_days: int | None = 30):
+    def __init__(self, memory: Memory, policy: str = "rule", model: ChatModel | None = None, formatter=None, max_calls: int = 12,
+                 max_items: int = 5, default_days: int | None = 30, skill: str | None = None):
         if policy not in ("rule", "llm"):
             raise ValueError(f"policy must be 'rule' or 'llm', got {policy!r}")
         self.policy: LLMPolicy | RulePolicy
@@ -51,7 +52,7 @@ class RecallAgent:
                 from dkilab.recall import create_formatter
 
                 formatter = create_formatter(model.name, "en")
-            self.policy = LLMPolicy(model, formatter)
+            self.policy = LLMPolicy(model, formatter, skill=load_skill(skill))
         else:
             self.policy = RulePolicy()
         self.memory, self.max_calls, self.max_items, self.default_days = memory, max_calls, max_items, default_days
@@ -82,32 +83,40 @@ class RecallAgent:
                     continue
                 if cursor and call.tool != "neighbors" and r.relevant and pages < MAX_PAGES - 1:
                     pages += 1  # the page kept yielding evidence: read the next one
-                    call = ToolCall(call.tool, {**call.args, "cursor": cursor}, "next page", call.hypothesis)
+                    call = ToolCall(call.tool, {**call.args, "cursor": cursor}, "next page", call.hypothesis, "page")
                     continue
                 pages, rounds = 0, rounds + 1
                 with span("agent_decide", after_step=len(state.calls), policy=self.policy.name) as decided:
                     call = self.policy.next(state, r, self.max_calls)
-                    decision = ({"tool": call.tool, "args": _jsonable(call.args), "why": call.why} if call
-                                else {"stop": state.stop_reason})
+                    decision = ({"tool": call.tool, "args": _jsonable(call.args), "why": call.why, "step": call.step}
+                                if call else {"stop": state.stop_reason})
                     decided.update(decision)
                 next(s for s in reversed(state.steps) if "tool" in s)["decision"] = decision
+            state.status = {h: "evidence" if state.relevant(h) else "empty" for h in range(len(hyps))}
+            state.steps.append({"step": "stop", "reason": state.stop_reason, "hypotheses": {
+                hyps[h].kind: st for h, st in state.status.items()}, "narrowed": state.narrowed,
+                "rewrites": {hyps[h].kind: hyps[h].rewrites for h in state.rewritten if hyps[h].rewrites}})
             chosen = selected(state, self.max_items)
             output = synthesize(state, self.max_items, view=self.policy.view(state, chosen))
             problems = validate_evidence(output, self.memory)
             trace.update(memory_view=output.memory_view.model_dump(mode="json"), stop=state.stop_reason,
+                         hypotheses={hyps[h].kind: st for h, st in state.status.items()}, narrowed=state.narrowed,
                          tool_calls=len(state.calls), evidence_problems=problems)
         return RecallResult(output, state.steps, len(state.calls), rounds, state.stop_reason, state.policy_steps,
                             state.fallbacks, problems, (time.perf_counter() - t) * 1000)
 
     def _step(self, state: AgentState, call: ToolCall) -> tuple[Reflection, str | None]:
         """Observe (run the call) and Reflect, as one traced step."""
-        with span("agent_step", n=len(state.calls), tool=call.tool, args=_jsonable(call.args), why=call.why) as out:
+        with span("agent_step", n=len(state.calls), step=call.step, tool=call.tool, args=_jsonable(call.args),
+                  why=call.why) as out:
             nar = state.narrowing
             state.calls.append(call)
             state.tried.add((call.tool, call.hypothesis, nar.days, nar.window, nar.role))
             hits, cursor = run_tool(self.memory, call)
+            state.last_hits = [m for m, _ in hits]
             r = reflect(state, call, hits)
             out.update(hits=[m.message_id for m, _ in hits], reflection=r.verdict())
-        state.steps.append({"step": len(state.calls), "tool": call.tool, "args": _jsonable(call.args), "why": call.why,
+        state.steps.append({"step": len(state.calls), "name": call.step, "tool": call.tool, "args": _jsonable(call.args),
+                            "why": call.why,
                             "hits": [m.message_id for m, _ in hits], "reflection": r.verdict()})
         return r, cursor

@@ -69,6 +69,7 @@ class Limits(BaseModel):
     role: str | None  # None: every role
     messages_considered: int | Literal["unknown"]
     widened: list[str] = Field(default_factory=list)  # how the search was widened (§4.2(4)), in order
+    narrowed: list[str] = Field(default_factory=list)  # too many hits: what the view's first items were narrowed to
     note: str | None = None  # e.g. "no evidence found in the window"
 
 

@@ -11,7 +11,7 @@ from dkilab.memory.view import TimeRange
 
 KIND_CUES = {
     "constraints": ["不能", "不要", "别给", "禁止", "必须", "一定要", "过敏", "忌口", "避免", "千万别", "不许", "不可以",
-                    "can't", "cannot", "must", "never", "avoid", "allergic", "allergy", "forbidden", "not allowed",
+                    "can't", "cannot", "must", "never", "avoid", "allergic", "allergy", "allergies", "forbidden", "not allowed",
                     "restriction", "rule", "rules"],
     "preferences": ["喜欢", "爱吃", "爱喝", "偏好", "口味", "喜好", "格式", "风格", "更愿意", "最爱", "讨厌", "饮食",
                     "习惯", "prefer", "preference", "preferences", "like", "likes", "love", "favorite", "favourite",
@@ -197,3 +197,55 @@ def window_cue(question: str) -> tuple[str, int] | None:
         if has_cue(question, cues):
             return label, days
     return None
+
+
+# --- hypotheses of their own (§4.1) and query rewriting (§4.4) ----------------------------------------
+KIND_QUERY = {  # words a hypothesis adds to its query: what evidence *of this kind* tends to say
+    "constraints": {"zh": ["过敏", "忌口", "不能"], "en": ["allergic", "avoid", "never"]},
+    "preferences": {"zh": ["喜欢", "偏好", "爱"], "en": ["like", "prefer", "love"]},
+    "profile": {"zh": ["我是", "我在"], "en": ["i am", "i work"]},
+}
+_CJK = re.compile(r"[\u4e00-\u9fff]")
+
+
+def lang(text: str) -> str:
+    return "zh" if _CJK.search(text) else "en"
+
+
+def statement_kind(statement: str) -> str | None:
+    """The memory kind a statement's own cues name (a constraint, a preference), None when it names none:
+    relevance to a hypothesis is judged against this (§4.4 "命中是否与假设一致")."""
+    if is_constraint(statement) or has_cue(statement, KIND_CUES["constraints"]):
+        return "constraints"
+    if has_cue(statement, KIND_CUES["preferences"]):
+        return "preferences"
+    return None
+
+
+_EN_NAME = re.compile(r"(?<![.!?。！？]\s)(?<!^)\b[A-Z][a-zA-Z0-9\-]{2,}(?:\s[A-Z][a-zA-Z0-9\-]+)*")
+_LATIN_IN_CJK = re.compile(r"(?:^|(?<=[\u4e00-\u9fff\s，,]))[A-Za-z][A-Za-z0-9\-]{2,}")
+_DATES = re.compile(r"\d{1,2}月\d{1,2}[日号]|\d{4}年\d{1,2}月|\b(?:" + "|".join(m[:3] for m in _MONTHS)
+                    + r")[a-z]*\.?\s+\d{1,2}\b", re.I)
+_NAME_FLAGS = {"nr", "nrt", "ns", "nt", "nz", "nrfg"}
+NOT_NAMES = {"The", "This", "That", "What", "When", "Where", "Which", "And", "But", "Also", "Just", "Thanks", "Sure",
+             "Okay", "Yes", "Hey", "Hello", "Please", *(m.capitalize() for m in _MONTHS)}
+
+
+def entities(text: str) -> list[str]:
+    """Names and dates a statement mentions ("Phoenix", "李明", "杭州", "5月3日", "March 4"), for the next
+    round's query (§4.4 改写 query_text)."""
+    out = [m.group(0) for m in _DATES.finditer(text)]
+    if _CJK.search(text):
+        import jieba.posseg as pseg  # noqa: PLC0415 - loads its tables on first use
+
+        out += [w.word for w in pseg.cut(text) if w.flag in _NAME_FLAGS and len(w.word) >= 2]
+        out += _LATIN_IN_CJK.findall(text)
+    else:
+        out += [m.group(0) for m in _EN_NAME.finditer(text) if m.group(0) not in NOT_NAMES]
+    cue_words = {c for cs in (*KIND_CUES.values(), CONSTRAINTS, STRONG, HEDGES, CHANGE) for c in cs}
+    out = [o.strip() for o in out if o.strip() and o.strip() not in cue_words]
+    return [o for o in dict.fromkeys(out) if not any(o != x and o in x for x in out)]
+
+
+REFERS = ["那个", "那件", "那次", "那家", "上次", "之前说的", "我们聊过", "聊到的", "the one", "last time", "we talked",
+          "we discussed", "that project", "that trip", "you know the"]  # the question points at one specific thing

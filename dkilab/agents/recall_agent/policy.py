@@ -1,6 +1,7 @@
 """The two policies behind one interface: `RulePolicy` (cue rules, no LLM) and `LLMPolicy` (the model
-plans each next tool call in its own tool-call format and writes the view; malformed or invalid
-output falls back to the rule step and is counted)."""
+reads the recall skill and the last call's raw results, plans each next tool call in its own tool-call
+format and writes the view from every message it has seen; a malformed, invalid or repeated call falls
+back to the rule step and is counted, with its reason)."""
 from __future__ import annotations
 
 import json
@@ -11,6 +12,7 @@ from pydantic import ValidationError
 
 from dkilab.agents.recall_agent.contract import MemoryView
 from dkilab.agents.recall_agent.reflect import Reflection, decide
+from dkilab.agents.recall_agent.skill import Skill, load_skill
 from dkilab.agents.recall_agent.state import AgentState, Candidate
 from dkilab.agents.recall_agent.steps import ToolCall, choose_tool
 from dkilab.agents.recall_agent.tools import SIGNATURES, TOOLS, validate_call
@@ -34,9 +36,27 @@ _JSON = re.compile(r"\{.*\}", re.S)
 PLANNED = "planned by the model"
 
 
-def _found(state: AgentState, limit: int = 12) -> str:
-    rows = [c.message for c in state.relevant()[:limit]] or list(state.seen.values())[-limit:]
-    return "\n".join(f"{m.message_id} | {m.role} | {m.timestamp:%Y-%m-%d} | {m.content[:100]}" for m in rows) or "(none)"
+def _rows(messages, width: int) -> str:
+    return "\n".join(f"{m.message_id} | {m.role} | {m.timestamp:%Y-%m-%d} | {m.content[:width]}" for m in messages)
+
+
+def _results(state: AgentState, limit: int = 10) -> str:
+    """The last call's hits as the tool returned them (not filtered by the rules)."""
+    if not state.calls:
+        return "(no call yet)"
+    return _rows(state.last_hits[:limit], 100) or "(no hits)"
+
+
+def _seen(state: AgentState, limit: int = 16) -> list:
+    """What the synthesis shows: the rules' best candidates first, then every other message seen, newest first."""
+    first = [c.message for c in state.relevant()[:limit]]
+    ids = {m.message_id for m in first}
+    rest = sorted((m for i, m in state.seen.items() if i not in ids), key=lambda m: m.timestamp, reverse=True)
+    return (first + rest)[:limit]
+
+
+def _key(tool: str, args: dict) -> str:
+    return tool + json.dumps(args, sort_keys=True, default=str, ensure_ascii=False)
 
 
 class LLMPolicy:
@@ -44,8 +64,9 @@ class LLMPolicy:
     `dkilab.recall.create_formatter`) writes the examples and parses the calls."""
     name = "llm"
 
-    def __init__(self, model, formatter, max_new_tokens: int = 96):
+    def __init__(self, model, formatter, max_new_tokens: int = 96, skill: Skill | None = None):
         self.model, self.formatter, self.max_new_tokens = model, formatter, max_new_tokens
+        self.skill = skill or load_skill()
         self.rule = RulePolicy()
 
     def first(self, state: AgentState) -> ToolCall:
@@ -60,6 +81,9 @@ class LLMPolicy:
         if planned is False:
             state.stop_reason = "the model stopped"
             return None
+        if planned is None and state.steps[-1].get("repeats", 0) >= 2:  # §4.4 repetition: stop
+            state.stop_reason = "the model kept repeating a call"
+            return None
         return planned if isinstance(planned, ToolCall) else self.rule.next(state, r, max_calls)
 
     def _ask(self, prompt: str) -> str:
@@ -70,16 +94,17 @@ class LLMPolicy:
         state.policy_steps += 1
         nar = state.narrowing
         example = self.formatter.format_tool_call("lexical_search", {"query_text": "spicy", "filter": {"role": "user"}})
-        prompt = PLAN.format(question=state.question, hypotheses="; ".join(h.evidence_rule for h in state.hypotheses),
+        prompt = PLAN.format(skill=self.skill.instructions, question=state.question,
+                             hypotheses="; ".join(h.evidence_rule for h in state.hypotheses),
                              since=nar.time_range.since, until=nar.time_range.until, role=nar.role or "any",
-                             tools="\n".join(SIGNATURES.values()), example=example, found=_found(state),
+                             tools="\n".join(SIGNATURES.values()), example=example, results=_results(state),
                              calls="\n".join(f"{c.tool} {json.dumps(c.args, default=str, ensure_ascii=False)}"
                                              for c in state.calls) or "(none)")
         text = self._ask(prompt)
         state.steps.append({"policy": "llm", "plan_output": text[:400]})
         call = self.formatter.detect_tool_call(text, TOOLS)
         if call is None:
-            if r is not None and text.strip().upper().startswith("STOP") and state.relevant():
+            if r is not None and text.strip().upper().startswith("STOP") and state.seen:
                 return False
             state.steps[-1]["fallback"] = "no tool call in the model's plan"
             state.fallbacks += 1
@@ -93,19 +118,25 @@ class LLMPolicy:
             state.steps.append({"policy": "llm", "invalid_call": str(exc), "fallback": "invalid call"})
             state.fallbacks += 1
             return None
+        if _key(name, args) in {_key(c.tool, validate_call(c.tool, c.args)) for c in state.calls}:
+            last: dict = next((s for s in reversed(state.steps[:-1]) if s.get("policy") == "llm" and "plan_output" in s), {})
+            repeats = last.get("repeats", 0) + 1 if last.get("fallback") == "repeated call" else 1
+            state.steps[-1] |= {"fallback": "repeated call", "repeats": repeats, "repeated": f"{name} {args}"}
+            state.fallbacks += 1
+            return None
         focus = min((h for h in range(len(state.hypotheses)) if h not in state.searched), default=0)
-        return ToolCall(name, args, PLANNED, focus)
+        return ToolCall(name, args, PLANNED, focus, "planned")
 
     def view(self, state: AgentState, chosen: list[Candidate]) -> MemoryView | None:
-        """The model's view of the chosen candidates, validated (ids must be among them); None = fell back."""
-        if not chosen:
+        """The model's view of every message it has seen (the rules' candidates first), validated: its ids must
+        be among the messages shown (the evidence is then checked verbatim); None = fell back."""
+        shown = _seen(state)
+        if not shown:
             return None
         state.policy_steps += 1
-        found = "\n".join(f"{c.message.message_id} | {c.message.role} | {c.message.timestamp:%Y-%m-%d} | "
-                          f"{c.message.content[:160]}" for c in chosen)
-        text = self._ask(SYNTH.format(question=state.question, found=found))
+        text = self._ask(SYNTH.format(question=state.question, found=_rows(shown, 160)))
         state.steps.append({"policy": "llm", "synthesis_output": text[:400]})
-        ids = {c.message.message_id for c in chosen}
+        ids = {m.message_id for m in shown}
         try:
             m = _JSON.search(text)
             view = MemoryView.model_validate(json.loads(m.group(0)) if m else None)

@@ -13,6 +13,7 @@ from dkilab.types import Message
 
 _SENTENCE = re.compile(r"(?:[^。！？!?；;.\n]|\.(?=\S))+[。！？!?；;.]?")  # "3.5" and "e.g." stay whole
 _CLAUSE = re.compile(r"[^，,。！？!?；;\n]+")
+FOCUS = 10.0  # what a narrowed search found again ranks above everything else (§4.2(4): readable, checkable)
 
 
 def mentions(text: str, term: str) -> bool:
@@ -42,10 +43,12 @@ class Candidate:
     via: str
     statement: str = ""
     flag: str | None = None  # context check (§4.4): hypothetical | retracted | third_party
+    fit: bool = False  # the statement names its hypothesis' kind (§4.4 relevance against the hypothesis)
+    focused: bool = False  # a narrowed search (shorter window, tightened query) found it again (§4.2(4))
 
     @property
     def rank(self) -> float:
-        return len(self.matched) + min(max(self.score, 0.0), 1.0)
+        return len(self.matched) + min(max(self.score, 0.0), 1.0) + 0.5 * self.fit + FOCUS * self.focused
 
     @cached_property
     def negated(self) -> bool:
@@ -76,7 +79,13 @@ class Conflict:
     shared: list[str]
     winner: str | None = None  # None: unresolved
     reason: str = ""  # context | source | time | unresolved | weaker_later
-    followed: bool = False  # a later statement was searched for (§4.6.1)
+    followed: bool = False  # a later statement was searched for lexically (§4.6.1(2))
+    context_read: bool = False  # both sides' neighbours were read (§4.6.1(1))
+    followed_semantic: bool = False  # ... and by meaning (§4.6.1(3))
+
+    @property
+    def open(self) -> bool:
+        return not (self.followed and self.context_read and self.followed_semantic)
 
 
 @dataclass
@@ -93,8 +102,13 @@ class AgentState:
     searched: set[int] = field(default_factory=set)  # hypotheses searched at least once
     tried: set[tuple] = field(default_factory=set)  # (tool, hypothesis, days, role) already run
     widened: list[str] = field(default_factory=list)
+    narrowed: list[str] = field(default_factory=list)  # §4.2(4) "too many": what was narrowed, per hypothesis
+    narrowed_for: set[int] = field(default_factory=set)
+    rewritten: set[int] = field(default_factory=set)  # hypotheses whose query was rewritten from found entities
+    status: dict[int, str] = field(default_factory=dict)  # at the stop: evidence | empty, per hypothesis
     steps: list[dict] = field(default_factory=list)
     stop_reason: str = ""
+    last_hits: list[Message] = field(default_factory=list)  # the last call's results, unfiltered (the LLM policy reads them)
     fallbacks: int = 0  # LLM policy steps that fell back to the rule step
     policy_steps: int = 0
 

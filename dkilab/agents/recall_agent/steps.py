@@ -1,6 +1,9 @@
 """Observe and the first Decide of the loop (seed recall-agent §4.1-4.3), each a function of its own:
-`hypotheses` (1-3 verifiable hypotheses, each saying what counts as evidence), `narrow` (time window
-and role from the question's cues) and `choose_tool` (lexical vs semantic vs listing)."""
+`hypotheses` (1-3 verifiable hypotheses, each with its own query and saying what counts as evidence),
+`narrow` (time window and role from the question's cues) and `choose_tool` (lexical vs semantic vs listing).
+
+Every call the loop makes names the §4 step that chose it (`ToolCall.step`, one of STEPS); the trace
+records it with the call."""
 from __future__ import annotations
 
 import re
@@ -16,15 +19,33 @@ _QUOTED = re.compile(r'"([^"]+)"|“([^”]+)”|「([^」]+)」')
 _SPECIFIC = re.compile(r"[A-Za-z]*\d[\w\-]*|(?<=[\u4e00-\u9fff])[A-Z][a-zA-Z]+")
 
 
+STEPS = {  # the named steps of the closed loop (§4), as the trace records them
+    "search": "§4.3: the hypothesis' first search, lexical / semantic / listing by the question's signals",
+    "read_context": "§4.2(3): read an anchor's neighbours before trusting it",
+    "narrow_hits": "§4.2(4): too many hits: a shorter window and a tightened query",
+    "rewrite_query": "§4.4: the last round named entities or dates the query lacks: search for them",
+    "cover_hypothesis": "§4.4/4.5: a hypothesis without evidence gets the other search tool before it counts as empty",
+    "widen": "§4.2(4): too few hits: switch tool, widen the window, drop role=user",
+    "conflict_context": "§4.6.1(1): read the context of both sides of a conflict",
+    "conflict_lexical": "§4.6.1(2)(3): search lexically for a later, clearer statement",
+    "conflict_semantic": "§4.6.1(3): search by meaning for a paraphrased later statement",
+    "page": "the result kept yielding evidence: read its next page",
+    "planned": "the LLM policy planned this call",
+}
+
+
 @dataclass
 class Hypothesis:
-    """What the question could be about, and what counts as evidence for it (§4.1)."""
+    """What the question could be about, and what counts as evidence for it (§4.1). Each hypothesis has
+    its own query (the subject plus what evidence of its kind tends to say); a message is evidence for it
+    when it mentions a term and its statement does not name another hypothesis' kind."""
     kind: str  # preferences | profile | constraints
     terms: list[str]  # a message mentioning one of these is a candidate
     query: str  # the query text the search tools get
     evidence_rule: str  # in words, for the trace
     about_user: bool = True  # statements about a third party do not count (the question is about the user)
     phrases: list[str] = field(default_factory=list)  # quoted/exact phrases of the question
+    rewrites: list[str] = field(default_factory=list)  # entities later rounds added to its terms (§4.4)
 
 
 @dataclass
@@ -44,6 +65,7 @@ class ToolCall:
     args: dict
     why: str
     hypothesis: int = 0
+    step: str = "search"  # one of STEPS
 
 
 def question_terms(question: str) -> list[str]:
@@ -66,9 +88,10 @@ def hypotheses(question: str) -> list[Hypothesis]:
     role = "the user's own words (role=user)"
     out = []
     for kind in ranked[:3]:
-        query = " ".join(dict.fromkeys([*(f'"{p}"' for p in phrases), *words, *cues.topic_terms(question)[:12]]))
+        own = [w for w in cues.KIND_QUERY[kind][cues.lang(question)] if w not in words]
+        query = " ".join(dict.fromkeys([*(f'"{p}"' for p in phrases), *words, *cues.topic_terms(question)[:12], *own]))
         rule = f"{role} stating a {kind[:-1] if kind.endswith('s') else kind} that mentions one of {terms[:8]}"
-        out.append(Hypothesis(kind, terms, query or question, rule, about_user, phrases))
+        out.append(Hypothesis(kind, list(terms), query or question, rule, about_user, phrases))
     return out
 
 

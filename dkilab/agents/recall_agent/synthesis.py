@@ -79,7 +79,7 @@ def apply_adjudication(view: MemoryView, state: AgentState) -> MemoryView:
 def limits(state: AgentState, note: str | None = None) -> Limits:
     nar = state.narrowing
     return Limits(time_range=nar.time_range, role=nar.role, messages_considered=len(state.seen),
-                  widened=list(state.widened), note=note)
+                  widened=list(state.widened), narrowed=list(state.narrowed), note=note)
 
 
 def synthesize(state: AgentState, max_items: int = 5, view: MemoryView | None = None) -> RecallOutput:
