@@ -8,6 +8,9 @@ import json
 from typing import Any
 
 MAX_CURSOR_CHARS = 2048
+RESULT_SET_TTL = 3600.0
+RESULT_SETS_PER_USER = 64  # live lexical cursors a user may hold; the oldest is dropped first
+RESULT_SETS_TOTAL = 4096  # over all users of one store object
 
 
 def query_signature(*parts: Any) -> str:
@@ -38,3 +41,41 @@ class CursorCodec:
         if state.pop("sig", None) != sig:
             raise ValueError("cursor belongs to a different query, filter, tool or user; start again without a cursor")
         return state
+
+
+class ResultSets:
+    """Ranked result sets behind live cursors, in memory: per user the latest `per_user` (one user's queries
+    never expire another's cursors), at most `total` over all users (the least recently used set goes first), each for
+    `ttl` seconds. Two cachetools TTL caches that evict from each other."""
+
+    def __init__(self, per_user: int, total: int, ttl: float, timer=None):
+        from cachetools import TTLCache
+
+        sets = self
+
+        class _Evicting(TTLCache):
+            def __init__(self, maxsize, on_evict):
+                super().__init__(maxsize, ttl, **({"timer": timer} if timer else {}))
+                self._on_evict = on_evict
+
+            def popitem(self):
+                key, value = super().popitem()
+                self._on_evict(key)
+                return key, value
+
+        self._users: dict[str, Any] = {}
+        self._all: Any = _Evicting(total, lambda key: sets._users.get(key[0], {}).pop(key[1], None))
+        self._new_user = lambda user: _Evicting(per_user, lambda cid: sets._all.pop((user, cid), None))
+
+    def put(self, user: str, cid: str, value: Any) -> None:
+        mine = self._users.get(user)
+        if mine is None:
+            mine = self._users[user] = self._new_user(user)
+        mine[cid] = None  # may evict this user's oldest set (and drop it from the total)
+        self._all[(user, cid)] = value  # may evict the oldest set of any user
+
+    def get(self, user: str, cid: str) -> Any | None:
+        return self._all.get((user, cid))
+
+    def __len__(self) -> int:
+        return len(self._all)

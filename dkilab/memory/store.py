@@ -6,13 +6,12 @@ import os
 import secrets
 import tempfile
 import threading
-from collections import OrderedDict
 from pathlib import Path
 from typing import Callable, Iterable
 
 import numpy as np
 
-from dkilab.memory.cursor import CursorCodec
+from dkilab.memory.cursor import RESULT_SET_TTL, RESULT_SETS_PER_USER, RESULT_SETS_TOTAL, CursorCodec, ResultSets
 from dkilab.memory.embedder import DEFAULT_EMBEDDER, Embedder
 from dkilab.memory.sqlite import connect, transaction, with_retry
 from dkilab.memory.rows import MSG_COLS, fts_table, row_to_message
@@ -139,10 +138,9 @@ class MemoryStore:
                              "vectors (open it without index_text, or build a new store)")
         self.cursors = CursorCodec(bytes.fromhex(self._meta["cursor_secret"]))
         self._vectors = None
-        # ranked lexical result sets behind live cursors: (user, cid) -> (created, sig, ranked); bounded
-        # per user and in all (dkilab.memory.view)
-        self.result_sets: OrderedDict[tuple[str, str], tuple[float, str, list]] = OrderedDict()
-        self.result_set_users: dict[str, OrderedDict[str, None]] = {}
+        # ranked lexical result sets behind live cursors: (user, cid) -> (sig, ranked); bounded per user and
+        # in all, for an hour (dkilab.memory.view)
+        self.result_sets = ResultSets(RESULT_SETS_PER_USER, RESULT_SETS_TOTAL, RESULT_SET_TTL)
 
     @classmethod
     def open(cls, path: str | os.PathLike | None = None, embedder: Embedder | None = None, **kwargs) -> "MemoryStore":

@@ -7,8 +7,6 @@ from __future__ import annotations
 import math
 import re
 import secrets
-import time
-from collections import OrderedDict
 from typing import Any
 from datetime import datetime
 
@@ -16,16 +14,13 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from dkilab.config import describe_errors
-from dkilab.memory.cursor import query_signature
+from dkilab.memory.cursor import RESULT_SETS_PER_USER, query_signature
 from dkilab.memory.rows import MSG_COLS, fts_table, row_to_message, user_key
 from dkilab.text.lang import has_cjk
 from dkilab.text.segment import content_tokens, segment
 from dkilab.types import Hit, Message, Page, to_utc
 
 _PHRASE = re.compile(r'"([^"]*)"|“([^”]*)”|「([^」]*)」')
-RESULT_SET_TTL = 3600.0
-RESULT_SETS_PER_USER = 64  # live lexical cursors a user may hold; the oldest is dropped first
-RESULT_SETS_TOTAL = 4096  # over all users of one store object
 MAX_QUERY_CHARS = 4000  # longer query text is refused (a 1 MB query took 15 s)
 
 
@@ -271,27 +266,18 @@ class UserMemory:
         return Page(items, nxt)
 
     def _save_result_set(self, ranked, sig: str) -> str:
-        """Keep a ranked result set behind a cursor: at most RESULT_SETS_PER_USER per user (one user's
-        queries never expire another's cursors) and RESULT_SETS_TOTAL per store object, for an hour."""
-        store, now = self._store, time.time()
-        sets = store.result_sets
-        mine = store.result_set_users.setdefault(self._user_id, OrderedDict())
-        while mine and (len(mine) >= RESULT_SETS_PER_USER or sets[(self._user_id, next(iter(mine)))][0] < now - RESULT_SET_TTL):
-            sets.pop((self._user_id, mine.popitem(last=False)[0]), None)
-        while len(sets) >= RESULT_SETS_TOTAL:
-            (user, cid), _ = sets.popitem(last=False)
-            store.result_set_users.get(user, {}).pop(cid, None)
+        """Keep a ranked result set behind a cursor (`MemoryStore.result_sets`: at most RESULT_SETS_PER_USER
+        per user, RESULT_SETS_TOTAL per store object, for an hour)."""
         cid = secrets.token_hex(8)
-        sets[(self._user_id, cid)] = (now, sig, ranked)
-        mine[cid] = None
+        self._store.result_sets.put(self._user_id, cid, (sig, ranked))
         return cid
 
     def _load_result_set(self, cid: str, sig: str):
-        entry = self._store.result_sets.get((self._user_id, cid))
-        if entry is None or entry[1] != sig or entry[0] < time.time() - RESULT_SET_TTL:
+        entry = self._store.result_sets.get(self._user_id, cid)
+        if entry is None or entry[0] != sig:
             raise ValueError(f"cursor has expired: a user's ranked result sets are kept for an hour, the latest "
                              f"{RESULT_SETS_PER_USER} of them, in the process that made them; start again without a cursor")
-        return entry[2]
+        return entry[1]
 
     def semantic_search(self, query_text: str | None = None, query_embedding=None, filter=None,
                         top_k: int = 10, min_score: float | None = None) -> Page:

@@ -13,10 +13,10 @@ from __future__ import annotations
 import time
 import weakref
 from abc import ABC, abstractmethod
-from collections import OrderedDict
 from contextlib import contextmanager
 from typing import Any, ClassVar, Literal
 
+from cachetools import LRUCache
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dkilab.config import validate
@@ -103,7 +103,7 @@ class Strategy(ABC):
             self.params = validate(self.Params, params or {}, source, f"{self.name} params", prefix=self.name)
         # model -> {text: K/V}: held by the model object itself (weakly), so a model that is gone and a new
         # one that reuses its memory address never share entries
-        self._kv_cache: weakref.WeakKeyDictionary[Any, OrderedDict[str, Any]] = weakref.WeakKeyDictionary()
+        self._kv_cache: weakref.WeakKeyDictionary[Any, LRUCache] = weakref.WeakKeyDictionary()
         self.kv_cache_bytes = KV_CACHE_BYTES  # the runner sets model.kv_cache_mb
         self.response_cache = None  # a ResponseCache when the experiment sets model.cache
 
@@ -211,15 +211,18 @@ class Strategy(ABC):
             return PlannedKV(text, model.count_tokens(text))
         from dkilab.models.kv import encode_memory
 
-        cache = self._kv_cache.setdefault(model, OrderedDict())
-        if text in cache:
-            cache.move_to_end(text)
-            return cache[text]
+        cache = self._kv_cache.get(model)
+        if cache is None:  # LRU bounded in bytes; each block counts at least 1/256 of the cap (<= 256 blocks)
+            floor = max(1, self.kv_cache_bytes // 256)
+            cache = self._kv_cache[model] = LRUCache(self.kv_cache_bytes,
+                                                     getsizeof=lambda kv: max(getattr(kv, "nbytes", 0), floor))
+        if (kv := cache.get(text)) is not None:
+            return kv
         kv = encode_memory(model, text)
-        cache[text] = kv
-        total = sum(getattr(v, "nbytes", 0) for v in cache.values())
-        while len(cache) > 1 and (total > self.kv_cache_bytes or len(cache) > 256):  # bounded in bytes
-            total -= getattr(cache.popitem(last=False)[1], "nbytes", 0)
+        try:
+            cache[text] = kv
+        except ValueError:  # one block larger than the whole cap: used, not kept
+            pass
         return kv
 
     def release(self) -> None:

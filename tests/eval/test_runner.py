@@ -540,3 +540,24 @@ def test_the_default_report_says_when_hallucination_rate_is_missing(monkeypatch,
     monkeypatch.setattr(report_mod, "report", lambda *a, **k: (table, pd.DataFrame(), []))
     assert main(["report", "quick-limit1"]) == 0
     assert "note: no hallucination_rate: none of these cells' questions is unanswerable" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_rescoring_under_two_accelerate_processes_scores_once(tmp_path, uri, model):
+    """Issue 31: `dkilab rescore` started by `accelerate launch --num_processes 2` re-scores each cell once, on
+    the main process, into one new run with the metrics of the original; the other process waits and exits 0."""
+    path = _config(tmp_path, "twoscore", strategies=[{"name": "no_memory"}])
+    (first,) = run_experiment(load_experiment(path), uri=uri, **QUIET)
+    assert not first.error
+    launcher = Path(sys.executable).parent / "accelerate"
+    out = subprocess.run([str(launcher), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+                          "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "dkilab.cli", "rescore", str(path),
+                          "--tracking-uri", uri], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "Traceback" not in out.stderr and out.stdout.count("re-scored from the answers of run") == 1, out.stdout
+    runs = _runs(uri, "twoscore")
+    again = [r for r in runs if r.data.tags.get("dkilab.rescored_from") == first.run_id]
+    assert len(runs) == 2 and len(again) == 1 and again[0].info.status == "FINISHED"
+    timing = ("wall", "_ms", "per_s", "harness")
+    same = {k: v for k, v in first.metrics.items() if not any(t in k for t in timing)}
+    assert {k: again[0].data.metrics[k] for k in same} == pytest.approx(same)
