@@ -117,7 +117,8 @@ def _cmd_bench_agents(args: argparse.Namespace) -> int:
 def _cmd_bench_abstention(args: argparse.Namespace) -> int:
     from dkilab.bench.abstention import main as bench_main
 
-    return bench_main(split=args.split, judge=args.judge, show_errors=args.errors)
+    return bench_main(split=args.split, judge=args.judge, show_errors=args.errors, train=args.train,
+                      judge_per_source=args.judge_per_source)
 
 
 def _positive_int(text: str) -> int:
@@ -506,6 +507,8 @@ def build_parser() -> argparse.ArgumentParser:
     ba.add_argument("--split", choices=["test", "dev"], default="test", help="held-out test half (default) or dev half")
     ba.add_argument("--judge", default=None, help="also measure an LLM judge (model spec, e.g. offline:smollm2)")
     ba.add_argument("--errors", action="store_true", help="list the phrasings each detector gets wrong")
+    ba.add_argument("--train", action="store_true", help="refit the hybrid detector's weights on every source first")
+    ba.add_argument("--judge-per-source", type=int, default=4, help="rows per source the --judge model labels (default 4)")
     ba.set_defaults(func=_cmd_bench_abstention)
 
     gpu = sub.add_parser("gpu", help="the GPU comparison in one command: checks, smoke stage, plan, runs, report folder",

@@ -297,7 +297,7 @@ def score_cell(cell: Cell, answers, items: list, judge=None, trace_ids: dict | N
             total = sum(sum(a.latency_ms.values()) for _, a in parts) or 1.0
             for sub, sub_answer in parts:
                 share = wall if len(parts) == 1 else wall * sum(sub_answer.latency_ms.values()) / total
-                rows.append(_score_one(sub, sub_answer, share, conv, scorer, judge))
+                rows.append(_score_one(sub, sub_answer, share, conv, scorer, judge, cell.detector))
         if trace_ids and i in trace_ids:
             for row in rows[first:]:
                 row["trace_id"] = trace_ids[i]
@@ -311,14 +311,14 @@ def _base_row(item, conv) -> dict[str, Any]:
                 {"category_name": item.metadata["category_name"]} if item.metadata.get("category_name") else {})
 
 
-def _score_one(item, answer, wall: float, conv, scorer: str, judge) -> dict[str, Any]:
+def _score_one(item, answer, wall: float, conv, scorer: str, judge, detector: str = "hybrid") -> dict[str, Any]:
     from dkilab.eval.metrics import score_answer
 
     base = _base_row(item, conv)
     t = time.perf_counter()
     verdicts = judge_answer(judge, item, answer) if judge is not None else {}
     judge_ms = verdicts.pop("judge_ms", 0.0)
-    row = base | score_answer(item, answer, scorer, verdicts.get("abstained")) | verdicts | {
+    row = base | score_answer(item, answer, scorer, verdicts.get("abstained"), detector) | verdicts | {
         "prediction": answer.text, "recalled_ids": answer.recalled_ids, "wall_ms": wall,
         "prompt_digest": hashlib.sha1(f"{answer.prompt}\n{answer.context_text}".encode()).hexdigest()[:12],
         "fact_call_log": [c.__dict__ for c in answer.fact_calls], "summary_ids": answer.summary_ids,

@@ -236,6 +236,9 @@ class ExperimentConfig(_Strict):
     expect: dict[str, dict[str, tuple[float, float]]] = Field(default_factory=dict)
     tracing: bool = True
     judge: JudgeSpec | None = None
+    # which abstention detector scores hallucination when no judge labels it: `hybrid` (rules where sure, a
+    # logistic regression over e5 vectors elsewhere) or `structural` (the rules alone); in the scoring hash
+    abstention_detector: Literal["hybrid", "structural"] = "hybrid"
     # share of a cell's questions allowed to fail (an exception, an endpoint that stayed down) before the
     # cell counts as FAILED and runs again; a judgement on the result, not part of a cell's identity
     max_error_rate: float = Field(0.0, ge=0.0, le=1.0)
@@ -350,6 +353,7 @@ class Cell:
     seed: int
     judge: JudgeSpec | None = None
     params: Any = field(default=None, repr=False)  # the validated Params (every default filled in)
+    detector: str = "hybrid"  # the abstention detector (ExperimentConfig.abstention_detector)
 
     @cached_property
     def instance(self):
@@ -372,7 +376,7 @@ class Cell:
         """What the cell runs, every default filled in (logged as params and resolved_config.yaml)."""
         from dkilab.eval.metrics import detector_card, metrics_version
 
-        detector = dict(detector_card())
+        detector = dict(detector_card(self.detector))
         if self.judge is not None and self.judge.abstention:
             from dkilab.eval.metrics.abstention import judge_card
 
@@ -520,7 +524,7 @@ def expand_cells(cfg: ExperimentConfig, source: str = "<config>") -> list[Cell]:
                             validate(ModelSpec, model, source, f"model of {where}", "model"),
                             validate(EmbedderSpec, embedder, source, f"embedder of {where}", "embedder"
                                      ).for_language(ds.info()["language"]),
-                            applied, cfg.seed, cfg.judge, validated)
+                            applied, cfg.seed, cfg.judge, validated, cfg.abstention_detector)
                 try:
                     cell.instance  # components built from the params (e.g. a reference resolver YAML)
                 except (ValueError, OSError) as exc:

@@ -72,10 +72,16 @@ def detector_notes(params_per_cell: list[dict[str, str]]) -> list[str]:
             seen.setdefault(json.dumps(card, sort_keys=True), card)
     notes = []
     for card in seen.values():
-        figures = ", ".join(f"{k.removeprefix('test_')} {v}" for k, v in sorted(card.items()) if k.startswith("test_"))
+        prefixes = {"test_": "held-out half", "loso_": "leave-one-source-out", "pooled_": "pooled 5-fold",
+                    "sample_": "per-source sample"}
+        parts = []
+        for prefix, label in prefixes.items():
+            got = ", ".join(f"{k.removeprefix(prefix)} {v}" for k, v in sorted(card.items()) if k.startswith(prefix))
+            if got:
+                parts.append(f"{label} {got}")
         name = card.get("name", "?") + (f" ({card['model']})" if card.get("model") else "") + f"-v{card.get('version', '?')}"
-        notes.append(f"hallucination_rate rests on the abstention detector {name}: held-out test half "
-                     f"{figures or card.get('test_figures', 'not measured')} (`dkilab bench abstention`)")
+        measured = "; ".join(parts) or card.get("sample_figures") or card.get("test_figures") or "not measured"
+        notes.append(f"hallucination_rate rests on the abstention detector {name}: {measured} (`dkilab bench abstention`)")
     return notes
 
 

@@ -127,7 +127,7 @@ def test_a_cells_identity_is_its_resolved_config(tmp_path, monkeypatch):
     resolved = plain.resolved
     assert resolved["strategy"]["params"]["recall"]["summary"]["per_message_threshold"] == 200  # every default filled
     assert resolved["dataset"]["scorer"] == "auto" and resolved["dataset"]["version"]
-    assert resolved["metrics"]["abstention_detector"]["name"] == "structural"
+    assert resolved["metrics"]["abstention_detector"]["name"] == "hybrid"
     assert "system.en" in plain.prompts() and "formatter.constraint.en" in plain.prompts()
     no_memory = expand_cells(load_experiment(_write(tmp_path, "c")))[0]
     other_embedder = expand_cells(load_experiment(_write(tmp_path, "d", embedder={"model": "/models/e5"})))[0]

@@ -17,17 +17,26 @@ from typing import Any
 
 from dkilab.eval.metrics.base import Scored, metric
 from dkilab.text.abstention import ABSTAIN_PHRASE, DETECTOR, StructuralDetector, is_abstention
+from dkilab.text.abstention_learned import DEFAULT_DETECTOR, DETECTOR_NAMES, get_detector
 
 PHRASINGS = Path(__file__).resolve().parents[3] / "datasets" / "fixtures" / "abstention" / "phrasings.jsonl"
 
 __all__ = ["ABSTAIN_PHRASE", "DETECTOR", "StructuralDetector", "is_abstention", "load_phrasings", "evaluate_detector",
-           "detector_card"]
+           "detector_card", "get_detector", "DETECTOR_NAMES", "DEFAULT_DETECTOR"]
+
+
 
 
 @metric("abstention_rate_answerable", field="abstained", subset="answerable", higher_is_better=False,
         depends_on="abstention", description="answerable questions the answer declined (abstention detector)")
 def _abstained(q: Scored):
     return q.abstained
+
+
+@metric("abstention_by_learned", subset="all", higher_is_better=False, depends_on="abstention",
+        description="answers whose abstention verdict the hybrid detector's learned component made (the rest: rules)")
+def _by_learned(q: Scored):
+    return q.abstention_path == "learned"
 
 
 @metric("hallucination_rate", label="hallucination rate (0-1, lower is better)", rate=True, plot=6,
@@ -64,12 +73,20 @@ def evaluate_detector(is_abstention_fn=None, split: str = "test", rows: list[dic
     return out
 
 
-@lru_cache(maxsize=1)
-def detector_card() -> dict[str, object]:
-    """The default detector's name, version and measured test-half precision/recall per language."""
-    card: dict[str, object] = {"name": DETECTOR.name, "version": DETECTOR.version}
-    for lang, m in evaluate_detector().items():
-        card |= {f"test_precision_{lang}": round(m["precision"], 3), f"test_recall_{lang}": round(m["recall"], 3)}
+@lru_cache(maxsize=4)
+def detector_card(name: str = DEFAULT_DETECTOR) -> dict[str, object]:
+    """A detector's name, version and measured figures per language: the rules' test-half precision/recall,
+    and for the hybrid detector its leave-one-source-out and pooled figures (stored with its weights)."""
+    det = get_detector(name)
+    card: dict[str, object] = {"name": det.name, "version": det.version}
+    if name == "structural":
+        for lang, m in evaluate_detector(det.is_abstention).items():
+            card |= {f"test_precision_{lang}": round(m["precision"], 3), f"test_recall_{lang}": round(m["recall"], 3)}
+        return card
+    figures = det.weights.get("figures", {})
+    for part, prefix in (("leave_one_source_out", "loso"), ("pooled_5fold", "pooled")):
+        for lang, m in figures.get(part, {}).items():
+            card |= {f"{prefix}_precision_{lang}": m["precision"], f"{prefix}_recall_{lang}": m["recall"]}
     return card
 
 
@@ -78,7 +95,8 @@ def _judge_cache(model: str, prompt: str):
 
     from dkilab.cache import cache_dir
 
-    key = hashlib.sha1(f"{model}\n{prompt}\n{PHRASINGS.stat().st_size}".encode()).hexdigest()[:16]
+    size = sum(p.stat().st_size for p in sorted(PHRASINGS.parent.glob("*.jsonl")))
+    key = hashlib.sha1(f"{model}\n{prompt}\n{size}".encode()).hexdigest()[:16]
     return cache_dir() / "abstention" / f"judge-{key}.json"
 
 
@@ -89,7 +107,7 @@ def judge_card(model: str, prompt: str) -> dict[str, object]:
     path = _judge_cache(model, prompt)
     if path.exists():
         return card | json.loads(path.read_text(encoding="utf-8"))
-    return card | {"test_figures": f"not measured: dkilab bench abstention --judge {model}"}
+    return card | {"sample_figures": f"not measured: dkilab bench abstention --judge {model}"}
 
 
 def save_judge_card(model: str, prompt: str, figures: dict[str, dict[str, float]]) -> None:
@@ -97,5 +115,5 @@ def save_judge_card(model: str, prompt: str, figures: dict[str, dict[str, float]
     path.parent.mkdir(parents=True, exist_ok=True)
     out: dict[str, Any] = {}
     for lang, m in figures.items():
-        out |= {f"test_precision_{lang}": round(m["precision"], 3), f"test_recall_{lang}": round(m["recall"], 3)}
+        out |= {f"sample_precision_{lang}": round(m["precision"], 3), f"sample_recall_{lang}": round(m["recall"], 3)}
     path.write_text(json.dumps(out), encoding="utf-8")

@@ -61,10 +61,11 @@ class Metric:
     @property
     def identity(self) -> str:
         dep = ""
-        if self.depends_on == "abstention":
-            from dkilab.text.abstention import DETECTOR
+        if self.depends_on == "abstention":  # the default detector; a cell's own choice is in its detector card
+            from dkilab.text.abstention_learned import get_detector
 
-            dep = f"+{DETECTOR.name}-{DETECTOR.version}"
+            det = get_detector()
+            dep = f"+{det.name}-{det.version}"
         return f"{self.name}@{self.version}{dep}"
 
 
@@ -101,6 +102,7 @@ class Scored:
     answer: Answer
     scorer: str = "auto"
     abstained_label: bool | None = None  # an LLM judge's abstention label, when one was asked
+    detector: str = "hybrid"  # the abstention detector when no judge label decides (DETECTOR_NAMES)
 
     @property
     def retrieval_only(self) -> bool:
@@ -118,12 +120,22 @@ class Scored:
         return self.answer.kind if self.answer.kind in ("memory_view", "pointer") else None
 
     @cached_property
-    def abstained(self) -> bool:
+    def _abstention(self) -> tuple[bool, str]:
+        """(abstained, which path decided: judge | rules | learned)."""
         if self.abstained_label is not None:
-            return self.abstained_label
-        from dkilab.text.abstention import DETECTOR
+            return self.abstained_label, "judge"
+        from dkilab.text.abstention_learned import get_detector
 
-        return DETECTOR.is_abstention(self.answer.text)
+        det = get_detector(self.detector)
+        return det.decide(self.answer.text) if hasattr(det, "decide") else (det.is_abstention(self.answer.text), "rules")
+
+    @property
+    def abstained(self) -> bool:
+        return self._abstention[0]
+
+    @property
+    def abstention_path(self) -> str:
+        return self._abstention[1]
 
     @cached_property
     def quality(self) -> dict[str, float]:
@@ -191,9 +203,10 @@ def metrics_version() -> str:
     return hashlib.sha1("|".join(parts).encode()).hexdigest()[:12]
 
 
-def score_row(item: QAItem, answer: Answer, scorer: str = "auto", abstained: bool | None = None) -> dict[str, Any]:
+def score_row(item: QAItem, answer: Answer, scorer: str = "auto", abstained: bool | None = None,
+              detector: str = "hybrid") -> dict[str, Any]:
     """One question's row: every declared metric's per-question value that applies to it."""
-    q = Scored(item, answer, scorer, abstained)
+    q = Scored(item, answer, scorer, abstained, detector)
     row: dict[str, Any] = {"answerable": item.answerable}
     for m in declared():
         if (m.fn is None or (m.kind == "answer" and (q.retrieval_only or q.task or q.context_only)) or

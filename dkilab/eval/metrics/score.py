@@ -11,10 +11,11 @@ from dkilab.types import Answer, QAItem
 STAGES = ("recall", "assembly", "generation")
 
 
-def score_answer(item: QAItem, answer: Answer, scorer: str = "auto", abstained: bool | None = None) -> dict[str, Any]:
+def score_answer(item: QAItem, answer: Answer, scorer: str = "auto", abstained: bool | None = None,
+                 detector: str = "hybrid") -> dict[str, Any]:
     """One metric row (the per-question values of every declared metric that applies); `abstained`
     overrides the abstention detector (an LLM judge's label)."""
-    return score_row(item, answer, scorer, abstained)
+    return score_row(item, answer, scorer, abstained, detector)
 
 
 # --- quality ----------------------------------------------------------------------------------

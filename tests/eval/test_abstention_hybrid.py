@@ -1,0 +1,90 @@
+"""Issue 33: the hybrid abstention detector (rules where sure, a logistic regression over e5 vectors
+elsewhere), its validation by source, the path each decision took, and rules-only still selectable."""
+import json
+
+import pytest
+
+from dkilab.bench.abstention import PROBES
+from dkilab.text.abstention_learned import HybridDetector, get_detector, load_weights, rule_decision
+
+
+def test_the_phrasings_issue_33_quoted_are_right_without_being_trained_on():
+    from dkilab.bench.abstention_train import load_sources
+
+    texts = {r["text"].lower() for r in load_sources()}
+    hybrid = get_detector("hybrid")
+    for text, gold in PROBES:
+        assert text.lower() not in texts  # never in the labelled set the weights were fitted on
+        assert hybrid.is_abstention(text) is gold, text
+    structural = get_detector("structural")
+    assert sum(structural.is_abstention(t) is not g for t, g in PROBES) >= 4  # the rules alone miss most of them
+
+
+def test_the_rules_decide_only_what_they_are_sure_of():
+    assert rule_decision("Not mentioned.") is True and rule_decision("不确定。") is True and rule_decision("Unknown.") is True
+    assert rule_decision("Lisbon.") is False and rule_decision("是里斯本。") is False
+    assert rule_decision("I'm not sure, maybe Lisbon?") is False  # a hedge that offers a value answers
+    assert rule_decision("我不太确定，可能是九点半。") is False
+    assert rule_decision("不清楚的地方她都问了客户经理。") is False  # 不清楚 modifies a noun: content
+    assert rule_decision("没有提到的事我无法回答。") is None  # ... unless I say I cannot answer: the model decides
+    assert rule_decision("Unknown Pleasures by Joy Division.") is None
+    assert rule_decision("I have no record of that.") is None
+
+
+def test_each_decision_records_its_path_and_the_cell_counts_the_learned_ones():
+    from dkilab.eval.metrics import aggregate, score_answer
+    from dkilab.types import Answer, QAItem
+
+    hybrid = get_detector("hybrid")
+    assert hybrid.decide("Not mentioned.") == (True, "rules")
+    assert hybrid.decide("I'm drawing a blank on that, sorry.")[1] == "learned"
+    item = QAItem("q1", "Where did I go?", "", answerable=False)
+    rows = [score_answer(item, Answer(text), detector=d) for text in ("Not mentioned.", "I have no record of that.")
+            for d in ("hybrid", "structural")]
+    assert [r["abstention_by_learned"] for r in rows] == [False, False, True, False]
+    assert [r["hallucinated"] for r in rows] == [0.0, 0.0, 0.0, 1.0]  # the rules alone call the second a hallucination
+    assert aggregate(rows[::2])["abstention_by_learned"] == pytest.approx(0.5)
+
+
+def test_rules_only_stays_selectable_and_each_detector_is_its_own_scoring_identity(tmp_path):
+    from dkilab.eval.experiment import expand_cells, experiment_from_dict
+
+    def cell(**extra):
+        cfg = {"name": "d", "datasets": [{"name": "fixtures", "question_limit": 1}], "strategies": [{"name": "no_memory"}]}
+        return expand_cells(experiment_from_dict(cfg | extra, "<test>"))[0]
+
+    hybrid, rules = cell(), cell(abstention_detector="structural")
+    assert hybrid.generation_hash == rules.generation_hash and hybrid.scoring_hash != rules.scoring_hash
+    card = hybrid.resolved["metrics"]["abstention_detector"]
+    assert card["name"] == "hybrid" and card["version"].startswith("2+lr") and 0.9 < card["loso_precision_en"] <= 1.0
+    assert rules.resolved["metrics"]["abstention_detector"]["name"] == "structural"
+    with pytest.raises(Exception, match="abstention_detector"):
+        cell(abstention_detector="magic")
+
+
+def test_missing_or_broken_weights_say_which_file_and_key(tmp_path):
+    with pytest.raises(FileNotFoundError, match="none.json.*--train"):
+        load_weights(str(tmp_path / "none.json"))
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"version": "1", "coef": [0.0]}))
+    with pytest.raises(ValueError, match="bad.json.*'intercept'"):
+        load_weights(str(bad))
+    assert HybridDetector(weights=json.loads((tmp_path / "bad.json").read_text()) | {"intercept": 0, "threshold": 0.5}
+                          ).decide("Not mentioned.") == (True, "rules")  # the rules need no weights
+
+
+def test_leave_one_source_out_holds_each_source_out_of_its_own_training(monkeypatch):
+    """On a small slice: each source is predicted by a model that never saw it, and the figures say so."""
+    from dkilab.bench import abstention_train as at
+
+    rows = [r for r in at.load_sources() if r["source"] in ("templated:not_told", "templated:answer_plain",
+                                                                "templated:outside", "hard:titles")]
+    rows = [r for i, r in enumerate(rows) if i % 4 == 0]
+    fitted_on = []
+    real_fit = at._fit
+    monkeypatch.setattr(at, "_fit", lambda X, y: fitted_on.append(len(y)) or real_fit(X, y))
+    v = at.validate(rows)
+    sizes = {s: sum(r["source"] == s for r in rows) for s in {r["source"] for r in rows}}
+    assert sorted(fitted_on[:4]) == sorted(len(rows) - n for n in sizes.values())  # LOSO: all but the held-out source
+    assert set(v["per_source"]) == set(sizes) and {"leave_one_source_out", "pooled_5fold", "rules"} <= set(v)
+    assert all(0.0 <= m["recall"] <= 1.0 for m in v["leave_one_source_out"].values())
