@@ -508,7 +508,7 @@ def build_parser() -> argparse.ArgumentParser:
     ba.add_argument("--judge", default=None, help="also measure an LLM judge (model spec, e.g. offline:smollm2)")
     ba.add_argument("--errors", action="store_true", help="list the phrasings each detector gets wrong")
     ba.add_argument("--train", action="store_true", help="refit the hybrid detector's weights on every source first")
-    ba.add_argument("--judge-per-source", type=int, default=4, help="rows per source the --judge model labels (default 4)")
+    ba.add_argument("--judge-per-source", type=int, default=4, help="rows per source and language the --judge model labels (default 4)")
     ba.set_defaults(func=_cmd_bench_abstention)
 
     gpu = sub.add_parser("gpu", help="the GPU comparison in one command: checks, smoke stage, plan, runs, report folder",

@@ -23,11 +23,20 @@ def _line(name: str, figures: dict) -> None:
 
 
 def _sample(rows: list[dict], per_source: int) -> list[dict]:
+    """`per_source` rows of every source in each of its languages, abstentions and answers alternating."""
     out: list[dict] = []
-    taken: Counter[str] = Counter()
-    for r in sorted(rows, key=lambda r: r["id"]):
-        if taken[r["source"]] < per_source:
-            taken[r["source"]] += 1
+    taken: Counter[tuple[str, str]] = Counter()
+    ordered = sorted(rows, key=lambda r: (r["source"], r["lang"], r["id"]))
+    for want in (True, False):
+        for r in ordered:
+            key = (r["source"], r["lang"])
+            if r["abstains"] is want and taken[key] < ((per_source + 1) // 2 if want else per_source):
+                taken[key] += 1
+                out.append(r)
+    for r in ordered:  # a source of one class only: fill up from it
+        key = (r["source"], r["lang"])
+        if taken[key] < per_source and r not in out:
+            taken[key] += 1
             out.append(r)
     return out
 
@@ -88,7 +97,7 @@ def _judge(model_spec: str, rows: list[dict], hybrid) -> None:
             unparsed += 1
             label = hybrid.is_abstention(r["text"])
         pred.append(bool(label))
-    print(f"  LLM judge {model_spec} on {len(rows)} rows ({len(rows) // max(1, len({r['source'] for r in rows}))} per source):")
+    print(f"  LLM judge {model_spec} on {len(rows)} rows (up to a few per source and language):")
     _line(f"llm-judge {model_spec}", _figures(rows, pred))
     _line("hybrid, same rows", _figures(rows, [hybrid.is_abstention(r["text"]) for r in rows]))
     print(f"  judge replies naming neither label (the hybrid detector decided): {unparsed} of {len(rows)}")

@@ -1,8 +1,10 @@
 """Train and validate the learned part of the hybrid abstention detector (issue 33).
 
 The labelled rows come from distinct sources (`datasets/fixtures/abstention/`): the hand-written set
-(`phrasings.jsonl`, one author) and the templated sources (`templated.jsonl`: one source per abstention
-move, per kind of answer and per kind of hard negative; `build.py` writes it). Validation that does not
+(`phrasings.jsonl`, one author), the templated sources (`templated.jsonl`: one source per abstention
+move, per kind of answer and per kind of hard negative; `build.py` writes it) and real outputs of the
+offline model (`model_outputs.jsonl`: SmolLM2-135M's answers in `make quickstart` runs, labelled by hand;
+answers too garbled to call either way were left out). Validation that does not
 flatter: leave-one-source-out (train on every other source, predict the held-out one; the predictions of
 all folds pooled) beside a pooled 5-fold split by row. `train()` fits on every source and writes the
 weights with both sets of figures into `dkilab/text/abstention_lr.json`."""
@@ -27,9 +29,9 @@ def load_sources(root: Path = FIXTURES) -> list[dict]:
     from dkilab.config import read_jsonl
 
     rows = [r | {"source": r.get("source", "handwritten")} for r in read_jsonl(root / "phrasings.jsonl")]
-    templated = root / "templated.jsonl"
-    if templated.is_file():
-        rows += read_jsonl(templated)
+    for extra in ("templated.jsonl", "model_outputs.jsonl"):  # build.py's sources; SmolLM2's real outputs
+        if (root / extra).is_file():
+            rows += read_jsonl(root / extra)
     for r in rows:
         for key in ("id", "lang", "text", "abstains", "source"):
             if key not in r:

@@ -88,3 +88,16 @@ def test_leave_one_source_out_holds_each_source_out_of_its_own_training(monkeypa
     assert sorted(fitted_on[:4]) == sorted(len(rows) - n for n in sizes.values())  # LOSO: all but the held-out source
     assert set(v["per_source"]) == set(sizes) and {"leave_one_source_out", "pooled_5fold", "rules"} <= set(v)
     assert all(0.0 <= m["recall"] <= 1.0 for m in v["leave_one_source_out"].values())
+
+
+@pytest.mark.slow
+def test_bench_prints_both_validations_every_source_and_the_probes(capsys):
+    from dkilab.cli import main
+
+    assert main(["bench", "abstention"]) == 0
+    out = capsys.readouterr().out
+    assert "from 15 sources" in out and "model:smollm2" in out and "templated:outside" in out
+    loso = next(line for line in out.splitlines() if "leave-one-source-out" in line)
+    pooled = next(line for line in out.splitlines() if "pooled 5-fold" in line)
+    assert "en: precision" in loso and "zh: precision" in loso and "en: precision" in pooled
+    assert out.count("    ok    ") == len(PROBES) and "WRONG" not in out
