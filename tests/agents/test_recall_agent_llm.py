@@ -104,3 +104,29 @@ def test_the_skill_file_is_versioned_validated_and_in_the_cell_hash(tmp_path):
         cell(skill=str(bad))
     with pytest.raises(ValueError, match="no such file"):
         cell(skill=str(tmp_path / "none.md"))
+
+
+def test_a_prompt_over_the_window_shows_fewer_results_or_falls_back(alice_store):
+    """SmolLM2's 1,024-token window in CI: the plan shows fewer raw results until it fits; a window too small for
+    the skill itself falls back to the rules, counted, instead of failing the question."""
+
+    class Small(Scripted):
+        def __init__(self, outputs, window):
+            super().__init__(outputs)
+            self.context_window = window
+
+        def count_tokens(self, text):
+            return len(text) // 4
+
+    call = F.format_tool_call("semantic_search", {"query_text": "吃辣 饮食", "top_k": 10})
+    skill_only = len(load_skill().instructions) // 4
+    fits = Small([call, "STOP"], skill_only + 420)
+    res = RecallAgent(alice_store.for_user("alice"), "llm", fits, F, max_calls=3).recall("我能吃辣吗？", now=NOW)
+    second = fits.prompts[1]
+    assert "a#" in second and second.count(" | user | ") + second.count(" | assistant | ") < 10  # fewer rows shown
+    assert all(len(p) // 4 + 96 + 16 <= fits.context_window for p in fits.prompts)
+    tiny = Small([call], 200)
+    res = RecallAgent(alice_store.for_user("alice"), "llm", tiny, F, max_calls=3).recall("我能吃辣吗？", now=NOW)
+    assert tiny.prompts == [] and res.evidence_problems == [] and res.output.memory_view.active()
+    assert {s.get("fallback") for s in res.steps if "fallback" in s} == {"plan prompt over the model's window",
+                                                                       "view prompt over the model's window"}

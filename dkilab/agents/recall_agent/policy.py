@@ -44,6 +44,8 @@ def _results(state: AgentState, limit: int = 10) -> str:
     """The last call's hits as the tool returned them (not filtered by the rules)."""
     if not state.calls:
         return "(no call yet)"
+    if limit == 0:
+        return f"({len(state.last_hits)} hits, not shown: the prompt would not fit the model's window)"
     return _rows(state.last_hits[:limit], 100) or "(no hits)"
 
 
@@ -89,18 +91,39 @@ class LLMPolicy:
     def _ask(self, prompt: str) -> str:
         return self.model.generate([{"role": "user", "content": prompt}], max_new_tokens=self.max_new_tokens)
 
+    def _fits(self, prompt: str) -> bool:
+        """Whether the prompt and the reply fit the model's window (a model without a tokenizer: assumed to)."""
+        count, window = getattr(self.model, "count_tokens", None), getattr(self.model, "context_window", None)
+        return count is None or window is None or count(prompt) + self.max_new_tokens + 16 <= window
+
+    def _fitted(self, build, sizes=(10, 5, 2, 0)) -> tuple[str, int] | None:
+        """(the first prompt `build(size)` that fits the window, its size), shrinking what it shows; None if
+        none does."""
+        for size in sizes:
+            prompt = build(size)
+            if self._fits(prompt):
+                return prompt, size
+        return None
+
     def _plan(self, state: AgentState, r, max_calls) -> ToolCall | None | Literal[False]:
         """The model's next call (validated), False for STOP, None when it fell back (counted)."""
         state.policy_steps += 1
         nar = state.narrowing
         example = self.formatter.format_tool_call("lexical_search", {"query_text": "spicy", "filter": {"role": "user"}})
-        prompt = PLAN.format(skill=self.skill.instructions, question=state.question,
-                             hypotheses="; ".join(h.evidence_rule for h in state.hypotheses),
-                             since=nar.time_range.since, until=nar.time_range.until, role=nar.role or "any",
-                             tools="\n".join(SIGNATURES.values()), example=example, results=_results(state),
-                             calls="\n".join(f"{c.tool} {json.dumps(c.args, default=str, ensure_ascii=False)}"
-                                             for c in state.calls) or "(none)")
-        text = self._ask(prompt)
+        def build(size: int) -> str:
+            return PLAN.format(skill=self.skill.instructions, question=state.question,
+                               hypotheses="; ".join(h.evidence_rule for h in state.hypotheses),
+                               since=nar.time_range.since, until=nar.time_range.until, role=nar.role or "any",
+                               tools="\n".join(SIGNATURES.values()), example=example, results=_results(state, size),
+                               calls="\n".join(f"{c.tool} {json.dumps(c.args, default=str, ensure_ascii=False)}"
+                                               for c in state.calls[-max(size, 1):]) or "(none)")
+
+        fitted = self._fitted(build)
+        if fitted is None:
+            state.steps.append({"policy": "llm", "fallback": "plan prompt over the model's window"})
+            state.fallbacks += 1
+            return None
+        text = self._ask(fitted[0])
         state.steps.append({"policy": "llm", "plan_output": text[:400]})
         call = self.formatter.detect_tool_call(text, TOOLS)
         if call is None:
@@ -134,7 +157,15 @@ class LLMPolicy:
         if not shown:
             return None
         state.policy_steps += 1
-        text = self._ask(SYNTH.format(question=state.question, found=_rows(shown, 160)))
+        fitted = self._fitted(lambda size: SYNTH.format(question=state.question, found=_rows(shown[:size], 160)),
+                              (16, 8, 4, 2))
+        if fitted is None:
+            state.steps.append({"policy": "llm", "fallback": "view prompt over the model's window"})
+            state.fallbacks += 1
+            return None
+        prompt, size = fitted
+        shown = shown[:size]
+        text = self._ask(prompt)
         state.steps.append({"policy": "llm", "synthesis_output": text[:400]})
         ids = {m.message_id for m in shown}
         try:
