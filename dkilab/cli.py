@@ -521,7 +521,7 @@ def build_parser() -> argparse.ArgumentParser:
     gpu.add_argument("--skip-smoke", action="store_true", help="skip the smoke stage (it passed on this machine before)")
     gpu.add_argument("--report-dir", default=None, help="where the report folder goes (default reports/gpu-<time>)")
     gpu.add_argument("--questions-per-conversation", "--limit", dest="limit", type=_positive_int, default=None,
-                     help="the first N questions of each conversation, a smoke run (--limit is the old name)")
+                     help="N questions of each conversation, drawn across every kind of question, a smoke run (--limit is the old name)")
     gpu.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a dotted config key (repeatable)")
     gpu.add_argument("--data-dir", default=None, help="dataset directory (default: $DKILAB_DATA_DIR)")
     gpu.add_argument("--tracking-uri", default=None)
@@ -532,7 +532,8 @@ def build_parser() -> argparse.ArgumentParser:
                          epilog="examples:\n  dkilab run experiments/quickstart.yaml\n  dkilab run experiments/sweep_threshold_budget_locomo.yaml --questions-per-conversation 5 --data-dir ../shared/datasets\n  dkilab run experiments/quickstart.yaml --set defaults.max_new_tokens=16 --tracking-uri http://127.0.0.1:5000\n  accelerate launch --num_processes 2 -m dkilab.cli run experiments/quickstart.yaml")
     run.add_argument("config", help="experiment YAML, e.g. experiments/quickstart.yaml")
     run.add_argument("--questions-per-conversation", "--limit", dest="limit", type=_positive_int, default=None,
-                     help="the first N (>= 1) questions of each conversation (--limit is the old name); the YAML's "
+                     help="N (>= 1) questions of each conversation, drawn round-robin over the kinds of question (answerable "
+                          "or not x category) (--limit is the old name); the YAML's "
                           "dataset `limit` counts conversations")
     run.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a dotted config key (repeatable)")
     run.add_argument("--data-dir", default=None, help="dataset directory (default: $DKILAB_DATA_DIR)")

@@ -64,6 +64,24 @@ def load_cell_questions(cell: Cell, data_dir, cache: dict | None = None) -> list
     return items
 
 
+def stratified(questions: list, k: int | None) -> list:
+    """`k` of `questions`, taken round-robin over their kinds (answerable or not x category, in order of first
+    appearance) and returned in their original order: a sample of 2 from a conversation with unanswerable
+    questions holds one of them."""
+    if k is None or k >= len(questions):
+        return list(questions)
+    strata: dict[tuple, list[int]] = {}
+    for i, q in enumerate(questions):
+        strata.setdefault((q.answerable, str(q.category)), []).append(i)
+    picked: list[int] = []
+    queues = list(strata.values())
+    while len(picked) < k:
+        for queue in queues:
+            if queue and len(picked) < k:
+                picked.append(queue.pop(0))
+    return [questions[i] for i in sorted(picked)]
+
+
 def _questions(cell: Cell, data_dir):
     """[(conversation, question)] of the cell's dataset, after split, languages, categories and limits."""
     from dkilab.eval.datasets import load_dataset
@@ -82,7 +100,7 @@ def _questions(cell: Cell, data_dir):
     for conv in asked:
         qs = [q for q in conv.questions if (cats is None or str(q.category) in cats)
               and (q.answerable or not d.answerable_only)]
-        out += [(conv, q) for q in qs[:d.question_limit]]
+        out += [(conv, q) for q in (stratified(qs, d.question_limit) if d.sample == "stratified" else qs[:d.question_limit])]
     _mark_evidence_sessions(out)
     from dkilab.eval.datasets import dataset_info
 

@@ -133,6 +133,9 @@ class DatasetSpec(_Strict):
     path: str | None = None  # a file in the normalised format (then `name` is its label)
     limit: int | None = Field(None, ge=1)  # conversations (MADial: dialogues)
     question_limit: int | None = Field(None, ge=1)  # questions per conversation
+    # which questions a question_limit keeps: the first ones, or `stratified`: round-robin over the kinds of
+    # question (answerable or not x category), so a small sample still holds every kind (`--limit` uses it)
+    sample: Literal["first", "stratified"] = Field("first", json_schema_extra={"off": "first"})
     # full | ablation (evidence removed) | dev / test: the questions of the first / second half of the
     # conversations, in loader order (LoCoMo: 0-4 / 5-9); the store still holds every conversation, so
     # the halves share one cached store. Tune recall on dev, report on test (experiments/retrieval_*.yaml)
@@ -385,7 +388,7 @@ class Cell:
         cards = self.instance.cards()
         out = {"strategy": {"name": self.strategy.name, "label": self.strategy.key, "version": self.instance.version,
                             "params": self.params.model_dump(mode="json")} | ({"cards": cards} if cards else {}),
-               "dataset": self.dataset.model_dump(mode="json") | self.dataset.info(),
+               "dataset": identity_params(self.dataset) | self.dataset.info(),
                "embedder": self.embedder.identity(), "seed": self.seed,
                "metrics": {"version": metrics_version(), "abstention_detector": detector}}
         if self.needs_model:
@@ -597,9 +600,11 @@ def header_comment(path: str | Path) -> str:
 
 
 def with_question_limit(cfg: ExperimentConfig, limit: int) -> ExperimentConfig:
-    """`--limit N`: N questions per conversation in every dataset, in an experiment of its own
-    (`<name>-limitN`), so smoke runs never mix with the full runs in a report or a notebook."""
+    """`--limit N`: N questions per conversation in every dataset, drawn stratified (every kind of question
+    keeps a place while N allows), in an experiment of its own (`<name>-limitN`), so smoke runs never mix
+    with the full runs in a report or a notebook."""
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
         raise ConfigError(f"--questions-per-conversation (--limit): must be a positive number, got {limit!r}")
     return cfg.model_copy(update={"name": f"{cfg.name}-limit{limit}",
-                                  "datasets": [d.model_copy(update={"question_limit": limit}) for d in cfg.datasets]})
+                                  "datasets": [d.model_copy(update={"question_limit": limit, "sample": "stratified"})
+                                               for d in cfg.datasets]})

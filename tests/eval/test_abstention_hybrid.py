@@ -38,7 +38,7 @@ def test_each_decision_records_its_path_and_the_cell_counts_the_learned_ones():
     hybrid = get_detector("hybrid")
     assert hybrid.decide("Not mentioned.") == (True, "rules")
     assert hybrid.decide("I'm drawing a blank on that, sorry.")[1] == "learned"
-    item = QAItem("q1", "Where did I go?", "", answerable=False)
+    item = QAItem("Where did I go?", None, answerable=False, qid="q1")
     rows = [score_answer(item, Answer(text), detector=d) for text in ("Not mentioned.", "I have no record of that.")
             for d in ("hybrid", "structural")]
     assert [r["abstention_by_learned"] for r in rows] == [False, False, True, False]
