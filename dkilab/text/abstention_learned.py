@@ -10,13 +10,15 @@ answer without filler clauses), plus the structural verdict and its clause count
 (`abstention_lr.json`, trained by `dkilab bench abstention --train` on the labelled sources of
 `datasets/fixtures/abstention/`; its leave-one-source-out figures are stored with the weights).
 
-    DETECTORS["hybrid"].decide("I have no record of that.")   # (True, "learned")
-    DETECTORS["structural"].is_abstention(...)                 # rules only, still selectable
+    get_detector("hybrid").decide("I have no record of that.")   # (True, "learned")
+    get_detector("structural").is_abstention(...)                 # rules only, still selectable
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+import threading
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -81,6 +83,12 @@ _FRAGMENT = re.compile(r"(?:unknown|not sure|unsure|no idea|n/?a|insufficient (?
                        r"(?:[,，]\s*(?:sorry|i'm afraid|抱歉))?", re.I)
 
 
+_GUESS = re.compile(r"\b(?:i think it was|i believe it was|probably|maybe|perhaps|possibly)\b|可能是|大概是|好像是|应该是|也许是",
+                    re.I)
+_ZH_ATTRIBUTIVE = re.compile(r"^(?:不|没有?)[\u4e00-\u9fff]{1,4}的[\u4e00-\u9fff]")
+_ZH_FIRST_PERSON_ABSENCE = re.compile(r"我(?:们)?(?:无法|不|没|记不|想不|答不|说不)")
+
+
 def rule_decision(answer: str) -> bool | None:
     """The rules' sure verdict, or None when the learned component decides: the protocol phrase or a bare
     abstention fragment ("Unknown.", "不确定。") abstains; an answer with no word of absence, or one that
@@ -100,13 +108,6 @@ def rule_decision(answer: str) -> bool | None:
     return None
 
 
-_ZH_ATTRIBUTIVE = re.compile(r"^(?:不|没有?)[\u4e00-\u9fff]{1,4}的[\u4e00-\u9fff]")
-_ZH_FIRST_PERSON_ABSENCE = re.compile(r"我(?:们)?(?:无法|不|没|记不|想不|答不|说不)")
-
-
-_GUESS = re.compile(r"\b(?:i think it was|i believe it was|probably|maybe|perhaps|possibly)\b|可能是|大概是|好像是|应该是|也许是",
-                    re.I)
-
 
 @lru_cache(maxsize=4)
 def load_weights(path: str = str(WEIGHTS)) -> dict[str, Any]:
@@ -122,13 +123,19 @@ def load_weights(path: str = str(WEIGHTS)) -> dict[str, Any]:
 
 
 class HybridDetector:
-    """Rules where they are sure, the logistic regression elsewhere (see the module docstring)."""
+    """Rules where they are sure, the logistic regression elsewhere (see the module docstring). Decisions
+    are cached per detector (so two detectors with different weights never share one) by answer text,
+    under a lock (scoring threads may share the detector)."""
 
     name = "hybrid"
 
     def __init__(self, weights: dict[str, Any] | None = None):
+        from cachetools import LRUCache
+
         self._weights = weights
         self._structural = StructuralDetector()
+        self._decisions: LRUCache = LRUCache(maxsize=50_000)
+        self._lock = threading.Lock()
 
     @property
     def weights(self) -> dict[str, Any]:
@@ -140,6 +147,12 @@ class HybridDetector:
     def version(self) -> str:
         return f"{self._structural.version}+lr{self.weights['version']}"
 
+    @property
+    def digest(self) -> str:
+        """A digest of what decides (coefficients, intercept, threshold): in the cell's detector card."""
+        w = self.weights
+        return hashlib.sha1(json.dumps([w["coef"], w["intercept"], w["threshold"]]).encode()).hexdigest()[:12]
+
     def probability(self, answers: list[str]):
         import numpy as np
 
@@ -148,34 +161,30 @@ class HybridDetector:
         return 1.0 / (1.0 + np.exp(-z))
 
     def decide_many(self, answers: list[str]) -> list[tuple[bool, str]]:
-        sure = [rule_decision(a) for a in answers]
-        rest = [a for a, s in zip(answers, sure) if s is None]
-        probs = iter(self.probability(rest).tolist() if rest else [])
-        thr = float(self.weights["threshold"])
-        return [(s, "rules") if s is not None else (next(probs) >= thr, "learned") for s in sure]
+        """Every answer's (abstains, path), the learned ones scored in one batch (and cached)."""
+        with self._lock:
+            todo = list(dict.fromkeys(a for a in answers if a not in self._decisions))
+        if todo:
+            sure = [rule_decision(a) for a in todo]
+            rest = [a for a, s in zip(todo, sure) if s is None]
+            probs = iter(self.probability(rest).tolist() if rest else [])
+            thr = float(self.weights["threshold"])
+            got = [(s, "rules") if s is not None else (next(probs) >= thr, "learned") for s in sure]
+            with self._lock:
+                self._decisions.update(zip(todo, got))
+        with self._lock:
+            return [self._decisions.get(a) or self._decide_uncached(a) for a in answers]
+
+    def _decide_uncached(self, answer: str) -> tuple[bool, str]:  # evicted between the two locks: rare
+        s = rule_decision(answer)
+        return (s, "rules") if s is not None else (bool(self.probability([answer])[0] >= self.weights["threshold"]),
+                                                   "learned")
 
     def decide(self, answer: str) -> tuple[bool, str]:
-        return _cached_decision(self.version, answer, self)
+        return self.decide_many([answer])[0]
 
     def is_abstention(self, answer: str) -> bool:
         return self.decide(answer)[0]
-
-
-_DECISIONS: Any = None  # cachetools.LRUCache, created on first use (import dkilab stays light)
-
-
-def _cached_decision(version: str, answer: str, det: HybridDetector) -> tuple[bool, str]:
-    """Decisions by (detector version, answer text): a cell scores each answer once, a re-score again."""
-    global _DECISIONS
-    if _DECISIONS is None:
-        from cachetools import LRUCache
-
-        _DECISIONS = LRUCache(maxsize=50_000)
-    key = (version, answer)
-    hit = _DECISIONS.get(key)
-    if hit is None:
-        hit = _DECISIONS[key] = det.decide_many([answer])[0]
-    return hit
 
 
 @lru_cache(maxsize=None)

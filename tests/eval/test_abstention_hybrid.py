@@ -101,3 +101,28 @@ def test_bench_prints_both_validations_every_source_and_the_probes(capsys):
     pooled = next(line for line in out.splitlines() if "pooled 5-fold" in line)
     assert "en: precision" in loso and "zh: precision" in loso and "en: precision" in pooled
     assert out.count("    ok    ") == len(PROBES) and "WRONG" not in out
+
+
+def test_two_detectors_never_share_decisions_and_a_cell_is_encoded_in_one_batch(monkeypatch):
+    """The decision cache belongs to one detector: one with other weights (here: a threshold nothing
+    reaches) decides the same text its own way. A cell's answers are scored in one batch, the same
+    decisions as one by one, from threads at once too."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    default = HybridDetector()
+    strict = HybridDetector(weights=dict(load_weights()) | {"threshold": 1.01})
+    text = "I'm drawing a blank on where that was."
+    assert default.decide(text) == (True, "learned") and strict.decide(text) == (False, "learned")
+    assert default.digest != strict.digest
+    texts = ["I have no record of that.", "Lisbon.", "Hmm, that never came up between us.", "It was Lisbon, I think.",
+             "不清楚的地方她都问了客户经理。", "我们好像没聊过这个。"]
+    fresh, calls = HybridDetector(), []
+    real = fresh.probability
+    monkeypatch.setattr(fresh, "probability", lambda xs: calls.append(len(xs)) or real(xs))
+    batch = fresh.decide_many(texts)
+    assert len(calls) == 1 and batch == [HybridDetector().decide(t) for t in texts]
+    assert fresh.decide_many(texts) == batch and len(calls) == 1  # cached: nothing encoded again
+    shared = HybridDetector()
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda _: shared.decide_many(texts), range(8)))
+    assert all(r == batch for r in results)

@@ -83,7 +83,7 @@ class LLMPolicy:
         if planned is False:
             state.stop_reason = "the model stopped"
             return None
-        if planned is None and state.steps[-1].get("repeats", 0) >= 2:  # §4.4 repetition: stop
+        if planned is None and state.repeats >= 2:  # §4.4 repetition: two repeated calls in a row, stop
             state.stop_reason = "the model kept repeating a call"
             return None
         return planned if isinstance(planned, ToolCall) else self.rule.next(state, r, max_calls)
@@ -142,11 +142,11 @@ class LLMPolicy:
             state.fallbacks += 1
             return None
         if _key(name, args) in {_key(c.tool, validate_call(c.tool, c.args)) for c in state.calls}:
-            last: dict = next((s for s in reversed(state.steps[:-1]) if s.get("policy") == "llm" and "plan_output" in s), {})
-            repeats = last.get("repeats", 0) + 1 if last.get("fallback") == "repeated call" else 1
-            state.steps[-1] |= {"fallback": "repeated call", "repeats": repeats, "repeated": f"{name} {args}"}
+            state.repeats += 1
+            state.steps[-1] |= {"fallback": "repeated call", "repeats": state.repeats, "repeated": f"{name} {args}"}
             state.fallbacks += 1
             return None
+        state.repeats = 0
         focus = min((h for h in range(len(state.hypotheses)) if h not in state.searched), default=0)
         return ToolCall(name, args, PLANNED, focus, "planned")
 

@@ -108,7 +108,7 @@ def _widen(state: AgentState, h: int) -> ToolCall | None:
     """§4.2(4), too few hits: in the first window switch lexical<->semantic; then widen the window
     (7 -> 30 -> 180 days -> all) and drop role=user, searching lexically; semantic search once more last."""
     nar, hyp, q = state.narrowing, state.hypotheses[h], state.question
-    tried = {t for t, hh, *_ in state.tried if hh == h}
+    tried = _tools_tried(state, h)
     if not state.widened:
         for tool in ("lexical_search", "semantic_search"):
             if tool not in tried:
@@ -128,6 +128,10 @@ def _widen(state: AgentState, h: int) -> ToolCall | None:
     if ("semantic_search", h, nar.days, nar.window, nar.role) not in state.tried:
         return _as(choose_tool(q, hyp, nar, h, prefer="semantic_search"), "widen")
     return None
+
+
+def _tools_tried(state: AgentState, h: int) -> set[str]:
+    return {t for t, hh, *_ in state.tried if hh == h}
 
 
 def _as(call: ToolCall, step: str, why: str | None = None) -> ToolCall:
@@ -236,9 +240,8 @@ def decide(state: AgentState, r: Reflection, max_calls: int) -> ToolCall | None:
                 return call
     if not state.widened:
         for h in range(len(state.hypotheses)):
-            tried = {t for t, hh, *_ in state.tried if hh == h}
             if not state.relevant(h) and (other := next((t for t in ("lexical_search", "semantic_search")
-                                                         if t not in tried), None)):
+                                                         if t not in _tools_tried(state, h)), None)):
                 return _as(choose_tool(state.question, state.hypotheses[h], state.narrowing, h, prefer=other),
                            "cover_hypothesis", f"no evidence for {state.hypotheses[h].kind} yet: try {other}")
     if not state.relevant():

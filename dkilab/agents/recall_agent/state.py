@@ -110,6 +110,7 @@ class AgentState:
     stop_reason: str = ""
     last_hits: list[Message] = field(default_factory=list)  # the last call's results, unfiltered (the LLM policy reads them)
     fallbacks: int = 0  # LLM policy steps that fell back to the rule step
+    repeats: int = 0  # the LLM policy's plans in a row that repeated an earlier call
     policy_steps: int = 0
 
     def relevant(self, hypothesis: int | None = None) -> list[Candidate]:

@@ -83,10 +83,7 @@ def detector_card(name: str = DEFAULT_DETECTOR) -> dict[str, object]:
         for lang, m in evaluate_detector(det.is_abstention).items():
             card |= {f"test_precision_{lang}": round(m["precision"], 3), f"test_recall_{lang}": round(m["recall"], 3)}
         return card
-    import hashlib
-
-    card["weights_sha1"] = hashlib.sha1(json.dumps([det.weights["coef"], det.weights["intercept"],
-                                                    det.weights["threshold"]]).encode()).hexdigest()[:12]
+    card["weights_sha1"] = det.digest
     figures = det.weights.get("figures", {})
     for part, prefix in (("leave_one_source_out", "loso"), ("pooled_5fold", "pooled")):
         for lang, m in figures.get(part, {}).items():
