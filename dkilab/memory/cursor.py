@@ -46,7 +46,8 @@ class CursorCodec:
 class ResultSets:
     """Ranked result sets behind live cursors, in memory: per user the latest `per_user` (one user's queries
     never expire another's cursors), at most `total` over all users (the least recently used set goes first), each for
-    `ttl` seconds. Two cachetools TTL caches that evict from each other."""
+    `ttl` seconds. Two cachetools TTL caches that evict from each other, under one lock (the recall
+    service's worker threads share a store)."""
 
     def __init__(self, per_user: int, total: int, ttl: float, timer=None):
         from cachetools import TTLCache
@@ -63,19 +64,25 @@ class ResultSets:
                 self._on_evict(key)
                 return key, value
 
+        import threading
+
+        self._lock = threading.Lock()
         self._users: dict[str, Any] = {}
         self._all: Any = _Evicting(total, lambda key: sets._users.get(key[0], {}).pop(key[1], None))
         self._new_user = lambda user: _Evicting(per_user, lambda cid: sets._all.pop((user, cid), None))
 
     def put(self, user: str, cid: str, value: Any) -> None:
-        mine = self._users.get(user)
-        if mine is None:
-            mine = self._users[user] = self._new_user(user)
-        mine[cid] = None  # may evict this user's oldest set (and drop it from the total)
-        self._all[(user, cid)] = value  # may evict the oldest set of any user
+        with self._lock:
+            mine = self._users.get(user)
+            if mine is None:
+                mine = self._users[user] = self._new_user(user)
+            mine[cid] = None  # may evict this user's oldest set (and drop it from the total)
+            self._all[(user, cid)] = value  # may evict the least recently used set of any user
 
     def get(self, user: str, cid: str) -> Any | None:
-        return self._all.get((user, cid))
+        with self._lock:
+            return self._all.get((user, cid))
 
     def __len__(self) -> int:
-        return len(self._all)
+        with self._lock:
+            return len(self._all)

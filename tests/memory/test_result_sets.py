@@ -59,3 +59,22 @@ def test_kv_blocks_are_bounded_in_bytes(monkeypatch):
     s.release()
     s.memory_kv(model, "aaaa")
     assert encoded[-1] == "aaaa"
+
+
+def test_threads_at_once_keep_both_limits():
+    """The recall service's worker threads share one store: puts and gets from 8 threads at once raise
+    nothing and leave both limits intact (each user's latest sets readable)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    sets = ResultSets(per_user=5, total=20, ttl=60)
+
+    def work(u):
+        for i in range(300):
+            sets.put(f"u{u}", f"c{i}", i)
+            sets.get(f"u{u}", f"c{i - 1}")
+        return u
+
+    with ThreadPoolExecutor(8) as pool:
+        assert sorted(pool.map(work, range(8))) == list(range(8))
+    assert len(sets) <= 20
+    assert all(len(mine) <= 5 for mine in sets._users.values())
