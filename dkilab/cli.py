@@ -198,8 +198,7 @@ def _print_results(cfg, results, uri: str | None, metrics: list[str] | None = No
 def _report_columns(table, metrics: list[str] | None) -> list[str]:
     """`--metrics` as given, else the narrow default: the headline metric, the few that decide between
     strategies (declared `narrow`: metrics/base.py), and the question count."""
-    from dkilab.eval.metrics import primary_metric
-    from dkilab.eval.metrics.base import narrow_metrics
+    from dkilab.eval.metrics.base import headline_metrics
 
     if metrics:
         unknown = [m for m in metrics if m not in table.columns]
@@ -223,9 +222,7 @@ def _report_columns(table, metrics: list[str] | None) -> list[str]:
                      for m in unknown]
             raise ConfigError(f"--metrics: no such metric in this experiment: {', '.join(hints)}; it has: {has}")
         return metrics
-    head = primary_metric(table.columns)
-    narrow = narrow_metrics("context" if head == "evidence_visible" else "answers")  # context-only: coverage, cost
-    return [c for c in dict.fromkeys([head, *narrow, "questions"]) if c and c in table.columns]
+    return headline_metrics(table.columns, counts=("questions",))
 
 
 def _markdown(frame) -> str:

@@ -31,14 +31,45 @@ SCRIPTED_TAG = "dkilab.scripted"
 _OLD_CI = re.compile(r"^ci95/(.+?)(?:/|_)(low|high)$")
 
 
-def read_metrics(run) -> dict[str, float]:
-    """A run's metrics under today's names (runs logged before the interval keys became
-    `<metric>_ci95_low|high` had `ci95/<metric>/low|high`)."""
-    out = {}
-    for k, v in run.data.metrics.items():
+METRICS_TABLE = "metrics.json"  # every metric of a cell with its interval and n (tracking.log_cell_metrics)
+METRICS_TABLE_TAG = "dkilab.metrics_table"
+
+
+def read_metrics(run, uri: str | None = None) -> dict[str, float]:
+    """A run's metrics under today's names, intervals as `<metric>_ci95_low|high`: its metrics.json table
+    where it has one (cells log only their headline metrics as MLflow metrics), else its MLflow metrics
+    (runs logged before the table; those before the interval keys became `<metric>_ci95_low|high` had
+    `ci95/<metric>/low|high`)."""
+    import mlflow
+
+    name = run.data.tags.get(METRICS_TABLE_TAG)
+    out = dict(_table_of(uri or mlflow.get_tracking_uri(), run.info.run_id, name)) if name else {}
+    for k, v in run.data.metrics.items():  # exact where both have it (the table's JSON keeps 10 decimals)
         m = _OLD_CI.match(k)
         out[f"{m.group(1)}_ci95_{m.group(2)}" if m else k] = v
     return out
+
+
+@functools.lru_cache(maxsize=256)
+def _table_of(uri: str, run_id: str, name: str) -> tuple[tuple[str, float], ...]:
+    """Keyed by store, run and file: a logged artifact never changes once written."""
+    import math
+    import os
+
+    import mlflow
+
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    path = Path(mlflow.MlflowClient(uri).download_artifacts(run_id, name))
+    data = json.loads(path.read_text(encoding="utf-8"))
+    out: list[tuple[str, float]] = []
+    for row in data["data"]:
+        rec = dict(zip(data["columns"], row))
+        for key, col in ((rec["metric"], "value"), (f"{rec['metric']}_ci95_low", "ci95_low"),
+                         (f"{rec['metric']}_ci95_high", "ci95_high")):
+            v = rec.get(col)
+            if isinstance(v, (int, float)) and not (isinstance(v, float) and math.isnan(v)):
+                out.append((key, float(v)))
+    return tuple(out)
 
 
 # --- reading back ------------------------------------------------------------------------------

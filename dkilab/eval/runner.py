@@ -156,7 +156,7 @@ def _run_cells(cfg, cells, state, exp_id, data_dir, config_path, progress, echo,
     parent = None
     if main:
         what = "rescore " if rescore_all else ""
-        parent = mlflow.start_run(run_name=f"{what}{cfg.name} {time.strftime('%m-%d %H:%M')}",  # what ran, and when
+        parent = mlflow.start_run(run_name=f"{what}{cfg.name} {experiment_hash(cells)} {time.strftime('%m-%d %H:%M')}",
                                   tags={"dkilab.kind": "experiment", **tracking.provenance_tags(),
                                         **runstate.process_tags(), **({"dkilab.rescore": "1"} if rescore_all else {})},
                                   description=cfg.description or None)
@@ -254,13 +254,21 @@ def _answered(exp_id: str, cell: Cell, any_scoring: bool) -> str | None:
     return run.info.run_id
 
 
+def experiment_hash(cells) -> str:
+    """Which cells an invocation ran: a digest of their config hashes (the parent run's name carries it, so
+    two runs of one config read as the same comparison and an edited config as another)."""
+    import hashlib
+
+    return hashlib.sha1("|".join(sorted(c.config_hash for c in cells)).encode()).hexdigest()[:8]
+
+
 def _rescore_one(cfg, cell: Cell, n: int, total: int, state, source: str, data_dir, datasets, echo
                  ) -> CellResult | None:
     """A cell scored from the stored answers of run `source` into a new run (no model under test loaded; the
     judge is, if the config has one). None when the answers no longer fit the questions: generate instead."""
     import mlflow
 
-    from dkilab.eval import rescore, runstate, tables, tracking
+    from dkilab.eval import report, rescore, runstate, tables, tracking
     from dkilab.eval.cell import load_cell_questions
 
     if not state.is_main_process:
@@ -289,7 +297,7 @@ def _rescore_one(cfg, cell: Cell, n: int, total: int, state, source: str, data_d
             return result
         mlflow.set_tag(runstate.COMPLETE_TAG, "1")
         mlflow.end_run(status="FINISHED")
-        before = mlflow.get_run(source).data.metrics
+        before = report.read_metrics(mlflow.get_run(source))
         changed, new, gone = rescore.changed_metrics(before, result.metrics)
         what = ("; ".join(p for p in (f"changed: {', '.join(changed)}" if changed else "",
                                       f"new: {', '.join(new)}" if new else "", f"gone: {', '.join(gone)}" if gone else "")

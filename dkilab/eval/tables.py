@@ -180,3 +180,57 @@ def category_table(rows_per_cell: list[tuple[str, list[dict] | dict]], metrics: 
                 lo, hi = (agg.get(k) for k in ci_keys(m))
                 out.append({"cell": label, "category": cat, "metric": m, "value": v, "low": lo, "high": hi, "n": n})
     return pd.DataFrame(out, columns=["cell", "category", "metric", "value", "low", "high", "n"])
+
+
+def _md(header: list[str], rows: list[list[str]]) -> str:
+    cell = lambda s: str(s).replace("|", "\\|")  # noqa: E731
+    return "\n".join(["| " + " | ".join(map(cell, header)) + " |", "|" + "---|" * len(header),
+                      *("| " + " | ".join(map(cell, r)) + " |" for r in rows)])
+
+
+def overview_markdown(table, pairs, counts: dict[str, dict[str, int]], max_pairs: int = 40) -> str:
+    """The parent run's first page (its description, Markdown): each cell's headline metrics with their 95%
+    intervals, which way is better and n, then the paired differences, rounded, `real` as yes/no."""
+    import math
+
+    from dkilab.eval.metrics.base import headline_metrics, lower_is_better
+    from dkilab.registry import METRICS
+
+    cols = headline_metrics(table.columns, counts=())
+    header = ["cell"]
+    for m in cols:
+        arrow = "" if m not in METRICS or METRICS[m].higher_is_better is None else (" ↓" if lower_is_better(m) else " ↑")
+        ns = set(counts.get(m, {}).values())
+        header.append(f"{m}{arrow}" + (f" (n={ns.pop()})" if len(ns) == 1 else ""))
+    header.append("questions")
+    rows = []
+    for label in table.index:
+        row = [str(label)]
+        for m in cols:
+            v, lo, hi = (table.at[label, c] if c in table.columns else None for c in (m, f"{m}_low", f"{m}_high"))
+            if v is None or (isinstance(v, float) and math.isnan(v)):
+                row.append("–")
+                continue
+            text = fmt_interval(v, lo, hi) if lo is not None and hi is not None and not (
+                math.isnan(lo) or math.isnan(hi)) else f"{v:.3f}"
+            n = counts.get(m, {}).get(str(label))
+            row.append(text + (f" (n={n})" if n is not None and len(set(counts.get(m, {}).values())) > 1 else ""))
+        q = table.at[label, "questions"] if "questions" in table.columns else None
+        row.append("" if q is None or (isinstance(q, float) and math.isnan(q)) else str(int(q)))
+        rows.append(row)
+    parts = ["### Comparison", "Each cell's headline metrics: value with half its 95% bootstrap interval "
+             "(`[low, high]` where skewed); ↑ higher is better, ↓ lower is better; n = the questions a metric "
+             "counts. Every metric of a cell is its run's `metrics.json`.", "", _md(header, rows)]
+    if pairs is not None and not pairs.empty:
+        prow = []
+        for r in pairs.head(max_pairs).itertuples(index=False):
+            better = "" if r.metric not in METRICS or METRICS[r.metric].higher_is_better is None else (
+                "lower" if lower_is_better(r.metric) else "higher")
+            prow.append([r.metric, r.a, r.b, f"{r.diff:+.3f}", f"[{r.low:+.3f}, {r.high:+.3f}]", r.real, better, str(r.n)])
+        parts += ["", "### Paired differences (b − a on the questions both answered)",
+                  "`real`: the 95% interval of the difference excludes 0. `better`: the direction in which the "
+                  "metric improves.", "",
+                  _md(["metric", "a", "b", "b − a", "95% interval", "real", "better", "n"], prow)]
+        if len(pairs) > max_pairs:
+            parts.append(f"\n… {len(pairs) - max_pairs} more rows in `paired.csv`.")
+    return "\n".join(parts)

@@ -1,7 +1,8 @@
 """What goes to MLflow and comes back from it.
 
-Per cell: params (the flattened resolved config, every default filled in), metrics overall with their
-95% bootstrap intervals (`<metric>_ci95_low|_high`), artifacts (by_category.json, questions.json,
+Per cell: params (the flattened resolved config, every default filled in), its headline metrics as MLflow
+metrics, every metric with its 95% bootstrap interval and n as the metrics.json table, artifacts
+(by_category.json, questions.json,
 (resolved_config.yaml, prompts.yaml, predictions.jsonl, errors.txt, score_by_category.png), tags
 (config hash, git commit, dkilab version). On the parent run: the comparison table with intervals
 (comparison.csv/.txt/.png) and the paired differences between cells on the same questions (paired.csv).
@@ -18,7 +19,8 @@ from typing import Any
 
 from dkilab.eval.metrics.bootstrap import aggregate_by_category, ci_keys, with_intervals
 from dkilab.eval.report import run_rows
-from dkilab.eval.tables import category_table, format_table, metric_counts, paired_csv, pairwise, results_table
+from dkilab.eval.tables import (category_table, format_table, metric_counts, overview_markdown, paired_csv, pairwise,
+                                results_table)
 
 
 def dumps_rows(rows) -> str:
@@ -96,7 +98,7 @@ def log_cell(cell, rows: list[dict], errors: list[str], wall_s: float, extra: di
     params["config_hash"] = cell.config_hash
     mlflow.log_params(params)
     metrics = cell_metrics(rows, wall_s, extra)
-    mlflow.log_metrics(metrics)
+    log_cell_metrics(metrics, rows)
     by_cat = aggregate_by_category(rows, intervals=True)
     if by_cat:  # a table, not `cat/<c>/<m>` metrics: MLflow would chart those groups before the overall ones
         mlflow.log_table(category_table([(cell.label, by_cat)]), "by_category.json")
@@ -116,6 +118,43 @@ def log_cell(cell, rows: list[dict], errors: list[str], wall_s: float, extra: di
         mlflow.log_text("\n".join(errors), "errors.txt")
     _plot_categories(by_cat, cell.label)
     return metrics
+
+
+def metrics_table(metrics: dict[str, float], rows: list[dict]):
+    """Every metric of a cell, one row each: value, 95% interval, n (the questions it counts) and which way
+    is better; cell-level figures (counters, throughput) after the declared ones."""
+    import pandas as pd
+
+    from dkilab.eval.metrics.base import counted
+    from dkilab.eval.metrics.bootstrap import ci_keys
+    from dkilab.registry import METRICS
+
+    out = []
+    for name, value in metrics.items():
+        if name.endswith(("_ci95_low", "_ci95_high")):
+            continue
+        m = METRICS.get(name)
+        lo, hi = (metrics.get(k) for k in ci_keys(name))
+        better = "" if m is None or m.higher_is_better is None else ("higher" if m.higher_is_better else "lower")
+        out.append({"metric": name, "value": value, "ci95_low": lo, "ci95_high": hi,
+                    "n": counted(m, rows) if m is not None else None, "better": better,
+                    "description": m.description if m is not None else ""})
+    return pd.DataFrame(out, columns=["metric", "value", "ci95_low", "ci95_high", "n", "better", "description"])
+
+
+def log_cell_metrics(metrics: dict[str, float], rows: list[dict]) -> None:
+    """A few charts, everything in a table: the cell's headline metrics (`headline_metrics`: its headline,
+    the declared narrow ones, questions and errors) are MLflow metrics, so its run page and the runs chart
+    view open on them; every metric with its interval and n is the `metrics.json` table (85 interval charts
+    in alphabetical order buried the answer). `report.read_metrics` reads both back."""
+    import mlflow
+
+    from dkilab.eval.metrics.base import headline_metrics
+    from dkilab.eval.report import METRICS_TABLE, METRICS_TABLE_TAG
+
+    mlflow.log_metrics({k: metrics[k] for k in headline_metrics(metrics)})
+    mlflow.log_table(metrics_table(metrics, rows), METRICS_TABLE)
+    mlflow.set_tag(METRICS_TABLE_TAG, METRICS_TABLE)
 
 
 TABLE_COLUMNS = ("qid", "category", "answerable", "question", "gold", "prediction", "score", "abstained",
@@ -194,6 +233,7 @@ def log_comparison(results) -> None:
     from dkilab.eval.plots import category_figure, headline_figure
 
     counts = metric_counts({r.cell.label: r.load_rows() for r in done})
+    _describe_parent(overview_markdown(table, pairs, counts))
     fig = headline_figure(table, f"{len(done)} cells · bars: 95% bootstrap intervals · n per metric", counts)
     if fig is not None:
         mlflow.log_figure(fig, "comparison.png")
@@ -204,6 +244,17 @@ def log_comparison(results) -> None:
             fig = category_figure(by_cell, metric, f"{metric} per category")
             if fig is not None:
                 mlflow.log_figure(fig, "comparison_by_category.png")
+
+
+def _describe_parent(overview: str) -> None:
+    """The parent run's description (its Overview page) becomes the experiment's description, if any,
+    followed by the comparison and the paired differences."""
+    import mlflow
+
+    run = mlflow.active_run()
+    assert run is not None  # the parent run, started by the runner
+    intro = (mlflow.get_run(run.info.run_id).data.tags.get("mlflow.note.content") or "").split("\n### Comparison")[0]
+    mlflow.set_tag("mlflow.note.content", (intro.rstrip() + "\n\n" if intro.strip() else "") + overview)
 
 
 _KEY_CHARS = re.compile(r"[^\w.\- /:]")

@@ -312,3 +312,14 @@ def test_the_parent_run_shows_the_answer_on_its_first_page(logged):
     assert list(rows[0])[:8] == ["dataset", "metric", "a", "b", "diff", "low", "high", "real"]
     assert {r["real"] for r in rows} <= {"yes", "no"}
     assert all(len(r["diff"].split(".")[-1]) <= 3 for r in rows)  # 0.117, not 0.11666666666666668
+    # its name carries the config's cells, its description (the Overview's first block) the comparison itself
+    from dkilab.eval.experiment import expand_cells
+    from dkilab.eval.runner import experiment_hash
+
+    assert parent.info.run_name.split()[1] == experiment_hash(expand_cells(cfg))
+    overview = parent.data.tags["mlflow.note.content"]
+    assert "### Comparison" in overview and "### Paired differences" in overview
+    for r in results:
+        assert f"| {r.cell.label} | " in overview
+    assert "score ↑" in overview and ("| yes |" in overview or "| no |" in overview)
+    assert "0.11666" not in overview and "True" not in overview

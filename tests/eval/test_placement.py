@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from dkilab.eval.experiment import JudgeSpec, ModelSpec, load_experiment
+from dkilab.eval.report import read_metrics
 from dkilab.models.loading import resolve_device
 
 
@@ -160,7 +161,7 @@ def test_a_cell_killed_9_mid_run_resumes_where_it_stopped_with_the_same_answers(
     run = mlflow.search_runs(experiment_names=[name], filter_string="tags.`dkilab.kind` = 'cell' and attributes.status = 'FINISHED'",
                              output_format="list")[0]
     resumed = [(r["qid"], r["prediction"]) for r in run_rows(run.info.run_id)]
-    assert run.data.metrics["resumed_questions"] >= 3
+    assert read_metrics(run, uri)["resumed_questions"] >= 3
     fresh_name = name + "-fresh"
     fresh_path = _resume_config(tmp_path, fresh_name)
     assert subprocess.run([sys.executable, "-m", "dkilab.cli", "run", str(fresh_path), "--tracking-uri", uri],

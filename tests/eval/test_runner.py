@@ -16,7 +16,8 @@ import yaml
 from dkilab.eval import tracking
 from dkilab.eval.experiment import expand_cells, load_experiment
 from dkilab.eval.metrics import primary_metric
-from dkilab.eval.report import report
+from dkilab.eval.metrics.base import headline_metrics
+from dkilab.eval.report import read_metrics, report
 from dkilab.eval.runner import check_expectations, run_experiment
 from dkilab.eval.tables import results_table
 from dkilab.registry import STRATEGIES
@@ -128,15 +129,18 @@ def test_ci_config_runs_end_to_end(path, uri, model):
     assert all(r.info.status == "FINISHED" and r.data.tags["dkilab.complete"] == "1" for r in runs)
     client = mlflow.MlflowClient(uri)
     for run in runs:
-        head = primary_metric(run.data.metrics)
+        metrics = read_metrics(run, uri)
+        head = primary_metric(metrics)
         wanted = CELL_METRICS | {head, f"{head}_ci95_low", f"{head}_ci95_high"}
-        assert head and wanted <= set(run.data.metrics), wanted - set(run.data.metrics)
-        assert not any("/" in k for k in run.data.metrics)  # no prefixed groups above the overall charts
+        assert head and wanted <= set(metrics), wanted - set(metrics)
+        # the run page charts only the headline metrics; every metric with its interval is metrics.json
+        assert set(run.data.metrics) == set(headline_metrics(metrics)) and head in run.data.metrics
+        assert len(run.data.metrics) <= 10 and not any("ci95" in k or "/" in k for k in run.data.metrics)
         assert run.data.params["strategy.name"] in STRATEGIES and run.data.params["metrics.abstention_detector.name"]
         assert run.data.tags["dkilab.version"] and run.data.tags["mlflow.source.git.commit"]
         arts = {a.path for a in client.list_artifacts(run.info.run_id)}
         assert {"predictions.jsonl", "resolved_config.yaml", "prompts.yaml", "score_by_category.png",
-                "by_category.json", "questions.json"} <= arts
+                "by_category.json", "questions.json", "metrics.json"} <= arts
     _check_ci_specifics(path.stem, results)
     if cfg.tracing:
         traces = mlflow.search_traces(locations=[runs[0].info.experiment_id], return_type="list")
@@ -560,4 +564,4 @@ def test_rescoring_under_two_accelerate_processes_scores_once(tmp_path, uri, mod
     assert len(runs) == 2 and len(again) == 1 and again[0].info.status == "FINISHED"
     timing = ("wall", "_ms", "per_s", "harness")
     same = {k: v for k, v in first.metrics.items() if not any(t in k for t in timing)}
-    assert {k: again[0].data.metrics[k] for k in same} == pytest.approx(same)
+    assert {k: read_metrics(again[0], uri)[k] for k in same} == pytest.approx(same)

@@ -2,6 +2,7 @@
 -> answer -> fact-call metrics in MLflow, and the scripted runs kept out of report comparisons."""
 import pytest
 
+from dkilab.eval.report import read_metrics
 from dkilab.eval.runner import check_expectations
 from tests.conftest import ROOT
 
@@ -18,7 +19,7 @@ def test_fact_calls_reach_mlflow(scripted_run):
              if r.data.tags.get("dkilab.kind") == "cell"}
     assert set(cells) == {"recall_v4@scripted", "native@scripted"}
     for name, run in cells.items():
-        m = run.data.metrics
+        m = read_metrics(run, uri)
         assert m["fact_call_rate"] > 0 and m["valid_call_rate"] == 0.75 and m["mean_rounds"] == 2.0, (name, m)
         assert run.data.tags["dkilab.scripted"] == "1"
         protocol = "native" if name.startswith("native") else "text"

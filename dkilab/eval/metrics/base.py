@@ -165,6 +165,26 @@ def narrow_metrics(view: str) -> list[str]:
     return [m.name for m in sorted((m for m in declared() if view in m.narrow), key=lambda m: (m.rank is None, m.rank or 0))]
 
 
+def headline_metrics(metrics, counts: tuple[str, ...] = ("questions", "errors")) -> list[str]:
+    """A cell's few deciding metrics, those of `metrics` (a dict or table columns) among: its headline, the
+    declared `narrow` ones of its kind (a context-only cell, headed by evidence_visible: coverage and cost;
+    else answers), and `counts`. They are the report's default columns and the cell's MLflow metrics (the
+    charts its run page opens on); every metric, with its interval and n, is its metrics.json table."""
+    head = primary_metric(metrics)
+    narrow = narrow_metrics("context" if head == "evidence_visible" else "answers")
+    return [c for c in dict.fromkeys([head or "", *narrow, *counts]) if c and c in metrics]
+
+
+def counted(m: Metric, rows: list[dict]) -> int | None:
+    """How many questions `m` aggregates over in `rows` (its n); None for counts and cell-level figures."""
+    if m.aggregation in ("count", "cell"):
+        return None
+    if m.aggregation == "ratio":
+        assert m.ratio_of is not None
+        return sum(1 for r in rows if not r.get("error") and _in_subset(r, m.subset) and _finite(r.get(m.ratio_of[1])))
+    return len(values(m, rows))
+
+
 def paired_by_default() -> list[str]:
     return [m.name for m in declared() if m.paired]
 
