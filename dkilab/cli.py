@@ -96,6 +96,14 @@ def _cmd_bench_embedders(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench_retrieval(args: argparse.Namespace) -> int:
+    if args.train:
+        from pathlib import Path
+
+        from dkilab.bench.fusion_train import train
+
+        train(data_dir=args.data_dir, out=Path(args.out) if args.out else None,
+              with_previous_turn=True if args.with_previous_turn else None)
+        return 0
     from dkilab.bench.retrieval import main as bench_main
 
     return bench_main(data_dir=args.data_dir, metric=args.metric, tracking_uri=args.tracking_uri, peers=args.peers)
@@ -488,6 +496,11 @@ def build_parser() -> argparse.ArgumentParser:
     brt.add_argument("--peers", action="store_true",
                      help="also run engram-search and rank-bm25 on the same questions (pip install 'dkilab[peers]')")
     brt.add_argument("--tracking-uri", default=None)
+    brt.add_argument("--train", action="store_true",
+                     help="refit the learned fusion on the dev split only (dkilab/recall/fusion_lr.json), then stop")
+    brt.add_argument("--out", default=None, help="with --train: write the model here instead")
+    brt.add_argument("--with-previous-turn", action="store_true",
+                     help="with --train: fit on stores that embed each turn with the one it replies to (index text v2)")
     brt.set_defaults(func=_cmd_bench_retrieval)
     bgen = bench_sub.add_parser("generation", help="tokens/s of batched greedy generation at several batch sizes")
     bgen.add_argument("--model", default="offline:smollm2")

@@ -67,17 +67,17 @@ def check_04(text, pngs, second):
 
 def check_05(text, pngs, second):
     if HAVE_DATA:
-        assert "fused@locomo" in text and "fused@memdaily" in text and "fused@madial_bench_zh" in text
+        assert "learned@locomo" in text and "learned@memdaily" in text and "learned@madial_bench_zh" in text
         assert "multi_hop" in text and "gold evidence" in text  # named categories; the misses table
         assert pngs == 1 + 3  # the curves, then one category plot per dataset
-        assert ("9 cells, 9 read back" if second else "9 cells, 0 read back") in text
+        assert ("12 cells, 12 read back" if second else "12 cells, 0 read back") in text
     else:
         check_05_without_data(text, pngs, second)
 
 
 def check_05_without_data(text, pngs, second):
     assert "skipped locomo" in text and "running on the bundled fixtures instead" in text
-    assert "fused@fixtures" in text and pngs >= 2
+    assert "learned@fixtures" in text and "weighted@fixtures" in text and pngs >= 2
 
 
 def check_06(text, pngs, second):

@@ -2,7 +2,11 @@
 concurrent writers and readers (messages lost must be 0) and open time at 10k users
 (`dkilab.bench.concurrency`). `--parts` picks some of: locomo, synthetic, concurrency, open.
 
-1. LoCoMo: every conversation (one user each) with real MiniLM embeddings.
+1. LoCoMo: every conversation (one user each) with real MiniLM embeddings, as the store ingests them (the
+   default index text), then the recall stage as strategies run it (`MultiSignalRecall` with the library
+   defaults, learned fusion included, the query encoding included): warm (the store open, each user
+   queried before, the query-embedding cache emptied) and cold (the first question of each user on a store
+   just opened: its FAISS index read from disk, its turn order built).
 2. Synthetic: `scale` users who each hold all ten LoCoMo conversations (so each user is 10x a
    LoCoMo user and the store is `scale` x LoCoMo), with random unit vectors: it measures the index,
    not the encoder. Query embedding time is included in semantic_search latency in both.
@@ -50,6 +54,32 @@ def measure_tools(store, users: list[str], questions: list[str], n: int, seed: i
     return out
 
 
+def measure_recall(path, embedder, asked: list[tuple[str, str]], n: int) -> dict[str, list[float]]:
+    """Recall latency (ms) with the library defaults: `cold` = each user's first question on the store
+    opened afresh, `warm` = `n` questions after that (query-embedding cache emptied first)."""
+    from dkilab.memory import MemoryStore
+    from dkilab.recall.config import RecallConfig
+    from dkilab.recall.multi_signal import MultiSignalRecall
+    from dkilab.recall.reference import ReferenceResolver
+    from dkilab.types import Memory
+
+    cfg, resolver = RecallConfig(), ReferenceResolver()
+    store = MemoryStore.open(path, embedder=embedder)
+    embedder.clear_cache()
+    views: dict[str, Memory] = {}
+    cold, warm = [], []
+    for user, q in asked:
+        if user not in views:
+            views[user] = store.for_user(user)
+            cold.append(_time(lambda: MultiSignalRecall(cfg, resolver, views[user]).recall(q)))
+    embedder.clear_cache()
+    for i in range(n):
+        user, q = asked[i % len(asked)]
+        warm.append(_time(lambda: MultiSignalRecall(cfg, resolver, views[user]).recall(q)))
+    store.close()
+    return {"recall (cold)": cold, "recall (warm)": warm}
+
+
 def _report(name: str, n_msgs: int, n_users: int, ingest_s: float, lat: dict[str, list[float]]) -> None:
     print(f"\n{name}: {n_msgs:,} messages, {n_users} users, ingest {n_msgs / ingest_s:,.0f} msg/s ({ingest_s:.1f} s)")
     print(f"  first FAISS build per user: {lat['_index_build_ms_per_user'][0]:.1f} ms")
@@ -94,9 +124,12 @@ def _sizes(data_dir, scale: int, queries: int, parts) -> None:
         store.add_messages(msgs)
         ingest = time.perf_counter() - t
         lat = measure_tools(store, [c.user_id for c in convs], questions, queries)
+        store.close()
+        asked = [(c.user_id, q.question) for c in convs for q in c.questions]
+        random.Random(2).shuffle(asked)
+        lat |= measure_recall(f"{tmp}/locomo", embedder, asked, queries)
         _report("LoCoMo (real MiniLM embeddings)", len(msgs), len(convs), ingest, lat)
         results["locomo"] = lat
-        store.close()
         if "synthetic" not in parts:
             return
 

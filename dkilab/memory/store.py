@@ -12,7 +12,7 @@ from typing import Callable, Iterable
 import numpy as np
 
 from dkilab.memory.cursor import RESULT_SET_TTL, RESULT_SETS_PER_USER, RESULT_SETS_TOTAL, CursorCodec, ResultSets
-from dkilab.memory.embedder import DEFAULT_EMBEDDER, Embedder
+from dkilab.memory.embedder import DEFAULT_EMBEDDER, Embedder, index_text_for
 from dkilab.memory.sqlite import connect, transaction, with_retry
 from dkilab.memory.rows import MSG_COLS, fts_table, row_to_message
 from dkilab.memory.vectors import VectorIndex
@@ -57,15 +57,18 @@ _FTS_DDL = ("CREATE VIRTUAL TABLE IF NOT EXISTS {table} USING fts5("
 SLOT_BITS = 32
 
 
-# What a message's vector is computed from. v2 adds the message it replies to (the previous turn of
-# its session) after its own text: a reply such as "Yes, we went yesterday!" is only findable with
-# the question it answers (LoCoMo fused recall@10 0.660 -> 0.706, `dkilab run
-# experiments/retrieval_locomo.yaml`). Own text first, so the encoder's length cap cuts the context,
-# not the message. A store keeps the version it was built with (meta `index_text`).
-INDEX_TEXT_VERSION = "2"
+TURN_ORDER_USERS = 256  # users whose turn order a store keeps (MemoryStore.turn_order)
+
+# What a message's vector is computed from. v1: the turn alone (speaker and text). v2 adds the message it
+# replies to (the previous turn of its session) after its own text, so a bare reply ("Yes, we went
+# yesterday!") is found with the question it answers: under hand-weighted fusion that was worth LoCoMo
+# recall@10 0.660 -> 0.706, at twice the tokens to encode. Learned fusion (recall/learned.py) reads the
+# previous and next turns' cosines itself; a new store's version follows its encoder
+# (embedder.index_text_for: v1 for MiniLM, v2 for e5). A store keeps the version it was built with (meta
+# `index_text`).
 
 
-def index_text(msg: Message, replying_to: Message | None = None, version: str = INDEX_TEXT_VERSION) -> str:
+def index_text(msg: Message, replying_to: Message | None = None, version: str = "2") -> str:
     """Text embedded for semantic search: speaker name, content, loader-supplied extra text and (v2)
     the previous turn of the session."""
     parts = [f"{msg.speaker}: {msg.content}" if msg.speaker else msg.content]
@@ -141,6 +144,11 @@ class MemoryStore:
         # ranked lexical result sets behind live cursors: (user, cid) -> (sig, ranked); bounded per user and
         # in all, for an hour (dkilab.memory.view)
         self.result_sets = ResultSets(RESULT_SETS_PER_USER, RESULT_SETS_TOTAL, RESULT_SET_TTL)
+        # each user's turn order (view.adjacent), keyed by user and checked against the user's rows; bounded
+        from cachetools import LRUCache
+
+        self._turn_orders: LRUCache[str, tuple[tuple[int, int], dict]] = LRUCache(maxsize=TURN_ORDER_USERS)
+        self._turn_order_lock = threading.Lock()
 
     @classmethod
     def open(cls, path: str | os.PathLike | None = None, embedder: Embedder | None = None, **kwargs) -> "MemoryStore":
@@ -335,7 +343,7 @@ class MemoryStore:
     def _index_text_version(self) -> str:
         """The store's recorded index-text version; a store embedded before versions were recorded is v1."""
         if "index_text" not in self._meta:
-            version = "1" if "embedding_dim" in self._meta else (self._want_index_text or INDEX_TEXT_VERSION)
+            version = "1" if "embedding_dim" in self._meta else (self._want_index_text or index_text_for(self.embedder.model_name))
 
             def record():
                 with transaction(self.conn) as c:
@@ -452,6 +460,24 @@ class MemoryStore:
         if not isinstance(user_id, str) or not user_id:
             raise ValueError(f"user_id must be a non-empty string, got {user_id!r}")
         return UserMemory(self, user_id)
+
+    def turn_order(self, user_id: str) -> dict[str, tuple[list[str], int]]:
+        """{message id: (its session's message ids in turn order, its index)} for one user: built with one
+        query, kept while the user's row count and highest rowid stay (messages are only ever appended)."""
+        version = tuple(self.conn.execute("SELECT COUNT(*), COALESCE(MAX(rid), 0) FROM messages WHERE user_id=?",
+                                          (user_id,)).fetchone())
+        with self._turn_order_lock:
+            hit = self._turn_orders.get(user_id)
+            if hit is not None and hit[0] == version:
+                return hit[1]
+        sessions: dict[str, list[str]] = {}
+        for sid, mid in self.conn.execute("SELECT session_id, message_id FROM messages WHERE user_id=? "
+                                          "ORDER BY session_id, turn_id, ts, rid", (user_id,)):
+            sessions.setdefault(sid, []).append(mid)
+        order = {mid: (seq, i) for seq in sessions.values() for i, mid in enumerate(seq)}
+        with self._turn_order_lock:
+            self._turn_orders[user_id] = (version, order)
+        return order
 
     def users(self) -> list[str]:
         return [r[0] for r in self.conn.execute("SELECT DISTINCT user_id FROM messages ORDER BY user_id")]

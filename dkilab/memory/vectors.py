@@ -29,6 +29,9 @@ class VectorIndex:
     def __init__(self, dim: int, directory: Path | None, store_id: str = ""):
         import faiss
 
+        # one thread: a user's flat index is small (a search over 6k vectors is well under a millisecond), and
+        # OpenMP's worker threads spinning after each search took the cores from the encoder and SQLite
+        faiss.omp_set_num_threads(1)
         self._faiss = faiss
         self.dim = dim
         self.directory = directory

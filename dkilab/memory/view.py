@@ -308,6 +308,23 @@ class UserMemory:
                  if int(r) in msgs and (min_score is None or s >= min_score)]
         return Page(items, None)
 
+    def similarities(self, query_embedding, message_ids: list[str]) -> dict[str, float]:
+        """The cosine of a unit query vector with the stored vector of each of this user's `message_ids`
+        (ids the user does not have, or stored without a vector, are left out): learned fusion reads the
+        cosines of candidates that no vector search returned."""
+        query = self._query_vector(query_embedding, self._store.vectors.dim)
+        out: dict[str, float] = {}
+        ids = list(dict.fromkeys(message_ids))
+        for i in range(0, len(ids), 500):  # SQLite's bound-parameter limit
+            part = ids[i:i + 500]
+            rows = self._store.conn.execute(
+                f"SELECT message_id, embedding FROM messages WHERE user_id=? AND embedding IS NOT NULL AND message_id "
+                f"IN ({','.join('?' * len(part))})", [self._user_id, *part]).fetchall()
+            if rows:
+                vecs = np.frombuffer(b"".join(r["embedding"] for r in rows), dtype=np.float32).reshape(len(rows), -1)
+                out.update(zip((r["message_id"] for r in rows), (vecs @ query).tolist()))
+        return out
+
     @staticmethod
     def _query_vector(query_embedding, dim: int) -> np.ndarray:
         """A (dim,) or (1, dim) finite unit vector, else ValueError naming what is wrong."""
@@ -343,6 +360,23 @@ class UserMemory:
         return [row_to_message(r) for r in [*reversed(prev), a, *nxt]]
 
     # --- conveniences for recall and strategies ---------------------------------------------
+    def adjacent(self, message_ids: list[str], reach: int = 1) -> dict[str, tuple[str | None, ...]]:
+        """{message id: (ids of the `reach` turns before it, nearest first, then of the `reach` turns after it,
+        nearest first)} within its session in turn order (None past a session's edge), for each of this
+        user's `message_ids` (learned fusion reads the turns around ~100 candidates per question, where
+        `neighbors` would be a query each). The store keeps each user's turn order, rebuilt when the user's
+        messages change."""
+        _check_range("reach", reach, 1, 5)
+        order = self._store.turn_order(self._user_id)
+        out: dict[str, tuple[str | None, ...]] = {}
+        for mid in message_ids:
+            at = order.get(mid)
+            if at is not None:
+                seq, i = at
+                out[mid] = (*(seq[i - k] if i - k >= 0 else None for k in range(1, reach + 1)),
+                            *(seq[i + k] if i + k < len(seq) else None for k in range(1, reach + 1)))
+        return out
+
     def session_messages(self, session_id: str) -> list[Message]:
         """Every message of one session in turn order."""
         rows = self._store.conn.execute(

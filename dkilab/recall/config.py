@@ -27,7 +27,12 @@ class SignalsConfig(_Strict):
     # by `dkilab bench retrieval` (issue 30); the seed's own values are noted where they differ.
     lexical_query: Literal["keywords", "full"] = "full"  # BM25 over the whole query (stopwords dropped) or the keywords
     lexical_top_k: int = Field(50, ge=1, le=200)
-    fusion: Literal["rrf", "weighted"] = "weighted"  # weighted min-max scores or reciprocal-rank fusion
+    # weighted min-max scores, reciprocal-rank fusion, or `learned`: the weighted fusion's list and the session
+    # neighbours of its top hits, ordered by a logistic regression over their features (recall/learned.py)
+    fusion: Literal["rrf", "weighted", "learned"] = "learned"  # (before issue 30's learned fusion: weighted)
+    # the learned fusion's weights: a JSON file (None = the shipped dkilab/recall/fusion_lr.json); its digest
+    # is part of a cell's identity (added after cells were logged: `off` keeps it out while unset)
+    fusion_model: str | None = Field(None, json_schema_extra={"off": None})
     rrf_k: int = Field(60, ge=1)
     weights: dict[str, float] = Field(default_factory=lambda: {"keyword": 1.0, "vector": 0.6, "reference": 0.3})
     neighbor_expansion: int = Field(0, ge=0, le=5)  # add +-n session neighbours of the top hits
@@ -46,6 +51,15 @@ class SignalsConfig(_Strict):
     prf_docs: int = Field(0, ge=0, le=20, json_schema_extra={"off": 0})
     prf_terms: int = Field(5, ge=1, le=30, json_schema_extra={"off_with": "prf_docs"})
     prf_weight: float = Field(0.5, ge=0, le=2, json_schema_extra={"off_with": "prf_docs"})
+
+    @field_validator("fusion_model")
+    @classmethod
+    def _model_loads(cls, v: str | None) -> str | None:
+        if v is not None:
+            from dkilab.recall.learned import load_model
+
+            load_model(v)  # a missing or malformed file is refused when the config is read, naming it
+        return v
 
 
 class BudgetConfig(_Strict):

@@ -8,13 +8,19 @@ The keyword signal is BM25 over the query's jieba keywords, re-weighted by the s
 weight a hit contains: bm25 * (0.5 + 0.5 * matched_weight / total_weight) (seed §2.2.3).
 Optional levers: speaker focus (a query naming one speaker searches that speaker's turns first),
 temporal focus (a date cue searches its window first: recall/temporal.py), session-neighbour expansion
-of the top hits and a boost for messages whose session holds many of the hits. Nothing here sees gold evidence or answers.
+of the top hits and a boost for messages whose session holds many of the hits.
+- `learned`: the weighted fusion's list and the session neighbours of its top hits, ordered by a logistic
+  regression over their features (recall/learned.py).
+Nothing here sees gold evidence or answers.
 """
 from __future__ import annotations
 
 import re
 import time
+import unicodedata
 from collections import Counter
+from functools import lru_cache
+from typing import Any, Callable
 
 from dkilab.recall.config import RecallConfig
 from dkilab.recall.reference import ReferenceResolver, ReferenceType
@@ -24,10 +30,27 @@ from dkilab.text.segment import segment
 from dkilab.types import Memory, Message, RecallResult, RecalledMessage, to_utc
 
 
+@lru_cache(maxsize=4096)
+def _words(text: str) -> frozenset[str]:
+    return frozenset(segment(text))
+
+
+def _contains(content: str, speaker: str | None, keyword: str) -> bool:
+    """Whether `keyword` is a word of the speaker's name or of `content` (as `segment` cuts them), or occurs
+    in `content`: segmenting only where the cheap substring test cannot decide (a name; text that NFKC
+    normalisation changes, such as fullwidth letters)."""
+    low = content.lower()
+    if keyword in low or (speaker and keyword in _words(speaker)):
+        return True
+    return unicodedata.normalize("NFKC", content).lower() != low and keyword in _words(content)
+
+
 class MultiSignalRecall:
     def __init__(self, config: RecallConfig, reference_resolver: ReferenceResolver | None, memory: Memory, embedder=None):
         self.config, self.resolver, self.memory, self.embedder = config, reference_resolver, memory, embedder
         self._speakers: dict[str, set[str]] | None = None
+        # called with (candidates, feature rows) whenever learned fusion ranks (its trainer collects them)
+        self.on_candidates: Callable[[list[Message], Any], None] | None = None
 
     def _timed(self, lat: dict, name: str, fn):
         t = time.perf_counter()
@@ -71,6 +94,8 @@ class MultiSignalRecall:
             if terms:
                 lists["prf"] = self._timed(lat, "lexical", lambda: self._lexical(f"{query} {' '.join(terms)}", focus))
                 ranked = self._timed(lat, "fusion", lambda: self._fuse(lists, unfocused))
+        if sig.fusion == "learned" and ranked:
+            ranked = self._timed(lat, "learned", lambda: self._learned(query, ranked, keywords, focus, asked_at))
         if sig.neighbor_expansion and ranked:
             ranked = self._timed(lat, "neighbors", lambda: self._expand(ranked))
         ranked = ranked[:max_results]
@@ -119,9 +144,8 @@ class MultiSignalRecall:
         page = self.memory.lexical_search(text, filter=filter, page_size=sig.lexical_top_k)
         total = sum(w for _, w in keywords) or 1.0
         out = []
-        for hit in page.items:
-            toks = set(segment(f"{hit.speaker or ''} {hit.content}"))
-            matched = sum(w for k, w in keywords if k in toks or k in hit.content.lower())
+        for hit in page.items:  # a keyword counts where it is a word of the speaker's name or the text, or in the text
+            matched = sum(w for k, w in keywords if _contains(hit.content, hit.speaker, k))
             out.append((hit.message, (hit.score or 0.0) * (0.5 + 0.5 * matched / total)))
         out.sort(key=lambda x: -x[1])
         return out
@@ -168,6 +192,20 @@ class MultiSignalRecall:
                 r.score *= 1 + sig.session_boost * counts[r.message.session_id] / len(ranked)
             ranked.sort(key=lambda r: (-r.score, r.message.timestamp))
         return ranked
+
+    def _learned(self, query: str, ranked: list[RecalledMessage], keywords, focus: dict | None, asked_at
+                 ) -> list[RecalledMessage]:
+        """The weighted fusion's list and the neighbours of its top hits, ordered by the fusion model."""
+        from dkilab.recall import learned
+
+        messages, X = learned.candidates(query, ranked, self.memory, keywords=keywords,
+                                         focus_role=(focus or {}).get("role"), asked_at=asked_at, embedder=self.embedder)
+        if self.on_candidates is not None:
+            self.on_candidates(messages, X)
+        model = learned.load_model(self.config.signals.fusion_model)
+        encoder = self.embedder if self.embedder is not None else getattr(self.memory, "embedder", None)
+        part = model.part_for(getattr(encoder, "model_name", None), query)
+        return learned.rerank(model, messages, X, ranked, part)
 
     def _expand(self, ranked: list[RecalledMessage]) -> list[RecalledMessage]:
         sig = self.config.signals

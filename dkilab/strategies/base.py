@@ -312,8 +312,23 @@ class RecallingStrategy(Strategy):
                                                    recent_turns=r.recent_turns, session_max_turns=r.session_max_turns)
 
     def identity(self, model_name: str = "") -> dict[str, Any]:
-        """What defines this strategy beyond its params: the resolver's full configuration (its mappings)."""
-        return super().identity(model_name) | {"reference_resolver": self._resolver.config.model_dump(mode="json")}
+        """What defines this strategy beyond its params: the resolver's full configuration (its mappings) and,
+        under learned fusion, the digest of the fusion model's weights (retrained weights are another cell)."""
+        out = super().identity(model_name) | {"reference_resolver": self._resolver.config.model_dump(mode="json")}
+        card = self._fusion_card()
+        return out | ({"fusion_model": card["digest"]} if card else {})
+
+    def cards(self) -> dict[str, Any]:
+        card = self._fusion_card()
+        return super().cards() | ({"fusion_model": {k: card[k] for k in ("version", "digest")}} if card else {})
+
+    def _fusion_card(self) -> dict[str, Any] | None:
+        signals = self.params.recall.signals
+        if signals.fusion != "learned":
+            return None
+        from dkilab.recall.learned import load_model
+
+        return load_model(signals.fusion_model).card()
 
     def inert_params(self, has_preferences: bool = True, generate: bool = True) -> dict[str, str]:
         """The recall block's suffix knobs do nothing here: only recall_v4 summarises and offers fact calls."""

@@ -18,11 +18,12 @@ def test_the_table_has_every_method_with_intervals_and_paired_differences(tmp_pa
     head, *rest = out.split("\n\n")
     lines = head.splitlines()
     # the peers are not columns of the candidates' table: they have their own
-    assert lines[1].split() == ["dataset", "previous_defaults", "defaults", "neighbors", "bm25_only", "dense_only"]
+    assert lines[1].split() == ["dataset", "previous_defaults", "defaults", "weighted", "with_previous_turn",
+                                "bm25_only", "dense_only"]
     for ds in ("fixtures:dev", "fixtures:test"):
         row = next(ln for ln in lines if ln.startswith(ds))
-        assert len(re.findall(r"\d\.\d{3} ±\d\.\d{3}", row)) == 5  # every method, with its interval
-        assert len(re.findall(r" [+-]\d\.\d{3}\*?", row)) >= 4  # paired against the previous defaults
+        assert len(re.findall(r"\d\.\d{3} ±\d\.\d{3}", row)) == 6  # every method, with its interval
+        assert len(re.findall(r" [+-]\d\.\d{3}\*?", row)) >= 5  # paired against the previous defaults
     assert re.search(r"fixtures:dev\s+n=\s*\d+\s+[+-]\d\.\d{3} \[[+-]\d\.\d{3}, [+-]\d\.\d{3}\]", out)
     assert "categories where defaults is below the best single signal" in out
     assert "categories where defaults is below previous_defaults" in out
@@ -38,22 +39,28 @@ def test_the_table_has_every_method_with_intervals_and_paired_differences(tmp_pa
             assert len(ratios) == 2 and all(re.fullmatch(r"\d+\.\d{2}\*?", r) for r in ratios)
 
 
-def test_the_shipped_defaults_are_the_dev_winner_and_the_previous_ones_are_written_out():
-    """RecallConfig() is the tuned pipeline of retrieval_tune_dev.yaml (its fixed block + the winning grid
-    point), and both configs spell out the previous defaults the same way, as RecallConfig() once was."""
+def test_the_shipped_defaults_are_learned_fusion_over_the_dev_winner_and_each_row_changes_one_thing():
+    """RecallConfig() is learned fusion over the hand-weighted dev winner of retrieval_tune_dev.yaml (its fixed
+    block + the winning grid point, which the learned model reads as one feature); the bench's rows each
+    change one thing of it, and the previous defaults are what shipped before (the dev winner, weighted, on
+    stores that embed each turn with its predecessor); the tuning grid still spells out the seed's values."""
     from dkilab.recall.config import SignalsConfig
 
     root = CONFIG.parents[0]
     tune = yaml.safe_load((root / "retrieval_tune_dev.yaml").read_text())
     grid = next(s for s in tune["strategies"] if s.get("label") == "grid")["params"]["recall"]["signals"]
-    winner = {"fusion": "weighted", "speaker_focus": 0.3, "lexical_query": "full"}
     shipped = SignalsConfig().model_dump()
-    assert {k: shipped[k] for k in [*grid, *winner]} == grid | winner
+    assert {k: shipped[k] for k in grid} == grid
+    assert (shipped["speaker_focus"], shipped["lexical_query"], shipped["fusion"], shipped["fusion_model"]) == (
+        0.3, "full", "learned", None)
     bench = yaml.safe_load(CONFIG.read_text())
-    labels = {s.get("label"): s for s in bench["strategies"]}
-    assert "params" not in labels["defaults"]  # the shipped defaults, nothing set
-    previous = [next(s for s in c["strategies"] if s.get("label") == "previous_defaults")["params"]
-                for c in (bench, tune)]
-    assert previous[0] == previous[1]
-    old = SignalsConfig(**previous[0]["recall"]["signals"])
+    rows = {s.get("label"): s for s in bench["strategies"]}
+    assert set(rows["defaults"]) == {"name", "label"}  # the shipped defaults, nothing set
+    assert rows["weighted"]["params"] == {"recall": {"signals": {"fusion": "weighted"}}} and "embedder" not in rows["weighted"]
+    assert rows["with_previous_turn"]["embedder"] == {"with_previous_turn": True}
+    assert set(rows["with_previous_turn"]["params"]["recall"]["signals"]) == {"fusion_model"}  # fitted on such stores
+    assert rows["previous_defaults"]["params"] == rows["weighted"]["params"]
+    assert rows["previous_defaults"]["embedder"] == rows["with_previous_turn"]["embedder"]
+    seed = next(s for s in tune["strategies"] if s.get("label") == "previous_defaults")["params"]["recall"]["signals"]
+    old = SignalsConfig(**seed)
     assert (old.vector_threshold, old.fusion, old.keyword_topk, old.vector_top_k) == (0.5, "rrf", 5, 10)

@@ -171,6 +171,20 @@ def test_strategies_run_on_the_datasets_they_name(tmp_path):
     assert "label" not in small.resolved["dataset"]  # a label names cells; it does not change what they run
 
 
+def test_a_strategy_may_run_with_its_own_embedder_keys(tmp_path):
+    """An ablation row on other stores (`embedder: {with_previous_turn: true}` on one strategy): its cells
+    resolve to that index text and carry it in their identity; the other strategies keep the experiment's."""
+    path = _write(tmp_path, embedder={"model": "offline:minilm"},
+                  strategies=[{"name": "recall_only", "label": "alone"},
+                              {"name": "recall_only", "label": "prev", "embedder": {"with_previous_turn": True}}])
+    alone, prev = expand_cells(load_experiment(path))
+    assert (alone.embedder.index_text, prev.embedder.index_text) == ("1", "2")
+    assert alone.config_hash != prev.config_hash and alone.resolved["embedder"]["with_previous_turn"] is False
+    bad = _write(tmp_path, "bad", strategies=[{"name": "recall_only", "embedder": {"with_previous_trun": True}}])
+    with pytest.raises(ConfigError, match=r"bad\.yaml.*embedder.*with_previous_trun"):
+        load_experiment(bad)
+
+
 def test_multiple_choice_questions_show_their_options():
     from dkilab.eval.cell import question_text
     from dkilab.types import QAItem

@@ -208,9 +208,10 @@ def test_v2_store_is_migrated_to_per_user_fts(embedder, tmp_path):
         assert expected["alice"] and expected["bob"]
 
 
-def test_a_reply_is_found_through_the_turn_it_answers(store):
+def test_a_reply_is_found_through_the_turn_it_answers(embedder, tmp_path):
     """Index text v2: a message's vector also covers the previous turn of its session, so a bare reply
     is found by what it replies to, whether that turn came in the same batch or was stored earlier."""
+    store = MemoryStore.open(tmp_path / "v2", embedder=embedder, index_text="2")
     store.add_messages([msg("q1", "Did you finally go to the pottery class you signed up for?", role="assistant"),
                         msg("r1", "Yes, yesterday! I loved it.", turn=2)])
     store.add_messages([msg("q2", "How was the marathon in Berlin last Sunday?", session="s9", role="assistant"),
@@ -222,6 +223,26 @@ def test_a_reply_is_found_through_the_turn_it_answers(store):
     replies = [h.message_id for h in alice.semantic_search("Berlin marathon", top_k=4).items if h.message_id != "q2"]
     assert replies[0] == "r2"
     assert store._meta["index_text"] == "2"
+    store.close()
+
+
+def test_a_new_stores_index_text_follows_its_encoder(store):
+    """MiniLM stores embed each turn alone (learned fusion reads the neighbouring turns; twice the ingest
+    rate), e5 stores each turn with the one it replies to (`embedder.index_text_for`); an experiment's
+    cells resolve the same way, and record what they resolved to."""
+    from dkilab.eval.experiment import EmbedderSpec
+    from dkilab.memory.embedder import index_text_for
+
+    store.add_messages([msg("q1", "Where did you go?", role="assistant"), msg("r1", "To Lisbon.", turn=2)])
+    assert store._meta["index_text"] == "1"
+    assert [index_text_for(e) for e in ("offline:minilm", "offline:minilm-int8", "offline:minilm-torch", "offline:e5",
+                                        "some/hub-model")] == ["1", "1", "1", "2", "2"]
+    en, zh = EmbedderSpec().for_language("en"), EmbedderSpec().for_language("zh")
+    assert (en.index_text, zh.index_text) == ("1", "2")
+    assert en.identity()["with_previous_turn"] is False and "with_previous_turn" not in zh.identity()
+    forced = EmbedderSpec(with_previous_turn=True).for_language("en")
+    # forced to v2: the identity cells had before the knob existed (their hashes do not move)
+    assert forced.index_text == "2" and forced.identity() == {"model": "offline:minilm", "batch_size": 64}
 
 
 def test_a_store_embedded_before_index_text_versions_keeps_v1(embedder, tmp_path):
@@ -291,6 +312,22 @@ def test_metadata_filter_keeps_matching_messages_in_both_searches(store):
             kb.lexical_search("审批", filter={"metadata": {bad: "押品"}})
     with pytest.raises(ValueError, match="empty list"):
         kb.semantic_search("审批", filter={"metadata": {"object": []}})
+
+
+def test_the_default_minilm_is_an_onnx_build_with_the_pytorch_models_numbers():
+    """offline:minilm runs an fp32 ONNX build of the same weights (onnxruntime): its vectors are the
+    sentence-transformers model's (offline:minilm-torch), so stores and rankings do not move."""
+    import numpy as np
+
+    from dkilab.memory import Embedder
+
+    texts = ["I adopted a grey cat called Pixel last Saturday.", "Short.", "我们五月份去了里斯本开会。",
+             "The vet appointment is on Thursday at 4:30, and afterwards we might go for a walk by the river."]
+    onnx, torch = Embedder("offline:minilm"), Embedder("offline:minilm-torch")
+    assert type(onnx.model).__name__ == "OnnxEncoder" and type(torch.model).__name__ == "SentenceTransformer"
+    a, b = onnx.encode(texts), torch.encode(texts)
+    assert a.shape == b.shape == (4, 384) and float((a * b).sum(1).min()) > 0.99999
+    assert float(onnx.encode_query("cat") @ torch.encode_query("cat")) > 0.99999
 
 
 def test_the_int8_minilm_build_ranks_like_fp32_and_is_built_once(tmp_path, monkeypatch):

@@ -221,9 +221,13 @@ def test_multi_signal_recall_signals_fusion_and_recent_supplement(memory):
     ref = msr.recall("Is what you said earlier about the train still right?", session_id="s1")
     assert ref.reference_scope == "assistant_last_stance" and ref.reference_hits == 1
     # each signal can be switched off for ablations
-    only_kw = MultiSignalRecall(cfg.with_updates({"signals.vector_enabled": False, "signals.reference_enabled": False}),
-                                None, memory).recall("Alfama district")
+    only_kw = MultiSignalRecall(cfg.with_updates({"signals.vector_enabled": False, "signals.reference_enabled": False,
+                                                  "signals.fusion": "weighted"}), None, memory).recall("Alfama district")
     assert only_kw.vector_hits == 0 and [r.message.message_id for r in only_kw.ranked] == ["m5"]
+    # learned fusion (the default) adds the session neighbours of its top hits: m4 is the turn m5 answers
+    learned = MultiSignalRecall(cfg.with_updates({"signals.vector_enabled": False, "signals.reference_enabled": False}),
+                                None, memory).recall("Alfama district")
+    assert [r.message.message_id for r in learned.ranked] == ["m5", "m4"] and "learned" in learned.ranked[1].signals
     weighted = MultiSignalRecall(cfg.with_updates({"signals.fusion": "weighted"}), None, memory).recall("Alfama")
     assert weighted.ranked[0].message.message_id == "m5"
 

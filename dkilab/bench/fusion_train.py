@@ -1,0 +1,157 @@
+"""Fit the learned fusion's weights (issue 30) on the declared dev split only: LoCoMo conversations 0-4
+(categories 1-4) and the first half of MemDaily's first 300 trajectories (`experiments/retrieval_tune_dev.yaml`'s
+data). Each dev question is recalled as `fusion: learned` recalls it, and the feature rows of its candidates
+(`recall/learned.candidates`, the same code recall runs) are labelled by the gold evidence. One standardised
+logistic regression per encoder family: MiniLM from LoCoMo dev (English), multilingual-e5 from MemDaily dev
+(Chinese), as `auto` picks their encoders; each one's C is chosen by 5-fold cross-validation over
+conversations (users) on the dev split, by the mean of its recall@10 and NDCG@10. The held-back data
+(`dkilab bench retrieval`) is never read here.
+
+    dkilab bench retrieval --train [--data-dir DIR]     writes dkilab/recall/fusion_lr.json
+"""
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+DEV = [{"name": "locomo", "categories": [1, 2, 3, 4], "split": "dev"}, {"name": "memdaily", "limit": 300, "split": "dev"}]
+CS = (0.01, 0.1, 1.0)
+FOLDS = 5
+
+
+def _cells(embedder: dict | None = None, datasets: list[dict] | None = None):
+    from dkilab.eval.experiment import expand_cells, experiment_from_dict
+
+    cfg = experiment_from_dict({"name": "fusion-train", "datasets": datasets or DEV, "tracing": False,
+                                "embedder": embedder or {"model": "auto"},
+                                # weighted here so the cells build without a model; collect() switches to learned
+                                "strategies": [{"name": "recall_only", "label": "learned",
+                                                "params": {"recall": {"signals": {"fusion": "weighted"}}}}]},
+                               "<fusion training>")
+    return expand_cells(cfg)
+
+
+def collect(data_dir=None, embedder: dict | None = None, datasets: list[dict] | None = None) -> list[dict[str, Any]]:
+    """[{dataset, user, qid, ids, X, gold, index_text}] for every question with evidence of `datasets`
+    (default: the dev split, `DEV`)."""
+    from dkilab.eval.cell import load_cell_data, question_text
+    from dkilab.recall import learned
+    from dkilab.recall.multi_signal import MultiSignalRecall
+
+    n = len(learned.FEATURES)
+    zero = {"version": "zero", "features": list(learned.FEATURES),
+            "models": {"any": {"mean": [0.0] * n, "scale": [1.0] * n, "coef": [0.0] * n}}}
+    out: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="dkilab-fusion-") as tmp:
+        path = Path(tmp) / "zero.json"  # any model serves: the features are read before it scores
+        path.write_text(json.dumps(zero))
+        for cell in _cells(embedder, datasets):
+            cfg = cell.params.recall.with_updates({"signals.fusion": "learned", "signals.fusion_model": str(path)})
+            data = load_cell_data(cell, data_dir)
+            resolver = cell.instance._resolver  # the strategy's own resolver, as recall_only builds it
+            views: dict[str, Any] = {}
+            for conv, item in data.items:
+                if not item.evidence_ids:
+                    continue
+                memory = views.setdefault(conv.user_id, data.store.for_user(conv.user_id))
+                msr = MultiSignalRecall(cfg, resolver, memory)
+                got: dict[str, Any] = {}
+                msr.on_candidates = lambda msgs, X, got=got: got.update(ids=[m.message_id for m in msgs], X=X)
+                msr.recall(question_text(item), session_id=item.session_id, max_results=20, asked_at=item.question_date)
+                if got:
+                    out.append({"dataset": cell.dataset.name, "user": conv.user_id, "qid": item.qid, "ids": got["ids"],
+                                "X": got["X"], "gold": set(item.evidence_ids), "index_text": cell.embedder.index_text,
+                                "part": learned.family(cell.embedder.model)})
+    return out
+
+
+def _fit(rows: list[dict[str, Any]], C: float):
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.preprocessing import StandardScaler
+
+    X = np.concatenate([r["X"] for r in rows])
+    y = np.concatenate([[i in r["gold"] for i in r["ids"]] for r in rows])
+    per_ds: dict[str, int] = {}
+    for r in rows:
+        per_ds[r["dataset"]] = per_ds.get(r["dataset"], 0) + len(r["ids"])
+    w = np.concatenate([np.full(len(r["ids"]), 1.0 / per_ds[r["dataset"]]) for r in rows]) * len(y) / len(per_ds)
+    scaler = StandardScaler().fit(X)
+    lr = LogisticRegression(C=C, max_iter=5000).fit(scaler.transform(X), y, sample_weight=w)
+    return scaler, lr
+
+
+def _score(rows, scaler, lr) -> dict[str, float]:
+    """Mean LoCoMo recall@10 and MemDaily NDCG@10 of the fitted model over `rows`."""
+    from dkilab.eval.metrics.retrieval import evidence_recall, ndcg
+
+    by: dict[str, list[float]] = {}
+    for r in rows:
+        s = lr.decision_function(scaler.transform(r["X"]))
+        ranked = [r["ids"][k] for k in np.argsort(-s, kind="stable")]
+        gold = list(r["gold"])
+        by.setdefault(f"{r['dataset']} recall@10", []).append(evidence_recall(ranked, gold, 10))
+        by.setdefault(f"{r['dataset']} ndcg@10", []).append(ndcg(ranked, gold, 10))
+    return {k: float(np.mean(v)) for k, v in by.items()}
+
+
+def _objective(figures: dict[str, float]) -> float:
+    """The mean of recall@10 and NDCG@10 over the datasets in `figures`."""
+    return float(np.mean([v for k, v in figures.items() if k.endswith(("recall@10", "ndcg@10"))]))
+
+
+def cross_validate(rows, C: float, folds: int = FOLDS) -> dict[str, float]:
+    """Figures of `C` over `folds` folds of users (each dataset's users dealt round-robin)."""
+    users = sorted({(r["dataset"], r["user"]) for r in rows})
+    fold = {u: k % folds for k, u in enumerate(users)}
+    pooled: dict[str, list[float]] = {}
+    for k in range(folds):
+        train = [r for r in rows if fold[(r["dataset"], r["user"])] != k]
+        held = [r for r in rows if fold[(r["dataset"], r["user"])] == k]
+        if not held or not train:
+            continue
+        scaler, lr = _fit(train, C)
+        n = len(held)
+        for name, v in _score(held, scaler, lr).items():
+            pooled.setdefault(name, []).append(v * n)
+            pooled.setdefault(name + "#n", []).append(n)
+    return {k: sum(v) / sum(pooled[k + "#n"]) for k, v in pooled.items() if not k.endswith("#n")}
+
+
+def train(data_dir=None, out: Path | None = None, echo=print, with_previous_turn: bool | None = None,
+          datasets: list[dict] | None = None) -> dict[str, Any]:
+    """Collect the dev features, choose each encoder family's C by cross-validation, fit it on all of its dev
+    data, write the model. `with_previous_turn`: True on stores that embed each turn with the one it replies
+    to (index text v2) for every encoder (the ablation row of `experiments/retrieval_bench.yaml`); None (the
+    default) on each encoder's default stores (`memory.embedder.index_text_for`). `datasets` defaults to the
+    dev split (`DEV`); each encoder family found there gets its part."""
+    from dkilab.recall import learned
+
+    rows = collect(data_dir, {"model": "auto", "with_previous_turn": with_previous_turn}, datasets)
+    if not rows:
+        raise ValueError("fusion training: no question with evidence (is $DKILAB_DATA_DIR set?)")
+    models: dict[str, Any] = {}
+    for part in dict.fromkeys(r["part"] for r in rows):
+        mine = [r for r in rows if r["part"] == part]
+        names = ", ".join(dict.fromkeys(r["dataset"] for r in mine))
+        cv = {C: cross_validate(mine, C) for C in CS}
+        echo(f"{part} ({names}, {len(mine)} questions):")
+        for C, fig in cv.items():
+            echo(f"  C={C:<5} cross-validated: " + ", ".join(f"{k} {v:.3f}" for k, v in sorted(fig.items())))
+        best = max(CS, key=lambda C: _objective(cv[C]))
+        scaler, lr = _fit(mine, best)
+        models[part] = {"mean": scaler.mean_.tolist(), "scale": scaler.scale_.tolist(), "coef": lr.coef_[0].tolist(),
+                        "intercept": float(lr.intercept_[0]), "C": best, "questions": len(mine),
+                        "trained_on": f"{names} ({len(mine)} questions), index text v{mine[0]['index_text']}",
+                        "cross_validated": {k: round(v, 4) for k, v in cv[best].items()}}
+        top = sorted(zip(learned.FEATURES, models[part]["coef"]), key=lambda x: -abs(x[1]))[:6]
+        echo(f"  chose C={best}; heaviest: " + ", ".join(f"{n} {c:+.2f}" for n, c in top))
+    model = {"version": "lr2", "features": list(learned.FEATURES), "default": "minilm" if "minilm" in models else
+             next(iter(models)), "models": models}
+    path = out or learned.DEFAULT_MODEL
+    path.write_text(json.dumps(model, indent=1) + "\n", encoding="utf-8")
+    echo(f"wrote {path}")
+    return model

@@ -1,0 +1,269 @@
+"""Learned fusion (issue 30, `signals.fusion: learned`): a logistic regression over features of each
+recall candidate decides the final order, instead of hand weights.
+
+The candidates are everything the signals found (the weighted fusion's whole list) plus the session
+neighbours (the turn before and after) of its top `NEIGHBOR_TOP` hits: the evidence is often the turn next
+to a hit (the answer to a question, or the question to an answer). For each candidate, `features` reads:
+- the hand-weighted fused score and rank (the weighted fusion runs first and is one input);
+- the query's cosine with the candidate's stored vector, with those of the turns before and after it
+  (a turn embedded alone is found through the turn it replies to), their gap to the best and their rank;
+- its BM25 score (the keyword signal) and rank, and those of its neighbours;
+- whether it is the speaker the question names, a question itself, how long it is;
+- how strongly its session is hit (best fused score, rank among sessions, hits in the top 50);
+- the share of the question's keywords it contains;
+- whether the question carries a date cue (recall/temporal.py) and how far the message lies from its window;
+- per-question z-scores of the cosines, BM25 and fused scores (so one model serves encoders whose cosines
+  sit at different levels).
+Cosines come from the memory's `similarities` where it has one (the store: the stored vectors), else from
+one wide `semantic_search`. Nothing here sees gold evidence or answers.
+
+The weights ship in `fusion_lr.json`, one model per encoder family, with the figures they were chosen by;
+`dkilab bench retrieval --train` fits them on the declared dev split only (MiniLM: LoCoMo conversations 0-4;
+multilingual-e5: the first half of MemDaily's first 300 trajectories: dkilab/bench/fusion_train.py), through
+this module's own `candidates`, so training and recall read the same numbers.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dkilab.recall.temporal import date_window
+from dkilab.types import Memory, Message, RecalledMessage, to_utc
+
+DEFAULT_MODEL = Path(__file__).with_name("fusion_lr.json")
+ROOT = Path(__file__).resolve().parents[2]  # the project root (experiments/models/ holds ablation models)
+NEIGHBOR_TOP = 10  # the fused hits whose session neighbours join the candidates
+SESSION_TOP = 50  # the fused hits that say how strongly a session is hit
+WIDE = 1000  # semantic_search's cap: the cosine floor beyond it, where the memory has no `similarities`
+FEATURES = ("fused", "log_fused_rank", "cos", "cos_gap", "log_cos_rank", "lex", "log_lex_rank", "speaker",
+            "is_question", "log_chars", "prev_fused", "prev_cos", "prev_lex", "next_fused", "next_cos", "next_lex",
+            "max_cos_prev", "max_cos_next", "session_best", "log_session_rank", "session_hits", "keyword_share",
+            "date_cue", "in_window", "log_days_off", "z_cos", "z_lex", "z_fused", "z_prev_cos", "z_next_cos")
+_Z = {"z_cos": "cos", "z_lex": "lex", "z_fused": "fused", "z_prev_cos": "prev_cos", "z_next_cos": "next_cos"}
+
+
+class FusionModel:
+    """Standardised logistic regressions over `FEATURES`, one per encoder family (`minilm`, `e5`): the
+    cosines come from the store's encoder, whose scores sit at its own levels (e5's are compressed near 0.8),
+    and a single model over both traded LoCoMo recall for MemDaily NDCG; on the bilingual fixtures (an e5
+    store) the MiniLM part lost MRR to the hand weights where the e5 part gained. Only the order of the
+    scores matters."""
+
+    def __init__(self, data: dict[str, Any], source: str = "<dict>"):
+        names = list(data.get("features", []))
+        if names != list(FEATURES):
+            missing = [f for f in FEATURES if f not in names]
+            raise ValueError(f"{source}: its features do not match dkilab's ({', '.join(missing) or 'order differs'}); "
+                             "refit with `dkilab bench retrieval --train`")
+        models = data.get("models")
+        if not isinstance(models, dict) or not models:
+            raise ValueError(f"{source}: no 'models' (one per encoder family)")
+        self.data = data
+        self.parts: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        for lang, part in models.items():
+            try:
+                mean, scale, coef = (np.asarray(part[k], dtype=np.float64) for k in ("mean", "scale", "coef"))
+            except (KeyError, TypeError, ValueError) as exc:
+                raise ValueError(f"{source}: model {lang!r} is malformed ({exc})") from None
+            if not (mean.shape == scale.shape == coef.shape == (len(FEATURES),)) or not np.all(scale > 0):
+                raise ValueError(f"{source}: model {lang!r} needs mean, scale (> 0) and coef of {len(FEATURES)} numbers")
+            self.parts[lang] = (mean, scale, coef)
+        self.default = str(data.get("default", next(iter(models))))
+        if self.default not in self.parts:
+            raise ValueError(f"{source}: default model {self.default!r} is not among {sorted(self.parts)}")
+        self.version = str(data.get("version", "?"))
+        self.digest = hashlib.sha1(json.dumps({"features": names, "models": {k: {f: models[k][f] for f in (
+            "mean", "scale", "coef")} for k in sorted(models)}}, sort_keys=True).encode()).hexdigest()[:12]
+
+    def part_for(self, encoder: str | None, query: str) -> str:
+        """Which part scores a query: the one of the store's encoder family; where the encoder is unknown (a
+        memory over the recall service) the one the query's language gets by default (`auto`: e5 for
+        Chinese, MiniLM for English); else the default part."""
+        fam = family(encoder)
+        if fam in self.parts:
+            return fam
+        if encoder is None:
+            guess = "e5" if language(query) == "zh" else "minilm"
+            if guess in self.parts:
+                return guess
+        return self.default
+
+    def score(self, X: np.ndarray, part: str) -> np.ndarray:
+        """Scores of the rows of `X` by the model part `part` (else the default one)."""
+        mean, scale, coef = self.parts.get(part) or self.parts[self.default]
+        return ((X - mean) / scale) @ coef
+
+    def card(self) -> dict[str, Any]:
+        """What a cell records of the model: version, digest and what each part was trained on."""
+        return {"version": self.version, "digest": self.digest,
+                "trained_on": {k: v.get("trained_on", "") for k, v in self.data["models"].items()}}
+
+
+@functools.lru_cache(maxsize=8)
+def _load(path: str, mtime_ns: int) -> FusionModel:
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"fusion model {p}: {exc}") from None
+    return FusionModel(data, str(p))
+
+
+def load_model(path: str | Path | None = None) -> FusionModel:
+    """The fusion model at `path` (default: the shipped one; a relative path from the working directory,
+    else from the project root, where experiment configs name theirs), cached by path and modification time."""
+    p = Path(path or DEFAULT_MODEL)
+    if not p.is_absolute() and not p.is_file() and (ROOT / p).is_file():
+        p = ROOT / p
+    if not p.is_file():
+        raise ValueError(f"fusion model {p}: no such file (train one with `dkilab bench retrieval --train`)")
+    return _load(str(p.resolve()), p.stat().st_mtime_ns)
+
+
+def similarities(memory: Memory, query: str, ids: list[str], embedder=None) -> dict[str, float]:
+    """The query's cosine with each message of `ids`: the memory's stored vectors where it exposes them,
+    else one semantic search as wide as the tool allows (messages beyond it get its lowest score)."""
+    fn = getattr(memory, "similarities", None)
+    embedder = embedder if embedder is not None else getattr(memory, "embedder", None)
+    if fn is not None and embedder is not None:
+        return fn(embedder.encode_query(query), ids)
+    kwargs = {"query_embedding": embedder.encode_query(query)} if embedder is not None else {"query_text": query}
+    got = {h.message.message_id: float(h.score or 0.0) for h in memory.semantic_search(top_k=WIDE, **kwargs).items}
+    floor = min(got.values(), default=0.0)
+    return {i: got.get(i, floor) for i in ids}
+
+
+def _neighbours(memory: Memory, ranked: list[RecalledMessage], top: int
+                ) -> dict[str, tuple[str | None, str | None]]:
+    """{message id: (previous id, next id)} within its session, for every candidate and for the neighbours
+    of the top `top` hits (which join the candidates): the memory's `adjacent` where it has one (the store:
+    one query, two turns each way), else one `session_messages` read per session."""
+    fn = getattr(memory, "adjacent", None)
+    out: dict[str, tuple[str | None, str | None]] = {}
+    if fn is not None:
+        got = fn([r.message.message_id for r in ranked], reach=2)
+        for i, (p1, _, n1, _) in got.items():
+            out[i] = (p1, n1)
+        for r in ranked[:top]:  # a hit's neighbour lies between the hit and the turn two away
+            p1, p2, n1, n2 = got.get(r.message.message_id, (None,) * 4)
+            if p1 is not None and p1 not in out:
+                out[p1] = (p2, r.message.message_id)
+            if n1 is not None and n1 not in out:
+                out[n1] = (r.message.message_id, n2)
+        return out
+    for sid in dict.fromkeys(r.message.session_id for r in ranked):
+        msgs = memory.session_messages(sid)
+        for i, m in enumerate(msgs):
+            out[m.message_id] = (msgs[i - 1].message_id if i else None,
+                                 msgs[i + 1].message_id if i + 1 < len(msgs) else None)
+    return out
+
+
+def _rank_of(values: dict[str, float], ids: list[str]) -> dict[str, int]:
+    order = sorted(ids, key=lambda i: -values.get(i, 0.0))
+    return {i: r for r, i in enumerate(order)}
+
+
+def candidates(query: str, ranked: list[RecalledMessage], memory: Memory, *, keywords: list[tuple[str, float]],
+               focus_role: str | None, asked_at=None, embedder=None) -> tuple[list[Message], np.ndarray]:
+    """The candidates (fused list plus the neighbours of its top hits) and their feature rows (`FEATURES`)."""
+    if not ranked:
+        return [], np.zeros((0, len(FEATURES)))
+    links = _neighbours(memory, ranked, NEIGHBOR_TOP)
+    fused = {r.message.message_id: r.score for r in ranked}
+    lex = {r.message.message_id: max(r.signals.get("keyword", 0.0), r.signals.get("keyword_unfocused", 0.0))
+           for r in ranked}
+    cands: dict[str, Message] = {r.message.message_id: r.message for r in ranked}
+    for r in ranked[:NEIGHBOR_TOP]:
+        for nid in links.get(r.message.message_id, (None, None)):
+            if nid is not None and nid not in cands:
+                cands[nid] = memory.get(nid)
+    ids = list(cands)
+    wanted = list(dict.fromkeys([*ids, *(n for i in ids for n in links.get(i, (None, None)) if n is not None)]))
+    cos = similarities(memory, query, wanted, embedder)
+    top_f = max(fused.values()) or 1.0
+    top_l = max(lex.values()) or 1.0
+    top_c = max(cos[i] for i in ids)
+    f_rank = {r.message.message_id: k for k, r in enumerate(ranked)}
+    c_rank, l_rank = _rank_of(cos, ids), _rank_of(lex, ids)
+    session_best: dict[str, float] = {}
+    session_hits: dict[str, int] = {}
+    for r in ranked[:SESSION_TOP]:
+        s = r.message.session_id
+        session_best[s] = max(session_best.get(s, 0.0), r.score / top_f)
+        session_hits[s] = session_hits.get(s, 0) + 1
+    session_rank = {s: k for k, s in enumerate(sorted(session_best, key=lambda s: -session_best[s]))}
+    window = date_window(query, to_utc(asked_at) if asked_at is not None else max(m.timestamp for m in cands.values()))
+    lo, hi = (to_utc(window[0]), to_utc(window[1])) if window is not None else (None, None)
+    words = [k for k, _ in keywords]
+    rows = []
+    for i in ids:
+        m = cands[i]
+        prev, nxt = links.get(i, (None, None))
+        c, pc, nc = cos[i], cos.get(prev, cos[i]) if prev else cos[i], cos.get(nxt, cos[i]) if nxt else cos[i]
+        text = m.content.lower()
+        if lo is None or hi is None:
+            temporal = [0.0, 0.0, 0.0]
+        else:
+            inside = lo <= m.timestamp < hi
+            off = 0 if inside else min(abs((m.timestamp - lo).days), abs((m.timestamp - hi).days))
+            temporal = [1.0, float(inside), math.log1p(off)]
+        rows.append([
+            fused.get(i, 0.0) / top_f, math.log1p(f_rank.get(i, len(ranked))), c, c - top_c, math.log1p(c_rank[i]),
+            lex.get(i, 0.0) / top_l, math.log1p(l_rank[i] if lex.get(i, 0.0) > 0 else len(ids)),
+            0.0 if focus_role is None else (1.0 if m.role == focus_role else -1.0),
+            float(m.content.rstrip().endswith(("?", "？"))), math.log1p(len(m.content)),
+            fused.get(prev, 0.0) / top_f if prev else 0.0, pc, lex.get(prev, 0.0) / top_l if prev else 0.0,
+            fused.get(nxt, 0.0) / top_f if nxt else 0.0, nc, lex.get(nxt, 0.0) / top_l if nxt else 0.0,
+            max(c, pc), max(c, nc),
+            session_best.get(m.session_id, 0.0), math.log1p(session_rank.get(m.session_id, SESSION_TOP)),
+            float(session_hits.get(m.session_id, 0)),
+            sum(1 for w in words if w in text) / len(words) if words else 0.0,
+            *temporal, 0.0, 0.0, 0.0, 0.0, 0.0])
+    X = np.asarray(rows, dtype=np.float64)
+    col = {n: k for k, n in enumerate(FEATURES)}
+    for z, src in _Z.items():
+        v = X[:, col[src]]
+        X[:, col[z]] = (v - v.mean()) / (v.std() + 1e-6)
+    return [cands[i] for i in ids], X
+
+
+def language(query: str) -> str:
+    """`zh` or `en`: the query's language."""
+    from dkilab.text.lang import detect_language
+
+    return "zh" if detect_language(query) == "cn" else "en"
+
+
+def family(encoder: str | None) -> str | None:
+    """The fusion model part of a store's encoder: `minilm` (any of its builds), `e5`, else the name itself."""
+    if encoder is None:
+        return None
+    from dkilab.memory.embedder import E5_EMBEDDER, MINILM_BUILDS
+
+    return "minilm" if encoder in MINILM_BUILDS else "e5" if encoder == E5_EMBEDDER else encoder
+
+
+def rerank(model: FusionModel, messages: list[Message], X: np.ndarray, ranked: list[RecalledMessage], part: str
+           ) -> list[RecalledMessage]:
+    """The candidates ordered by the model part's score (ties: the fused order, then time); each keeps the
+    signals that found it and gets `learned` (its score) beside them."""
+    if not messages:
+        return []
+    scores = model.score(X, part)
+    by_id = {r.message.message_id: r for r in ranked}
+    order = {r.message.message_id: k for k, r in enumerate(ranked)}
+    out = []
+    for m, s in zip(messages, scores):
+        r = by_id.get(m.message_id)
+        signals = dict(r.signals) if r is not None else {"neighbor": 0.0}
+        signals["learned"] = float(s)
+        out.append(RecalledMessage(m, float(s), signals))
+    out.sort(key=lambda r: (-r.score, order.get(r.message.message_id, len(order)), r.message.timestamp))
+    return out

@@ -1,0 +1,182 @@
+"""Learned fusion (issue 30): its candidates and features on a hand-made history against a real store (real
+MiniLM vectors, real FTS5), the same features through a memory that only has the query tools (the recall
+service's client), the per-language model file and its errors, the model's digest in a cell's identity,
+and the trainer end to end on the bundled fixtures."""
+import json
+from datetime import datetime, timedelta, timezone
+
+import numpy as np
+import pytest
+
+from dkilab.recall import MultiSignalRecall, RecallConfig
+from dkilab.recall import learned
+from dkilab.types import Message
+
+T0 = datetime(2023, 5, 1, 9, tzinfo=timezone.utc)
+COL = {n: i for i, n in enumerate(learned.FEATURES)}
+
+
+def m(i, text, speaker, day, session=None):
+    return Message(f"m{i}", "alice", session or f"s{day}", i, "user" if speaker == "Ana" else "assistant", text,
+                   T0 + timedelta(days=day, minutes=i), speaker=speaker)
+
+
+HISTORY = [
+    m(0, "We should cook something new this weekend.", "Ana", 0),
+    m(1, "How about a mushroom risotto with parmesan?", "Ben", 0),
+    m(2, "Sounds great, I will buy the rice.", "Ana", 0),
+    m(3, "I cooked a spicy lentil curry for dinner.", "Ben", 14),
+    m(4, "I cooked a lemon chicken for dinner.", "Ana", 21),
+    m(5, "My brother visited and we played chess.", "Ana", 28),
+    m(6, "Ben, did you finish the book about chess openings?", "Ana", 29),
+    m(7, "Yes, I finished it and loved the chess chapter.", "Ben", 29),
+]
+ASKED = T0 + timedelta(days=30)
+
+
+@pytest.fixture
+def memory(store):
+    store.add_messages(HISTORY)
+    return store.for_user("alice")
+
+
+def features(memory, question, asked_at=ASKED, **signals):
+    """{message id: feature row} of learned fusion's candidates, and the recall result."""
+    cfg = RecallConfig().with_updates({f"signals.{k}": v for k, v in ({"reference_enabled": False} | signals).items()})
+    msr = MultiSignalRecall(cfg, None, memory)
+    got = {}
+    msr.on_candidates = lambda msgs, X: got.update({x.message_id: row for x, row in zip(msgs, X)})
+    result = msr.recall(question, max_results=8, asked_at=asked_at)
+    return got, result
+
+
+def test_the_neighbours_of_the_top_hits_join_the_candidates_with_their_cosines(memory, embedder):
+    rows, result = features(memory, "mushroom risotto", vector_enabled=False)
+    assert {"m0", "m1", "m2"} <= set(rows)  # BM25 finds m1 alone; its session neighbours join
+    assert result.ranked[0].signals.get("learned") is not None and "m2" in [r.message.message_id for r in result.ranked]
+    q = embedder.encode_query("mushroom risotto")
+    vec = {x.message_id: v for x, v in zip(HISTORY, embedder.encode([f"{x.speaker}: {x.content}" for x in HISTORY]))}
+    # the turn alone is what a MiniLM store embeds; the row reads its own and its neighbours' cosines
+    assert rows["m2"][COL["cos"]] == pytest.approx(float(vec["m2"] @ q), abs=1e-4)
+    assert rows["m2"][COL["prev_cos"]] == pytest.approx(float(vec["m1"] @ q), abs=1e-4)
+    assert rows["m1"][COL["next_cos"]] == pytest.approx(float(vec["m2"] @ q), abs=1e-4)
+    assert rows["m0"][COL["prev_cos"]] == rows["m0"][COL["cos"]]  # a session's first turn has none before it
+    assert rows["m1"][COL["lex"]] == 1.0 and rows["m2"][COL["lex"]] == 0.0 and rows["m2"][COL["prev_lex"]] == 1.0
+
+
+def test_the_named_speaker_and_a_date_cue_are_features(memory):
+    rows, _ = features(memory, "What did Ben cook for dinner?")
+    assert rows["m3"][COL["speaker"]] == 1.0 and rows["m4"][COL["speaker"]] == -1.0
+    rows, _ = features(memory, "What did we cook for dinner?")
+    assert all(r[COL["speaker"]] == 0.0 for r in rows.values())  # no speaker named
+    rows, _ = features(memory, "What did we cook for dinner last week?")  # 22-28 May
+    assert rows["m4"][COL["date_cue"]] == 1.0 and rows["m4"][COL["in_window"]] == 1.0
+    assert rows["m3"][COL["in_window"]] == 0.0 and rows["m3"][COL["log_days_off"]] > 0
+    rows, _ = features(memory, "What did we cook for dinner?")
+    assert all(r[COL["date_cue"]] == 0.0 for r in rows.values())
+
+
+class ToolsOnly:
+    """A memory with the query tools alone (as the recall service's client has them): no `similarities`,
+    no `adjacent`, so learned fusion takes its fallbacks."""
+
+    def __init__(self, view):
+        self._view = view
+        self.embedder = view.embedder
+
+    def __getattr__(self, name):
+        if name in ("similarities", "adjacent"):
+            raise AttributeError(name)
+        return getattr(self._view, name)
+
+
+@pytest.mark.parametrize("question", ["mushroom risotto", "What did Ben cook for dinner last week?",
+                                      "who plays chess?"])
+def test_a_memory_with_only_the_query_tools_gets_the_same_features(memory, question):
+    fast, a = features(memory, question)
+    slow, b = features(ToolsOnly(memory), question)
+    assert set(fast) == set(slow)
+    for mid in fast:
+        assert np.allclose(fast[mid], slow[mid], atol=1e-5), mid
+    assert [r.message.message_id for r in a.ranked] == [r.message.message_id for r in b.ranked]
+
+
+def test_the_store_keeps_each_users_turn_order_and_sees_new_turns(store):
+    store.add_messages(HISTORY[:3])
+    other = [Message("m1", "bob", "s0", 0, "user", "A different m1.", T0), Message("m9", "bob", "s0", 1, "user", "x", T0)]
+    store.add_messages(other)
+    alice, bob = store.for_user("alice"), store.for_user("bob")
+    assert alice.adjacent(["m1", "m2"], reach=2) == {"m1": ("m0", None, "m2", None), "m2": ("m1", "m0", None, None)}
+    assert bob.adjacent(["m1", "m0"]) == {"m1": (None, "m9")}  # bob's m1, not alice's; alice's m0 is not bob's
+    store.add_messages([m(8, "And some wine.", "Ben", 0, session="s0")])  # appended: the cached order is renewed
+    assert alice.adjacent(["m2"]) == {"m2": ("m1", "m8")}
+    q = store.embedder.encode_query("risotto")
+    assert set(alice.similarities(q, ["m1", "m9", "nope"])) == {"m1"}  # another user's and unknown ids left out
+
+
+def test_the_model_of_the_stores_encoder_scores_and_a_bad_file_names_itself(tmp_path):
+    n = len(learned.FEATURES)
+    part = lambda c: {"mean": [0.0] * n, "scale": [1.0] * n, "coef": [0.0] * (n - 1) + [c]}  # noqa: E731
+    model = learned.FusionModel({"features": list(learned.FEATURES), "default": "minilm",
+                                 "models": {"minilm": part(1.0), "e5": part(-1.0)}})
+    X = np.zeros((2, n))
+    X[:, -1] = [1.0, 2.0]
+    assert list(model.score(X, "minilm")) == [1.0, 2.0] and list(model.score(X, "e5")) == [-1.0, -2.0]
+    assert list(model.score(X, "other")) == [1.0, 2.0]  # the default part
+    # the store's encoder decides; over the service (encoder unknown) the query's language, as `auto` would
+    assert [model.part_for(e, "What do I like?") for e in ("offline:minilm-int8", "offline:e5", "hub/x", None)] == [
+        "minilm", "e5", "minilm", "minilm"]
+    assert model.part_for(None, "我喜欢什么？") == "e5" and model.part_for("offline:minilm", "我喜欢什么？") == "minilm"
+    bad = {"missing.json": None, "garbled.json": "{not json", "no_models.json": {"features": list(learned.FEATURES)},
+           "features.json": {"features": ["cos"], "models": {"en": part(1.0)}},
+           "shape.json": {"features": list(learned.FEATURES), "models": {"en": {"mean": [0], "scale": [1], "coef": [1]}}}}
+    for name, content in bad.items():
+        path = tmp_path / name
+        if content is not None:
+            path.write_text(content if isinstance(content, str) else json.dumps(content))
+        with pytest.raises(ValueError, match=name):
+            learned.load_model(path)
+        with pytest.raises(ValueError, match=rf"fusion_model.*{name}"):  # refused when the config is read
+            RecallConfig().with_updates({"signals.fusion_model": str(path)})
+
+
+def test_the_fusion_model_is_part_of_a_cells_identity(tmp_path):
+    from dkilab.eval.experiment import expand_cells, experiment_from_dict
+
+    shipped = json.loads(learned.DEFAULT_MODEL.read_text())
+    retrained = json.loads(json.dumps(shipped))
+    retrained["models"]["minilm"]["coef"][0] += 0.5
+    (tmp_path / "retrained.json").write_text(json.dumps(retrained))
+    (tmp_path / "same.json").write_text(json.dumps(shipped | {"version": "copy"}))
+
+    def cell(**signals):
+        cfg = experiment_from_dict({"name": "x", "datasets": [{"name": "fixtures"}], "tracing": False,
+                                    "strategies": [{"name": "recall_only", "params": {"recall": {"signals": signals}}}]})
+        return expand_cells(cfg)[0]
+
+    shipped_cell = cell()
+    assert shipped_cell.identity["strategy_identity"]["fusion_model"] == learned.load_model().digest
+    assert cell(fusion_model=str(tmp_path / "retrained.json")).config_hash != shipped_cell.config_hash
+    # the same weights under another version name: another file, but the digest is of the weights
+    assert (cell(fusion_model=str(tmp_path / "same.json")).identity["strategy_identity"]["fusion_model"]
+            == shipped_cell.identity["strategy_identity"]["fusion_model"])
+    assert "fusion_model" not in cell(fusion="weighted").identity["strategy_identity"]
+
+
+def test_the_trainer_fits_a_model_recall_can_load(tmp_path, monkeypatch):
+    """`dkilab bench retrieval --train` end to end on the bundled fixtures (English and Chinese questions of
+    four users): features collected through recall itself, C chosen by cross-validation over users, a model
+    written that a config can name and that ranks."""
+    from dkilab.bench import fusion_train
+
+    monkeypatch.setenv("DKILAB_CACHE_DIR", str(tmp_path / "cache"))
+    out = tmp_path / "model.json"
+    lines = []
+    model = fusion_train.train(out=out, echo=lines.append, datasets=[{"name": "fixtures"}])
+    assert set(model["models"]) == {"e5"} and model["models"]["e5"]["C"] in fusion_train.CS  # bilingual: e5 stores
+    assert any("cross-validated" in line for line in lines) and f"wrote {out}" in lines[-1]
+    loaded = learned.load_model(out)
+    assert loaded.digest != learned.load_model().digest
+    rows = fusion_train.collect(None, datasets=[{"name": "fixtures"}])
+    assert rows and all(r["X"].shape == (len(r["ids"]), len(learned.FEATURES)) for r in rows)
+    assert sum(bool(r["gold"] & set(r["ids"])) for r in rows) >= 0.8 * len(rows)  # evidence is among the candidates
