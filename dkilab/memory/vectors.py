@@ -29,9 +29,6 @@ class VectorIndex:
     def __init__(self, dim: int, directory: Path | None, store_id: str = ""):
         import faiss
 
-        # one thread: a user's flat index is small (a search over 6k vectors is well under a millisecond), and
-        # OpenMP's worker threads spinning after each search took the cores from the encoder and SQLite
-        faiss.omp_set_num_threads(1)
         self._faiss = faiss
         self.dim = dim
         self.directory = directory
@@ -127,7 +124,16 @@ class VectorIndex:
         k = min(k, index.ntotal)
         if k <= 0:
             return np.zeros(0, np.float32), np.zeros(0, np.int64)
-        scores, ids = index.search(query.reshape(1, -1).astype(np.float32), k, params=params)
+        # one OpenMP thread for the search, restored after: a user's flat index is small (6k vectors: well
+        # under a millisecond), and OpenMP workers spinning after it took the cores from the encoder and SQLite.
+        # The setting is the calling thread's; left at 1 it would also have made torch (the same OpenMP) run
+        # generation on one thread.
+        before = faiss.omp_get_max_threads()
+        faiss.omp_set_num_threads(1)
+        try:
+            scores, ids = index.search(query.reshape(1, -1).astype(np.float32), k, params=params)
+        finally:
+            faiss.omp_set_num_threads(before)
         keep = ids[0] >= 0
         return scores[0][keep], ids[0][keep]
 

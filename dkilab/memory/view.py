@@ -124,6 +124,11 @@ class UserMemory:
         return self._user_id
 
     @property
+    def encoder_name(self) -> str:
+        """The name of the store's sentence encoder (learned fusion picks its model part by it)."""
+        return self._store.embedder.model_name
+
+    @property
     def embedder(self):
         """The store's encoder (shared by every user of the store; it holds no user data but its query
         cache, keyed by text)."""

@@ -203,8 +203,8 @@ class MultiSignalRecall:
         if self.on_candidates is not None:
             self.on_candidates(messages, X)
         model = learned.load_model(self.config.signals.fusion_model)
-        encoder = self.embedder if self.embedder is not None else getattr(self.memory, "embedder", None)
-        part = model.part_for(getattr(encoder, "model_name", None), query)
+        encoder = self.embedder.model_name if self.embedder is not None else getattr(self.memory, "encoder_name", None)
+        part = model.part_for(encoder, query)
         return learned.rerank(model, messages, X, ranked, part)
 
     def _expand(self, ranked: list[RecalledMessage]) -> list[RecalledMessage]:

@@ -229,9 +229,10 @@ def create_app(store, keys: KeyRing, manager=None, gate: Gate | None = None,
     async def health() -> dict[str, Any]:
         return {"status": "ok"}
 
-    @app.get("/v1/whoami", tags=["service"], summary="the user this key is bound to")
+    @app.get("/v1/whoami", tags=["service"], summary="the user this key is bound to, and the store's encoder")
     async def whoami(uid: str = Depends(user)) -> dict[str, str]:
-        return {"user_id": uid}
+        # the encoder: learned fusion over the service picks the model part of the store's encoder
+        return {"user_id": uid, "encoder": store.embedder.model_name}
 
     @app.post("/v1/get", tags=["query tools"], summary="one message by id (404 if not the caller's)")
     async def get(body: GetBody, uid: str = Depends(user)):

@@ -30,6 +30,7 @@ class Client:
         self.url = url.rstrip("/")
         self._http = httpx.Client(base_url=self.url, headers={API_KEY_HEADER: api_key}, timeout=timeout)
         self._user_id: str | None = None
+        self._encoder: str | None = None  # the server store's encoder ("" from a server that does not say)
         self.embedder = None  # the server encodes query text (recall passes text, not vectors)
 
     def __repr__(self) -> str:
@@ -76,8 +77,20 @@ class Client:
     @property
     def user_id(self) -> str:
         if self._user_id is None:
-            self._user_id = self._call("GET", "/v1/whoami")["user_id"]
+            self._whoami()
+        assert self._user_id is not None
         return self._user_id
+
+    @property
+    def encoder_name(self) -> str | None:
+        """The server store's sentence encoder (learned fusion picks its model part by it)."""
+        if self._encoder is None:
+            self._whoami()
+        return self._encoder or None
+
+    def _whoami(self) -> None:
+        got = self._call("GET", "/v1/whoami")
+        self._user_id, self._encoder = got["user_id"], got.get("encoder", "")
 
     def get(self, message_id: str) -> Message:
         return self._message(self._call("POST", "/v1/get", {"message_id": message_id}, message_id=message_id),

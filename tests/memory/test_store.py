@@ -378,3 +378,14 @@ def test_a_store_can_embed_each_turn_alone_and_keeps_to_its_choice(embedder, tmp
     assert MemoryStore.open(tmp_path / "v1", embedder=embedder).count() == 2  # opened as built
     with pytest.raises(ValueError, match="index_text '3'"):
         MemoryStore.open(tmp_path / "v3", embedder=embedder, index_text="3")
+
+
+def test_a_vector_search_leaves_the_thread_count_of_generation_alone(store):
+    """FAISS searches a user's small index on one OpenMP thread, then restores the calling thread's setting:
+    torch shares that OpenMP, and a global 1 ran every later generation on one core."""
+    import torch
+
+    before = torch.get_num_threads()
+    store.add_messages([msg("q1", "Where did you go?", role="assistant"), msg("r1", "To Lisbon.", turn=2)])
+    assert store.for_user("alice").semantic_search("Lisbon", top_k=1).items[0].message_id == "r1"
+    assert torch.get_num_threads() == before
