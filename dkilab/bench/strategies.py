@@ -1,16 +1,14 @@
 """Strategy benchmark: every strategy on N LoCoMo questions with a real model; per strategy the
 prompt and injected tokens, p50 latency split into recall / assembly / generation, and fact calls.
 
-Every strategy with a `recall:` block (recall_v4, full_attention, any new one) gets the retrieval
-configuration tuned in experiments/retrieval_locomo.yaml. `max_prompt_tokens` caps every prompt (CPU time: SmolLM2 prefills
-about 600 tokens/s here), so full_history keeps the newest messages that fit.
+Every strategy with a `recall:` block (recall_v4, full_attention, any new one) runs the library's recall
+defaults (learned fusion). `max_prompt_tokens` caps every prompt (CPU time: SmolLM2 prefills about 600
+tokens/s here), so full_history keeps the newest messages that fit.
 """
 from __future__ import annotations
 
 import statistics
 import time
-
-from dkilab.config import read_yaml
 
 
 def _p50(xs):
@@ -18,12 +16,11 @@ def _p50(xs):
 
 
 def run(data_dir: str | None = None, questions: int = 20, model_spec: str = "offline:smollm2",
-        max_prompt_tokens: int = 4096, max_new_tokens: int = 24, strategies: list[str] | None = None,
-        recall_config: str = "experiments/retrieval_locomo.yaml"):
+        max_prompt_tokens: int = 4096, max_new_tokens: int = 24, strategies: list[str] | None = None):
     from dkilab.eval.datasets import load_dataset
     from dkilab.eval.stores import store_for
     from dkilab.models import load_model
-    from dkilab.strategies import BUILTIN, STRATEGIES, create_strategy
+    from dkilab.strategies import BUILTIN, create_strategy
 
     conv = load_dataset("locomo", data_dir=data_dir, limit=1)[0]
     qs = [q for q in conv.questions if q.answerable][:questions]
@@ -33,13 +30,10 @@ def run(data_dir: str | None = None, questions: int = 20, model_spec: str = "off
     model = load_model(model_spec)
     print(f"model {model.name} loaded in {time.perf_counter() - t:.1f} s; {len(qs)} questions of {conv.conversation_id} "
           f"({len(conv.messages)} messages); prompts capped at {max_prompt_tokens} tokens")
-    recall = read_yaml(recall_config)["defaults"]["recall"]
     rows = {}
     for name in strategies or BUILTIN:
         store.embedder.clear_cache()  # every strategy starts with cold query caches
         params = {"max_new_tokens": max_new_tokens, "max_prompt_tokens": max_prompt_tokens}
-        if "recall" in STRATEGIES[name].Params.model_fields:
-            params["recall"] = recall
         strategy = create_strategy(name, params)
         answers = [strategy.answer(q.question, memory, model) for q in qs]
         lat = {s: [a.latency_ms.get(s, 0.0) for a in answers] for s in ("recall", "assembly", "generation")}

@@ -218,19 +218,19 @@ def overview_markdown(table, pairs, counts: dict[str, dict[str, int]], max_pairs
         q = table.at[label, "questions"] if "questions" in table.columns else None
         row.append("" if q is None or (isinstance(q, float) and math.isnan(q)) else str(int(q)))
         rows.append(row)
-    parts = ["### Comparison", "Each cell's headline metrics: value with half its 95% bootstrap interval "
-             "(`[low, high]` where skewed); ↑ higher is better, ↓ lower is better; n = the questions a metric "
-             "counts. Every metric of a cell is its run's `metrics.json`.", "", _md(header, rows)]
+    parts = ["### Comparison", "", _md(header, rows), "", "Each cell's headline metrics: value with half its 95% "
+             "bootstrap interval (`[low, high]` where skewed); ↑ higher is better, ↓ lower is better; n = the "
+             "questions a metric counts. Every metric of a cell is its run's `metrics.json`."]
     if pairs is not None and not pairs.empty:
         prow = []
         for r in pairs.head(max_pairs).itertuples(index=False):
             better = "" if r.metric not in METRICS or METRICS[r.metric].higher_is_better is None else (
                 "lower" if lower_is_better(r.metric) else "higher")
             prow.append([r.metric, r.a, r.b, f"{r.diff:+.3f}", f"[{r.low:+.3f}, {r.high:+.3f}]", r.real, better, str(r.n)])
-        parts += ["", "### Paired differences (b − a on the questions both answered)",
+        parts += ["", "### Paired differences (b − a on the questions both answered)", "",
+                  _md(["metric", "a", "b", "b − a", "95% interval", "real", "better", "n"], prow), "",
                   "`real`: the 95% interval of the difference excludes 0. `better`: the direction in which the "
-                  "metric improves.", "",
-                  _md(["metric", "a", "b", "b − a", "95% interval", "real", "better", "n"], prow)]
+                  "metric improves."]
         if len(pairs) > max_pairs:
             parts.append(f"\n… {len(pairs) - max_pairs} more rows in `paired.csv`.")
     return "\n".join(parts)

@@ -110,7 +110,10 @@ class Embedder:
                     os.environ.setdefault("HF_HUB_OFFLINE", "1")
                 from sentence_transformers import SentenceTransformer
 
-                self._model = SentenceTransformer(path, device=self.device)
+                from dkilab.models.loading import quiet_loading
+
+                with quiet_loading():
+                    self._model = SentenceTransformer(path, device=self.device)
             return self._model
 
     @property

@@ -37,7 +37,10 @@ def build(model_dir: str, int8: bool = True) -> Path:
 
     tmp = target.with_name(target.name + f".tmp{os.getpid()}")
     tmp.mkdir(parents=True, exist_ok=True)
-    tok, model = AutoTokenizer.from_pretrained(src), AutoModel.from_pretrained(src).eval()
+    from dkilab.models.loading import quiet_loading
+
+    with quiet_loading():
+        tok, model = AutoTokenizer.from_pretrained(src), AutoModel.from_pretrained(src).eval()
 
     class Hidden(torch.nn.Module):
         def __init__(self, m):

@@ -227,6 +227,21 @@ def check_support(hf) -> _Rope:
 
 
 @torch.inference_mode()
+def cache_kwarg(hf, cache) -> dict:
+    """The K/V cache as the model's forward takes it: `cache` (transformers >= 5.2x; `past_key_values` there
+    is deprecated, with a FutureWarning on every call) or `past_key_values` (earlier releases)."""
+    import inspect
+
+    forward = type(hf).forward
+    name = _CACHE_KWARG.get(forward)
+    if name is None:
+        name = _CACHE_KWARG[forward] = "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
+    return {name: cache}
+
+
+_CACHE_KWARG: dict = {}
+
+
 def encode_memory(model, text: str) -> MemoryKV:
     """Encode `text` (tokenised exactly as given, no special tokens added) into K/V at -m..-1."""
     from transformers import DynamicCache
@@ -240,7 +255,7 @@ def encode_memory(model, text: str) -> MemoryKV:
     cache = DynamicCache()  # full layers everywhere: a sliding layer must keep the whole block (masks do the window)
     device = hf.get_input_embeddings().weight.device
     pos = torch.arange(-len(ids) - 1, 0, device=device).unsqueeze(0)
-    hf(input_ids=torch.tensor([[sink, *ids]], device=device), position_ids=pos, past_key_values=cache, use_cache=True)
+    hf(input_ids=torch.tensor([[sink, *ids]], device=device), position_ids=pos, use_cache=True, **cache_kwarg(hf, cache))
     layers = [(layer.keys.detach().clone(), layer.values.detach().clone())  # type: ignore[union-attr]  # full layers
               for layer in cache.layers]
     return MemoryKV(text, ids, sink, layers, (time.perf_counter() - t) * 1000)
@@ -330,7 +345,7 @@ def prefill(model, prompt_ids: list[int], memories=None):
     device = hf.get_input_embeddings().weight.device
     out = hf(input_ids=torch.tensor([prompt_ids], device=device),
              position_ids=torch.arange(len(prompt_ids), device=device).unsqueeze(0),
-             past_key_values=cache, use_cache=True, **kwargs)
+             use_cache=True, **cache_kwarg(hf, cache), **kwargs)
     return out.logits[0, -1].float(), cache, bias, injected
 
 
@@ -365,7 +380,7 @@ def decode(model, prompt_ids: list[int], memories=None, max_new_tokens: int = 64
         if stop and any(s in tok.decode(new[-16:], skip_special_tokens=True) for s in stop):
             break
         out = hf(input_ids=torch.tensor([[nxt]], device=device), position_ids=torch.tensor([[pos]], device=device),
-                 past_key_values=cache, use_cache=True, **kwargs)
+                 use_cache=True, **cache_kwarg(hf, cache), **kwargs)
         logits = out.logits[0, -1].float()
         pos += 1
     return new, injected

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from dkilab.models.kv import _hf, build_cache, encode_memory
+from dkilab.models.kv import _hf, build_cache, cache_kwarg, encode_memory
 
 
 @dataclass
@@ -35,7 +35,7 @@ def _score(model, prompt_ids: list[int], answer_ids: list[int], memories) -> tup
     device = hf.get_input_embeddings().weight.device
     kwargs = {"memory_bias": bias} if bias is not None else {}
     out = hf(input_ids=torch.tensor([ids], device=device), position_ids=torch.arange(len(ids), device=device)[None],
-             past_key_values=cache, use_cache=cache is not None, **kwargs)
+             use_cache=cache is not None, **cache_kwarg(hf, cache), **kwargs)
     logp = torch.log_softmax(out.logits[0].float(), -1)
     n = len(prompt_ids)
     answer = logp[n - 1:len(ids) - 1].gather(1, torch.tensor(answer_ids, device=device)[:, None]).sum()

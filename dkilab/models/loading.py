@@ -6,6 +6,8 @@ safetensors under `$DKILAB_CACHE_DIR/models/` so every later load reads it direc
 """
 from __future__ import annotations
 
+import contextlib
+
 import hashlib
 import importlib.util
 import os
@@ -79,6 +81,21 @@ def _gguf_cache(gguf: Path) -> Path:
     return cache_dir() / "models" / f"{gguf.stem}-{key}"
 
 
+@contextlib.contextmanager
+def quiet_loading():
+    """No weight-loading progress bars (transformers' tqdm on stderr: red boxes in a notebook, noise in a log
+    of a sweep); restored afterwards to what it was."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()
+
+
 def _dequantised(gguf: Path) -> Path:
     """Directory with the GGUF's weights as fp32 safetensors + tokenizer; built once, atomically."""
     target = _gguf_cache(gguf)
@@ -87,8 +104,9 @@ def _dequantised(gguf: Path) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tmp = target.with_name(target.name + f".tmp{os.getpid()}")
-    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype="float32")
-    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    with quiet_loading():
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype="float32")
+        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     # the weights are plain fp32 tensors after dequantising: drop the GGUF marker so they can be saved
     model.hf_quantizer = None  # type: ignore[assignment]
     model.is_quantized = False  # type: ignore[assignment]
@@ -251,8 +269,9 @@ def _load_hf(spec: str, dtype: str, device: str, max_context: int | None, attn: 
     if device == "shard":
         kwargs["device_map"] = "auto"
     try:
-        model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
-        tokenizer = AutoTokenizer.from_pretrained(source)
+        with quiet_loading():
+            model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
+            tokenizer = AutoTokenizer.from_pretrained(source)
     except OSError as e:
         raise ModelNotAvailableError(f"cannot load model {spec!r} from {source}: {e}") from e
     if device not in ("shard", "cpu"):

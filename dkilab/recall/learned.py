@@ -140,10 +140,11 @@ def similarities(memory: Memory, query: str, ids: list[str], embedder=None) -> d
 
 
 def _neighbours(memory: Memory, ranked: list[RecalledMessage], top: int
-                ) -> dict[str, tuple[str | None, str | None]]:
-    """{message id: (previous id, next id)} within its session, for every candidate and for the neighbours
-    of the top `top` hits (which join the candidates): the memory's `adjacent` where it has one (the store:
-    one query, two turns each way), else one `session_messages` read per session."""
+                ) -> tuple[dict[str, tuple[str | None, str | None]], dict[str, Message]]:
+    """({message id: (previous id, next id)} within its session, for every candidate and for the neighbours
+    of the top `top` hits, which join the candidates; the messages read on the way): the memory's `adjacent`
+    where it has one (the store: one lookup, two turns each way), else one `session_messages` read per
+    session (a memory over the recall service)."""
     fn = getattr(memory, "adjacent", None)
     out: dict[str, tuple[str | None, str | None]] = {}
     if fn is not None:
@@ -156,13 +157,15 @@ def _neighbours(memory: Memory, ranked: list[RecalledMessage], top: int
                 out[p1] = (p2, r.message.message_id)
             if n1 is not None and n1 not in out:
                 out[n1] = (r.message.message_id, n2)
-        return out
+        return out, {}
+    read: dict[str, Message] = {}
     for sid in dict.fromkeys(r.message.session_id for r in ranked):
         msgs = memory.session_messages(sid)
         for i, m in enumerate(msgs):
+            read[m.message_id] = m
             out[m.message_id] = (msgs[i - 1].message_id if i else None,
                                  msgs[i + 1].message_id if i + 1 < len(msgs) else None)
-    return out
+    return out, read
 
 
 def _rank_of(values: dict[str, float], ids: list[str]) -> dict[str, int]:
@@ -175,7 +178,7 @@ def candidates(query: str, ranked: list[RecalledMessage], memory: Memory, *, key
     """The candidates (fused list plus the neighbours of its top hits) and their feature rows (`FEATURES`)."""
     if not ranked:
         return [], np.zeros((0, len(FEATURES)))
-    links = _neighbours(memory, ranked, NEIGHBOR_TOP)
+    links, read = _neighbours(memory, ranked, NEIGHBOR_TOP)
     fused = {r.message.message_id: r.score for r in ranked}
     lex = {r.message.message_id: max(r.signals.get("keyword", 0.0), r.signals.get("keyword_unfocused", 0.0))
            for r in ranked}
@@ -183,7 +186,7 @@ def candidates(query: str, ranked: list[RecalledMessage], memory: Memory, *, key
     for r in ranked[:NEIGHBOR_TOP]:
         for nid in links.get(r.message.message_id, (None, None)):
             if nid is not None and nid not in cands:
-                cands[nid] = memory.get(nid)
+                cands[nid] = read.get(nid) or memory.get(nid)
     ids = list(cands)
     wanted = list(dict.fromkeys([*ids, *(n for i in ids for n in links.get(i, (None, None)) if n is not None)]))
     cos = similarities(memory, query, wanted, embedder)

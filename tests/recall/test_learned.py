@@ -1,9 +1,9 @@
 """Learned fusion (issue 30): its candidates and features on a hand-made history against a real store (real
 MiniLM vectors, real FTS5), the same features through a memory that only has the query tools (the recall
-service's client), the per-language model file and its errors, the model's digest in a cell's identity,
+service's client), the per-encoder model file and its errors, the model's digest in a cell's identity,
 and the trainer end to end on the bundled fixtures."""
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
 import numpy as np
 import pytest
@@ -11,27 +11,10 @@ import pytest
 from dkilab.recall import MultiSignalRecall, RecallConfig
 from dkilab.recall import learned
 from dkilab.types import Message
+from tests.recall.test_levers import ASKED, HISTORY, m  # the same hand-made history
 
-T0 = datetime(2023, 5, 1, 9, tzinfo=timezone.utc)
 COL = {n: i for i, n in enumerate(learned.FEATURES)}
-
-
-def m(i, text, speaker, day, session=None):
-    return Message(f"m{i}", "alice", session or f"s{day}", i, "user" if speaker == "Ana" else "assistant", text,
-                   T0 + timedelta(days=day, minutes=i), speaker=speaker)
-
-
-HISTORY = [
-    m(0, "We should cook something new this weekend.", "Ana", 0),
-    m(1, "How about a mushroom risotto with parmesan?", "Ben", 0),
-    m(2, "Sounds great, I will buy the rice.", "Ana", 0),
-    m(3, "I cooked a spicy lentil curry for dinner.", "Ben", 14),
-    m(4, "I cooked a lemon chicken for dinner.", "Ana", 21),
-    m(5, "My brother visited and we played chess.", "Ana", 28),
-    m(6, "Ben, did you finish the book about chess openings?", "Ana", 29),
-    m(7, "Yes, I finished it and loved the chess chapter.", "Ben", 29),
-]
-ASKED = T0 + timedelta(days=30)
+T0 = datetime(2023, 5, 1, 9, tzinfo=timezone.utc)
 
 
 @pytest.fixture
