@@ -188,9 +188,11 @@ def _md(header: list[str], rows: list[list[str]]) -> str:
                       *("| " + " | ".join(map(cell, r)) + " |" for r in rows)])
 
 
-def overview_markdown(table, pairs, counts: dict[str, dict[str, int]], max_pairs: int = 40) -> str:
+def overview_markdown(table, pairs, counts: dict[str, dict[str, int]], max_pairs: int = 40,
+                      max_cells: int | None = None) -> str:
     """The parent run's first page (its description, Markdown): each cell's headline metrics with their 95%
-    intervals, which way is better and n, then the paired differences, rounded, `real` as yes/no."""
+    intervals, which way is better and n, then the paired differences, rounded, `real` as yes/no. Rows past
+    `max_cells` / `max_pairs` are left out with a line that says how many and where they are."""
     import math
 
     from dkilab.eval.metrics.base import headline_metrics, lower_is_better
@@ -204,7 +206,7 @@ def overview_markdown(table, pairs, counts: dict[str, dict[str, int]], max_pairs
         header.append(f"{m}{arrow}" + (f" (n={ns.pop()})" if len(ns) == 1 else ""))
     header.append("questions")
     rows = []
-    for label in table.index:
+    for label in table.index[:max_cells]:
         row = [str(label)]
         for m in cols:
             v, lo, hi = (table.at[label, c] if c in table.columns else None for c in (m, f"{m}_low", f"{m}_high"))
@@ -221,7 +223,11 @@ def overview_markdown(table, pairs, counts: dict[str, dict[str, int]], max_pairs
     parts = ["### Comparison", "", _md(header, rows), "", "Each cell's headline metrics: value with half its 95% "
              "bootstrap interval (`[low, high]` where skewed); ↑ higher is better, ↓ lower is better; n = the "
              "questions a metric counts. Every metric of a cell is its run's `metrics.json`."]
-    if pairs is not None and not pairs.empty:
+    if max_cells is not None and len(table) > max_cells:
+        parts.append(f"\n… {len(table) - max_cells} more cells in `comparison.csv` (too many for this page).")
+    if pairs is not None and not pairs.empty and max_pairs == 0:
+        parts += ["", f"Paired differences: {len(pairs)} rows in `paired.csv` (too many for this page)."]
+    elif pairs is not None and not pairs.empty:
         prow = []
         for r in pairs.head(max_pairs).itertuples(index=False):
             better = "" if r.metric not in METRICS or METRICS[r.metric].higher_is_better is None else (

@@ -233,7 +233,7 @@ def log_comparison(results) -> None:
     from dkilab.eval.plots import category_figure, headline_figure
 
     counts = metric_counts({r.cell.label: r.load_rows() for r in done})
-    _describe_parent(overview_markdown(table, pairs, counts))
+    _describe_parent(lambda **cut: overview_markdown(table, pairs, counts, **cut))
     fig = headline_figure(table, f"{len(done)} cells · bars: 95% bootstrap intervals · n per metric", counts)
     if fig is not None:
         mlflow.log_figure(fig, "comparison.png")
@@ -246,15 +246,36 @@ def log_comparison(results) -> None:
                 mlflow.log_figure(fig, "comparison_by_category.png")
 
 
-def _describe_parent(overview: str) -> None:
+# MLflow keeps a tag value (the description is the tag mlflow.note.content) up to this many characters and
+# cuts the rest with a warning: the overview is fitted under it instead, dropping whole rows with a note
+NOTE_LIMIT = 8000
+
+
+def fit_overview(overview, intro: str, limit: int = NOTE_LIMIT) -> str:
+    """The description: `intro` (the experiment's, if any) then `overview(**cut)`, with fewer paired rows, then
+    fewer cells, until it fits `limit` characters; an intro that alone leaves no room is shortened."""
+    head = intro.rstrip() + "\n\n" if intro.strip() else ""
+    if len(head) > limit // 4:
+        head = head[: limit // 4 - 2].rstrip() + "…\n\n"
+    cuts = [{"max_pairs": k} for k in (40, 20, 10, 5, 0)]
+    cuts += [{"max_pairs": 0, "max_cells": k} for k in (40, 20, 10, 5, 0)]
+    text = ""
+    for cut in cuts:
+        text = head + overview(**cut)
+        if len(text) <= limit:
+            return text
+    return text[:limit]
+
+
+def _describe_parent(overview) -> None:
     """The parent run's description (its Overview page) becomes the experiment's description, if any,
-    followed by the comparison and the paired differences."""
+    followed by the comparison and the paired differences (fitted under MLflow's limit, `fit_overview`)."""
     import mlflow
 
     run = mlflow.active_run()
     assert run is not None  # the parent run, started by the runner
     intro = (mlflow.get_run(run.info.run_id).data.tags.get("mlflow.note.content") or "").split("\n### Comparison")[0]
-    mlflow.set_tag("mlflow.note.content", (intro.rstrip() + "\n\n" if intro.strip() else "") + overview)
+    mlflow.set_tag("mlflow.note.content", fit_overview(overview, intro))
 
 
 _KEY_CHARS = re.compile(r"[^\w.\- /:]")

@@ -323,3 +323,40 @@ def test_the_parent_run_shows_the_answer_on_its_first_page(logged):
         assert f"| {r.cell.label} | " in overview
     assert "score ↑" in overview and ("| yes |" in overview or "| no |" in overview)
     assert "0.11666" not in overview and "True" not in overview
+
+
+def test_a_large_comparison_is_fitted_under_mlflows_description_limit_with_a_note():
+    """A sweep of many cells made the Overview 8,304 characters and MLflow cut it mid-table with only a log
+    warning. The description now drops whole paired rows, then whole cells, and says how many and where."""
+    import random
+
+    from dkilab.eval.tables import overview_markdown, pairwise
+    from dkilab.eval.tracking import NOTE_LIMIT, fit_overview
+
+    rnd = random.Random(0)
+
+    def rows(p):
+        return [{"qid": f"q{i}", "category": "c", "score": float(rnd.random() < p),
+                 "hallucinated": None} for i in range(30)]
+
+    cells = [(f"strategy_with_a_long_name_{i}@locomo[history_budget={64 * i}]", "locomo", rows(i / 40))
+             for i in range(1, 31)]
+    import pandas as pd
+
+    table = pd.DataFrame({"score": [sum(r["score"] for r in c[2]) / 30 for c in cells],
+                          "score_low": 0.0, "score_high": 1.0, "questions": 30},
+                         index=[c[0] for c in cells])
+    pairs = pairwise(cells, metrics=["score"])
+    counts = {"score": {c[0]: 30 for c in cells}}
+    full = overview_markdown(table, pairs, counts)
+    assert len(full) > NOTE_LIMIT  # the case: as written before, MLflow would cut it
+    text = fit_overview(lambda **cut: overview_markdown(table, pairs, counts, **cut), "a sweep\n")
+    assert len(text) <= NOTE_LIMIT and text.startswith("a sweep\n\n### Comparison")
+    assert text.rstrip().endswith(("`paired.csv`.", "(too many for this page).", "metric improves."))
+    n_rows = sum(1 for ln in text.splitlines() if ln.startswith("| strategy_with"))
+    if n_rows < len(cells):  # cells left out are counted, never silently gone
+        assert f"… {len(cells) - n_rows} more cells in `comparison.csv`" in text
+    assert "rows in `paired.csv`" in text  # the paired rows left out are counted too
+    # a small comparison is untouched
+    small = fit_overview(lambda **cut: overview_markdown(table.head(3), pairs.head(3), counts, **cut), "")
+    assert small == overview_markdown(table.head(3), pairs.head(3), counts)
