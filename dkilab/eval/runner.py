@@ -479,22 +479,43 @@ def cell_model(cell: Cell):
     return load_tokenizer_model(m.spec, **m.load_kwargs())
 
 
+def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(d, dict):
+        return {k: v for key, val in d.items() for k, v in _flat(val, f"{prefix}{key}.").items()}
+    return {prefix.rstrip("."): d}
+
+
+def _what_differs(a: Cell, b: Cell) -> list[str] | None:
+    """The one thing two cells of one strategy on one dataset differ in, as `key = x and y` parts: a sweep
+    key, or the params of two labelled variants (e.g. `recall.signals.fusion`); None if they differ in more
+    than one sweep key, or in model, embedder or dataset."""
+    if (a.strategy.name, a.dataset, a.model, a.embedder) != (b.strategy.name, b.dataset, b.model, b.embedder):
+        return None
+    if a.strategy.key == b.strategy.key:
+        diff = [k for k in a.point if a.point[k] != b.point.get(k)]
+        return [f"{diff[0]} = {a.point[diff[0]]} and {b.point[diff[0]]}"] if len(diff) == 1 else None
+    pa, pb = (_flat(c.params.model_dump() if hasattr(c.params, "model_dump") else dict(c.strategy.params))
+              for c in (a, b))
+    keys = sorted(k for k in pa.keys() | pb.keys() if pa.get(k) != pb.get(k))
+    return [f"{k} = {pa.get(k)} and {pb.get(k)}" for k in keys] or None
+
+
 def sweep_notes(results: list[CellResult]) -> list[str]:
-    """Sweep values that changed nothing: two cells that differ in one sweep key only and gave the same
-    prompt and the same answer on every question (e.g. a threshold no message reaches)."""
-    done = [r for r in results if r.done and r.cell.point]
+    """Sweep values, or labelled variants of one strategy, that changed nothing: two cells that differ in one
+    thing only and gave the same prompt, context and answer on every question (e.g. a threshold no message
+    reaches, or a recall knob whose ranking never reaches a budget the recent turns fill)."""
+    done = [r for r in results if r.done]
     notes = []
     for a, b in itertools.combinations(done, 2):
-        if (a.cell.strategy.key, a.cell.dataset) != (b.cell.strategy.key, b.cell.dataset):
-            continue
-        diff = [k for k in a.cell.point if a.cell.point[k] != b.cell.point.get(k)]
-        if len(diff) != 1:
+        what = _what_differs(a.cell, b.cell)
+        if not what:
             continue
         ra = {r["qid"]: (r.get("prompt_digest"), r.get("prediction"), tuple(r.get("recalled_ids") or ())) for r in a.load_rows()}
         rb = {r["qid"]: (r.get("prompt_digest"), r.get("prediction"), tuple(r.get("recalled_ids") or ())) for r in b.load_rows()}
         if ra and ra == rb:
-            notes.append(f"{a.cell.strategy.key} {diff[0]} = {a.cell.point[diff[0]]} and {b.cell.point[diff[0]]} gave the "
-                         f"same prompts and answers on all {len(ra)} questions of {a.cell.dataset.name}")
+            who = a.cell.strategy.key if a.cell.strategy.key == b.cell.strategy.key else f"{a.cell.strategy.key} and {b.cell.strategy.key}"
+            notes.append(f"{who}: {'; '.join(what)} gave the same prompts, contexts and answers on all {len(ra)} "
+                         f"questions of {a.cell.dataset.name}")
     return notes
 
 

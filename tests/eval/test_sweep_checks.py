@@ -70,3 +70,26 @@ def test_thresholds_are_checked_against_the_message_lengths(tmp_path, model):
     with pytest.raises(ConfigError, match=r"sweep\.v4\.recall\.summary\.per_message_threshold: 2000 and 3000 "
                                           r"summarise the same messages of fixtures"):
         check_thresholds(dead, check_config(dead), echo=said.append)
+
+
+def test_variants_that_change_nothing_are_named_after_the_run(tmp_path):
+    """Found on full MemDaily: two fusions that rank differently gave identical cells, because at a budget the
+    recent turns fill the ranking never reaches the context. Labelled variants of one strategy (not only
+    sweep points) that give the same prompts, contexts and answers on every question are named after the
+    run; variants that do differ are not."""
+    from dkilab.eval.runner import run_experiment
+
+    def fa(label, **recall_params):
+        return {"name": "full_attention", "label": label, "params": recall_params}
+
+    path = _cfg(tmp_path, name="inert-variants", model={"max_context": 1024, "generate": False},
+                datasets=[{"name": "fixtures", "question_limit": 3}],
+                strategies=[fa("tight_learned", history_budget=24),
+                            fa("tight_weighted", history_budget=24, recall={"signals": {"fusion": "weighted"}}),
+                            fa("roomy", history_budget=400)])
+    said: list[str] = []
+    run_experiment(load_experiment(path), uri=f"sqlite:///{tmp_path / 'mlflow.db'}", progress=False, echo=lambda *a: said.append(" ".join(map(str, a))))
+    notes = [s for s in said if s.startswith("note: ")]
+    assert any("tight_learned and tight_weighted: recall.signals.fusion = learned and weighted gave the same" in n
+               for n in notes), said
+    assert not any("roomy" in n for n in notes), notes
