@@ -226,7 +226,6 @@ def check_support(hf) -> _Rope:
     return rope
 
 
-@torch.inference_mode()
 def cache_kwarg(hf, cache) -> dict:
     """The K/V cache as the model's forward takes it: `cache` (transformers >= 5.2x; `past_key_values` there
     is deprecated, with a FutureWarning on every call) or `past_key_values` (earlier releases)."""
@@ -242,6 +241,7 @@ def cache_kwarg(hf, cache) -> dict:
 _CACHE_KWARG: dict = {}
 
 
+@torch.inference_mode()
 def encode_memory(model, text: str) -> MemoryKV:
     """Encode `text` (tokenised exactly as given, no special tokens added) into K/V at -m..-1."""
     from transformers import DynamicCache

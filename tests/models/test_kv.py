@@ -107,3 +107,21 @@ def test_alpha_curve_matches_the_direct_computation(model, mem):
     assert rows[2]["p_answer"] > rows[0]["p_answer"] and rows[2]["answer_logprob"] <= float(torch.log_softmax(full, -1)[first])
     with pytest.raises(ValueError, match="at least one probe"):
         alpha_curve(model, [], [0.5])
+
+
+def test_encoding_a_memory_builds_no_autograd_graph(model):
+    """encode_memory, prefill and decode run under torch.inference_mode (no graph kept per token: memory
+    and time). A helper added above encode_memory once took its decorator, and the memory forward ran with
+    autograd on; the model's forward now records the mode it ran in."""
+    from dkilab.models.kv import decode, _hf
+
+    seen = []
+    hf, _ = _hf(model)
+    handle = hf.register_forward_hook(lambda *_: seen.append(torch.is_inference_mode_enabled()))
+    try:
+        encode_memory(model, MEMORY)
+        assert seen == [True]
+        decode(model, model.encode(PROMPT), [(encode_memory(model, MEMORY), 1.0)], max_new_tokens=2)
+    finally:
+        handle.remove()
+    assert len(seen) >= 3 and all(seen), seen
