@@ -213,6 +213,8 @@ def test_recall_v4_strategy_over_http_recalls_what_it_recalls_in_process(service
     from dkilab.strategies import create_strategy
 
     strategy = create_strategy("recall_only", {"max_results": 10})
+    # learned fusion picks the model part of the store's encoder, which the client learns from /v1/whoami
+    assert service.client("u_maya").encoder_name == service.store.embedder.model_name
     for conv in load_dataset("fixtures"):
         for q in conv.questions[:4]:
             sid = q.session_id
