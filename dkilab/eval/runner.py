@@ -505,13 +505,20 @@ def sweep_notes(results: list[CellResult]) -> list[str]:
     thing only and gave the same prompt, context and answer on every question (e.g. a threshold no message
     reaches, or a recall knob whose ranking never reaches a budget the recent turns fill)."""
     done = [r for r in results if r.done]
+    signatures: dict[int, dict] = {}
+
+    def signature(res: CellResult) -> dict:  # per question: what the model saw and said (once per cell)
+        if id(res) not in signatures:
+            signatures[id(res)] = {r["qid"]: (r.get("prompt_digest"), r.get("prediction"), tuple(r.get("recalled_ids") or ()))
+                                   for r in res.load_rows()}
+        return signatures[id(res)]
+
     notes = []
     for a, b in itertools.combinations(done, 2):
         what = _what_differs(a.cell, b.cell)
         if not what:
             continue
-        ra = {r["qid"]: (r.get("prompt_digest"), r.get("prediction"), tuple(r.get("recalled_ids") or ())) for r in a.load_rows()}
-        rb = {r["qid"]: (r.get("prompt_digest"), r.get("prediction"), tuple(r.get("recalled_ids") or ())) for r in b.load_rows()}
+        ra, rb = signature(a), signature(b)
         if ra and ra == rb:
             who = a.cell.strategy.key if a.cell.strategy.key == b.cell.strategy.key else f"{a.cell.strategy.key} and {b.cell.strategy.key}"
             notes.append(f"{who}: {'; '.join(what)} gave the same prompts, contexts and answers on all {len(ra)} "
