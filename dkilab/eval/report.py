@@ -104,7 +104,7 @@ def detector_notes(params_per_cell: list[dict[str, str]]) -> list[str]:
     notes = []
     for card in seen.values():
         prefixes = {"test_": "held-out half", "loso_": "leave-one-source-out", "pooled_": "pooled 5-fold",
-                    "sample_": "per-source sample"}
+                    "fresh_": "fresh check", "sample_": "per-source sample"}
         parts = []
         for prefix, label in prefixes.items():
             got = ", ".join(f"{k.removeprefix(prefix)} {v}" for k, v in sorted(card.items()) if k.startswith(prefix))

@@ -27,8 +27,38 @@ def test_the_rules_decide_only_what_they_are_sure_of():
     assert rule_decision("我不太确定，可能是九点半。") is False
     assert rule_decision("不清楚的地方她都问了客户经理。") is False  # 不清楚 modifies a noun: content
     assert rule_decision("没有提到的事我无法回答。") is None  # ... unless I say I cannot answer: the model decides
-    assert rule_decision("Unknown Pleasures by Joy Division.") is None
     assert rule_decision("I have no record of that.") is None
+
+
+def test_rules_version_2_fixes_what_version_1_got_wrong():
+    """Each rule added in rules version 2, on phrasings outside the labelled set."""
+    # "but" opening a clause that itself denies is no hedge offering a value; "but maybe X" still is
+    assert rule_decision("I'm sorry, but I have no record of your gym.") is None
+    assert rule_decision("Sorry, but I can't tell you when the bus left.") is None
+    assert rule_decision("I can't say for sure, but maybe the 9th.") is False
+    assert rule_decision("We haven't covered that yet.") is None  # a bare "yet" clause offers nothing
+    # titles, names and quoted speech are masked before looking for a word of absence
+    assert rule_decision("Unknown Pleasures by Joy Division.") is False
+    assert rule_decision("It was Nowhere Man, by the Beatles.") is False
+    # a word-free answer that speaks of the answerer goes to the learned part; one that does not, answers
+    assert rule_decision("That's beyond what I know.") is None and rule_decision("The Lisbon office.") is False
+    # a person in the story who did not know is a fact about them; the answerer's not knowing is not
+    assert rule_decision("Your uncle had no idea about the surprise.") is False
+    assert rule_decision("她老公不记得结婚纪念日了。") is False
+    assert rule_decision("Your uncle never told me his address.") is None
+    assert rule_decision("你叔叔在哪里工作我无法确定。") is None
+    # the user's own words reported back, negated or not, are content
+    assert rule_decision("You said you don't eat fish.") is False and rule_decision("你说过你不喝酒。") is False
+    assert rule_decision("You said nothing about that.") is None
+    # an embedded question, then "I don't know", abstains
+    assert rule_decision("他最后去了哪家医院，我不知道。") is True
+    assert rule_decision("谁来的我不知道，但是小王肯定来了。") is False
+    # 没有 ... 的 is left to the learned part, 不 ... 的 before a noun answers
+    assert rule_decision("没有足够的信息回答这个问题。") is None
+    # a parrot of the prompt's fixed text is no refusal; a refusal that quotes some of it still is one
+    assert rule_decision("The [TRUST AND REASONING RULES] say summaries are not complete factual records.") is False
+    assert rule_decision("The [SUMMARY] items above are summaries, not complete factual records, so I cannot say.") is None
+    assert rule_decision("If the memory does not contain the answer, reply exactly: Not mentioned.") is None
 
 
 def test_each_decision_records_its_path_and_the_cell_counts_the_learned_ones():
@@ -56,7 +86,7 @@ def test_rules_only_stays_selectable_and_each_detector_is_its_own_scoring_identi
     hybrid, rules = cell(), cell(abstention_detector="structural")
     assert hybrid.generation_hash == rules.generation_hash and hybrid.scoring_hash != rules.scoring_hash
     card = hybrid.resolved["metrics"]["abstention_detector"]
-    assert card["name"] == "hybrid" and card["version"].startswith("2+lr") and 0.9 < card["loso_precision_en"] <= 1.0
+    assert card["name"] == "hybrid" and card["version"].startswith("2+rules2+lr") and 0.9 < card["loso_precision_en"] <= 1.0
     assert rules.resolved["metrics"]["abstention_detector"]["name"] == "structural"
     with pytest.raises(Exception, match="abstention_detector"):
         cell(abstention_detector="magic")
@@ -82,8 +112,8 @@ def test_leave_one_source_out_holds_each_source_out_of_its_own_training(monkeypa
     rows = [r for i, r in enumerate(rows) if i % 4 == 0]
     fitted_on = []
     real_fit = at._fit
-    monkeypatch.setattr(at, "_fit", lambda X, y: fitted_on.append(len(y)) or real_fit(X, y))
-    v = at.validate(rows)
+    monkeypatch.setattr(at, "_fit", lambda X, y, C: fitted_on.append(len(y)) or real_fit(X, y, C))
+    v = at.validate(rows, C=1.0, threshold=0.5)
     sizes = {s: sum(r["source"] == s for r in rows) for s in {r["source"] for r in rows}}
     assert sorted(fitted_on[:4]) == sorted(len(rows) - n for n in sizes.values())  # LOSO: all but the held-out source
     assert set(v["per_source"]) == set(sizes) and {"leave_one_source_out", "pooled_5fold", "rules"} <= set(v)
@@ -96,7 +126,8 @@ def test_bench_prints_both_validations_every_source_and_the_probes(capsys):
 
     assert main(["bench", "abstention"]) == 0
     out = capsys.readouterr().out
-    assert "from 15 sources" in out and "model:smollm2" in out and "templated:outside" in out
+    assert "from 17 sources" in out and "model:smollm2" in out and "templated:outside" in out
+    assert "fresh check (200 phrasings never trained on" in out and "hybrid, round 3" in out
     loso = next(line for line in out.splitlines() if "leave-one-source-out" in line)
     pooled = next(line for line in out.splitlines() if "pooled 5-fold" in line)
     assert "en: precision" in loso and "zh: precision" in loso and "en: precision" in pooled
@@ -126,3 +157,73 @@ def test_two_detectors_never_share_decisions_and_a_cell_is_encoded_in_one_batch(
     with ThreadPoolExecutor(4) as pool:
         results = list(pool.map(lambda _: shared.decide_many(texts), range(8)))
     assert all(r == batch for r in results)
+
+
+def test_the_dev_sources_alone_choose_c_and_the_threshold():
+    """select() scores the dev sources' leave-one-source-out predictions only: the grid point it picks has the
+    best minimum of precision and recall there, each grid point's figures count the dev rows only, and the
+    chosen point is what validate() and the shipped weights use."""
+    from dkilab.bench import abstention_train as at
+
+    rows = [r for r in at.load_sources() if r["source"] in ("templated:not_told", "templated:answer_plain", "hard:titles",
+                                                               "templated:outside", "hard:negated_user")]
+    rows = [r for i, r in enumerate(rows) if i % 3 == 0]
+    chosen = at.select(rows)
+    dev = [r for r in rows if r["source"] in at.DEV_SOURCES]
+    assert chosen["dev_rows"] == len(dev) and len(chosen["grid"]) == len(at.GRID_C) * len(at.GRID_THRESHOLD)
+    for g in chosen["grid"]:
+        assert sum(m["n"] for m in g["dev"].values()) == len(dev)
+        assert g["dev_min"] == min(m[k] for m in g["dev"].values() for k in ("precision", "recall"))
+    best = max(g["dev_min"] for g in chosen["grid"])
+    first = next(g for g in chosen["grid"] if g["dev_min"] == best)
+    assert (chosen["C"], chosen["threshold"]) == (first["C"], first["threshold"])
+    w = load_weights()
+    assert {"C", "threshold", "selection"} <= set(w) and w["threshold"] in at.GRID_THRESHOLD
+
+
+def test_the_fresh_check_is_never_trained_on_and_its_figures_ship_with_the_weights():
+    from dkilab.bench import abstention_train as at
+
+    fresh = at.load_fresh_check()
+    seen = {r["text"].strip().lower() for r in at.load_sources()}
+    assert len(fresh) >= 200 and not [r["id"] for r in fresh if r["text"].strip().lower() in seen]
+    assert {r["lang"] for r in fresh} == {"en", "zh"} and {r["abstains"] for r in fresh} == {True, False}
+    shipped = load_weights()["figures"]["fresh_check"]
+    measured = at.fresh_figures(get_detector("hybrid"), fresh)["all"]
+    assert shipped == measured  # the weights' card says what the shipped detector does on it today
+    assert all(m["precision"] >= 0.9 and m["recall"] >= 0.9 for m in measured.values())
+
+
+def test_weights_that_do_not_fit_the_design_say_so():
+    w = dict(load_weights()) | {"coef": [0.0] * 771}  # version 1's width: answer + core vectors only
+    with pytest.raises(ValueError, match="771 coefficients.*--train"):
+        HybridDetector(weights=w).decide("I'm drawing a blank on that, sorry.")
+
+
+def test_the_judge_is_measured_on_the_fresh_check_and_cells_log_both_figures(monkeypatch, tmp_path, capsys):
+    """`dkilab bench abstention --judge` scores the judge on a labelled sample and on the fresh check (the fair
+    comparison: neither it nor the hybrid detector was trained on those rows), and the judge's card that cells
+    log carries both. The judge here is a stand-in (a model call is not what is under test): it declines when
+    the answer contains "not"."""
+    from dkilab.bench import abstention as bench
+    from dkilab.bench import abstention_train as at
+    from dkilab.eval.metrics import judge as judge_mod
+    from dkilab.eval.metrics.abstention import judge_card
+    from dkilab.eval.metrics.judge import ABSTENTION_PROMPT
+
+    monkeypatch.setenv("DKILAB_CACHE_DIR", str(tmp_path))
+    fresh = [r for i, r in enumerate(at.load_fresh_check()) if i % 10 == 0]
+    monkeypatch.setattr(at, "load_fresh_check", lambda: fresh)
+    monkeypatch.setattr("dkilab.models.load_model", lambda spec: None)
+    monkeypatch.setattr(judge_mod.LLMJudge, "abstains", lambda self, q, a: (" not " in f" {a.lower()} " or None, "x"))
+    assert judge_card("stand-in", ABSTENTION_PROMPT)["sample_figures"].startswith("not measured")
+    sample = bench._sample(at.load_sources(), 1)
+    bench._judge("stand-in", sample, get_detector("hybrid"))
+    out = capsys.readouterr().out
+    assert f"the fresh check, {len(fresh)} rows (neither was trained on them)" in out
+    assert out.count("hybrid, same rows") == 2 and "judge replies naming neither label" in out
+    card = judge_card("stand-in", ABSTENTION_PROMPT)
+    assert {"sample_precision_en", "sample_recall_zh", "fresh_precision_en", "fresh_recall_zh"} <= set(card)
+    expected = at._figures(fresh, [(" not " in f" {r['text'].lower()} ") or get_detector("hybrid").is_abstention(r["text"])
+                                   for r in fresh])
+    assert card["fresh_recall_en"] == expected["en"]["recall"] and card["fresh_precision_zh"] == expected["zh"]["precision"]

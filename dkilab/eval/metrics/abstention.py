@@ -76,7 +76,7 @@ def evaluate_detector(is_abstention_fn=None, split: str = "test", rows: list[dic
 @lru_cache(maxsize=4)
 def detector_card(name: str = DEFAULT_DETECTOR) -> dict[str, object]:
     """A detector's name, version and measured figures per language: the rules' test-half precision/recall,
-    and for the hybrid detector its leave-one-source-out and pooled figures (stored with its weights)."""
+    and for the hybrid detector its leave-one-source-out, pooled and fresh-check figures (stored with its weights)."""
     det = get_detector(name)
     card: dict[str, object] = {"name": det.name, "version": det.version}
     if name == "structural":
@@ -85,7 +85,7 @@ def detector_card(name: str = DEFAULT_DETECTOR) -> dict[str, object]:
         return card
     card["weights_sha1"] = det.digest
     figures = det.weights.get("figures", {})
-    for part, prefix in (("leave_one_source_out", "loso"), ("pooled_5fold", "pooled")):
+    for part, prefix in (("leave_one_source_out", "loso"), ("pooled_5fold", "pooled"), ("fresh_check", "fresh")):
         for lang, m in figures.get(part, {}).items():
             card |= {f"{prefix}_precision_{lang}": m["precision"], f"{prefix}_recall_{lang}": m["recall"]}
     return card
@@ -111,10 +111,13 @@ def judge_card(model: str, prompt: str) -> dict[str, object]:
     return card | {"sample_figures": f"not measured: dkilab bench abstention --judge {model}"}
 
 
-def save_judge_card(model: str, prompt: str, figures: dict[str, dict[str, float]]) -> None:
+def save_judge_card(model: str, prompt: str, figures: dict[str, dict[str, float]],
+                    fresh: dict[str, dict[str, float]] | None = None) -> None:
+    """Store a judge's measured figures (a sample of the labelled set; the fresh check) for the cells that use it."""
     path = _judge_cache(model, prompt)
     path.parent.mkdir(parents=True, exist_ok=True)
     out: dict[str, Any] = {}
-    for lang, m in figures.items():
-        out |= {f"sample_precision_{lang}": round(m["precision"], 3), f"sample_recall_{lang}": round(m["recall"], 3)}
+    for prefix, part in (("sample", figures), ("fresh", fresh or {})):
+        for lang, m in part.items():
+            out |= {f"{prefix}_precision_{lang}": round(m["precision"], 3), f"{prefix}_recall_{lang}": round(m["recall"], 3)}
     path.write_text(json.dumps(out), encoding="utf-8")
