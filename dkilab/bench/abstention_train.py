@@ -116,7 +116,7 @@ def select(rows: list[dict] | None = None, X=None, y=None) -> dict[str, Any]:
     sources serve as training rows of the dev folds, and the fresh check is never read."""
     import numpy as np
 
-    from dkilab.text.abstention_learned import rule_decision
+    from dkilab.text.abstention_rules import rule_decision
 
     rows = rows if rows is not None else load_sources()
     if X is None or y is None:
@@ -144,7 +144,8 @@ def validate(rows: list[dict] | None = None, C: float | None = None, threshold: 
     from sklearn.model_selection import StratifiedKFold
 
     from dkilab.text.abstention import StructuralDetector
-    from dkilab.text.abstention_learned import load_weights, rule_decision
+    from dkilab.text.abstention_learned import load_weights
+    from dkilab.text.abstention_rules import rule_decision
 
     if C is None or threshold is None:
         w = load_weights()
@@ -202,7 +203,8 @@ def train(out: Path | None = None, version: str = "2") -> dict[str, Any]:
     weights with the validation figures and the selection grid (the detector's card)."""
     import numpy as np
 
-    from dkilab.text.abstention_learned import RULES_VERSION, WEIGHTS
+    from dkilab.text.abstention_learned import WEIGHTS
+    from dkilab.text.abstention_rules import RULES_VERSION
 
     rows = load_sources()
     X, y = _design([r["text"] for r in rows]), np.asarray([r["abstains"] for r in rows])

@@ -1,0 +1,185 @@
+"""The sure rules of the hybrid abstention detector (issue 33; `RULES_VERSION`): what an answer's wording settles
+without the learned component. `rule_decision` returns True (abstains), False (answers) or None (the learned
+component in `abstention_learned` decides); `masked` is the view both read, with quotes, titles and names
+masked. Each rule, with the phrasings that prompted it, is listed in `rule_decision`'s docstring and in
+docs/hallucination.md."""
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from dkilab.text.abstention import (_EN_FILLER, _PREFIX, _PROTOCOL, _QUOTED, _ZH_FILLER, _is_third, _normalise,
+                                    _strip_fillers, clauses)
+
+_CUES = re.compile(r"\b(?:not?|n't|never|none|nothing|nobody|nowhere|neither|nor|unknown|unclear|unsure|uncertain|"
+                   r"lack\w*|missing|without|unable|can'?t|cannot|couldn'?t|won'?t|don'?t|didn'?t|doesn'?t|isn'?t|"
+                   r"wasn'?t|haven'?t|hasn'?t|hadn'?t|forg[eo]t\w*|blank|idea|sorry|afraid|guess\w*|rather|"
+                   r"record\w*|mention\w*|told|tell|recall|remember|ring a bell|came up|discuss\w*)\b|"
+                   r"n't|[不没無无未缺忘否别莫]|想不|记不|印象|记录|提过|提到|聊过|告诉|确定|猜|抱歉|遗憾|恐怕", re.I)
+
+
+_FRAGMENT = re.compile(r"(?:unknown|not sure|unsure|no idea|no clue|i (?:don't|do not) know|n/?a|insufficient (?:information|info|data)|"
+                       r"not enough (?:information|info)|can't say|cannot say|hard to say|no information|"
+                       r"未知|不确定|不知道|不清楚|不详|无从得知|无法确定|没法确定|没有提到|没提到|没有信息|不记得)"
+                       r"(?:[,，]\s*(?:sorry|i'm afraid|抱歉))?", re.I)
+
+
+_GUESS = re.compile(r"\b(?:i think it was|i believe it was|probably|maybe|perhaps|possibly)\b|可能是|大概是|好像是|应该是|也许是",
+                    re.I)
+_HEDGE = re.compile(r"^(?:probably|maybe|perhaps|possibly|likely|i think|i believe|i guess|my guess|if i had to|可能|也许|大概|"
+                    r"估计|我觉得|我猜|我认为|应该)", re.I)
+_CONTRAST = re.compile(r"^(?:but|however|though|although|still|yet|但是?|不过|可是)\s*[,，]?\s*", re.I)
+_SPEAKER = re.compile(r"\b(?:i|i'm|i've|i'd|me|my|mine|we|we've|us|our)\b|我", re.I)
+_ZH_ATTRIBUTIVE = re.compile(r"^不[\u4e00-\u9fff]{1,4}的[\u4e00-\u9fff]")
+_ZH_FIRST_PERSON_ABSENCE = re.compile(r"我(?:们)?(?:无法|不|没|记不|想不|答不|说不)")
+# a run of two or more capitalised words ("Nothing Else Matters", "I Can't Remember"): a title or a name
+_TITLE_RUN = re.compile(r"\b[A-Z][\w'’]*(?:[ ,]+(?:(?:of|to|a|an|the|for|in|on|and|or|me|you|my|it|is|be)\b[ ]*)*[A-Z][\w'’]*)+")
+_PERSON_NOUN = (r"(?:sister|brother|boss|mum|mom|mother|dad|father|colleague|son|daughter|husband|wife|partner|landlord|"
+                r"landlady|doctor|friend|teacher|manager|neighbou?r|roommate|flatmate|aunt|uncle|cousin|grandma|grandmother|"
+                r"grandpa|grandfather|kids?|children|girlfriend|boyfriend|co-?worker|parents?|family)")
+_EN_PERSON = re.compile(rf"^(?:(?:he|she|they)\b|(?:your|my|his|her|their|the|our) (?:\w+ )?{_PERSON_NOUN}s?\b(?!'s)|"
+                        r"(?:nobody|no one)\b)", re.I)
+_ZH_PERSON_NOUN = (r"(?:妈妈|爸爸|爸|妈|同事|老板|哥哥|姐姐|妹妹|弟弟|儿子|女儿|老公|老婆|丈夫|妻子|朋友|房东|医生|老师|经理|客户|邻居|"
+                   r"室友|家人|父母|孩子|领导|男朋友|女朋友)")
+_ZH_PERSON = re.compile(rf"^(?:他们|她们|他|她|没人|(?:你|他|她)的?{_ZH_PERSON_NOUN}|老[\u4e00-\u9fff]|{_ZH_PERSON_NOUN})(?!的)")
+# what a person in the story did not know, remember or find: a fact about them, not about the conversation
+_KNOWING = re.compile(r"\b(?:know|knew|known|remember\w*|recall\w*|idea|sure|find|found|forg[eo]t\w*|heard|understand\w*|"
+                      r"notice\w*|realis\w*|realiz\w*|tell anyone|told anyone)\b|知道|清楚|记得|确定|想不起|想起|记不|听说|明白|"
+                      r"发现|忘|跟任何人|告诉任何人|告诉别人", re.I)
+_TO_US = re.compile(r"\b(?:to|with) (?:me|us)\b|\b(?:told|tell|shared|mentioned|said) (?:me|us)\b|"
+                    r"(?:跟|和|对|向|给)(?:我|我们)|告诉(?:我|我们)", re.I)
+# idioms that only sound like absence: "不知道为什么，你那天特别开心" (for some reason, you were happy)
+_IDIOM = re.compile(r"^不知(?:道)?(?:为什么|为何|怎么(?:的|回事)?)[，,]|^for some reason\b", re.I)
+_WH = re.compile(r"\b(?:why|what|where|when|which|who|whose|how|whether)\b|什么|哪|谁|几|多少|为什么|怎么", re.I)
+# the user's own words reported back: "You said you don't eat pork", "You don't drive at night, you told me",
+# "你说过你不吃猪肉", "你不喝咖啡，你跟我说过": a fact about the user, whatever its negation
+_REPORTED_USER = re.compile(
+    r"^(?:as )?you (?:said|told me|mentioned)(?: that)? you(?:'re| are| were)? (?:don't|do not|didn't|did not|can't|cannot|"
+    r"never|won't|aren't|weren't|not|no longer)\b|"
+    r"^you (?:don't|do not|didn't|did not|can't|cannot|never|aren't|weren't)\b[^.;]*,\s*(?:as )?you (?:told me|said)\b|"
+    r"^你(?:跟我|和我|对我)?(?:说过|说|告诉过我|提过)(?:你)?(?:不|没|从来不|从不|受不了)|"
+    r"^你(?:不|从来不|从不|没)[^，,。]+[，,]\s*你(?:跟我|和我)?(?:说过|说的|告诉过我)", re.I)
+# an embedded question, then "I don't know": "你最后选了哪套房子，我不知道", "What colour it was, I couldn't say"
+_DONT_KNOW_LAST = re.compile(
+    r"^(?:我|我们)?(?:真|也|实在|确实|完全|真的)?(?:不知道|不清楚|说不上来|说不准|说不好|不记得|记不得|记不清|想不起来|答不上来|没法说|"
+    r"不确定)(?:了|啊|呢)?$|^(?:i|we) (?:really |honestly |just )?(?:couldn't|can't|cannot|don't|do not) (?:say|tell|know|recall|"
+    r"remember)$", re.I)
+RULES_VERSION = "2"
+
+
+@lru_cache(maxsize=1)
+def _prompt_ngrams() -> frozenset[str]:
+    """Word trigrams (English) and character 4-grams (Chinese) of the fixed prompt texts a model is shown
+    (the system prompt's first sentences, the trust-and-reasoning rules, the headings): a small model that
+    parrots them has neither answered nor declined. The abstention instruction itself is left out."""
+    from dkilab import prompts
+
+    texts = [prompts.SYSTEM["en"].split(" If the memory")[0], prompts.SYSTEM["cn"].split("如果记忆")[0],
+             *prompts.CONSTRAINT.values(), *prompts.HISTORY_HEAD.values(), *prompts.PREFERENCES_HEAD.values(),
+             *(q.replace("{query}", "") for q in prompts.QUERY.values()), *prompts.FOLLOW_UP.values(),
+             *prompts.DEEPSEEK_TOOLS.values()]
+    grams: set[str] = set()
+    for t in texts:
+        grams |= set(_grams(_echo_tokens(t)))
+    return frozenset(grams)
+
+
+def _echo_tokens(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9']+|[\u4e00-\u9fff]", text.lower())
+
+
+def _grams(tokens: list[str]):
+    for i in range(len(tokens)):
+        n = 4 if re.match(r"[\u4e00-\u9fff]", tokens[i]) else 3
+        if i + n <= len(tokens):
+            yield " ".join(tokens[i:i + n])
+
+
+def echoes_the_prompt(answer: str) -> bool:
+    """Most of the answer (>= 60% of its words / characters) copies the fixed prompt text, and what is left
+    does not speak of the answerer: "The [TRUST AND REASONING RULES] are not complete factual records."."""
+    tokens = _echo_tokens(answer)
+    if len(tokens) < 4:
+        return False
+    grams, covered = _prompt_ngrams(), [False] * len(tokens)
+    for i in range(len(tokens)):
+        n = 4 if re.match(r"[\u4e00-\u9fff]", tokens[i]) else 3
+        if i + n <= len(tokens) and " ".join(tokens[i:i + n]) in grams:
+            covered[i:i + n] = [True] * n
+    rest = " ".join(t for t, c in zip(tokens, covered) if not c)
+    return sum(covered) >= 0.6 * len(tokens) and not _SPEAKER.search(rest)
+
+
+def masked(text: str) -> str:
+    """The answer with quoted speech, 《titles》 and capitalised runs (titles, names) replaced by a placeholder:
+    a word of absence inside them is not the answerer's."""
+    return _IDIOM.sub(" ", _TITLE_RUN.sub(" TITLE ", _QUOTED.sub(" QUOTE ", text)))
+
+
+def _person_does_not_know(parts) -> bool:
+    """The first clause says a person in the story did not know, remember or find something ("Your boss had
+    no idea about the meeting", "你同事不记得密码了"), and nothing was withheld from the answerer."""
+    if not parts:
+        return False
+    first = parts[0].text
+    if re.search(r"[\u4e00-\u9fff]", first):
+        core = _strip_fillers(first, _ZH_FILLER)
+        if _ZH_FIRST_PERSON_ABSENCE.search(core):
+            return False  # "你儿子在哪个学校我无法确定": the answerer cannot say
+        m = _ZH_PERSON.match(core)
+        person = m is not None
+    else:
+        core = _strip_fillers(first, _EN_FILLER)
+        if re.search(r"\b(?:i|we|i'm|i've|we've)\b", core, re.I):
+            return False
+        m = _EN_PERSON.match(core)
+        person = m is not None or (_is_third(core) and not _WH.match(core))  # "Tom never told anyone ..."
+    after = core[m.end():].strip() if m else core  # "你老板说了什么 ...": what the boss said is the topic, not the boss
+    whole = " ".join(c.text for c in parts)
+    return bool(person and _KNOWING.search(first) and not _WH.match(after) and not _TO_US.search(whole))
+
+
+def _offers_a_value(parts, k: int) -> bool:
+    """Clause k (of the non-filler clauses) offers a value: it carries no word of absence and either
+    hedges ("maybe Lisbon", "I think it was Lisbon", "可能是九点半") or, after a contrast ("but it was
+    Lisbon"), ends the answer. "But I have no record of that" is no offer, and neither is "but as an AI,"
+    followed by a refusal."""
+    c = parts[k]
+    body = _CONTRAST.sub("", c.text)
+    if c.kind != "content" or _CUES.search(body) or not re.search(r"[A-Za-z0-9\u4e00-\u9fff]", body):
+        return False  # a bare "yet" split off "We haven't covered that yet" offers nothing
+    return bool(_HEDGE.match(body) or _GUESS.search(body) or (body != c.text and k == len(parts) - 1))
+
+
+def rule_decision(answer: str) -> bool | None:
+    """The rules' sure verdict, or None when the learned component decides (rules version 2):
+    - the protocol phrase or a bare abstention fragment ("Unknown.", "不确定。", "I don't know.") abstains;
+    - a clause that offers a value ("I'm not sure, maybe Paris", "我不太确定，可能是九点半") answers; a clause
+      after "but" that itself denies ("Sorry, but I have no record of it") is no offer;
+    - an embedded question, then "I don't know" ("他去了哪里，我不知道") abstains;
+    - with quoted speech, titles and names masked, an answer with no word of absence answers, unless it speaks
+      of the answerer ("That's beyond what I know"): the learned component decides those;
+    - a 不-phrase before 的 modifies a noun ("不清楚的地方她都问了客户经理") and answers (没有 ... 的 is left to
+      the learned component: "没有这方面的信息" abstains, "没有记录的那几天你在出差" answers);
+    - a person in the story who did not know, remember or find something ("Your boss had no idea about the
+      meeting", "你同事不记得密码了"), the user's own words reported back ("You said you don't eat pork"),
+      or a parrot of the prompt's fixed text ("The [TRUST AND REASONING RULES] are not complete factual
+      records.") answers."""
+    text = _PREFIX.sub("", _normalise(answer)).strip()
+    if _PROTOCOL.match(text) and len(clauses(answer)) == 1:
+        return True
+    if _FRAGMENT.fullmatch(text.rstrip(" .。!！")):
+        return True
+    parts = [c for c in clauses(answer) if c.kind != "filler"]
+    if any(_offers_a_value(parts, k) for k in range(len(parts))):
+        return False
+    if len(parts) >= 2 and _DONT_KNOW_LAST.match(parts[-1].text) and all(_WH.search(c.text) for c in parts[:-1]):
+        return True
+    bare = masked(text)
+    if not _CUES.search(bare):
+        return None if _SPEAKER.search(bare) else False
+    if _ZH_ATTRIBUTIVE.match(text) and not _ZH_FIRST_PERSON_ABSENCE.search(text):
+        return False
+    if _person_does_not_know(parts) or _REPORTED_USER.match(bare.strip()) or echoes_the_prompt(text):
+        return False
+    return None
