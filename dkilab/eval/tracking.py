@@ -264,7 +264,11 @@ def fit_overview(overview, intro: str, limit: int = NOTE_LIMIT) -> str:
         text = head + overview(**cut)
         if len(text) <= limit:
             return text
-    return text[:limit]
+    # even with no cell left it does not fit (an overview with a very long preamble): cut at a line and say so
+    tail = "\n\n… the overview was cut here to fit MLflow's description limit; the whole comparison is in " \
+           "`comparison.csv` and `paired.csv`."
+    kept = text[: limit - len(tail)]
+    return (kept[: kept.rfind("\n")] if "\n" in kept else kept).rstrip() + tail
 
 
 def _describe_parent(overview) -> None:

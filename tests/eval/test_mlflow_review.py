@@ -360,3 +360,16 @@ def test_a_large_comparison_is_fitted_under_mlflows_description_limit_with_a_not
     # a small comparison is untouched
     small = fit_overview(lambda **cut: overview_markdown(table.head(3), pairs.head(3), counts, **cut), "")
     assert small == overview_markdown(table.head(3), pairs.head(3), counts)
+
+
+def test_an_overview_that_fits_no_cut_is_cut_at_a_line_and_says_where_the_rest_is():
+    """The last resort of fit_overview: even with no cell left the text is too long. It is cut at a line, never
+    mid-line, stays under the limit, and says where the whole comparison is."""
+    from dkilab.eval.tracking import fit_overview
+
+    lines = [f"| row {i} | " + "x" * 70 + " |" for i in range(200)]
+    text = fit_overview(lambda **cut: "\n".join(lines), "intro\n", limit=2000)
+    assert len(text) <= 2000 and text.startswith("intro\n\n| row 0 |")
+    body, note = text.rsplit("\n\n", 1)
+    assert note.startswith("… the overview was cut here") and "`comparison.csv`" in note
+    assert all(line in lines for line in body.split("\n")[2:])  # whole lines only
