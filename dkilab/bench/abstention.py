@@ -96,8 +96,9 @@ def main(split: str = "test", judge: str | None = None, show_errors: bool = Fals
 FRESH_ROUNDS = {  # what each round of the fresh check is (datasets/fixtures/abstention/fresh_check.jsonl)
     2: "written after the rules-2 detector was frozen; first measured at en 1.000 / 1.000, zh 1.000 / 0.900; one rule "
        "(an embedded question, then \"I don't know\") was added after seeing its three misses",
-    3: "written after that rule and measured at once; the one change since (the prompt-echo rule, prompted by "
-       "SmolLM2's quickstart outputs) left its figures as they were",
+    3: "written after that rule; first measured at en 1.000 / 0.950, zh 1.000 / 0.900; the rules-3 rule (Chinese "
+       "\"cannot say\": 说不出来, 判断不出来) was added after seeing two of its misses",
+    4: "written after rules 3 were frozen and measured once; nothing was changed after it",
 }
 
 

@@ -64,7 +64,12 @@ _DONT_KNOW_LAST = re.compile(
     r"^(?:我|我们)?(?:真|也|实在|确实|完全|真的)?(?:不知道|不清楚|说不上来|说不准|说不好|不记得|记不得|记不清|想不起来|答不上来|没法说|"
     r"不确定)(?:了|啊|呢)?$|^(?:i|we) (?:really |honestly |just )?(?:couldn't|can't|cannot|don't|do not) (?:say|tell|know|recall|"
     r"remember)$", re.I)
-RULES_VERSION = "2"
+# the Chinese negative potential complement on a verb of saying or judging, said by the answerer or of the
+# record: "我说不出来", "从之前的对话里判断不出来" (an inability to say, not a fact about someone in the story)
+_ZH_SOURCE_ADVERBIAL = re.compile(r"^(?:从|根据|按照?|就|在)[^，,。]{0,14}?(?:对话|聊天|记录|消息|内容|信息)(?:里|中|来看|看来|上|看)?")
+_ZH_CANNOT_SAY = re.compile(r"^(?:我|我们)?(?:也|真|实在|确实|完全|真的|暂时|还)?(?:说|判断|想|答|回答|看|查|确定|分辨|猜)"
+                            r"(?:不出来?|不上来)(?:了|啊|呢|吧)?$")
+RULES_VERSION = "3"
 
 
 @lru_cache(maxsize=1)
@@ -152,11 +157,12 @@ def _offers_a_value(parts, k: int) -> bool:
 
 
 def rule_decision(answer: str) -> bool | None:
-    """The rules' sure verdict, or None when the learned component decides (rules version 2):
+    """The rules' sure verdict, or None when the learned component decides (rules version 3):
     - the protocol phrase or a bare abstention fragment ("Unknown.", "不确定。", "I don't know.") abstains;
     - a clause that offers a value ("I'm not sure, maybe Paris", "我不太确定，可能是九点半") answers; a clause
       after "but" that itself denies ("Sorry, but I have no record of it") is no offer;
-    - an embedded question, then "I don't know" ("他去了哪里，我不知道") abstains;
+    - an embedded question, then "I don't know" ("他去了哪里，我不知道") abstains, and so does the answerer's
+      or the record's "cannot say" in Chinese ("我说不出来", "从之前的对话里判断不出来"; rules version 3);
     - with quoted speech, titles and names masked, an answer with no word of absence answers, unless it speaks
       of the answerer ("That's beyond what I know"): the learned component decides those;
     - a 不-phrase before 的 modifies a noun ("不清楚的地方她都问了客户经理") and answers (没有 ... 的 is left to
@@ -173,7 +179,9 @@ def rule_decision(answer: str) -> bool | None:
     parts = [c for c in clauses(answer) if c.kind != "filler"]
     if any(_offers_a_value(parts, k) for k in range(len(parts))):
         return False
-    if len(parts) >= 2 and _DONT_KNOW_LAST.match(parts[-1].text) and all(_WH.search(c.text) for c in parts[:-1]):
+    last = parts[-1].text if parts else ""
+    cannot_say = (len(parts) >= 2 and _DONT_KNOW_LAST.match(last)) or _ZH_CANNOT_SAY.match(_ZH_SOURCE_ADVERBIAL.sub("", last))
+    if cannot_say and all(_WH.search(c.text) for c in parts[:-1]):
         return True
     bare = masked(text)
     if not _CUES.search(bare):

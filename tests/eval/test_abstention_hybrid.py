@@ -53,6 +53,9 @@ def test_rules_version_2_fixes_what_version_1_got_wrong():
     # an embedded question, then "I don't know", abstains
     assert rule_decision("他最后去了哪家医院，我不知道。") is True
     assert rule_decision("谁来的我不知道，但是小王肯定来了。") is False
+    # rules version 3: the answerer's or the record's "cannot say" in Chinese abstains; a person's does not
+    assert rule_decision("根据聊天记录，我看不出来。") is True and rule_decision("我实在答不上来。") is True
+    assert rule_decision("她说不出来。") is None and rule_decision("说不出来的滋味。") is None
     # 没有 ... 的 is left to the learned part, 不 ... 的 before a noun answers
     assert rule_decision("没有足够的信息回答这个问题。") is None
     # a parrot of the prompt's fixed text is no refusal; a refusal that quotes some of it still is one
@@ -86,7 +89,7 @@ def test_rules_only_stays_selectable_and_each_detector_is_its_own_scoring_identi
     hybrid, rules = cell(), cell(abstention_detector="structural")
     assert hybrid.generation_hash == rules.generation_hash and hybrid.scoring_hash != rules.scoring_hash
     card = hybrid.resolved["metrics"]["abstention_detector"]
-    assert card["name"] == "hybrid" and card["version"].startswith("2+rules2+lr") and 0.9 < card["loso_precision_en"] <= 1.0
+    assert card["name"] == "hybrid" and card["version"].startswith("2+rules3+lr") and 0.9 < card["loso_precision_en"] <= 1.0
     assert rules.resolved["metrics"]["abstention_detector"]["name"] == "structural"
     with pytest.raises(Exception, match="abstention_detector"):
         cell(abstention_detector="magic")
@@ -127,7 +130,7 @@ def test_bench_prints_both_validations_every_source_and_the_probes(capsys):
     assert main(["bench", "abstention"]) == 0
     out = capsys.readouterr().out
     assert "from 17 sources" in out and "model:smollm2" in out and "templated:outside" in out
-    assert "fresh check (200 phrasings never trained on" in out and "hybrid, round 3" in out
+    assert "fresh check (280 phrasings never trained on" in out and "hybrid, round 4" in out
     loso = next(line for line in out.splitlines() if "leave-one-source-out" in line)
     pooled = next(line for line in out.splitlines() if "pooled 5-fold" in line)
     assert "en: precision" in loso and "zh: precision" in loso and "en: precision" in pooled
@@ -186,7 +189,7 @@ def test_the_fresh_check_is_never_trained_on_and_its_figures_ship_with_the_weigh
 
     fresh = at.load_fresh_check()
     seen = {r["text"].strip().lower() for r in at.load_sources()}
-    assert len(fresh) >= 200 and not [r["id"] for r in fresh if r["text"].strip().lower() in seen]
+    assert len(fresh) >= 280 and not [r["id"] for r in fresh if r["text"].strip().lower() in seen]
     assert {r["lang"] for r in fresh} == {"en", "zh"} and {r["abstains"] for r in fresh} == {True, False}
     shipped = load_weights()["figures"]["fresh_check"]
     measured = at.fresh_figures(get_detector("hybrid"), fresh)["all"]
