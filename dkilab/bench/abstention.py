@@ -94,9 +94,9 @@ def main(split: str = "test", judge: str | None = None, show_errors: bool = Fals
 
 
 FRESH_ROUNDS = {  # what each round of the fresh check is (datasets/fixtures/abstention/fresh_check.jsonl)
-    2: "written after the rules-2 detector was frozen; first measured at en 1.000 / 1.000, zh 1.000 / 0.900; one rule "
-       "(an embedded question, then \"I don't know\") was added after seeing its three misses",
-    3: "written after that rule; first measured at en 1.000 / 0.950, zh 1.000 / 0.900; the rules-3 rule (Chinese "
+    2: "written after the rules-2 detector was frozen; one rule (an embedded question, then \"I don't know\") was "
+       "added after seeing its three misses",
+    3: "written after that rule; commit 65de50f scores it en 1.000 / 0.950, zh 1.000 / 0.900; the rules-3 rule (Chinese "
        "\"cannot say\": 说不出来, 判断不出来) was added after seeing two of its misses",
     4: "written after rules 3 were frozen and measured once; nothing was changed after it",
 }
@@ -126,13 +126,13 @@ def _judge(model_spec: str, rows: list[dict], hybrid) -> None:
 
     llm = LLMJudge(load_model(model_spec), abstention=True)
 
-    def judged(part: list[dict]) -> tuple[list[bool], int]:
+    def judged(part: list[dict], detector: list[bool]) -> tuple[list[bool], int]:
         unparsed, pred = 0, []
-        for r in part:
+        for r, fallback in zip(part, detector):
             label, _ = llm.abstains("(the question is not shown)", r["text"])
             if label is None:
                 unparsed += 1
-                label = hybrid.is_abstention(r["text"])
+                label = fallback
             pred.append(bool(label))
         return pred, unparsed
 
@@ -141,11 +141,12 @@ def _judge(model_spec: str, rows: list[dict], hybrid) -> None:
     for name, part in ((f"a sample of the labelled set, {len(rows)} rows (up to a few per source and language; the "
                         "hybrid detector was trained on them)", rows),
                        (f"the fresh check, {len(fresh)} rows (neither was trained on them)", fresh)):
-        pred, unparsed = judged(part)
+        detector = [d[0] for d in hybrid.decide_many([r["text"] for r in part])]  # one batch, not one encode per row
+        pred, unparsed = judged(part, detector)
         results[name] = _figures(part, pred)
         print(f"  LLM judge {model_spec} on {name}:")
         _line(f"llm-judge {model_spec}", results[name])
-        _line("hybrid, same rows", _figures(part, [hybrid.is_abstention(r["text"]) for r in part]))
+        _line("hybrid, same rows", _figures(part, detector))
         print(f"  judge replies naming neither label (the hybrid detector decided): {unparsed} of {len(part)}")
     from dkilab.eval.metrics.abstention import save_judge_card
     from dkilab.eval.metrics.judge import ABSTENTION_PROMPT

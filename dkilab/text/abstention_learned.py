@@ -96,6 +96,9 @@ def load_weights(path: str = str(WEIGHTS)) -> dict[str, Any]:
     for key in ("version", "coef", "intercept", "threshold"):
         if key not in w:
             raise ValueError(f"{p}: key {key!r} is missing")
+    if w.get("rules_version", RULES_VERSION) != RULES_VERSION:  # the threshold was chosen with other rules
+        raise ValueError(f"{p}: fitted with abstention rules version {w['rules_version']}, but the rules are version "
+                         f"{RULES_VERSION}: refit them with `dkilab bench abstention --train`")
     return w
 
 

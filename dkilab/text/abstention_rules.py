@@ -83,21 +83,19 @@ def _prompt_ngrams() -> frozenset[str]:
              *prompts.CONSTRAINT.values(), *prompts.HISTORY_HEAD.values(), *prompts.PREFERENCES_HEAD.values(),
              *(q.replace("{query}", "") for q in prompts.QUERY.values()), *prompts.FOLLOW_UP.values(),
              *prompts.DEEPSEEK_TOOLS.values()]
-    grams: set[str] = set()
-    for t in texts:
-        grams |= set(_grams(_echo_tokens(t)))
-    return frozenset(grams)
+    return frozenset(g for t in texts for _, _, g in _windows(_echo_tokens(t)))
 
 
 def _echo_tokens(text: str) -> list[str]:
     return re.findall(r"[a-z0-9']+|[\u4e00-\u9fff]", text.lower())
 
 
-def _grams(tokens: list[str]):
+def _windows(tokens: list[str]):
+    """(start, length, text) of every word trigram / Chinese character 4-gram."""
     for i in range(len(tokens)):
         n = 4 if re.match(r"[\u4e00-\u9fff]", tokens[i]) else 3
         if i + n <= len(tokens):
-            yield " ".join(tokens[i:i + n])
+            yield i, n, " ".join(tokens[i:i + n])
 
 
 def echoes_the_prompt(answer: str) -> bool:
@@ -107,9 +105,8 @@ def echoes_the_prompt(answer: str) -> bool:
     if len(tokens) < 4:
         return False
     grams, covered = _prompt_ngrams(), [False] * len(tokens)
-    for i in range(len(tokens)):
-        n = 4 if re.match(r"[\u4e00-\u9fff]", tokens[i]) else 3
-        if i + n <= len(tokens) and " ".join(tokens[i:i + n]) in grams:
+    for i, n, gram in _windows(tokens):
+        if gram in grams:
             covered[i:i + n] = [True] * n
     rest = " ".join(t for t, c in zip(tokens, covered) if not c)
     return sum(covered) >= 0.6 * len(tokens) and not _SPEAKER.search(rest)

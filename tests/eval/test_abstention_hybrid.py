@@ -230,3 +230,38 @@ def test_the_judge_is_measured_on_the_fresh_check_and_cells_log_both_figures(mon
     expected = at._figures(fresh, [(" not " in f" {r['text'].lower()} ") or get_detector("hybrid").is_abstention(r["text"])
                                    for r in fresh])
     assert card["fresh_recall_en"] == expected["en"]["recall"] and card["fresh_precision_zh"] == expected["zh"]["precision"]
+
+
+def test_weights_fitted_under_other_rules_and_a_bad_fresh_row_say_which_file(tmp_path):
+    from dkilab.bench.abstention_train import load_fresh_check
+    from dkilab.text.abstention_rules import RULES_VERSION
+
+    stale = tmp_path / "stale.json"
+    stale.write_text(json.dumps(dict(load_weights()) | {"rules_version": "0"}))
+    with pytest.raises(ValueError, match=f"stale.json.*rules version 0.*version {RULES_VERSION}.*--train"):
+        load_weights(str(stale))
+    bad = tmp_path / "fresh.jsonl"
+    bad.write_text(json.dumps({"id": "f1", "lang": "en", "text": "No idea.", "abstains": True}) + "\n")
+    with pytest.raises(ValueError, match="fresh.jsonl: row f1 has no 'round'"):
+        load_fresh_check(bad)
+
+
+def test_a_torn_vector_cache_is_encoded_again_not_fatal(monkeypatch, tmp_path, capsys):
+    """The training design's e5 cache, cut short by a kill mid-write (as the old in-place write could leave it),
+    is reported and rebuilt; the rebuilt cache is whole and written by rename."""
+    import numpy as np
+
+    from dkilab.bench import abstention_train as at
+
+    monkeypatch.setenv("DKILAB_CACHE_DIR", str(tmp_path))
+    texts = ["I have no record of that.", "Lisbon."]
+    want = at._design(texts)
+    (cache,) = (tmp_path / "abstention").glob("e5-passages-*.npz")
+    cache.write_bytes(cache.read_bytes()[:100])  # torn
+    again = at._design(texts)
+    assert "unreadable" in capsys.readouterr().out and np.allclose(again, want)
+    from dkilab.text.abstention_learned import views
+
+    with np.load(cache) as z:  # every distinct view of each text, whole
+        assert len(z["keys"]) == len({v for t in texts for v in views(t)}) >= 4
+    assert not list((tmp_path / "abstention").glob("*.tmp.npz"))
