@@ -2,10 +2,15 @@
 (categories 1-4) and the first half of MemDaily's first 300 trajectories (`experiments/retrieval_tune_dev.yaml`'s
 data). Each dev question is recalled as `fusion: learned` recalls it, and the feature rows of its candidates
 (`recall/learned.candidates`, the same code recall runs) are labelled by the gold evidence. One standardised
-logistic regression per encoder family: MiniLM from LoCoMo dev (English), multilingual-e5 from MemDaily dev
-(Chinese), as `auto` picks their encoders; each one's C is chosen by 5-fold cross-validation over
-conversations (users) on the dev split, by the mean of its recall@10 and NDCG@10. The held-back data
-(`dkilab bench retrieval`) is never read here.
+logistic regression per encoder family: `minilm` from LoCoMo dev on the MiniLM stores `auto` gives it, `e5`
+from MemDaily dev (e5, as `auto` picks), so English asked of an e5 store (the bilingual fixtures) is ranked
+by the Chinese-fitted part. `english_e5=True` (`--english-e5-part`) also fits one on LoCoMo dev over e5
+stores (`EXTRA`), and a family with parts in two languages names them `e5:en`, `e5:zh`; it ships as an
+ablation model (`experiments/models/fusion_lr_e5_english.json`), not as the default: it won LoCoMo but lost
+MADial-Bench en and the fixtures (docs/retrieval.md). A dataset counts in the language of most of its
+questions; a language with fewer than `MIN_PART` questions of a family joins that family's largest part. Each part's C is chosen by
+5-fold cross-validation over conversations (users) on the dev split, by the mean of its recall@10 and
+NDCG@10. The held-back data (`dkilab bench retrieval`) is never read here.
 
     dkilab bench retrieval --train [--data-dir DIR]     writes dkilab/recall/fusion_lr.json
 """
@@ -19,8 +24,11 @@ from typing import Any
 import numpy as np
 
 DEV = [{"name": "locomo", "categories": [1, 2, 3, 4], "split": "dev"}, {"name": "memdaily", "limit": 300, "split": "dev"}]
+# the dev data collected again on another encoder's stores, for a part `auto` does not give (`english_e5`)
+EXTRA = [({"model": "offline:e5"}, [{"name": "locomo", "categories": [1, 2, 3, 4], "split": "dev"}])]
 CS = (0.01, 0.1, 1.0)
 FOLDS = 5
+MIN_PART = 100  # questions of one family and language below which they join the family's largest part
 
 
 def _cells(embedder: dict | None = None, datasets: list[dict] | None = None):
@@ -65,7 +73,34 @@ def collect(data_dir=None, embedder: dict | None = None, datasets: list[dict] | 
                 if got:
                     out.append({"dataset": cell.dataset.name, "user": conv.user_id, "qid": item.qid, "ids": got["ids"],
                                 "X": got["X"], "gold": set(item.evidence_ids), "index_text": cell.embedder.index_text,
-                                "part": learned.family(cell.embedder.model)})
+                                "family": learned.family(cell.embedder.model),
+                                "language": learned.language(question_text(item))})
+    return out
+
+
+def parts(rows: list[dict[str, Any]], min_questions: int = MIN_PART) -> dict[str, list[dict[str, Any]]]:
+    """{part name: its rows}: one per encoder family, or per family and language (`e5:en`, `e5:zh`) where a
+    family has at least `min_questions` questions in two languages. A dataset counts in the language of most
+    of its questions (a stray English-looking MemDaily question stays with its dataset); a smaller language
+    joins its family's largest part."""
+    votes: dict[str, dict[str, int]] = {}
+    for r in rows:
+        v = votes.setdefault(r["dataset"], {})
+        v[r["language"]] = v.get(r["language"], 0) + 1
+    lang_of = {ds: max(sorted(v), key=lambda k: v[k]) for ds, v in votes.items()}
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["family"], lang_of[r["dataset"]]), []).append(r)
+    out: dict[str, list[dict[str, Any]]] = {}
+    for fam in dict.fromkeys(f for f, _ in groups):
+        mine = sorted(((lang, g) for (f, lang), g in groups.items() if f == fam), key=lambda x: -len(x[1]))
+        big = [(lang, g) for lang, g in mine if len(g) >= min_questions]
+        if len(big) < 2:
+            out[fam] = [r for _, g in mine for r in g]
+            continue
+        for lang, g in big:
+            out[f"{fam}:{lang}"] = list(g)
+        out[f"{fam}:{big[0][0]}"] += [r for lang, g in mine if len(g) < min_questions for r in g]
     return out
 
 
@@ -122,20 +157,23 @@ def cross_validate(rows, C: float, folds: int = FOLDS) -> dict[str, float]:
 
 
 def train(data_dir=None, out: Path | None = None, echo=print, with_previous_turn: bool | None = None,
-          datasets: list[dict] | None = None) -> dict[str, Any]:
+          datasets: list[dict] | None = None, english_e5: bool = False) -> dict[str, Any]:
     """Collect the dev features, choose each encoder family's C by cross-validation, fit it on all of its dev
     data, write the model. `with_previous_turn`: True on stores that embed each turn with the one it replies
     to (index text v2) for every encoder (the ablation row of `experiments/retrieval_bench.yaml`); None (the
     default) on each encoder's default stores (`memory.embedder.index_text_for`). `datasets` defaults to the
-    dev split (`DEV`); each encoder family found there gets its part."""
+    dev split (`DEV`); each encoder family found there gets its part (`parts`). `english_e5`: also LoCoMo dev
+    over e5 stores (`EXTRA`), for the `e5:en` part of the ablation model."""
     from dkilab.recall import learned
 
     rows = collect(data_dir, {"model": "auto", "with_previous_turn": with_previous_turn}, datasets)
+    if english_e5:
+        for embedder, extra in EXTRA:
+            rows += collect(data_dir, {**embedder, "with_previous_turn": with_previous_turn}, extra)
     if not rows:
         raise ValueError("fusion training: no question with evidence (is $DKILAB_DATA_DIR set?)")
     models: dict[str, Any] = {}
-    for part in dict.fromkeys(r["part"] for r in rows):
-        mine = [r for r in rows if r["part"] == part]
+    for part, mine in parts(rows).items():
         names = ", ".join(dict.fromkeys(r["dataset"] for r in mine))
         cv = {C: cross_validate(mine, C) for C in CS}
         echo(f"{part} ({names}, {len(mine)} questions):")
@@ -149,8 +187,8 @@ def train(data_dir=None, out: Path | None = None, echo=print, with_previous_turn
                         "cross_validated": {k: round(v, 4) for k, v in cv[best].items()}}
         top = sorted(zip(learned.FEATURES, models[part]["coef"]), key=lambda x: -abs(x[1]))[:6]
         echo(f"  chose C={best}; heaviest: " + ", ".join(f"{n} {c:+.2f}" for n, c in top))
-    model = {"version": "lr2", "features": list(learned.FEATURES), "default": "minilm" if "minilm" in models else
-             next(iter(models)), "models": models}
+    model = {"version": "lr2", "features": list(learned.FEATURES),
+             "default": next((k for k in models if k.startswith("minilm")), next(iter(models))), "models": models}
     path = out or learned.DEFAULT_MODEL
     path.write_text(json.dumps(model, indent=1) + "\n", encoding="utf-8")
     echo(f"wrote {path}")

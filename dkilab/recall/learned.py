@@ -49,10 +49,11 @@ _Z = {"z_cos": "cos", "z_lex": "lex", "z_fused": "fused", "z_prev_cos": "prev_co
 
 
 class FusionModel:
-    """Standardised logistic regressions over `FEATURES`, one per encoder family (`minilm`, `e5`): the
-    cosines come from the store's encoder, whose scores sit at its own levels (e5's are compressed near 0.8),
-    and a single model over both traded LoCoMo recall for MemDaily NDCG; on the bilingual fixtures (an e5
-    store) the MiniLM part lost MRR to the hand weights where the e5 part gained. Only the order of the
+    """Standardised logistic regressions over `FEATURES`, one per encoder family (`minilm`, `e5`), or per family
+    and question language (`e5:en`, `e5:zh`: the ablation model `experiments/models/fusion_lr_e5_english.json`):
+    the cosines come from the store's encoder, whose scores sit at its own levels (e5's are compressed near
+    0.8), and a single model over both traded LoCoMo recall for MemDaily NDCG; on the bilingual fixtures (an
+    e5 store) the MiniLM part lost MRR to the hand weights where the e5 part gained. Only the order of the
     scores matters."""
 
     def __init__(self, data: dict[str, Any], source: str = "<dict>"):
@@ -82,17 +83,16 @@ class FusionModel:
             "mean", "scale", "coef")} for k in sorted(models)}}, sort_keys=True).encode()).hexdigest()[:12]
 
     def part_for(self, encoder: str | None, query: str) -> str:
-        """Which part scores a query: the one of the store's encoder family; where the encoder is unknown (a
-        memory over the recall service) the one the query's language gets by default (`auto`: e5 for
-        Chinese, MiniLM for English); else the default part."""
-        fam = family(encoder)
-        if fam in self.parts:
-            return fam
-        if encoder is None:
-            guess = "e5" if language(query) == "zh" else "minilm"
-            if guess in self.parts:
-                return guess
-        return self.default
+        """Which part scores a query: the one fitted on the store's encoder family and the query's language
+        (`e5:en`, `e5:zh`, `minilm:en`), else that family's part for any language; where the encoder is unknown
+        (a memory over the recall service) the family `auto` gives the query's language (e5 for Chinese,
+        MiniLM for English); else the default part. The family decides first: cosines sit at its own levels."""
+        lang = language(query)
+        fam = family(encoder) or ("e5" if lang == "zh" else "minilm")
+        for key in (f"{fam}:{lang}", fam):
+            if key in self.parts:
+                return key
+        return next((k for k in self.parts if k.split(":")[0] == fam), self.default)
 
     def score(self, X: np.ndarray, part: str) -> np.ndarray:
         """Scores of the rows of `X` by the model part `part` (else the default one)."""

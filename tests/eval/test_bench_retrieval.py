@@ -19,11 +19,11 @@ def test_the_table_has_every_method_with_intervals_and_paired_differences(tmp_pa
     lines = head.splitlines()
     # the peers are not columns of the candidates' table: they have their own
     assert lines[1].split() == ["dataset", "previous_defaults", "defaults", "weighted", "with_previous_turn",
-                                "bm25_only", "dense_only"]
+                                "e5", "e5_english_part", "bm25_only", "dense_only"]
     for ds in ("fixtures:dev", "fixtures:test"):
         row = next(ln for ln in lines if ln.startswith(ds))
-        assert len(re.findall(r"\d\.\d{3} ±\d\.\d{3}", row)) == 6  # every method, with its interval
-        assert len(re.findall(r" [+-]\d\.\d{3}\*?", row)) >= 5  # paired against the previous defaults
+        assert len(re.findall(r"\d\.\d{3} ±\d\.\d{3}", row)) == 8  # every method, with its interval
+        assert len(re.findall(r" [+-]\d\.\d{3}\*?", row)) >= 7  # paired against the previous defaults
     assert re.search(r"fixtures:dev\s+n=\s*\d+\s+[+-]\d\.\d{3} \[[+-]\d\.\d{3}, [+-]\d\.\d{3}\]", out)
     assert "categories where defaults is below the best single signal" in out
     assert "categories where defaults is below previous_defaults" in out
@@ -59,6 +59,10 @@ def test_the_shipped_defaults_are_learned_fusion_over_the_dev_winner_and_each_ro
     assert rows["weighted"]["params"] == {"recall": {"signals": {"fusion": "weighted"}}} and "embedder" not in rows["weighted"]
     assert rows["with_previous_turn"]["embedder"] == {"with_previous_turn": True}
     assert set(rows["with_previous_turn"]["params"]["recall"]["signals"]) == {"fusion_model"}  # fitted on such stores
+    assert rows["e5"] == {"name": "recall_only", "label": "e5", "embedder": {"model": "offline:e5"}}  # the encoder only
+    assert rows["e5_english_part"]["embedder"] == rows["e5"]["embedder"]  # e5 with one thing changed: the model
+    assert rows["e5_english_part"]["params"] == {"recall": {"signals": {
+        "fusion_model": "experiments/models/fusion_lr_e5_english.json"}}}
     assert rows["previous_defaults"]["params"] == rows["weighted"]["params"]
     assert rows["previous_defaults"]["embedder"] == rows["with_previous_turn"]["embedder"]
     seed = next(s for s in tune["strategies"] if s.get("label") == "previous_defaults")["params"]["recall"]["signals"]

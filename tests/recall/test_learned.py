@@ -110,6 +110,13 @@ def test_the_model_of_the_stores_encoder_scores_and_a_bad_file_names_itself(tmp_
     assert [model.part_for(e, "What do I like?") for e in ("offline:minilm-int8", "offline:e5", "hub/x", None)] == [
         "minilm", "e5", "minilm", "minilm"]
     assert model.part_for(None, "我喜欢什么？") == "e5" and model.part_for("offline:minilm", "我喜欢什么？") == "minilm"
+    # parts per family and language: the question's language picks within the store's family
+    lang = learned.FusionModel({"features": list(learned.FEATURES), "default": "minilm:en",
+                                "models": {"minilm:en": part(1.0), "e5:en": part(2.0), "e5:zh": part(-1.0)}})
+    assert [lang.part_for("offline:e5", q) for q in ("What do I like?", "我喜欢什么？")] == ["e5:en", "e5:zh"]
+    assert [lang.part_for(None, q) for q in ("What do I like?", "我喜欢什么？")] == ["minilm:en", "e5:zh"]
+    assert lang.part_for("offline:minilm", "我喜欢什么？") == "minilm:en"  # the family's only part, any language
+    assert lang.part_for("hub/x", "我喜欢什么？") == "minilm:en"  # an unknown encoder: the default part
     bad = {"missing.json": None, "garbled.json": "{not json", "no_models.json": {"features": list(learned.FEATURES)},
            "features.json": {"features": ["cos"], "models": {"en": part(1.0)}},
            "shape.json": {"features": list(learned.FEATURES), "models": {"en": {"mean": [0], "scale": [1], "coef": [1]}}}}
@@ -146,6 +153,28 @@ def test_the_fusion_model_is_part_of_a_cells_identity(tmp_path):
     assert "fusion_model" not in cell(fusion="weighted").identity["strategy_identity"]
 
 
+def test_the_trainer_fits_one_part_per_encoder_family_and_dataset_language():
+    """A family with enough questions in two languages gets a part per language (`e5:en`, `e5:zh`), else one
+    part named by the family; a dataset counts in the language of most of its questions (a stray
+    English-looking question of a Chinese dataset is not an English question); a small language joins its
+    family's largest part."""
+    from dkilab.bench import fusion_train
+
+    def rows(dataset, family, langs):
+        return [{"dataset": dataset, "family": family, "language": lang, "qid": f"{dataset}:{family}:{k}"}
+                for k, lang in enumerate(langs)]
+
+    locomo_m = rows("locomo", "minilm", ["en"] * 5)
+    locomo_e = rows("locomo", "e5", ["en"] * 5)
+    memdaily = rows("memdaily", "e5", ["zh"] * 4 + ["en"])  # one question detected English
+    tiny = rows("tiny_zh", "minilm", ["zh"] * 2)
+    got = fusion_train.parts(locomo_m + locomo_e + memdaily + tiny, min_questions=4)
+    assert {k: len(v) for k, v in got.items()} == {"minilm": 7, "e5:en": 5, "e5:zh": 5}
+    assert all(r["dataset"] == "memdaily" for r in got["e5:zh"]) and tiny[0] in got["minilm"]
+    assert {k: len(v) for k, v in fusion_train.parts(locomo_e + memdaily, min_questions=6).items()} == {"e5": 10}
+    assert set(fusion_train.parts(locomo_m + memdaily, min_questions=4)) == {"minilm", "e5"}  # the shipped layout
+
+
 def test_the_trainer_fits_a_model_recall_can_load(tmp_path, monkeypatch):
     """`dkilab bench retrieval --train` end to end on the bundled fixtures (English and Chinese questions of
     four users): features collected through recall itself, C chosen by cross-validation over users, a model
@@ -163,3 +192,17 @@ def test_the_trainer_fits_a_model_recall_can_load(tmp_path, monkeypatch):
     rows = fusion_train.collect(None, datasets=[{"name": "fixtures"}])
     assert rows and all(r["X"].shape == (len(r["ids"]), len(learned.FEATURES)) for r in rows)
     assert sum(bool(r["gold"] & set(r["ids"])) for r in rows) >= 0.8 * len(rows)  # evidence is among the candidates
+
+
+def test_the_english_e5_ablation_model_differs_from_the_shipped_one_only_by_its_english_e5_part():
+    """experiments/models/fusion_lr_e5_english.json (`--train --english-e5-part`) keeps the shipped MiniLM part
+    and the shipped e5 part (as `e5:zh`) to the last digit, adds `e5:en`, and routes by the question's
+    language on an e5 store; the shipped model routes both languages to its one e5 part."""
+    shipped = json.loads(learned.DEFAULT_MODEL.read_text())["models"]
+    path = learned.ROOT / "experiments" / "models" / "fusion_lr_e5_english.json"
+    ablation = json.loads(path.read_text())["models"]
+    assert set(ablation) == {"minilm", "e5:en", "e5:zh"} and set(shipped) == {"minilm", "e5"}
+    assert ablation["minilm"]["coef"] == shipped["minilm"]["coef"] and ablation["e5:zh"]["coef"] == shipped["e5"]["coef"]
+    model = learned.load_model(path)
+    assert [model.part_for("offline:e5", q) for q in ("Where did I go?", "我去了哪里？")] == ["e5:en", "e5:zh"]
+    assert {learned.load_model().part_for("offline:e5", q) for q in ("Where did I go?", "我去了哪里？")} == {"e5"}
