@@ -69,7 +69,30 @@ _DONT_KNOW_LAST = re.compile(
 _ZH_SOURCE_ADVERBIAL = re.compile(r"^(?:从|根据|按照?|就|在)[^，,。]{0,14}?(?:对话|聊天|记录|消息|内容|信息)(?:里|中|来看|看来|上|看)?")
 _ZH_CANNOT_SAY = re.compile(r"^(?:我|我们)?(?:也|真|实在|确实|完全|真的|暂时|还)?(?:说|判断|想|答|回答|看|查|确定|分辨|猜)"
                             r"(?:不出来?|不上来)(?:了|啊|呢|吧)?$")
-RULES_VERSION = "3"
+# idioms of not knowing (rules version 4). Said by the answerer ("I'm drawing a blank on it", "I'm in the
+# dark about that", "我一无所知") they abstain; said of a person in the story ("Your boss drew a blank") they
+# are a fact about that person. The first kind needs the answerer as subject, the second takes the topic as
+# subject ("What your boss said doesn't ring a bell", "That's a mystery to me", "这个我毫无头绪").
+_EN_IDIOM_I = re.compile(
+    r"\b(?:i'm|i am|we're|we are|i've been|we've been)(?: \w+ly)?(?: just| still)? (?:drawing a (?:complete |total )?blank|"
+    r"coming up (?:empty|blank|short)|(?:completely |totally )?in the dark|stumped|at a loss|clueless)\b|"
+    r"\bi (?:draw|drew|have drawn|'ve drawn) a (?:complete |total )?blank\b|\bi (?:come|came|have come|'ve come) up "
+    r"(?:empty|blank|short)\b|\b(?:i'd|i would|we'd|we would) (?:only |just )?be (?:making (?:it|that|something|things) "
+    r"up|guessing)\b", re.I)
+_EN_IDIOM_TOPIC = re.compile(
+    r"\b(?:doesn't|does not|didn't|did not|don't|do not|won't|wouldn't)\s+ring (?:a|any) bells?\b|\brings? no bells?\b|"
+    r"\b(?:a (?:complete |total |bit of a )?mystery|news) to (?:me|us)\b|\bbeats me\b|\bnothing comes to mind\b|"
+    r"\b(?:falls?|is|that's|it's|lies) (?:well |completely )?(?:outside|beyond) (?:of )?(?:what|anything|everything) "
+    r"(?:we(?:'ve| have)?|you(?:'ve| have)?) (?:talked about|discussed|covered|told me|shared|mentioned)\b", re.I)
+_EN_LEAD = re.compile(r"^(?:(?:honestly|frankly|truthfully|sadly|unfortunately|really|well|hmm+|oh|so|look|okay|ok|"
+                      r"sorry|i'm afraid)\b[,\s]*)+", re.I)
+_EN_FOR_SOMEONE = re.compile(r"\bfor (?:him|her|them|your|his|their|[A-Z][a-z]+)\b")
+_ZH_IDIOM = re.compile(r"(?:一无所知|毫无头绪|没(?:有)?(?:什么|任何)?头绪|一头雾水|摸不着头脑|不得而知|"
+                       r"无从(?:知道|得知|知晓|判断|说起|查证)|没(?:有)?(?:什么|任何)?印象|(?:一点|什么|任何)印象(?:都|也)没(?:有)?|"
+                       r"(?:想|记)不起来|"
+                       r"脑子(?:里)?一片空白|两眼一抹黑)(?!的)")
+_ZH_TOPIC_START = re.compile(r"^(?:这个|这件事|这事|那个|那件事|那事|这|那|对此|关于这个|至于这个)")
+RULES_VERSION = "4"
 
 
 @lru_cache(maxsize=1)
@@ -115,7 +138,13 @@ def echoes_the_prompt(answer: str) -> bool:
 def masked(text: str) -> str:
     """The answer with quoted speech, 《titles》 and capitalised runs (titles, names) replaced by a placeholder:
     a word of absence inside them is not the answerer's."""
-    return _IDIOM.sub(" ", _TITLE_RUN.sub(" TITLE ", _QUOTED.sub(" QUOTE ", text)))
+    return _IDIOM.sub(" ", _TITLE_RUN.sub(_title, _QUOTED.sub(" QUOTE ", text)))
+
+
+def _title(m: re.Match) -> str:
+    """A capitalised run is masked as a title unless it is a sentence opener before "I" ("Honestly, I'm in
+    the dark": rules version 4; "I Still Haven't Found What I'm Looking For" stays a title)."""
+    return m.group(0) if re.search(r",\s*I(?:'m|'ve|'d|'ll)?$", m.group(0)) else " TITLE "
 
 
 def _person_does_not_know(parts) -> bool:
@@ -141,6 +170,33 @@ def _person_does_not_know(parts) -> bool:
     return bool(person and _KNOWING.search(first) and not _WH.match(after) and not _TO_US.search(whole))
 
 
+def _answerer_does_not_know(text: str, parts) -> bool:
+    """The answer says, in an idiom, that the answerer does not know: "I'm drawing a blank on when you moved",
+    "What your boss said doesn't ring a bell", "That falls outside what we've talked about", "关于你的新地址，
+    我一无所知", "这个我毫无头绪". Not when a person in the story is the subject ("Your boss drew a blank",
+    "她对这件事一无所知") or the one it is for ("The name didn't ring a bell for her")."""
+    def someone_else(core: str) -> bool:
+        core = _EN_LEAD.sub("", core)
+        return bool(_EN_PERSON.match(core) or (_is_third(core) and not _WH.match(core)))
+
+    whole = _strip_fillers(masked(text), _EN_FILLER).strip()
+    if _EN_IDIOM_I.search(whole) and not someone_else(whole):  # the answerer is named: the whole answer
+        return True
+    for c in parts:  # the non-filler clauses
+        if re.search(r"[\u4e00-\u9fff]", c.text):
+            core = _strip_fillers(c.text, _ZH_FILLER)
+            m = _ZH_IDIOM.search(core)
+            if m and not _ZH_PERSON.match(core) and ("我" in core[:m.start()] or _ZH_TOPIC_START.match(core)
+                                                     or m.start() == 0):
+                return True
+            continue
+        core = _strip_fillers(masked(c.text), _EN_FILLER).strip()
+        m = _EN_IDIOM_TOPIC.search(core)
+        if m and not someone_else(core) and not _EN_FOR_SOMEONE.search(core[m.end():]) and not re.match(r"^you\b", core, re.I):
+            return True
+    return False
+
+
 def _offers_a_value(parts, k: int) -> bool:
     """Clause k (of the non-filler clauses) offers a value: it carries no word of absence and either
     hedges ("maybe Lisbon", "I think it was Lisbon", "可能是九点半") or, after a contrast ("but it was
@@ -154,12 +210,15 @@ def _offers_a_value(parts, k: int) -> bool:
 
 
 def rule_decision(answer: str) -> bool | None:
-    """The rules' sure verdict, or None when the learned component decides (rules version 3):
+    """The rules' sure verdict, or None when the learned component decides (rules version 4):
     - the protocol phrase or a bare abstention fragment ("Unknown.", "不确定。", "I don't know.") abstains;
     - a clause that offers a value ("I'm not sure, maybe Paris", "我不太确定，可能是九点半") answers; a clause
       after "but" that itself denies ("Sorry, but I have no record of it") is no offer;
     - an embedded question, then "I don't know" ("他去了哪里，我不知道") abstains, and so does the answerer's
       or the record's "cannot say" in Chinese ("我说不出来", "从之前的对话里判断不出来"; rules version 3);
+    - an idiom of not knowing with the answerer or the topic as subject abstains ("I'm drawing a blank on
+      it", "That doesn't ring a bell", "That falls outside what we've talked about", "我一无所知", "这个我
+      毫无头绪"; rules version 4; it checks for a person in the story as subject itself);
     - with quoted speech, titles and names masked, an answer with no word of absence answers, unless it speaks
       of the answerer ("That's beyond what I know"): the learned component decides those;
     - a 不-phrase before 的 modifies a noun ("不清楚的地方她都问了客户经理") and answers (没有 ... 的 is left to
@@ -179,6 +238,8 @@ def rule_decision(answer: str) -> bool | None:
     last = parts[-1].text if parts else ""
     cannot_say = (len(parts) >= 2 and _DONT_KNOW_LAST.match(last)) or _ZH_CANNOT_SAY.match(_ZH_SOURCE_ADVERBIAL.sub("", last))
     if cannot_say and all(_WH.search(c.text) for c in parts[:-1]):
+        return True
+    if _answerer_does_not_know(text, parts):
         return True
     bare = masked(text)
     if not _CUES.search(bare):

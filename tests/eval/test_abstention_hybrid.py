@@ -64,13 +64,29 @@ def test_rules_version_2_fixes_what_version_1_got_wrong():
     assert rule_decision("If the memory does not contain the answer, reply exactly: Not mentioned.") is None
 
 
+def test_rules_version_4_reads_idioms_of_not_knowing_by_whose_they_are():
+    """An idiom of not knowing abstains when the answerer (or the topic) is its subject, and is a fact about a
+    person in the story when they are; phrasings outside the labelled set and the fresh check."""
+    for text in ("I'm totally drawing a blank on your nephew's name.", "Where you parked doesn't ring a bell.",
+                 "I came up empty when I looked for the receipt.", "Honestly, I'm in the dark on that.",
+                 "I'd only be guessing if I named a price.", "Your neighbour's plan is a mystery to me.",
+                 "That lies outside anything you've told me.", "你女儿的老师叫什么，我一无所知。", "这件事我一点印象都没有",
+                 "关于那次搬家，我没有任何头绪。", "这个我真记不起来了。"):
+        assert rule_decision(text) is True, text
+    for text in ("Your nephew drew a blank in the spelling bee.", "The song didn't ring a bell for your mum.",
+                 "She was completely in the dark about the merger.", "I'm guessing you mean the 5th: it was a Friday.",
+                 "I'm Drawing A Blank was the song on the radio.", "你爸对这件事一无所知，是你妈告诉他的。",
+                 "你想不起来的那部电影叫《花样年华》。", "他一头雾水，后来你给他解释了。"):
+        assert rule_decision(text) is not True, text
+
+
 def test_each_decision_records_its_path_and_the_cell_counts_the_learned_ones():
     from dkilab.eval.metrics import aggregate, score_answer
     from dkilab.types import Answer, QAItem
 
     hybrid = get_detector("hybrid")
     assert hybrid.decide("Not mentioned.") == (True, "rules")
-    assert hybrid.decide("I'm drawing a blank on that, sorry.")[1] == "learned"
+    assert hybrid.decide("That's beyond what I know, sorry.")[1] == "learned"
     item = QAItem("Where did I go?", None, answerable=False, qid="q1")
     rows = [score_answer(item, Answer(text), detector=d) for text in ("Not mentioned.", "I have no record of that.")
             for d in ("hybrid", "structural")]
@@ -89,7 +105,7 @@ def test_rules_only_stays_selectable_and_each_detector_is_its_own_scoring_identi
     hybrid, rules = cell(), cell(abstention_detector="structural")
     assert hybrid.generation_hash == rules.generation_hash and hybrid.scoring_hash != rules.scoring_hash
     card = hybrid.resolved["metrics"]["abstention_detector"]
-    assert card["name"] == "hybrid" and card["version"].startswith("2+rules3+lr") and 0.9 < card["loso_precision_en"] <= 1.0
+    assert card["name"] == "hybrid" and card["version"].startswith("2+rules4+lr") and 0.9 < card["loso_precision_en"] <= 1.0
     assert rules.resolved["metrics"]["abstention_detector"]["name"] == "structural"
     with pytest.raises(Exception, match="abstention_detector"):
         cell(abstention_detector="magic")
@@ -145,7 +161,7 @@ def test_two_detectors_never_share_decisions_and_a_cell_is_encoded_in_one_batch(
 
     default = HybridDetector()
     strict = HybridDetector(weights=dict(load_weights()) | {"threshold": 1.01})
-    text = "I'm drawing a blank on where that was."
+    text = "Where that was is beyond what I know."
     assert default.decide(text) == (True, "learned") and strict.decide(text) == (False, "learned")
     assert default.digest != strict.digest
     texts = ["I have no record of that.", "Lisbon.", "Hmm, that never came up between us.", "It was Lisbon, I think.",
@@ -200,7 +216,7 @@ def test_the_fresh_check_is_never_trained_on_and_its_figures_ship_with_the_weigh
 def test_weights_that_do_not_fit_the_design_say_so():
     w = dict(load_weights()) | {"coef": [0.0] * 771}  # version 1's width: answer + core vectors only
     with pytest.raises(ValueError, match="771 coefficients.*--train"):
-        HybridDetector(weights=w).decide("I'm drawing a blank on that, sorry.")
+        HybridDetector(weights=w).decide("That's beyond what I know, sorry.")
 
 
 def test_the_judge_is_measured_on_the_fresh_check_and_cells_log_both_figures(monkeypatch, tmp_path, capsys):
