@@ -44,8 +44,9 @@ _ZH_PERSON_NOUN = (r"(?:妈妈|爸爸|爸|妈|同事|老板|哥哥|姐姐|妹妹
 _ZH_PERSON = re.compile(rf"^(?:他们|她们|他|她|没人|(?:你|他|她)的?{_ZH_PERSON_NOUN}|老[\u4e00-\u9fff]|{_ZH_PERSON_NOUN})(?!的)")
 # what a person in the story did not know, remember or find: a fact about them, not about the conversation
 _KNOWING = re.compile(r"\b(?:know|knew|known|remember\w*|recall\w*|idea|sure|find|found|forg[eo]t\w*|heard|understand\w*|"
-                      r"notice\w*|realis\w*|realiz\w*|tell anyone|told anyone)\b|知道|清楚|记得|确定|想不起|想起|记不|听说|明白|"
-                      r"发现|忘|跟任何人|告诉任何人|告诉别人", re.I)
+                      r"notice\w*|realis\w*|realiz\w*|tell anyone|told anyone|blank|clue|in the dark|ring (?:a|any) bells?)\b|"
+                      r"知道|清楚|记得|确定|想不起|想起|记不|听说|明白|发现|忘|跟任何人|告诉任何人|告诉别人|一无所知|印象|头绪|一头雾水|"
+                      r"摸不着头脑", re.I)
 _TO_US = re.compile(r"\b(?:to|with) (?:me|us)\b|\b(?:told|tell|shared|mentioned|said) (?:me|us)\b|"
                     r"(?:跟|和|对|向|给)(?:我|我们)|告诉(?:我|我们)", re.I)
 # idioms that only sound like absence: "不知道为什么，你那天特别开心" (for some reason, you were happy)
@@ -81,18 +82,20 @@ _EN_IDIOM_I = re.compile(
     r"up|guessing)\b", re.I)
 _EN_IDIOM_TOPIC = re.compile(
     r"\b(?:doesn't|does not|didn't|did not|don't|do not|won't|wouldn't)\s+ring (?:a|any) bells?\b|\brings? no bells?\b|"
+    r"\bescapes? me\b|\b(?:i|we)(?:'ve| have)(?: got)? nothing (?:on|about)\b|"
     r"\b(?:a (?:complete |total |bit of a )?mystery|news) to (?:me|us)\b|\bbeats me\b|\bnothing comes to mind\b|"
     r"\b(?:falls?|is|that's|it's|lies) (?:well |completely )?(?:outside|beyond) (?:of )?(?:what|anything|everything) "
     r"(?:we(?:'ve| have)?|you(?:'ve| have)?) (?:talked about|discussed|covered|told me|shared|mentioned)\b", re.I)
 _EN_LEAD = re.compile(r"^(?:(?:honestly|frankly|truthfully|sadly|unfortunately|really|well|hmm+|oh|so|look|okay|ok|"
-                      r"sorry|i'm afraid)\b[,\s]*)+", re.I)
+                      r"sorry|i'm afraid|afraid|alas|truly|actually)\b[,\s]*)+", re.I)
+_EN_REPORTED_OPENER = re.compile(r"^(?:as )?you (?:said|told me|mentioned|wrote)(?: that)?\s+", re.I)
 _EN_FOR_SOMEONE = re.compile(r"\bfor (?:him|her|them|your|his|their|[A-Z][a-z]+)\b")
 _ZH_IDIOM = re.compile(r"(?:一无所知|毫无头绪|没(?:有)?(?:什么|任何)?头绪|一头雾水|摸不着头脑|不得而知|"
                        r"无从(?:知道|得知|知晓|判断|说起|查证)|没(?:有)?(?:什么|任何)?印象|(?:一点|什么|任何)印象(?:都|也)没(?:有)?|"
                        r"(?:想|记)不起来|"
                        r"脑子(?:里)?一片空白|两眼一抹黑)(?!的)")
 _ZH_TOPIC_START = re.compile(r"^(?:这个|这件事|这事|那个|那件事|那事|这|那|对此|关于这个|至于这个)")
-RULES_VERSION = "4"
+RULES_VERSION = "5"
 
 
 @lru_cache(maxsize=1)
@@ -142,9 +145,22 @@ def masked(text: str) -> str:
 
 
 def _title(m: re.Match) -> str:
-    """A capitalised run is masked as a title unless it is a sentence opener before "I" ("Honestly, I'm in
-    the dark": rules version 4; "I Still Haven't Found What I'm Looking For" stays a title)."""
-    return m.group(0) if re.search(r",\s*I(?:'m|'ve|'d|'ll)?$", m.group(0)) else " TITLE "
+    """A capitalised run is masked as a title unless it ends in "I" ("Honestly, I'm in the dark": rules
+    version 4; "Afraid I've got nothing": version 5; "I Still Haven't Found What I'm Looking For" stays a
+    title)."""
+    return m.group(0) if re.search(r"(?:,\s*|\s)I(?:'m|'ve|'d|'ll)?$", m.group(0)) else " TITLE "
+
+
+def _reported_other(bare: str) -> bool:
+    """The user's report of someone else, given back: "You said the name didn't ring a bell for your
+    colleague", "You told me your boss had no idea" (rules version 5)."""
+    m = _EN_REPORTED_OPENER.match(bare)
+    if not m:
+        return False
+    rest = _EN_LEAD.sub("", bare[m.end():].strip())
+    idiom = _EN_IDIOM_TOPIC.search(rest)
+    return bool(_EN_PERSON.match(rest) or (_is_third(rest) and not _WH.match(rest))
+                or (idiom and _EN_FOR_SOMEONE.search(rest[idiom.end():])))
 
 
 def _person_does_not_know(parts) -> bool:
@@ -186,8 +202,11 @@ def _answerer_does_not_know(text: str, parts) -> bool:
         if re.search(r"[\u4e00-\u9fff]", c.text):
             core = _strip_fillers(c.text, _ZH_FILLER)
             m = _ZH_IDIOM.search(core)
-            if m and not _ZH_PERSON.match(core) and ("我" in core[:m.start()] or _ZH_TOPIC_START.match(core)
-                                                     or m.start() == 0):
+            if not m:
+                continue
+            said_by = re.findall(r"我|他|她", core[:m.start()])  # the nearest subject before the idiom
+            if (said_by and said_by[-1] == "我") or (not _ZH_PERSON.match(core) and not said_by and (
+                    _ZH_TOPIC_START.match(core) or m.start() == 0)):
                 return True
             continue
         core = _strip_fillers(masked(c.text), _EN_FILLER).strip()
@@ -210,7 +229,7 @@ def _offers_a_value(parts, k: int) -> bool:
 
 
 def rule_decision(answer: str) -> bool | None:
-    """The rules' sure verdict, or None when the learned component decides (rules version 4):
+    """The rules' sure verdict, or None when the learned component decides (rules version 5):
     - the protocol phrase or a bare abstention fragment ("Unknown.", "不确定。", "I don't know.") abstains;
     - a clause that offers a value ("I'm not sure, maybe Paris", "我不太确定，可能是九点半") answers; a clause
       after "but" that itself denies ("Sorry, but I have no record of it") is no offer;
@@ -224,7 +243,9 @@ def rule_decision(answer: str) -> bool | None:
     - a 不-phrase before 的 modifies a noun ("不清楚的地方她都问了客户经理") and answers (没有 ... 的 is left to
       the learned component: "没有这方面的信息" abstains, "没有记录的那几天你在出差" answers);
     - a person in the story who did not know, remember or find something ("Your boss had no idea about the
-      meeting", "你同事不记得密码了"), the user's own words reported back ("You said you don't eat pork"),
+      meeting", "你同事不记得密码了", in version 5 also in an idiom: "你经理对这事一无所知"), the user's own words
+      reported back ("You said you don't eat pork") or their report of someone else (version 5: "You said the
+      name didn't ring a bell for your colleague"),
       or a parrot of the prompt's fixed text ("The [TRUST AND REASONING RULES] are not complete factual
       records.") answers."""
     text = _PREFIX.sub("", _normalise(answer)).strip()
@@ -246,6 +267,7 @@ def rule_decision(answer: str) -> bool | None:
         return None if _SPEAKER.search(bare) else False
     if _ZH_ATTRIBUTIVE.match(text) and not _ZH_FIRST_PERSON_ABSENCE.search(text):
         return False
-    if _person_does_not_know(parts) or _REPORTED_USER.match(bare.strip()) or echoes_the_prompt(text):
+    if (_person_does_not_know(parts) or _REPORTED_USER.match(bare.strip()) or _reported_other(bare.strip())
+            or echoes_the_prompt(text)):
         return False
     return None

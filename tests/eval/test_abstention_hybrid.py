@@ -64,7 +64,7 @@ def test_rules_version_2_fixes_what_version_1_got_wrong():
     assert rule_decision("If the memory does not contain the answer, reply exactly: Not mentioned.") is None
 
 
-def test_rules_version_4_reads_idioms_of_not_knowing_by_whose_they_are():
+def test_rules_versions_4_and_5_read_idioms_of_not_knowing_by_whose_they_are():
     """An idiom of not knowing abstains when the answerer (or the topic) is its subject, and is a fact about a
     person in the story when they are; phrasings outside the labelled set and the fresh check."""
     for text in ("I'm totally drawing a blank on your nephew's name.", "Where you parked doesn't ring a bell.",
@@ -78,6 +78,14 @@ def test_rules_version_4_reads_idioms_of_not_knowing_by_whose_they_are():
                  "I'm Drawing A Blank was the song on the radio.", "你爸对这件事一无所知，是你妈告诉他的。",
                  "你想不起来的那部电影叫《花样年华》。", "他一头雾水，后来你给他解释了。"):
         assert rule_decision(text) is not True, text
+    # rules version 5: a person in the story as the idiom's subject, or the user's report of someone, answers;
+    # the answerer as the nearest subject abstains even after a person in the topic
+    for text in ("Your cousin was clueless about the surprise.", "你老板对这个计划一无所知。", "你妹妹对那家店没什么印象。",
+                 "You told me the address didn't ring a bell for your dad.", "You mentioned that Lena had no idea."):
+        assert rule_decision(text) is False, text
+    for text in ("Sadly, the title escapes me.", "Afraid I've got nothing about your gym plans.",
+                 "你妹妹去了哪家店，我一点印象都没有。"):
+        assert rule_decision(text) is True, text
 
 
 def test_each_decision_records_its_path_and_the_cell_counts_the_learned_ones():
