@@ -6,6 +6,7 @@ import pytest
 
 from dkilab.bench.abstention import PROBES
 from dkilab.text.abstention_learned import HybridDetector, get_detector, load_weights, rule_decision
+from dkilab.text.abstention_rules import RULES_VERSION
 
 
 def test_the_phrasings_issue_33_quoted_are_right_without_being_trained_on():
@@ -113,7 +114,7 @@ def test_rules_only_stays_selectable_and_each_detector_is_its_own_scoring_identi
     hybrid, rules = cell(), cell(abstention_detector="structural")
     assert hybrid.generation_hash == rules.generation_hash and hybrid.scoring_hash != rules.scoring_hash
     card = hybrid.resolved["metrics"]["abstention_detector"]
-    assert card["name"] == "hybrid" and card["version"].startswith("2+rules4+lr") and 0.9 < card["loso_precision_en"] <= 1.0
+    assert card["name"] == "hybrid" and card["version"].startswith(f"2+rules{RULES_VERSION}+lr") and 0.9 < card["loso_precision_en"] <= 1.0
     assert rules.resolved["metrics"]["abstention_detector"]["name"] == "structural"
     with pytest.raises(Exception, match="abstention_detector"):
         cell(abstention_detector="magic")
