@@ -104,7 +104,9 @@ FRESH_ROUNDS = {  # what each round of the fresh check is (datasets/fixtures/abs
     5: "written after rules 4 were frozen; the rules-4 detector (`git checkout dfce279 -- dkilab/text`) scores it en "
        "0.947 / 0.900, zh 0.905 / 0.950; rules 5 (a person in the story as an idiom's subject, the user's report of someone else, "
        "\"escapes me\", \"got nothing on\") were written after seeing its misses",
-    6: "written after rules 5 were frozen (commit 638bb15) and measured once; nothing was changed after it",
+    6: "written after rules 5 were frozen; the rules-5 detector (`git checkout 638bb15 -- dkilab/text`) scores it en "
+       "1.000 / 0.800, zh 1.000 / 0.850; rules 6 (\"the first I'm hearing of\", \"I can't speak to / vouch for / "
+       "confirm\", 第一次听说, 没法替你回答, 推断不出) were written after seeing its misses",
 }
 
 

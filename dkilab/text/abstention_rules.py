@@ -79,10 +79,15 @@ _EN_IDIOM_I = re.compile(
     r"coming up (?:empty|blank|short)|(?:completely |totally )?in the dark|stumped|at a loss|clueless)\b|"
     r"\bi (?:draw|drew|have drawn|'ve drawn) a (?:complete |total )?blank\b|\bi (?:come|came|have come|'ve come) up "
     r"(?:empty|blank|short)\b|\b(?:i'd|i would|we'd|we would) (?:only |just )?be (?:making (?:it|that|something|things) "
-    r"up|guessing)\b", re.I)
+    r"up|guessing)\b|"
+    # rules version 6: the first the answerer hears of it, what the answerer cannot speak to, a gap in what it knows
+    r"\bthe first (?:i'm|i am|i've|i have) (?:hearing|heard) (?:of|about)\b|"
+    r"\bi(?: can't| cannot| can not| am not able to|'m not able to| am unable to|'m unable to) (?:speak to|answer for|"
+    r"vouch for|comment on|confirm)\b|\bgap in (?:what i know|my (?:memory|knowledge|notes))\b", re.I)
 _EN_IDIOM_TOPIC = re.compile(
     r"\b(?:doesn't|does not|didn't|did not|don't|do not|won't|wouldn't)\s+ring (?:a|any) bells?\b|\brings? no bells?\b|"
     r"\bescapes? me\b|\b(?:i|we)(?:'ve| have)(?: got)? nothing (?:on|about)\b|"
+    r"\bnothing (?:about|on|regarding) [^.;]*\b(?:has |have )?(?:come|came) up\b|"
     r"\b(?:a (?:complete |total |bit of a )?mystery|news) to (?:me|us)\b|\bbeats me\b|\bnothing comes to mind\b|"
     r"\b(?:falls?|is|that's|it's|lies) (?:well |completely )?(?:outside|beyond) (?:of )?(?:what|anything|everything) "
     r"(?:we(?:'ve| have)?|you(?:'ve| have)?) (?:talked about|discussed|covered|told me|shared|mentioned)\b", re.I)
@@ -93,9 +98,11 @@ _EN_FOR_SOMEONE = re.compile(r"\bfor (?:him|her|them|your|his|their|[A-Z][a-z]+)
 _ZH_IDIOM = re.compile(r"(?:一无所知|毫无头绪|没(?:有)?(?:什么|任何)?头绪|一头雾水|摸不着头脑|不得而知|"
                        r"无从(?:知道|得知|知晓|判断|说起|查证)|没(?:有)?(?:什么|任何)?印象|(?:一点|什么|任何)印象(?:都|也)没(?:有)?|"
                        r"(?:想|记)不起来|"
-                       r"脑子(?:里)?一片空白|两眼一抹黑)(?!的)")
+                       r"脑子(?:里)?一片空白|两眼一抹黑|"
+                       # rules version 6
+                       r"(?:还是)?第一次听(?:说|到)|头一回听|(?:没法|无法|不能)替你(?:回答|作答)|推断不出|推不出|推断不了|判断不了)(?!的)")
 _ZH_TOPIC_START = re.compile(r"^(?:这个|这件事|这事|那个|那件事|那事|这|那|对此|关于这个|至于这个)")
-RULES_VERSION = "5"
+RULES_VERSION = "6"
 
 
 @lru_cache(maxsize=1)
@@ -200,7 +207,7 @@ def _answerer_does_not_know(text: str, parts) -> bool:
         return True
     for c in parts:  # the non-filler clauses
         if re.search(r"[\u4e00-\u9fff]", c.text):
-            core = _strip_fillers(c.text, _ZH_FILLER)
+            core = _ZH_SOURCE_ADVERBIAL.sub("", _strip_fillers(c.text, _ZH_FILLER))  # "从聊天记录里推不出"
             m = _ZH_IDIOM.search(core)
             if not m:
                 continue
@@ -229,7 +236,7 @@ def _offers_a_value(parts, k: int) -> bool:
 
 
 def rule_decision(answer: str) -> bool | None:
-    """The rules' sure verdict, or None when the learned component decides (rules version 5):
+    """The rules' sure verdict, or None when the learned component decides (rules version 6):
     - the protocol phrase or a bare abstention fragment ("Unknown.", "不确定。", "I don't know.") abstains;
     - a clause that offers a value ("I'm not sure, maybe Paris", "我不太确定，可能是九点半") answers; a clause
       after "but" that itself denies ("Sorry, but I have no record of it") is no offer;
@@ -237,7 +244,9 @@ def rule_decision(answer: str) -> bool | None:
       or the record's "cannot say" in Chinese ("我说不出来", "从之前的对话里判断不出来"; rules version 3);
     - an idiom of not knowing with the answerer or the topic as subject abstains ("I'm drawing a blank on
       it", "That doesn't ring a bell", "That falls outside what we've talked about", "我一无所知", "这个我
-      毫无头绪"; rules version 4; it checks for a person in the story as subject itself);
+      毫无头绪"; rules version 4; it checks for a person in the story as subject itself; version 6 adds "the
+      first I'm hearing of it", "I can't speak to / vouch for / confirm", "nothing about it has come up",
+      我第一次听说, 没法替你回答, 推断不出);
     - with quoted speech, titles and names masked, an answer with no word of absence answers, unless it speaks
       of the answerer ("That's beyond what I know"): the learned component decides those;
     - a 不-phrase before 的 modifies a noun ("不清楚的地方她都问了客户经理") and answers (没有 ... 的 is left to

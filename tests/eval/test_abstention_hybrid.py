@@ -65,7 +65,7 @@ def test_rules_version_2_fixes_what_version_1_got_wrong():
     assert rule_decision("If the memory does not contain the answer, reply exactly: Not mentioned.") is None
 
 
-def test_rules_versions_4_and_5_read_idioms_of_not_knowing_by_whose_they_are():
+def test_rules_versions_4_to_6_read_idioms_of_not_knowing_by_whose_they_are():
     """An idiom of not knowing abstains when the answerer (or the topic) is its subject, and is a fact about a
     person in the story when they are; phrasings outside the labelled set and the fresh check."""
     for text in ("I'm totally drawing a blank on your nephew's name.", "Where you parked doesn't ring a bell.",
@@ -87,6 +87,14 @@ def test_rules_versions_4_and_5_read_idioms_of_not_knowing_by_whose_they_are():
     for text in ("Sadly, the title escapes me.", "Afraid I've got nothing about your gym plans.",
                  "你妹妹去了哪家店，我一点印象都没有。"):
         assert rule_decision(text) is True, text
+    # rules version 6: the first the answerer hears of it, what it cannot speak to or infer
+    for text in ("This is the first I've heard about a new car.", "I'm unable to vouch for the date you picked.",
+                 "Nothing about the refund has come up so far.", "Your holiday plans are a gap in my notes.",
+                 "你换工作的事，我是第一次听说。", "你们最后住哪，我无法替你回答。", "从现有的聊天里推不出他的生日。"):
+        assert rule_decision(text) is True, text
+    for text in ("Your dad said it was the first he'd heard of the plan.", "The bank couldn't confirm the transfer.",
+                 "她说这件事她也是第一次听说。", "你老板推断不出是谁干的。"):
+        assert rule_decision(text) is not True, text
 
 
 def test_each_decision_records_its_path_and_the_cell_counts_the_learned_ones():
