@@ -107,6 +107,7 @@ FRESH_ROUNDS = {  # what each round of the fresh check is (datasets/fixtures/abs
     6: "written after rules 5 were frozen; the rules-5 detector (`git checkout 638bb15 -- dkilab/text`) scores it en "
        "1.000 / 0.800, zh 1.000 / 0.850; rules 6 (\"the first I'm hearing of\", \"I can't speak to / vouch for / "
        "confirm\", 第一次听说, 没法替你回答, 推断不出) were written after seeing its misses",
+    7: "written after rules 6 were frozen (commit faa8369) and measured once; nothing was changed after it",
 }
 
 
