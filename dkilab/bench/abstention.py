@@ -107,7 +107,9 @@ FRESH_ROUNDS = {  # what each round of the fresh check is (datasets/fixtures/abs
     6: "written after rules 5 were frozen; the rules-5 detector (`git checkout 638bb15 -- dkilab/text`) scores it en "
        "1.000 / 0.800, zh 1.000 / 0.850; rules 6 (\"the first I'm hearing of\", \"I can't speak to / vouch for / "
        "confirm\", 第一次听说, 没法替你回答, 推断不出) were written after seeing its misses",
-    7: "written after rules 6 were frozen (commit faa8369) and measured once; nothing was changed after it",
+    7: "written after rules 6 were frozen; the rules-6 detector (`git checkout faa8369 -- dkilab/text`) scores it en "
+       "0.941 / 0.800, zh 1.000 / 0.900; its misses on new subjects were followed by 60 template subjects per language "
+       "instead of 16 (none from the fresh check) and rules 7",
 }
 
 

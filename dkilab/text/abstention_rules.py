@@ -83,7 +83,8 @@ _EN_IDIOM_I = re.compile(
     # rules version 6: the first the answerer hears of it, what the answerer cannot speak to, a gap in what it knows
     r"\bthe first (?:i'm|i am|i've|i have) (?:hearing|heard) (?:of|about)\b|"
     r"\bi(?: can't| cannot| can not| am not able to|'m not able to| am unable to|'m unable to) (?:speak to|answer for|"
-    r"vouch for|comment on|confirm)\b|\bgap in (?:what i know|my (?:memory|knowledge|notes))\b", re.I)
+    r"vouch for|comment on|confirm)\b|\bgap in (?:what i know|my (?:memory|knowledge|notes))\b|"
+    r"\b(?:i'm|i am|we're|we are) (?:a (?:bit|little) )?short on (?:details|information|info|specifics)\b", re.I)
 _EN_IDIOM_TOPIC = re.compile(
     r"\b(?:doesn't|does not|didn't|did not|don't|do not|won't|wouldn't)\s+ring (?:a|any) bells?\b|\brings? no bells?\b|"
     r"\bescapes? me\b|\b(?:i|we)(?:'ve| have)(?: got)? nothing (?:on|about)\b|"
@@ -102,7 +103,7 @@ _ZH_IDIOM = re.compile(r"(?:一无所知|毫无头绪|没(?:有)?(?:什么|任�
                        # rules version 6
                        r"(?:还是)?第一次听(?:说|到)|头一回听|(?:没法|无法|不能)替你(?:回答|作答)|推断不出|推不出|推断不了|判断不了)(?!的)")
 _ZH_TOPIC_START = re.compile(r"^(?:这个|这件事|这事|那个|那件事|那事|这|那|对此|关于这个|至于这个)")
-RULES_VERSION = "6"
+RULES_VERSION = "7"
 
 
 @lru_cache(maxsize=1)
@@ -232,11 +233,13 @@ def _offers_a_value(parts, k: int) -> bool:
     body = _CONTRAST.sub("", c.text)
     if c.kind != "content" or _CUES.search(body) or not re.search(r"[A-Za-z0-9\u4e00-\u9fff]", body):
         return False  # a bare "yet" split off "We haven't covered that yet" offers nothing
+    if _EN_IDIOM_I.search(body) or _EN_IDIOM_TOPIC.search(body) or _ZH_IDIOM.search(body):
+        return False  # "but that falls outside what we've talked about": an idiom of not knowing (rules version 7)
     return bool(_HEDGE.match(body) or _GUESS.search(body) or (body != c.text and k == len(parts) - 1))
 
 
 def rule_decision(answer: str) -> bool | None:
-    """The rules' sure verdict, or None when the learned component decides (rules version 6):
+    """The rules' sure verdict, or None when the learned component decides (rules version 7):
     - the protocol phrase or a bare abstention fragment ("Unknown.", "不确定。", "I don't know.") abstains;
     - a clause that offers a value ("I'm not sure, maybe Paris", "我不太确定，可能是九点半") answers; a clause
       after "but" that itself denies ("Sorry, but I have no record of it") is no offer;
@@ -246,7 +249,8 @@ def rule_decision(answer: str) -> bool | None:
       it", "That doesn't ring a bell", "That falls outside what we've talked about", "我一无所知", "这个我
       毫无头绪"; rules version 4; it checks for a person in the story as subject itself; version 6 adds "the
       first I'm hearing of it", "I can't speak to / vouch for / confirm", "nothing about it has come up",
-      我第一次听说, 没法替你回答, 推断不出);
+      我第一次听说, 没法替你回答, 推断不出; version 7: "I'm short on details", and such an idiom after "but" is
+      no offer of a value);
     - with quoted speech, titles and names masked, an answer with no word of absence answers, unless it speaks
       of the answerer ("That's beyond what I know"): the learned component decides those;
     - a 不-phrase before 的 modifies a noun ("不清楚的地方她都问了客户经理") and answers (没有 ... 的 is left to
