@@ -159,6 +159,13 @@ def _title(m: re.Match) -> str:
     return m.group(0) if re.search(r"(?:,\s*|\s)I(?:'m|'ve|'d|'ll)?$", m.group(0)) else " TITLE "
 
 
+def _someone_else(core: str) -> bool:
+    """An English clause whose subject is a person in the story ("Your boss ...", "Tom ...", "She ..."), after
+    an opener such as "Honestly," (not a wh-word: "Where you parked ...")."""
+    core = _EN_LEAD.sub("", core)
+    return bool(_EN_PERSON.match(core) or (_is_third(core) and not _WH.match(core)))
+
+
 def _reported_other(bare: str) -> bool:
     """The user's report of someone else, given back: "You said the name didn't ring a bell for your
     colleague", "You told me your boss had no idea" (rules version 5)."""
@@ -167,8 +174,7 @@ def _reported_other(bare: str) -> bool:
         return False
     rest = _EN_LEAD.sub("", bare[m.end():].strip())
     idiom = _EN_IDIOM_TOPIC.search(rest)
-    return bool(_EN_PERSON.match(rest) or (_is_third(rest) and not _WH.match(rest))
-                or (idiom and _EN_FOR_SOMEONE.search(rest[idiom.end():])))
+    return _someone_else(rest) or bool(idiom and _EN_FOR_SOMEONE.search(rest[idiom.end():]))
 
 
 def _person_does_not_know(parts) -> bool:
@@ -194,17 +200,13 @@ def _person_does_not_know(parts) -> bool:
     return bool(person and _KNOWING.search(first) and not _WH.match(after) and not _TO_US.search(whole))
 
 
-def _answerer_does_not_know(text: str, parts) -> bool:
+def _answerer_does_not_know(bare: str, parts) -> bool:
     """The answer says, in an idiom, that the answerer does not know: "I'm drawing a blank on when you moved",
     "What your boss said doesn't ring a bell", "That falls outside what we've talked about", "关于你的新地址，
     我一无所知", "这个我毫无头绪". Not when a person in the story is the subject ("Your boss drew a blank",
     "她对这件事一无所知") or the one it is for ("The name didn't ring a bell for her")."""
-    def someone_else(core: str) -> bool:
-        core = _EN_LEAD.sub("", core)
-        return bool(_EN_PERSON.match(core) or (_is_third(core) and not _WH.match(core)))
-
-    whole = _strip_fillers(masked(text), _EN_FILLER).strip()
-    if _EN_IDIOM_I.search(whole) and not someone_else(whole):  # the answerer is named: the whole answer
+    whole = _strip_fillers(bare, _EN_FILLER).strip()  # `bare`: the answer as `masked` gives it
+    if _EN_IDIOM_I.search(whole) and not _someone_else(whole):  # the answerer is named: the whole answer
         return True
     for c in parts:  # the non-filler clauses
         if re.search(r"[\u4e00-\u9fff]", c.text):
@@ -219,7 +221,7 @@ def _answerer_does_not_know(text: str, parts) -> bool:
             continue
         core = _strip_fillers(masked(c.text), _EN_FILLER).strip()
         m = _EN_IDIOM_TOPIC.search(core)
-        if m and not someone_else(core) and not _EN_FOR_SOMEONE.search(core[m.end():]) and not re.match(r"^you\b", core, re.I):
+        if m and not _someone_else(core) and not _EN_FOR_SOMEONE.search(core[m.end():]) and not re.match(r"^you\b", core, re.I):
             return True
     return False
 
@@ -273,9 +275,9 @@ def rule_decision(answer: str) -> bool | None:
     cannot_say = (len(parts) >= 2 and _DONT_KNOW_LAST.match(last)) or _ZH_CANNOT_SAY.match(_ZH_SOURCE_ADVERBIAL.sub("", last))
     if cannot_say and all(_WH.search(c.text) for c in parts[:-1]):
         return True
-    if _answerer_does_not_know(text, parts):
-        return True
     bare = masked(text)
+    if _answerer_does_not_know(bare, parts):
+        return True
     if not _CUES.search(bare):
         return None if _SPEAKER.search(bare) else False
     if _ZH_ATTRIBUTIVE.match(text) and not _ZH_FIRST_PERSON_ABSENCE.search(text):
