@@ -6,11 +6,11 @@ logistic regression per encoder family: `minilm` from LoCoMo dev on the MiniLM s
 from MemDaily dev (e5, as `auto` picks), so English asked of an e5 store (the bilingual fixtures) is ranked
 by the Chinese-fitted part. `english_e5=True` (`--english-e5-part`) also fits one on LoCoMo dev over e5
 stores (`EXTRA`), and a family with parts in two languages names them `e5:en`, `e5:zh`; it ships as an
-ablation model (`experiments/models/fusion_lr_e5_english.json`), not as the default: it won LoCoMo but lost
-MADial-Bench en and the fixtures (docs/retrieval.md). A dataset counts in the language of most of its
-questions; a language with fewer than `MIN_PART` questions of a family joins that family's largest part. Each part's C is chosen by
-5-fold cross-validation over conversations (users) on the dev split, by the mean of its recall@10 and
-NDCG@10. The held-back data (`dkilab bench retrieval`) is never read here.
+ablation model (`experiments/models/fusion_lr_e5_english.json`), not as the default: it won LoCoMo test but
+lost MADial-Bench en (`dkilab bench retrieval`, docs/retrieval.md). A dataset counts in the language of most
+of its questions; a language with fewer than `MIN_PART` questions of a family joins that family's largest
+part. Each part's C is chosen by 5-fold cross-validation over conversations (users) on the dev split, by the
+mean of its recall@10 and NDCG@10. The held-back data (`dkilab bench retrieval`) is never read here.
 
     dkilab bench retrieval --train [--data-dir DIR]     writes dkilab/recall/fusion_lr.json
 """
