@@ -31,16 +31,25 @@ _HEDGE = re.compile(r"^(?:probably|maybe|perhaps|possibly|likely|i think|i belie
 _CONTRAST = re.compile(r"^(?:but|however|though|although|still|yet|但是?|不过|可是)\s*[,，]?\s*", re.I)
 _SPEAKER = re.compile(r"\b(?:i|i'm|i've|i'd|me|my|mine|we|we've|us|our)\b|我", re.I)
 _ZH_ATTRIBUTIVE = re.compile(r"^不[\u4e00-\u9fff]{1,4}的[\u4e00-\u9fff]")
-_ZH_FIRST_PERSON_ABSENCE = re.compile(r"我(?:们)?(?:无法|不|没|记不|想不|答不|说不)")
+_ZH_FIRST_PERSON_ABSENCE = re.compile(r"我(?:们)?(?:一点儿?(?:也|都)|完全|真的|实在|确实|也|还|都|根本|压根儿?)*"
+                                      r"(?:无法|不|没|记不|想不|答不|说不)")
 # a run of two or more capitalised words ("Nothing Else Matters", "I Can't Remember"): a title or a name
 _TITLE_RUN = re.compile(r"\b[A-Z][\w'’]*(?:[ ,]+(?:(?:of|to|a|an|the|for|in|on|and|or|me|you|my|it|is|be)\b[ ]*)*[A-Z][\w'’]*)+")
 _PERSON_NOUN = (r"(?:sister|brother|boss|mum|mom|mother|dad|father|colleague|son|daughter|husband|wife|partner|landlord|"
                 r"landlady|doctor|friend|teacher|manager|neighbou?r|roommate|flatmate|aunt|uncle|cousin|grandma|grandmother|"
-                r"grandpa|grandfather|kids?|children|girlfriend|boyfriend|co-?worker|parents?|family)")
+                r"grandpa|grandfather|kids?|children|girlfriend|boyfriend|co-?worker|parents?|family|"
+                # rules version 8: trades and other people a user deals with
+                r"plumber|electrician|mechanic|builder|contractor|lawyer|solicitor|accountant|dentist|nurse|vet|"
+                r"therapist|coach|trainer|tutor|agent|realtor|estate agent|driver|courier|nanny|babysitter|cleaner|"
+                r"receptionist|waiter|waitress|classmate|in-laws?|niece|nephew|fianc[eé]e?|ex|stepmother|stepfather)")
 _EN_PERSON = re.compile(rf"^(?:(?:he|she|they)\b|(?:your|my|his|her|their|the|our) (?:\w+ )?{_PERSON_NOUN}s?\b(?!'s)|"
                         r"(?:nobody|no one)\b)", re.I)
 _ZH_PERSON_NOUN = (r"(?:妈妈|爸爸|爸|妈|同事|老板|哥哥|姐姐|妹妹|弟弟|儿子|女儿|老公|老婆|丈夫|妻子|朋友|房东|医生|老师|经理|客户|邻居|"
-                   r"室友|家人|父母|孩子|领导|男朋友|女朋友)")
+                   r"室友|家人|父母|孩子|领导|男朋友|女朋友|"
+                   # 规则第 8 版：行当和用户打交道的人
+                   r"水管工|电工|修车师傅|师傅|中介|律师|会计|牙医|护士|兽医|教练|家教|司机|快递员|快递|保姆|保洁|前台|"
+                   r"服务员|店员|客服|物业|保安|同学|舍友|上司|主管|表哥|表姐|表弟|表妹|堂哥|堂姐|叔叔|舅舅|姑姑|阿姨|"
+                   r"爷爷|奶奶|外公|外婆|侄子|侄女|外甥|男友|女友|对象|未婚夫|未婚妻|前任)")
 _ZH_PERSON = re.compile(rf"^(?:他们|她们|他|她|没人|(?:你|他|她)的?{_ZH_PERSON_NOUN}|老[\u4e00-\u9fff]|{_ZH_PERSON_NOUN})(?!的)")
 # what a person in the story did not know, remember or find: a fact about them, not about the conversation
 _KNOWING = re.compile(r"\b(?:know|knew|known|remember\w*|recall\w*|idea|sure|find|found|forg[eo]t\w*|heard|understand\w*|"
@@ -103,7 +112,7 @@ _ZH_IDIOM = re.compile(r"(?:一无所知|毫无头绪|没(?:有)?(?:什么|任�
                        # rules version 6
                        r"(?:还是)?第一次听(?:说|到)|头一回听|(?:没法|无法|不能)替你(?:回答|作答)|推断不出|推不出|推断不了|判断不了)(?!的)")
 _ZH_TOPIC_START = re.compile(r"^(?:这个|这件事|这事|那个|那件事|那事|这|那|对此|关于这个|至于这个)")
-RULES_VERSION = "7"
+RULES_VERSION = "8"
 
 
 @lru_cache(maxsize=1)
@@ -197,7 +206,45 @@ def _person_does_not_know(parts) -> bool:
         person = m is not None or (_is_third(core) and not _WH.match(core))  # "Tom never told anyone ..."
     after = core[m.end():].strip() if m else core  # "你老板说了什么 ...": what the boss said is the topic, not the boss
     whole = " ".join(c.text for c in parts)
-    return bool(person and _KNOWING.search(first) and not _WH.match(after) and not _TO_US.search(whole))
+    wh, neg = _WH.search(after), _CUES.search(after)
+    if wh and (wh.start() == 0 or neg is None or wh.start() < neg.start()):
+        return False  # "电工发现了什么问题不在我们聊过的内容里": an embedded question is the topic (rules version 8)
+    return bool(person and _KNOWING.search(first) and not _TO_US.search(whole))
+
+
+# rules version 8: a person of the user's life named by a noun ("Your brother", "The plumber", "中介那边"), not a
+# pronoun or a name (the user themself, in a dataset that speaks of the user in the third person)
+_EN_NOUN_PERSON = re.compile(rf"^(?:your|his|her|their|the) (?:\w+ )?{_PERSON_NOUN}s?\b(?!'s)", re.I)
+_ZH_NOUN_PERSON = re.compile(rf"^(?:你|他|她)?的?{_ZH_PERSON_NOUN}(?:那边|那儿|们)?(?:也|还|都|一直|从来|根本|并|就|却|压根儿?)*"
+                             r"(?:没|不|未|从没|从未)")  # the subject, then its negation ("你邻居家猫的品种" is a topic)
+_FIRST_PERSON = re.compile(r"\b(?:i|i'm|i've|i'd|i'll|me|my|mine|we|we've|we're|us|our)\b|我", re.I)
+# the user telling (or not telling) someone else: "You didn't mention the party to your boss", "You told your
+# sister you couldn't make it", "你没跟你妈说这件事"
+_EN_TOLD_OTHER = re.compile(
+    rf"^you (?:(?:didn't|did not|never|haven't|have not|hadn't|had not|still haven't|also|already|only) )?(?:ever )?"
+    rf"(?:tell|told|mention(?:ed)?|say|said|show(?:ed|n)?|share(?:d)?|explain(?:ed)?|text(?:ed)?|e-?mail(?:ed)?|"
+    rf"call(?:ed)?|ask(?:ed)?|invite(?:d)?|warn(?:ed)?|remind(?:ed)?|admit(?:ted)?|reply|replied|answer(?:ed)?|"
+    rf"introduce[d]?) (?:(?!what|where|when|which|who|whose|how|why|whether)[\w'-]+ ){{0,5}}?"
+    rf"(?:to |with )?(?:(?:your|his|her|their|the) (?:\w+ )?{_PERSON_NOUN}s?|any(?:one|body))\b", re.I)
+_ZH_TOLD_OTHER = re.compile(rf"^你(?:也|还|一直|从来|从)?(?:没|没有|不|不想|不敢)?(?:跟|和|对|向|给|告诉)(?:你的?)?{_ZH_PERSON_NOUN}")
+
+
+def _someone_in_the_story_did_not(bare: str, parts) -> bool:
+    """Rules version 8: what a person of the user's life, named by a noun, did not do ("Your brother never
+    replied to the invitation", "中介那边一直没回你消息", "水管工也不确定漏水的原因"), or what the user told or did not
+    tell someone else ("You didn't mention the party to your boss", "You told your sister you couldn't make
+    it"): a fact of the story, when the answer never speaks of the answerer (I, me, we, 我) or to it."""
+    if not parts or _FIRST_PERSON.search(bare) or _TO_US.search(bare):
+        return False
+    first = parts[0].text
+    if re.search(r"[\u4e00-\u9fff]", first):
+        core = _strip_fillers(first, _ZH_FILLER)
+        return bool(_ZH_NOUN_PERSON.match(core) or _ZH_TOLD_OTHER.match(core))
+    core = _EN_LEAD.sub("", _strip_fillers(masked(first), _EN_FILLER).strip())
+    if _EN_TOLD_OTHER.match(core):
+        return True
+    m = _EN_NOUN_PERSON.match(core)
+    return bool(m and not _WH.match(core[m.end():].strip()))
 
 
 def _answerer_does_not_know(bare: str, parts) -> bool:
@@ -241,7 +288,7 @@ def _offers_a_value(parts, k: int) -> bool:
 
 
 def rule_decision(answer: str) -> bool | None:
-    """The rules' sure verdict, or None when the learned component decides (rules version 7):
+    """The rules' sure verdict, or None when the learned component decides (rules version 8):
     - the protocol phrase or a bare abstention fragment ("Unknown.", "不确定。", "I don't know.") abstains;
     - a clause that offers a value ("I'm not sure, maybe Paris", "我不太确定，可能是九点半") answers; a clause
       after "but" that itself denies ("Sorry, but I have no record of it") is no offer;
@@ -262,7 +309,11 @@ def rule_decision(answer: str) -> bool | None:
       reported back ("You said you don't eat pork") or their report of someone else (version 5: "You said the
       name didn't ring a bell for your colleague"),
       or a parrot of the prompt's fixed text ("The [TRUST AND REASONING RULES] are not complete factual
-      records.") answers."""
+      records.") answers;
+    - rules version 8: what a person of the user's life, named by a noun (trades included: "The plumber", "中介
+      那边"), did not do ("Your brother never replied to the invitation", "水管工也不确定漏水的原因"), and what the
+      user told or did not tell someone else ("You didn't mention the party to your boss"), answer when the
+      answer never speaks of the answerer or to it."""
     text = _PREFIX.sub("", _normalise(answer)).strip()
     if _PROTOCOL.match(text) and len(clauses(answer)) == 1:
         return True
@@ -283,6 +334,6 @@ def rule_decision(answer: str) -> bool | None:
     if _ZH_ATTRIBUTIVE.match(text) and not _ZH_FIRST_PERSON_ABSENCE.search(text):
         return False
     if (_person_does_not_know(parts) or _REPORTED_USER.match(bare.strip()) or _reported_other(bare.strip())
-            or echoes_the_prompt(text)):
+            or _someone_in_the_story_did_not(bare, parts) or echoes_the_prompt(text)):
         return False
     return None

@@ -97,6 +97,23 @@ def test_rules_versions_4_to_6_read_idioms_of_not_knowing_by_whose_they_are():
         assert rule_decision(text) is not True, text
 
 
+def test_rules_version_8_reads_what_people_in_the_story_did_not_do():
+    """What a person of the user's life (named by a noun, trades included) did not do, and what the user told or
+    did not tell someone else, answer; the same words about the answerer, or with a person only in the topic,
+    do not. Phrasings outside the labelled set and the fresh check."""
+    for text in ("Your landlord never fixed the heating.", "The electrician didn't show up on Tuesday.",
+                 "You didn't tell your cousin about the move.", "You told your manager you needed Friday off.",
+                 "You never mentioned the fine to anyone.", "快递员一直没把包裹送到。", "你舅舅也不知道那家店搬到哪了。",
+                 "你没跟你同事提加薪的事。", "房东那边还没退押金。", "Honestly, your nephew hasn't replied yet."):
+        assert rule_decision(text) is False, text
+    for text in ("You never told me what your landlord said.", "Your landlord's number never came up.",
+                 "The electrician's quote isn't something I have.", "你舅舅住哪你没跟我说过。", "你邻居家狗的名字你没提过。",
+                 "水管工收了多少钱，我不知道。", "电工发现了什么问题不在我们的聊天记录里。", "You didn't tell me who your coach is."):
+        assert rule_decision(text) is not False, text
+    # a Chinese first-person absence with an adverb in between still is the answerer's ("我一点也不记得")
+    assert rule_decision("你表姐来玩的事我一点也不记得。") is not False
+
+
 def test_each_decision_records_its_path_and_the_cell_counts_the_learned_ones():
     from dkilab.eval.metrics import aggregate, score_answer
     from dkilab.types import Answer, QAItem
