@@ -1,0 +1,192 @@
+"""Two recall levers studied on LoCoMo dev only (issue 30; conversations 0-4, categories 1-4, MiniLM stores as
+`auto` gives them): what they do to the learned fusion's cross-validated recall@10.
+
+1. A query-side linear adapter: the query's MiniLM vector times a 384x384 matrix (initialised at the identity,
+   penalised by lam * ||W - I||^2), fitted so the question's softmax over its conversation's messages puts
+   its mass on the gold evidence. Stored vectors are untouched (ingest cost nothing). Scored leave one
+   conversation out: dense-only recall@10, then the learned fusion re-fitted (5-fold over conversations, as
+   `dkilab bench retrieval --train` does) on candidates recalled with each conversation's out-of-fold adapter.
+2. Session diversity: at most `cap` messages per session in the top 10 of the learned ranking (out of fold).
+3. Where the learned fusion loses: per category, recall@10 and whether each gold message was a candidate.
+
+    python experiments/bench/recall_levers_dev.py [--data-dir DIR] [--lam 0.01 0.1 1]
+
+Needs torch (`make setup` installs it) and $DKILAB_DATA_DIR (or --data-dir). Never reads LoCoMo test."""
+from __future__ import annotations
+
+import argparse
+import os
+
+import numpy as np
+
+DEV = {"name": "locomo", "categories": [1, 2, 3, 4], "split": "dev"}
+
+
+def load(data_dir):
+    """({user: (message ids, vectors)}, [question dicts], {message id: session id}) of LoCoMo dev."""
+    from dkilab.bench.fusion_train import _cells
+    from dkilab.eval.cell import load_cell_data, question_text
+
+    users: dict = {}
+    questions = []
+    session: dict[str, str] = {}
+    for cell in _cells(None, [DEV]):
+        data = load_cell_data(cell, data_dir)
+        store = data.store
+        for conv, item in data.items:
+            if not item.evidence_ids:
+                continue
+            u = conv.user_id
+            if u not in users:
+                rows = store.conn.execute("SELECT message_id, session_id, embedding FROM messages WHERE user_id=? AND "
+                                          "embedding IS NOT NULL", [u]).fetchall()
+                session.update((r["message_id"], r["session_id"]) for r in rows)
+                vecs = np.frombuffer(b"".join(r["embedding"] for r in rows), dtype=np.float32).reshape(len(rows), -1)
+                users[u] = ([r["message_id"] for r in rows], vecs)
+            q = question_text(item)
+            questions.append({"user": u, "text": q, "vec": np.asarray(store.embedder.encode_query(q), np.float32).ravel(),
+                              "gold": list(item.evidence_ids), "category": item.category, "qid": item.qid})
+    return users, questions, session
+
+
+def fit_adapter(users, questions, lam: float, epochs: int = 30, tau: float = 0.05, seed: int = 0):
+    import torch
+
+    torch.manual_seed(seed)
+    dim = next(iter(users.values()))[1].shape[1]
+    V = {u: torch.tensor(v) for u, (_, v) in users.items()}
+    idx = {u: {i: k for k, i in enumerate(ids)} for u, (ids, _) in users.items()}
+    data = [(q["user"], torch.tensor(q["vec"]), [idx[q["user"]][g] for g in q["gold"] if g in idx[q["user"]]])
+            for q in questions]
+    data = [d for d in data if d[2]]
+    eye = torch.eye(dim)
+    W = eye.clone().requires_grad_(True)
+    opt = torch.optim.Adam([W], lr=1e-3)
+    for _ in range(epochs):
+        order = torch.randperm(len(data)).tolist()
+        for b in range(0, len(order), 32):
+            batch = order[b:b + 32]
+            loss = torch.zeros(())
+            for k in batch:
+                u, q, pos = data[k]
+                a = q @ W
+                loss = loss - torch.log_softmax(V[u] @ (a / a.norm()) / tau, 0)[pos].mean()
+            loss = loss / len(batch) + lam * ((W - eye) ** 2).sum()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return W.detach().numpy()
+
+
+def dense_recall(users, questions, W=None, k: int = 10) -> float:
+    from dkilab.eval.metrics.retrieval import evidence_recall
+
+    out = []
+    for q in questions:
+        ids, V = users[q["user"]]
+        v = q["vec"] if W is None else q["vec"] @ W
+        order = np.argsort(-(V @ v), kind="stable")[:k]
+        out.append(evidence_recall([ids[i] for i in order], q["gold"], k))
+    return float(np.mean(out))
+
+
+def out_of_fold(users, questions, lam: float):
+    """{user: the adapter fitted on the other conversations}."""
+    return {u: fit_adapter(users, [q for q in questions if q["user"] != u], lam) for u in sorted(users)}
+
+
+def fusion_rows(data_dir, adapted: dict[str, np.ndarray] | None):
+    """The learned fusion's dev candidates, recalled with the given query vectors (by question text)."""
+    from dkilab.bench import fusion_train
+    from dkilab.memory import embedder as E
+
+    original = E.Embedder.encode_query
+    if adapted is not None:
+        E.Embedder.encode_query = lambda self, text: adapted[text] if text in adapted else original(self, text)
+    try:
+        return fusion_train.collect(data_dir, datasets=[DEV])
+    finally:
+        E.Embedder.encode_query = original
+
+
+def oof_rankings(rows, C: float = 1.0):
+    from dkilab.bench.fusion_train import _fit
+
+    out = {}
+    for u in sorted({r["user"] for r in rows}):
+        scaler, lr = _fit([r for r in rows if r["user"] != u], C)
+        for r in rows:
+            if r["user"] == u:
+                s = lr.decision_function(scaler.transform(r["X"]))
+                out[(u, r["qid"])] = [r["ids"][k] for k in np.argsort(-s, kind="stable")]
+    return out
+
+
+def capped(ranked: list[str], cap: int, session_of, k: int = 10) -> list[str]:
+    top, rest, seen = [], [], {}
+    for i in ranked:
+        s = session_of(i)
+        if len(top) < k and seen.get(s, 0) < cap:
+            top.append(i)
+            seen[s] = seen.get(s, 0) + 1
+        else:
+            rest.append(i)
+    return top + rest
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data-dir", default=os.environ.get("DKILAB_DATA_DIR"))
+    p.add_argument("--lam", type=float, nargs="+", default=[0.01, 0.1, 1.0])
+    a = p.parse_args()
+    from dkilab.bench.fusion_train import cross_validate
+    from dkilab.eval.metrics.retrieval import evidence_recall
+
+    users, questions, session = load(a.data_dir)
+    print(f"LoCoMo dev: {len(users)} conversations, {len(questions)} questions with evidence")
+    print("1. query-side linear adapter, leave one conversation out (dense only, recall@10):")
+    print(f"   no adapter    {dense_recall(users, questions):.3f}")
+    best = None
+    for lam in a.lam:
+        folds = out_of_fold(users, questions, lam)
+        got = sum(dense_recall(users, [q for q in questions if q["user"] == u], W) * sum(q["user"] == u for q in questions)
+                  for u, W in folds.items()) / len(questions)
+        print(f"   lam={lam:<6}    {got:.3f}")
+        if best is None or got > best[1]:
+            best = (lam, got, folds)
+    lam, _, folds = best
+    adapted = {}
+    for q in questions:
+        v = q["vec"] @ folds[q["user"]]
+        adapted[q["text"]] = (v / np.linalg.norm(v)).astype(np.float32)
+    base_rows, adapted_rows = fusion_rows(a.data_dir, None), fusion_rows(a.data_dir, adapted)
+    for name, rows in (("learned fusion", base_rows), (f"learned fusion, adapter lam={lam}", adapted_rows)):
+        cv = cross_validate(rows, 1.0)
+        cover = np.mean([len(r["gold"] & set(r["ids"])) / len(r["gold"]) for r in rows])
+        print(f"   {name:<36} cross-validated recall@10 {cv['locomo recall@10']:.3f}  ndcg@10 "
+              f"{cv['locomo ndcg@10']:.3f}  gold among the candidates {cover:.3f}")
+    print("2. at most `cap` messages per session in the learned fusion's top 10 (out of fold, recall@10):")
+    ranked = oof_rankings(base_rows)
+    for cap in (None, 1, 2, 3, 4):
+        vals = [evidence_recall(ranked[(r["user"], r["qid"])] if cap is None else
+                                capped(ranked[(r["user"], r["qid"])], cap, session.__getitem__), list(r["gold"]), 10)
+                for r in base_rows]
+        print(f"   cap {cap if cap is not None else 'none':<5} {np.mean(vals):.3f}")
+    print("3. where the learned fusion loses (out of fold): per category, recall@10 and where its gold messages are")
+    category = {(q["user"], q["qid"]): q["category"] for q in questions}
+    table: dict = {}
+    for r in base_rows:
+        order = ranked[(r["user"], r["qid"])]
+        t = table.setdefault(category[(r["user"], r["qid"])], {"recall": [], "missing": 0, "below": 0, "top": 0})
+        t["recall"].append(evidence_recall(order, list(r["gold"]), 10))
+        for g in r["gold"]:
+            t["missing" if g not in order else "below" if order.index(g) >= 10 else "top"] += 1
+    for c in sorted(table):
+        t = table[c]
+        n = t["missing"] + t["below"] + t["top"]
+        print(f"   category {c}: {len(t['recall']):>3} questions  recall@10 {np.mean(t['recall']):.3f}  gold messages {n:>3}: "
+              f"not a candidate {t['missing'] / n:.2f}, ranked below 10 {t['below'] / n:.2f}, in the top 10 {t['top'] / n:.2f}")
+
+
+if __name__ == "__main__":
+    main()
