@@ -43,9 +43,11 @@ def _cells(embedder: dict | None = None, datasets: list[dict] | None = None):
     return expand_cells(cfg)
 
 
-def collect(data_dir=None, embedder: dict | None = None, datasets: list[dict] | None = None) -> list[dict[str, Any]]:
+def collect(data_dir=None, embedder: dict | None = None, datasets: list[dict] | None = None,
+            recall: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """[{dataset, user, qid, ids, X, gold, index_text}] for every question with evidence of `datasets`
-    (default: the dev split, `DEV`)."""
+    (default: the dev split, `DEV`); `recall`: dotted-key updates of the recall config (a study of another
+    candidate list, e.g. {"signals.vector_top_k": 200})."""
     from dkilab.eval.cell import load_cell_data, question_text
     from dkilab.recall import learned
     from dkilab.recall.multi_signal import MultiSignalRecall
@@ -58,7 +60,8 @@ def collect(data_dir=None, embedder: dict | None = None, datasets: list[dict] | 
         path = Path(tmp) / "zero.json"  # any model serves: the features are read before it scores
         path.write_text(json.dumps(zero))
         for cell in _cells(embedder, datasets):
-            cfg = cell.params.recall.with_updates({"signals.fusion": "learned", "signals.fusion_model": str(path)})
+            cfg = cell.params.recall.with_updates({**(recall or {}), "signals.fusion": "learned",
+                                                   "signals.fusion_model": str(path)})
             data = load_cell_data(cell, data_dir)
             resolver = cell.instance._resolver  # the strategy's own resolver, as recall_only builds it
             views: dict[str, Any] = {}

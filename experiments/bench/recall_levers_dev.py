@@ -7,7 +7,8 @@
    conversation out: dense-only recall@10, then the learned fusion re-fitted (5-fold over conversations, as
    `dkilab bench retrieval --train` does) on candidates recalled with each conversation's out-of-fold adapter.
 2. Session diversity: at most `cap` messages per session in the top 10 of the learned ranking (out of fold).
-3. Where the learned fusion loses: per category, recall@10 and whether each gold message was a candidate.
+3. Wider candidate lists: each signal's top 50 (the default), 100 or 200.
+4. Where the learned fusion loses: per category, recall@10 and whether each gold message was a candidate.
 
     python experiments/bench/recall_levers_dev.py [--data-dir DIR] [--lam 0.01 0.1 1]
 
@@ -139,6 +140,7 @@ def main() -> None:
     p.add_argument("--data-dir", default=os.environ.get("DKILAB_DATA_DIR"))
     p.add_argument("--lam", type=float, nargs="+", default=[0.01, 0.1, 1.0])
     a = p.parse_args()
+    from dkilab.bench import fusion_train
     from dkilab.bench.fusion_train import cross_validate
     from dkilab.eval.metrics.retrieval import evidence_recall
 
@@ -172,7 +174,15 @@ def main() -> None:
                                 capped(ranked[(r["user"], r["qid"])], cap, session.__getitem__), list(r["gold"]), 10)
                 for r in base_rows]
         print(f"   cap {cap if cap is not None else 'none':<5} {np.mean(vals):.3f}")
-    print("3. where the learned fusion loses (out of fold): per category, recall@10 and where its gold messages are")
+    print("3. wider candidate lists (each signal's top k; the learned fusion re-fitted, 5-fold over conversations):")
+    for k in (50, 100, 200):
+        rows = base_rows if k == 50 else fusion_train.collect(a.data_dir, datasets=[DEV], recall={
+            "signals.vector_top_k": k, "signals.lexical_top_k": k})
+        cv = cross_validate(rows, 1.0)
+        cover = np.mean([len(r["gold"] & set(r["ids"])) / len(r["gold"]) for r in rows])
+        print(f"   top {k:<4} {np.mean([len(r['ids']) for r in rows]):5.0f} candidates  gold among them {cover:.3f}  "
+              f"cross-validated recall@10 {cv['locomo recall@10']:.3f}  ndcg@10 {cv['locomo ndcg@10']:.3f}")
+    print("4. where the learned fusion loses (out of fold): per category, recall@10 and where its gold messages are")
     category = {(q["user"], q["qid"]): q["category"] for q in questions}
     table: dict = {}
     for r in base_rows:

@@ -192,6 +192,11 @@ def test_the_trainer_fits_a_model_recall_can_load(tmp_path, monkeypatch):
     rows = fusion_train.collect(None, datasets=[{"name": "fixtures"}])
     assert rows and all(r["X"].shape == (len(r["ids"]), len(learned.FEATURES)) for r in rows)
     assert sum(bool(r["gold"] & set(r["ids"])) for r in rows) >= 0.8 * len(rows)  # evidence is among the candidates
+    # a study of another candidate list (experiments/bench/recall_levers_dev.py): each signal's top 2 only
+    narrow = fusion_train.collect(None, datasets=[{"name": "fixtures"}],
+                                  recall={"signals.vector_top_k": 2, "signals.lexical_top_k": 2})
+    assert [r["qid"] for r in narrow] == [r["qid"] for r in rows]
+    assert sum(len(r["ids"]) for r in narrow) < sum(len(r["ids"]) for r in rows)
 
 
 def test_the_english_e5_ablation_model_differs_from_the_shipped_one_only_by_its_english_e5_part():
