@@ -112,7 +112,7 @@ _ZH_IDIOM = re.compile(r"(?:一无所知|毫无头绪|没(?:有)?(?:什么|任�
                        # rules version 6
                        r"(?:还是)?第一次听(?:说|到)|头一回听|(?:没法|无法|不能)替你(?:回答|作答)|推断不出|推不出|推断不了|判断不了)(?!的)")
 _ZH_TOPIC_START = re.compile(r"^(?:这个|这件事|这事|那个|那件事|那事|这|那|对此|关于这个|至于这个)")
-RULES_VERSION = "8"
+RULES_VERSION = "9"
 
 
 @lru_cache(maxsize=1)
@@ -229,6 +229,15 @@ _EN_TOLD_OTHER = re.compile(
 _ZH_TOLD_OTHER = re.compile(rf"^你(?:也|还|一直|从来|从)?(?:没|没有|不|不想|不敢)?(?:跟|和|对|向|给|告诉)(?:你的?)?{_ZH_PERSON_NOUN}")
 
 
+# what was or was not said, named or recorded (rules version 9): with a person as subject ("Your boss wasn't
+# mentioned", "The plumber never came up", "Your sister didn't say", "你的房东没有出现在聊天里") it may be the
+# conversation that lacks it, an abstention; the learned component decides those
+_EN_SAYING = re.compile(r"\b(?:mention\w*|say|says|said|tell|tells|told|talk\w*|discuss\w*|spoke|spoken|speak\w*|"
+                        r"c[oa]me up|comes up|coming up|br(?:ing|ought) up|named?|specif\w*|shar\w*|record\w*|not(?:e|ed)|"
+                        r"cover\w*|appear\w*|given|stated?|referr\w*|reference\w*)\b", re.I)
+_ZH_SAYING = re.compile(r"(?:没|不|未|从没|从未)(?:有)?(?:被|跟你|和你|对你|向你)?(?:提|说|讲|聊|谈|告诉|出现|记录|透露|交代)")
+
+
 def _someone_in_the_story_did_not(bare: str, parts) -> bool:
     """Rules version 8: what a person of the user's life, named by a noun, did not do ("Your brother never
     replied to the invitation", "中介那边一直没回你消息", "水管工也不确定漏水的原因"), or what the user told or did not
@@ -239,12 +248,15 @@ def _someone_in_the_story_did_not(bare: str, parts) -> bool:
     first = parts[0].text
     if re.search(r"[\u4e00-\u9fff]", first):
         core = _strip_fillers(first, _ZH_FILLER)
-        return bool(_ZH_NOUN_PERSON.match(core) or _ZH_TOLD_OTHER.match(core))
+        if _ZH_TOLD_OTHER.match(core):
+            return True
+        return bool(_ZH_NOUN_PERSON.match(core) and not _ZH_SAYING.search(core))
     core = _EN_LEAD.sub("", _strip_fillers(masked(first), _EN_FILLER).strip())
     if _EN_TOLD_OTHER.match(core):
         return True
     m = _EN_NOUN_PERSON.match(core)
-    return bool(m and not _WH.match(core[m.end():].strip()))
+    after = core[m.end():].strip() if m else ""
+    return bool(m and not _WH.match(after) and not _EN_SAYING.search(after))
 
 
 def _answerer_does_not_know(bare: str, parts) -> bool:
@@ -288,7 +300,7 @@ def _offers_a_value(parts, k: int) -> bool:
 
 
 def rule_decision(answer: str) -> bool | None:
-    """The rules' sure verdict, or None when the learned component decides (rules version 8):
+    """The rules' sure verdict, or None when the learned component decides (rules version 9):
     - the protocol phrase or a bare abstention fragment ("Unknown.", "不确定。", "I don't know.") abstains;
     - a clause that offers a value ("I'm not sure, maybe Paris", "我不太确定，可能是九点半") answers; a clause
       after "but" that itself denies ("Sorry, but I have no record of it") is no offer;
@@ -313,7 +325,9 @@ def rule_decision(answer: str) -> bool | None:
     - rules version 8: what a person of the user's life, named by a noun (trades included: "The plumber", "中介
       那边"), did not do ("Your brother never replied to the invitation", "水管工也不确定漏水的原因"), and what the
       user told or did not tell someone else ("You didn't mention the party to your boss"), answer when the
-      answer never speaks of the answerer or to it."""
+      answer never speaks of the answerer or to it; rules version 9: not when the person's verb is one of
+      saying, naming or recording ("The plumber never came up", "Your boss wasn't mentioned", "房东没出现在聊天
+      里"): that may be the conversation's lack, and the learned component decides."""
     text = _PREFIX.sub("", _normalise(answer)).strip()
     if _PROTOCOL.match(text) and len(clauses(answer)) == 1:
         return True

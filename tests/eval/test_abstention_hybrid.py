@@ -97,7 +97,7 @@ def test_rules_versions_4_to_6_read_idioms_of_not_knowing_by_whose_they_are():
         assert rule_decision(text) is not True, text
 
 
-def test_rules_version_8_reads_what_people_in_the_story_did_not_do():
+def test_rules_versions_8_and_9_read_what_people_in_the_story_did_not_do():
     """What a person of the user's life (named by a noun, trades included) did not do, and what the user told or
     did not tell someone else, answer; the same words about the answerer, or with a person only in the topic,
     do not. Phrasings outside the labelled set and the fresh check."""
@@ -112,6 +112,11 @@ def test_rules_version_8_reads_what_people_in_the_story_did_not_do():
         assert rule_decision(text) is not False, text
     # a Chinese first-person absence with an adverb in between still is the answerer's ("我一点也不记得")
     assert rule_decision("你表姐来玩的事我一点也不记得。") is not False
+    # rules version 9: what was not said, named or recorded, with a person as subject, may be the conversation's
+    # lack: the learned part decides ("Your cousin was never brought up" abstains, "Your cousin never said" may not)
+    for text in ("Your cousin was never brought up.", "The mechanic hasn't come up yet.", "Your aunt wasn't named anywhere.",
+                 "你舅舅从没被提起过。", "房东没出现在聊天里。", "你同事没说过这件事。"):
+        assert rule_decision(text) is None, text
 
 
 def test_each_decision_records_its_path_and_the_cell_counts_the_learned_ones():
@@ -257,6 +262,9 @@ def test_the_fresh_check_is_never_trained_on_and_its_figures_ship_with_the_weigh
     spec.loader.exec_module(build)
     added = build.EN_SUBJECTS[16:] + build.ZH_SUBJECTS[16:]
     assert len(added) >= 80 and not [x for x in added if any(x.lower() in r["text"].lower() for r in fresh)]
+    # and the people of the rules-9 sources (templated:absent_person, hard:person_did_not) are named in no fresh row
+    people = build.EN_LIFE_PEOPLE + build.ZH_LIFE_PEOPLE
+    assert len(people) >= 40 and not [x for x in people if any(x.lower() in r["text"].lower() for r in fresh)]
 
 
 def test_weights_that_do_not_fit_the_design_say_so():
