@@ -14,8 +14,13 @@ from dkilab.text.abstention import (_EN_FILLER, _PREFIX, _PROTOCOL, _QUOTED, _ZH
 _CUES = re.compile(r"\b(?:not?|n't|never|none|nothing|nobody|nowhere|neither|nor|unknown|unclear|unsure|uncertain|"
                    r"lack\w*|missing|without|unable|can'?t|cannot|couldn'?t|won'?t|don'?t|didn'?t|doesn'?t|isn'?t|"
                    r"wasn'?t|haven'?t|hasn'?t|hadn'?t|forg[eo]t\w*|blank|idea|sorry|afraid|guess\w*|rather|"
-                   r"record\w*|mention\w*|told|tell|recall|remember|ring a bell|came up|discuss\w*)\b|"
-                   r"n't|[不没無无未缺忘否别莫]|想不|记不|印象|记录|提过|提到|聊过|告诉|确定|猜|抱歉|遗憾|恐怕", re.I)
+                   r"record\w*|mention\w*|told|tell|recall|remember|ring a bell|came up|discuss\w*|"
+                   # rules version 10: ways to say something is missing that carry no negation ("You've kept the
+                   # name to yourself", "You left out the address", "It slipped past me"): never a sure answer
+                   r"to yourself|left\b[^.;]*\bout|slipp\w*|held back|withh[eo]ld\w*|omit\w*|skipp\w*|glossed over|"
+                   r"hole|gap|in the dark|making it up|invent\w*|mystery)\b|"
+                   r"n't|[不没無无未缺忘否别莫]|想不|记不|印象|记录|提过|提到|聊过|告诉|确定|猜|抱歉|遗憾|恐怕|瞎编|乱编|编的|骗你|"
+                   r"漏掉|略过|保密|空白", re.I)
 
 
 _FRAGMENT = re.compile(r"(?:unknown|not sure|unsure|no idea|no clue|i (?:don't|do not) know|n/?a|insufficient (?:information|info|data)|"
@@ -28,7 +33,7 @@ _GUESS = re.compile(r"\b(?:i think it was|i believe it was|probably|maybe|perhap
                     re.I)
 _HEDGE = re.compile(r"^(?:probably|maybe|perhaps|possibly|likely|i think|i believe|i guess|my guess|if i had to|可能|也许|大概|"
                     r"估计|我觉得|我猜|我认为|应该)", re.I)
-_CONTRAST = re.compile(r"^(?:but|however|though|although|still|yet|但是?|不过|可是)\s*[,，]?\s*", re.I)
+_CONTRAST = re.compile(r"^(?:but|however|though|although|still|yet|但是?|不过|可是|后来才?|最后)\s*[,，]?\s*", re.I)
 _SPEAKER = re.compile(r"\b(?:i|i'm|i've|i'd|me|my|mine|we|we've|us|our)\b|我", re.I)
 _ZH_ATTRIBUTIVE = re.compile(r"^不[\u4e00-\u9fff]{1,4}的[\u4e00-\u9fff]")
 _ZH_FIRST_PERSON_ABSENCE = re.compile(r"我(?:们)?(?:一点儿?(?:也|都)|完全|真的|实在|确实|也|还|都|根本|压根儿?)*"
@@ -67,6 +72,8 @@ _REPORTED_USER = re.compile(
     r"^(?:as )?you (?:said|told me|mentioned)(?: that)? you(?:'re| are| were)? (?:don't|do not|didn't|did not|can't|cannot|"
     r"never|won't|aren't|weren't|not|no longer)\b|"
     r"^you (?:don't|do not|didn't|did not|can't|cannot|never|aren't|weren't)\b[^.;]*,\s*(?:as )?you (?:told me|said)\b|"
+    # rules version 10: "You said you had no plans"
+    r"^(?:as )?you (?:said|told me|mentioned)(?: that)? you (?:had|have|'d|'ve) (?:no|nothing)\b|"
     r"^你(?:跟我|和我|对我)?(?:说过|说|告诉过我|提过)(?:你)?(?:不|没|从来不|从不|受不了)|"
     r"^你(?:不|从来不|从不|没)[^，,。]+[，,]\s*你(?:跟我|和我)?(?:说过|说的|告诉过我)", re.I)
 # an embedded question, then "I don't know": "你最后选了哪套房子，我不知道", "What colour it was, I couldn't say"
@@ -88,11 +95,11 @@ _EN_IDIOM_I = re.compile(
     r"coming up (?:empty|blank|short)|(?:completely |totally )?in the dark|stumped|at a loss|clueless)\b|"
     r"\bi (?:draw|drew|have drawn|'ve drawn) a (?:complete |total )?blank\b|\bi (?:come|came|have come|'ve come) up "
     r"(?:empty|blank|short)\b|\b(?:i'd|i would|we'd|we would) (?:only |just )?be (?:making (?:it|that|something|things) "
-    r"up|guessing)\b|"
+    r"up|guessing|inventing|making things up)\b|"
     # rules version 6: the first the answerer hears of it, what the answerer cannot speak to, a gap in what it knows
     r"\bthe first (?:i'm|i am|i've|i have) (?:hearing|heard) (?:of|about)\b|"
     r"\bi(?: can't| cannot| can not| am not able to|'m not able to| am unable to|'m unable to) (?:speak to|answer for|"
-    r"vouch for|comment on|confirm)\b|\bgap in (?:what i know|my (?:memory|knowledge|notes))\b|"
+    r"vouch for|comment on|confirm)\b|\b(?:gap|hole) in (?:what i know|my (?:memory|knowledge|notes))\b|"
     r"\b(?:i'm|i am|we're|we are) (?:a (?:bit|little) )?short on (?:details|information|info|specifics)\b", re.I)
 _EN_IDIOM_TOPIC = re.compile(
     r"\b(?:doesn't|does not|didn't|did not|don't|do not|won't|wouldn't)\s+ring (?:a|any) bells?\b|\brings? no bells?\b|"
@@ -110,9 +117,11 @@ _ZH_IDIOM = re.compile(r"(?:一无所知|毫无头绪|没(?:有)?(?:什么|任�
                        r"(?:想|记)不起来|"
                        r"脑子(?:里)?一片空白|两眼一抹黑|"
                        # rules version 6
-                       r"(?:还是)?第一次听(?:说|到)|头一回听|(?:没法|无法|不能)替你(?:回答|作答)|推断不出|推不出|推断不了|判断不了)(?!的)")
+                       r"(?:还是)?第一次听(?:说|到)|头一回听|(?:没法|无法|不能)替你(?:回答|作答)|推断不出|推不出|推断不了|判断不了|"
+                       # rules version 10: the answerer would be making it up ("我要是说了就是瞎编", "那是在骗你")
+                       r"(?:就是|那是|那就是|都是)(?:在)?(?:瞎编|乱编|编的|骗你|胡说|乱说|乱猜|瞎猜))(?!的)")
 _ZH_TOPIC_START = re.compile(r"^(?:这个|这件事|这事|那个|那件事|那事|这|那|对此|关于这个|至于这个)")
-RULES_VERSION = "9"
+RULES_VERSION = "10"
 
 
 @lru_cache(maxsize=1)
@@ -215,18 +224,21 @@ def _person_does_not_know(parts) -> bool:
 # rules version 8: a person of the user's life named by a noun ("Your brother", "The plumber", "中介那边"), not a
 # pronoun or a name (the user themself, in a dataset that speaks of the user in the third person)
 _EN_NOUN_PERSON = re.compile(rf"^(?:your|his|her|their|the) (?:\w+ )?{_PERSON_NOUN}s?\b(?!'s)", re.I)
-_ZH_NOUN_PERSON = re.compile(rf"^(?:你|他|她)?的?{_ZH_PERSON_NOUN}(?:那边|那儿|们)?(?:也|还|都|一直|从来|根本|并|就|却|压根儿?)*"
+_ZH_NOUN_PERSON = re.compile(rf"^(?:(?:你|他|她)?的?{_ZH_PERSON_NOUN}|[\u4e00-\u9fff]{{1,6}}的人)(?:那边|那儿|们)?(?:也|还|都|一直|从来|根本|并|就|却|压根儿?)*"
                              r"(?:没|不|未|从没|从未)")  # the subject, then its negation ("你邻居家猫的品种" is a topic)
 _FIRST_PERSON = re.compile(r"\b(?:i|i'm|i've|i'd|i'll|me|my|mine|we|we've|we're|us|our)\b|我", re.I)
 # the user telling (or not telling) someone else: "You didn't mention the party to your boss", "You told your
 # sister you couldn't make it", "你没跟你妈说这件事"
-_EN_TOLD_OTHER = re.compile(
-    rf"^you (?:(?:didn't|did not|never|haven't|have not|hadn't|had not|still haven't|also|already|only) )?(?:ever )?"
-    rf"(?:tell|told|mention(?:ed)?|say|said|show(?:ed|n)?|share(?:d)?|explain(?:ed)?|text(?:ed)?|e-?mail(?:ed)?|"
-    rf"call(?:ed)?|ask(?:ed)?|invite(?:d)?|warn(?:ed)?|remind(?:ed)?|admit(?:ted)?|reply|replied|answer(?:ed)?|"
-    rf"introduce[d]?) (?:(?!what|where|when|which|who|whose|how|why|whether)[\w'-]+ ){{0,5}}?"
-    rf"(?:to |with )?(?:(?:your|his|her|their|the) (?:\w+ )?{_PERSON_NOUN}s?|any(?:one|body))\b", re.I)
-_ZH_TOLD_OTHER = re.compile(rf"^你(?:也|还|一直|从来|从)?(?:没|没有|不|不想|不敢)?(?:跟|和|对|向|给|告诉)(?:你的?)?{_ZH_PERSON_NOUN}")
+_EN_NEG = r"(?:(?:didn't|did not|never|haven't|have not|hadn't|had not|still haven't|also|already|only) )?(?:ever )?"
+_EN_TOLD_OTHER = re.compile(  # rules version 10: any recipient after "tell" ("You didn't tell your sponsor")
+    rf"^you {_EN_NEG}(?:tell|told|warn(?:ed)?|remind(?:ed)?|invite[d]?|ask(?:ed)?|text(?:ed)?|call(?:ed)?|e-?mail(?:ed)?) "
+    rf"(?:(?:your|his|her|their) [\w-]+|(?:the|your) (?:\w+ )?{_PERSON_NOUN}s?|any(?:one|body))\b|"
+    rf"^you {_EN_NEG}(?:tell|told|mention(?:ed)?|say|said|show(?:ed|n)?|share[d]?|explain(?:ed)?|admit(?:ted)?|reply|"
+    rf"replied|answer(?:ed)?|introduce[d]?|text(?:ed)?|e-?mail(?:ed)?) "
+    rf"(?:(?!what|where|when|which|who|whose|how|why|whether)[\w'-]+ ){{0,5}}?(?:to|with) "
+    rf"(?:(?:your|his|her|their|the) [\w-]+|any(?:one|body))\b", re.I)
+_ZH_TOLD_OTHER = re.compile(r"^你(?:也|还|一直|从来|从)?(?:没|没有|不|不想|不敢)?(?:(?:跟|和|对|向|给)(?!我)(?:你的?)?[\u4e00-\u9fff]{1,6}?"
+                            r"(?:说|讲|提|聊|谈|解释|交代|透露)|告诉(?!过?我)(?:你的?)?[\u4e00-\u9fff]{1,6})")
 
 
 # what was or was not said, named or recorded (rules version 9): with a person as subject ("Your boss wasn't
@@ -300,7 +312,7 @@ def _offers_a_value(parts, k: int) -> bool:
 
 
 def rule_decision(answer: str) -> bool | None:
-    """The rules' sure verdict, or None when the learned component decides (rules version 9):
+    """The rules' sure verdict, or None when the learned component decides (rules version 10):
     - the protocol phrase or a bare abstention fragment ("Unknown.", "不确定。", "I don't know.") abstains;
     - a clause that offers a value ("I'm not sure, maybe Paris", "我不太确定，可能是九点半") answers; a clause
       after "but" that itself denies ("Sorry, but I have no record of it") is no offer;
@@ -327,7 +339,11 @@ def rule_decision(answer: str) -> bool | None:
       user told or did not tell someone else ("You didn't mention the party to your boss"), answer when the
       answer never speaks of the answerer or to it; rules version 9: not when the person's verb is one of
       saying, naming or recording ("The plumber never came up", "Your boss wasn't mentioned", "房东没出现在聊天
-      里"): that may be the conversation's lack, and the learned component decides."""
+      里"): that may be the conversation's lack, and the learned component decides;
+    - rules version 10: a way of saying something is missing with no negation ("You've kept it to yourself",
+      "You left out the address") is never a sure answer; any recipient after "tell" ("You didn't tell your
+      sponsor"); the answerer making it up ("我要是说了就是瞎编") abstains; "面包店的人" is a person; 后来 and
+      最后 open a clause that offers a value."""
     text = _PREFIX.sub("", _normalise(answer)).strip()
     if _PROTOCOL.match(text) and len(clauses(answer)) == 1:
         return True

@@ -97,7 +97,7 @@ def test_rules_versions_4_to_6_read_idioms_of_not_knowing_by_whose_they_are():
         assert rule_decision(text) is not True, text
 
 
-def test_rules_versions_8_and_9_read_what_people_in_the_story_did_not_do():
+def test_rules_versions_8_to_10_read_what_people_in_the_story_did_not_do():
     """What a person of the user's life (named by a noun, trades included) did not do, and what the user told or
     did not tell someone else, answer; the same words about the answerer, or with a person only in the topic,
     do not. Phrasings outside the labelled set and the fresh check."""
@@ -117,6 +117,18 @@ def test_rules_versions_8_and_9_read_what_people_in_the_story_did_not_do():
     for text in ("Your cousin was never brought up.", "The mechanic hasn't come up yet.", "Your aunt wasn't named anywhere.",
                  "你舅舅从没被提起过。", "房东没出现在聊天里。", "你同事没说过这件事。"):
         assert rule_decision(text) is None, text
+    # rules version 10: a way of saying something is missing without a negation is never a sure answer; any
+    # recipient after "tell"; the answerer would be making it up; "X的人" is a person; a later fact offers a value
+    for text in ("You've kept your salary to yourself.", "You skipped over the part about the venue.",
+                 "It slipped my mind entirely, if you ever said it."):
+        assert rule_decision(text) is not False, text
+    for text in ("I'd be inventing it.", "There's a hole in my notes about the trip.", "你去了哪家医院，我要是说了那就是瞎编。"):
+        assert rule_decision(text) is True, text
+    for text in ("You didn't tell your mentor about the offer.", "You said you had nothing planned for Easter.",
+                 "你没跟你导师说换方向的事。", "楼下的人也不知道停电的原因。", "起初不确定，后来才知道是周四。"):
+        assert rule_decision(text) is False, text
+    for text in ("You didn't tell me about your mentor.", "你没跟我说过你导师的事。", "You didn't mention your mentor."):
+        assert rule_decision(text) is not False, text
 
 
 def test_each_decision_records_its_path_and_the_cell_counts_the_learned_ones():
