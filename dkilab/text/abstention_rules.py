@@ -47,7 +47,9 @@ _PERSON_NOUN = (r"(?:sister|brother|boss|mum|mom|mother|dad|father|colleague|son
                 r"plumber|electrician|mechanic|builder|contractor|lawyer|solicitor|accountant|dentist|nurse|vet|"
                 r"therapist|coach|trainer|tutor|agent|realtor|estate agent|driver|courier|nanny|babysitter|cleaner|"
                 r"receptionist|waiter|waitress|classmate|in-laws?|niece|nephew|fianc[eé]e?|ex|stepmother|stepfather)")
-_EN_PERSON = re.compile(rf"^(?:(?:he|she|they)\b|(?:your|my|his|her|their|the|our) (?:\w+ )?{_PERSON_NOUN}s?\b(?!'s)|"
+# a person of the user's life named by a noun ("your brother", "the plumber"), not their possession ("your brother's")
+_EN_NOUN_PHRASE = rf"(?:your|my|his|her|their|the|our) (?:\w+ )?{_PERSON_NOUN}s?\b(?!'s)"
+_EN_PERSON = re.compile(rf"^(?:(?:he|she|they)\b|{_EN_NOUN_PHRASE}|"
                         r"(?:nobody|no one)\b)", re.I)
 _ZH_PERSON_NOUN = (r"(?:妈妈|爸爸|爸|妈|同事|老板|哥哥|姐姐|妹妹|弟弟|儿子|女儿|老公|老婆|丈夫|妻子|朋友|房东|医生|老师|经理|客户|邻居|"
                    r"室友|家人|父母|孩子|领导|男朋友|女朋友|"
@@ -55,7 +57,8 @@ _ZH_PERSON_NOUN = (r"(?:妈妈|爸爸|爸|妈|同事|老板|哥哥|姐姐|妹妹
                    r"水管工|电工|修车师傅|师傅|中介|律师|会计|牙医|护士|兽医|教练|家教|司机|快递员|快递|保姆|保洁|前台|"
                    r"服务员|店员|客服|物业|保安|同学|舍友|上司|主管|表哥|表姐|表弟|表妹|堂哥|堂姐|叔叔|舅舅|姑姑|阿姨|"
                    r"爷爷|奶奶|外公|外婆|侄子|侄女|外甥|男友|女友|对象|未婚夫|未婚妻|前任)")
-_ZH_PERSON = re.compile(rf"^(?:他们|她们|他|她|没人|(?:你|他|她)的?{_ZH_PERSON_NOUN}|老[\u4e00-\u9fff]|{_ZH_PERSON_NOUN})(?!的)")
+_ZH_NOUN_PHRASE = rf"(?:你|他|她)?的?{_ZH_PERSON_NOUN}"  # 你妹妹, 她的同事, 水管工
+_ZH_PERSON = re.compile(rf"^(?:他们|她们|他|她|没人|{_ZH_NOUN_PHRASE}|老[\u4e00-\u9fff])(?!的)")
 # what a person in the story did not know, remember or find: a fact about them, not about the conversation
 _KNOWING = re.compile(r"\b(?:know|knew|known|remember\w*|recall\w*|idea|sure|find|found|forg[eo]t\w*|heard|understand\w*|"
                       r"notice\w*|realis\w*|realiz\w*|tell anyone|told anyone|blank|clue|in the dark|ring (?:a|any) bells?)\b|"
@@ -223,10 +226,9 @@ def _person_does_not_know(parts) -> bool:
 
 # rules version 8: a person of the user's life named by a noun ("Your brother", "The plumber", "中介那边"), not a
 # pronoun or a name (the user themself, in a dataset that speaks of the user in the third person)
-_EN_NOUN_PERSON = re.compile(rf"^(?:your|his|her|their|the) (?:\w+ )?{_PERSON_NOUN}s?\b(?!'s)", re.I)
-_ZH_NOUN_PERSON = re.compile(rf"^(?:(?:你|他|她)?的?{_ZH_PERSON_NOUN}|[\u4e00-\u9fff]{{1,6}}的人)(?:那边|那儿|们)?(?:也|还|都|一直|从来|根本|并|就|却|压根儿?)*"
+_EN_NOUN_PERSON = re.compile(rf"^{_EN_NOUN_PHRASE}", re.I)
+_ZH_NOUN_PERSON = re.compile(rf"^(?:{_ZH_NOUN_PHRASE}|[\u4e00-\u9fff]{{1,6}}的人)(?:那边|那儿|们)?(?:也|还|都|一直|从来|根本|并|就|却|压根儿?)*"
                              r"(?:没|不|未|从没|从未)")  # the subject, then its negation ("你邻居家猫的品种" is a topic)
-_FIRST_PERSON = re.compile(r"\b(?:i|i'm|i've|i'd|i'll|me|my|mine|we|we've|we're|us|our)\b|我", re.I)
 # the user telling (or not telling) someone else: "You didn't mention the party to your boss", "You told your
 # sister you couldn't make it", "你没跟你妈说这件事"
 _EN_NEG = r"(?:(?:didn't|did not|never|haven't|have not|hadn't|had not|still haven't|also|already|only) )?(?:ever )?"
@@ -255,7 +257,7 @@ def _someone_in_the_story_did_not(bare: str, parts) -> bool:
     replied to the invitation", "中介那边一直没回你消息", "水管工也不确定漏水的原因"), or what the user told or did not
     tell someone else ("You didn't mention the party to your boss", "You told your sister you couldn't make
     it"): a fact of the story, when the answer never speaks of the answerer (I, me, we, 我) or to it."""
-    if not parts or _FIRST_PERSON.search(bare) or _TO_US.search(bare):
+    if not parts or _SPEAKER.search(bare) or _TO_US.search(bare):  # _SPEAKER: the answerer (I, I'll, we're, 我)
         return False
     first = parts[0].text
     if re.search(r"[\u4e00-\u9fff]", first):
