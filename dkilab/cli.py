@@ -126,7 +126,7 @@ def _cmd_bench_abstention(args: argparse.Namespace) -> int:
     from dkilab.bench.abstention import main as bench_main
 
     return bench_main(split=args.split, judge=args.judge, show_errors=args.errors, train=args.train,
-                      judge_per_source=args.judge_per_source)
+                      judge_per_source=args.judge_per_source, external=args.external, data_dir=args.data_dir)
 
 
 def _positive_int(text: str) -> int:
@@ -521,6 +521,9 @@ def build_parser() -> argparse.ArgumentParser:
     ba.add_argument("--errors", action="store_true", help="list the phrasings each detector gets wrong")
     ba.add_argument("--train", action="store_true", help="refit the hybrid detector's weights on every source first")
     ba.add_argument("--judge-per-source", type=int, default=4, help="rows per source and language the --judge model labels (default 4)")
+    ba.add_argument("--external", action="store_true", help="also the check on replies written by other people (KdConv, "
+                    "LoCoMo; needs the data dir): figures per part, the dev part's errors with --errors")
+    ba.add_argument("--data-dir", default=None, help="dataset directory for --external (default: $DKILAB_DATA_DIR)")
     ba.set_defaults(func=_cmd_bench_abstention)
 
     gpu = sub.add_parser("gpu", help="the GPU comparison in one command: checks, smoke stage, plan, runs, report folder",

@@ -43,7 +43,7 @@ def _sample(rows: list[dict], per_source: int) -> list[dict]:
 
 
 def main(split: str = "test", judge: str | None = None, show_errors: bool = False, train: bool = False,
-         judge_per_source: int = 4) -> int:
+         judge_per_source: int = 4, external: bool = False, data_dir=None) -> int:
     from dkilab.bench.abstention_train import load_sources, train as fit, validate
     from dkilab.eval.metrics.abstention import DETECTOR, evaluate_detector, get_detector, load_phrasings
 
@@ -82,6 +82,8 @@ def main(split: str = "test", judge: str | None = None, show_errors: bool = Fals
         got, path = hybrid.decide(text)
         print(f"    {'ok   ' if got == gold else 'WRONG'} {'abstains' if got else 'answers '} ({path}) {text}")
     _fresh(hybrid, DETECTOR)
+    if external:
+        _external(hybrid, DETECTOR, data_dir, show_errors)
     if show_errors:
         by_id = {r["id"]: r for r in rows}
         print("  leave-one-source-out errors:")
@@ -126,6 +128,41 @@ FRESH_ROUNDS = {  # what each round of the fresh check is (datasets/fixtures/abs
     11: "written after rules 10 were frozen (commit 1fc9180) and measured once: en 0.944 / 0.850, zh 0.950 / 0.950; "
         "the rules-9 detector (`git checkout 59855a5 -- dkilab/text`) scores it the same; nothing was changed after it",
 }
+
+
+EXTERNAL_FIRST = (  # the check on replies written by other people, measured once before any rule was written from it
+    "first measured with the shipped detector of commit 7bbaa43 (rules 10), before any rule was read from it: hybrid "
+    "dev en P 0.000 R 0.000 (1 abstention, 42 errors), zh P 0.479 R 0.885; held-out en P 0.021 R 0.500 (2 abstentions, "
+    "47 false alarms among 124 answers), zh P 0.629 R 0.846")
+
+
+def _external(hybrid, structural, data_dir, show_errors: bool) -> None:
+    """The check on replies written by other people (`abstention_external`): per part and language; with
+    `show_errors`, the dev part's errors (the held-out part's are counted, never listed)."""
+    import os
+
+    from dkilab.bench import abstention_external as ext
+
+    where = data_dir or os.environ.get("DKILAB_DATA_DIR")
+    if not where:
+        print("  external check: no data dir (--data-dir or $DKILAB_DATA_DIR); skipped")
+        return
+    rows = ext.load(where)
+    kinds = Counter(r["label"] for r in rows)
+    print(f"  external check ({len(rows)} replies to questions written by other people, KdConv zh and LoCoMo en; "
+          + ", ".join(f"{k} {kinds[k]}" for k in ext.KINDS) + "):")
+    print(f"    ({EXTERNAL_FIRST})")
+    for name, det in (("hybrid", hybrid), ("rules alone", structural)):
+        for part, by in ext.figures(det.is_abstention, rows).items():
+            for lang, m in by.items():
+                print(f"    {name:11s} {part:8s} {lang}: precision {m['precision']:.3f} recall {m['recall']:.3f} "
+                      f"(n={m['n']}, abstentions {m['abstain']}, errors {len(m['errors'])}; pivots called abstentions "
+                      f"{m['pivots_abstain']} of {m['pivots']})")
+    if show_errors:
+        print("  external check, dev part errors (hybrid):")
+        for lang, m in ext.figures(hybrid.is_abstention, rows)["dev"].items():
+            for r in m["errors"]:
+                print(f"    {'missed' if r['label'] == 'abstain' else 'false '} [{r['key']}] {r['text'][:160]}")
 
 
 def _fresh(hybrid, structural) -> None:
