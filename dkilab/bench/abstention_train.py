@@ -28,7 +28,9 @@ FRESH_CHECK = FIXTURES / "fresh_check.jsonl"  # written after the weights were f
 DEV_SOURCES = ("handwritten", "templated:no_record", "templated:not_told", "templated:lack_details",
                "templated:answer_plain", "templated:answer_hedged_answer", "hard:titles", "hard:quoted",
                # rules version 9: a person of the user's life as the missing topic, and what such a person did not do
-               "templated:absent_person", "hard:person_did_not")
+               "templated:absent_person", "hard:person_did_not",
+               # rules version 11: an answer, then a disclaimer about another detail
+               "hard:partial_answer")
 GRID_C = (1.0, 3.0, 10.0, 30.0)
 GRID_THRESHOLD = (0.5, 0.4, 0.3, 0.2, 0.15)
 

@@ -124,7 +124,27 @@ _ZH_IDIOM = re.compile(r"(?:一无所知|毫无头绪|没(?:有)?(?:什么|任�
                        # rules version 10: the answerer would be making it up ("我要是说了就是瞎编", "那是在骗你")
                        r"(?:就是|那是|那就是|都是)(?:在)?(?:瞎编|乱编|编的|骗你|胡说|乱说|乱猜|瞎猜))(?!的)")
 _ZH_TOPIC_START = re.compile(r"^(?:这个|这件事|这事|那个|那件事|那事|这|那|对此|关于这个|至于这个)")
-RULES_VERSION = "10"
+# rules version 11 (written from the dev part of the check on replies by other people, `bench/abstention_external`):
+# words with a negation that say nothing is missing ("can't wait", "I'll never forget", "不错", "了不起", "不过"), a
+# rhetorical negation of knowing, which affirms it ("怎么可能不知道", "还会有人不知道吗", "who doesn't love"), and
+# Chinese A-not-A questions and question tags ("吓不吓人", "了解不？"): masked like quotes, they are no word of absence
+_NOT_ABSENCE = re.compile(
+    r"\b(?:can'?t|cannot|couldn'?t) (?:wait|believe|get enough|stop (?:smiling|thinking)|help (?:but|myself))\b|"
+    r"\b(?:i'?ll|i will|we'?ll|i) (?:never|not) forget\b|\bwill never forget\b|\bdon'?t (?:worry|hesitate)\b|"
+    r"\bnever (?:give up|say never|gets? old)\b|\bnot (?:only|just|bad|to mention)\b|\bno (?:wonder|problem|worries|doubt)\b|"
+    r"\bwho (?:doesn'?t|wouldn'?t|don'?t) (?:love|like|know|enjoy)\b|"
+    r"(?:只)?不过|不错|不客气|没问题|不用谢|没关系|不得不|忍不住|了不起|不少|不停|不断|差不多|不仅|不但|不光|不只|不止|不管|"
+    r"不如|没错|不然|不久|难不(?:倒|住)|不(?:算|低|贵|便宜|远|小|高|长|短)(?!清楚|确定|记得|了解|知道|明白|懂|太)|"
+    r"(?:怎么|哪)(?:可能|能|会)?不(?:知道|记得|了解|认识|喜欢)|能不(?:知道|记得|了解)(?:嘛|吗|呢)|"
+    r"(?:有谁|谁|哪有人|还会有人|还有人|哪个人|没有人|没人)(?:会)?不(?:知道|认识|了解|喜欢|记得)|"
+    r"([\u4e00-\u9fff])不\1|(?:知道|了解|晓得|好|对|是|行|喜欢|记得|认识)不(?=\s*[？?])", re.I)
+# rules version 11: a first clause that is a bare answer word ("是的", "对", "没错", "知道", "看过", "Yes", "Yep") or states
+# a number, a date or a title, with no word of absence, answers; what follows may disclaim another part ("他出生于
+# 1962年，但我不知道他在哪里出生", "Yes, but I don't remember the year")
+_ANSWER_WORD = re.compile(r"^(?:是的?|对(?:的|呀|啊)?|没错|当然(?:了|啦)?|知道(?:呀|啊)?|看过(?:呀|啊)?|听过(?:呀|啊)?|去过(?:呀|啊|的)?|"
+                          r"yes|yeah|yep|yup|definitely|absolutely)$", re.I)
+_TOPIC_OPENER = re.compile(r"^(?:关于|至于|对于|说到|about|regarding|as for|as to|on)\b|^(?:关于|至于|对于|说到)", re.I)
+RULES_VERSION = "11"
 
 
 @lru_cache(maxsize=1)
@@ -169,8 +189,9 @@ def echoes_the_prompt(answer: str) -> bool:
 
 def masked(text: str) -> str:
     """The answer with quoted speech, 《titles》 and capitalised runs (titles, names) replaced by a placeholder:
-    a word of absence inside them is not the answerer's."""
-    return _IDIOM.sub(" ", _TITLE_RUN.sub(_title, _QUOTED.sub(" QUOTE ", text)))
+    a word of absence inside them is not the answerer's; and (rules version 11) without the negations that
+    say nothing is missing (`_NOT_ABSENCE`: "can't wait", "不错", "怎么可能不知道", "了解不？")."""
+    return _NOT_ABSENCE.sub(" ", _IDIOM.sub(" ", _TITLE_RUN.sub(_title, _QUOTED.sub(" QUOTE ", text))))
 
 
 def _title(m: re.Match) -> str:
@@ -273,15 +294,25 @@ def _someone_in_the_story_did_not(bare: str, parts) -> bool:
     return bool(m and not _WH.match(after) and not _EN_SAYING.search(after))
 
 
-def _answerer_does_not_know(bare: str, parts) -> bool:
+def _answerer_does_not_know(bare: str, parts, text: str = "") -> bool:
     """The answer says, in an idiom, that the answerer does not know: "I'm drawing a blank on when you moved",
     "What your boss said doesn't ring a bell", "That falls outside what we've talked about", "关于你的新地址，
     我一无所知", "这个我毫无头绪". Not when a person in the story is the subject ("Your boss drew a blank",
     "她对这件事一无所知") or the one it is for ("The name didn't ring a bell for her")."""
     whole = _strip_fillers(bare, _EN_FILLER).strip()  # `bare`: the answer as `masked` gives it
+
+    def after_a_value(k: int) -> bool:  # rules version 11: "Pad thai. I've got nothing on the price": a value first
+        return any(p.kind == "content" and not _CUES.search(masked(p.text)) and not _WH.search(p.text)
+                   and not _TOPIC_OPENER.match(p.text)  # a topic ("你女儿的老师叫什么", "关于那次搬家") is no value,
+                   and not re.search(re.escape(p.text) + r"\s*[?？]", text) for p in parts[:k])  # nor one asked back
+
     if _EN_IDIOM_I.search(whole) and not _someone_else(whole):  # the answerer is named: the whole answer
-        return True
-    for c in parts:  # the non-filler clauses
+        at = next((k for k, c in enumerate(parts) if _EN_IDIOM_I.search(masked(c.text))), 0)
+        if not after_a_value(at):
+            return True
+    for k, c in enumerate(parts):  # the non-filler clauses
+        if after_a_value(k) and not re.search(r"[\u4e00-\u9fff]", c.text):  # Chinese opens with its topic: "你换工作的事，我..."
+            continue
         if re.search(r"[\u4e00-\u9fff]", c.text):
             core = _ZH_SOURCE_ADVERBIAL.sub("", _strip_fillers(c.text, _ZH_FILLER))  # "从聊天记录里推不出"
             m = _ZH_IDIOM.search(core)
@@ -313,8 +344,20 @@ def _offers_a_value(parts, k: int) -> bool:
     return bool(_HEDGE.match(body) or _GUESS.search(body) or (body != c.text and k == len(parts) - 1))
 
 
+def _value_first(parts) -> bool:
+    """Rules version 11: the first of several clauses answers (a bare answer word, or a number, date or title)
+    and carries no word of absence, so what follows disclaims something else: "他出生于1962年08月28日，但我不知道
+    他是在哪里出生的", "是的，不过我不记得此片是哪年上映的了", "Yes, but I don't remember the year"."""
+    if len(parts) < 2 or parts[0].kind != "content":
+        return False
+    first = masked(parts[0].text).strip()
+    if _CUES.search(first) or _SPEAKER.search(first) and not _ANSWER_WORD.match(first):
+        return False
+    return bool(_ANSWER_WORD.match(first) or re.search(r"\d|TITLE|QUOTE", first))
+
+
 def rule_decision(answer: str) -> bool | None:
-    """The rules' sure verdict, or None when the learned component decides (rules version 10):
+    """The rules' sure verdict, or None when the learned component decides (rules version 11):
     - the protocol phrase or a bare abstention fragment ("Unknown.", "不确定。", "I don't know.") abstains;
     - a clause that offers a value ("I'm not sure, maybe Paris", "我不太确定，可能是九点半") answers; a clause
       after "but" that itself denies ("Sorry, but I have no record of it") is no offer;
@@ -345,21 +388,27 @@ def rule_decision(answer: str) -> bool | None:
     - rules version 10: a way of saying something is missing with no negation ("You've kept it to yourself",
       "You left out the address") is never a sure answer; any recipient after "tell" ("You didn't tell your
       sponsor"); the answerer making it up ("我要是说了就是瞎编") abstains; "面包店的人" is a person; 后来 and
-      最后 open a clause that offers a value."""
+      最后 open a clause that offers a value;
+    - rules version 11 (from the dev part of the check on replies by other people): negations that say nothing
+      is missing ("can't wait", "I'll never forget", 不错, 不过, 了不起), rhetorical ones that affirm knowing
+      ("怎么可能不知道", "还会有人不知道吗") and Chinese A-not-A questions ("吓不吓人", "了解不？") are masked; a first
+      clause that answers (a number, a title, "Yes", 是的) makes a later disclaimer about another detail an
+      answer ("他出生于1962年，但我不知道他在哪里出生"); an idiom of not knowing after a clause that may be a value
+      ("Pad thai. I've got nothing on the price") is left to the learned component."""
     text = _PREFIX.sub("", _normalise(answer)).strip()
     if _PROTOCOL.match(text) and len(clauses(answer)) == 1:
         return True
     if _FRAGMENT.fullmatch(text.rstrip(" .。!！")):
         return True
     parts = [c for c in clauses(answer) if c.kind != "filler"]
-    if any(_offers_a_value(parts, k) for k in range(len(parts))):
+    if any(_offers_a_value(parts, k) for k in range(len(parts))) or _value_first(parts):
         return False
     last = parts[-1].text if parts else ""
     cannot_say = (len(parts) >= 2 and _DONT_KNOW_LAST.match(last)) or _ZH_CANNOT_SAY.match(_ZH_SOURCE_ADVERBIAL.sub("", last))
     if cannot_say and all(_WH.search(c.text) for c in parts[:-1]):
         return True
     bare = masked(text)
-    if _answerer_does_not_know(bare, parts):
+    if _answerer_does_not_know(bare, parts, _QUOTED.sub(" QUOTE ", text)):
         return True
     if not _CUES.search(bare):
         return None if _SPEAKER.search(bare) else False

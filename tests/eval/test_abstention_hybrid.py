@@ -131,6 +131,23 @@ def test_rules_versions_8_to_10_read_what_people_in_the_story_did_not_do():
         assert rule_decision(text) is not False, text
 
 
+def test_rules_version_11_reads_negations_that_say_nothing_is_missing_and_a_value_given_first():
+    """Negations that say nothing is missing ("can't wait", 谁不知道, A-not-A questions) are no word of absence; a
+    first clause that answers (a number, a title, "Yes", 是的) makes a later disclaimer about another detail no
+    abstention; an idiom of not knowing after a value is left to the learned part, not called sure. Phrasings
+    outside the labelled set, the fresh check and the external check; the other direction holds."""
+    for text in ("The concert is on Friday - can't wait!", "这么有名的地方，谁不知道呢，就在西湖边上。", "贵不贵要看季节，旺季三百多。",
+                 "是2019年，不过具体哪个月我记不清了。", "Yes, but I can't remember the exact day.", "Room 214, though I forget the floor.",
+                 "是的，不过我不记得是谁推荐的了。"):
+        assert rule_decision(text) is False, text
+    for text in ("这个我真不知道。", "I can't wait to hear it, but I don't know.", "关于你的新地址，我不知道。",
+                 "That's a good question, but I don't know.", "是个好问题，不过我不清楚。"):
+        assert rule_decision(text) is not False, text
+    assert rule_decision("Pad thai. I've got nothing on the price, sorry.") is None  # a value first: not sure
+    assert rule_decision("The wedding date? I'm drawing a blank.") is True  # a topic asked back is no value
+    assert rule_decision("婚礼日期？我一点印象都没有。") is True
+
+
 def test_each_decision_records_its_path_and_the_cell_counts_the_learned_ones():
     from dkilab.eval.metrics import aggregate, score_answer
     from dkilab.types import Answer, QAItem
