@@ -2,7 +2,7 @@
 logistic regression over multilingual-e5 vectors decides the rest, and every decision says which path
 made it.
 
-Sure for the rules (`abstention_rules.rule_decision`, rules version 3): the protocol phrase ("Not
+Sure for the rules (`abstention_rules.rule_decision`, whose docstring lists every rules version): the protocol phrase ("Not
 mentioned." / "没有提到。") or a bare fragment abstains; a hedge that offers a value, a person in the story who
 did not know, the user's own words reported back, a parrot of the prompt, or an answer with no word of
 absence outside quotes and titles answers. Everything else goes to the learned component: the e5 vectors

@@ -143,7 +143,7 @@ _NOT_ABSENCE = re.compile(
 # 1962年，但我不知道他在哪里出生", "Yes, but I don't remember the year")
 _ANSWER_WORD = re.compile(r"^(?:是的?|对(?:的|呀|啊)?|没错|当然(?:了|啦)?|知道(?:呀|啊)?|看过(?:呀|啊)?|听过(?:呀|啊)?|去过(?:呀|啊|的)?|"
                           r"yes|yeah|yep|yup|definitely|absolutely)$", re.I)
-_TOPIC_OPENER = re.compile(r"^(?:关于|至于|对于|说到|about|regarding|as for|as to|on)\b|^(?:关于|至于|对于|说到)", re.I)
+_TOPIC_OPENER = re.compile(r"^(?:关于|至于|对于|说到)|^(?:about|regarding|as for|as to|on)\b", re.I)
 RULES_VERSION = "11"
 
 
@@ -351,7 +351,7 @@ def _value_first(parts) -> bool:
     if len(parts) < 2 or parts[0].kind != "content":
         return False
     first = masked(parts[0].text).strip()
-    if _CUES.search(first) or _SPEAKER.search(first) and not _ANSWER_WORD.match(first):
+    if _CUES.search(first) or _SPEAKER.search(first):
         return False
     return bool(_ANSWER_WORD.match(first) or re.search(r"\d|TITLE|QUOTE", first))
 
