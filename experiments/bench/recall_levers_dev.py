@@ -1,4 +1,4 @@
-"""Two recall levers studied on LoCoMo dev only (issue 30; conversations 0-4, categories 1-4, MiniLM stores as
+"""Recall levers studied on LoCoMo dev only (issue 30; conversations 0-4, categories 1-4, MiniLM stores as
 `auto` gives them): what they do to the learned fusion's cross-validated recall@10.
 
 1. A query-side linear adapter: the query's MiniLM vector times a 384x384 matrix (initialised at the identity,
@@ -9,6 +9,11 @@
 2. Session diversity: at most `cap` messages per session in the top 10 of the learned ranking (out of fold).
 3. Wider candidate lists: each signal's top 50 (the default), 100 or 200.
 4. Where the learned fusion loses: per category, recall@10 and whether each gold message was a candidate.
+5. The ranker's model: the logistic regression against nonlinear ones (gradient-boosted trees, an MLP) on the same
+   candidates and features, 5-fold over conversations.
+6. Pseudo-relevance in vector space: each candidate's cosine with the centroid of the top-k fused hits (stored
+   vectors, no extra encoding), its z-score, a Rocchio query (question + centroid) and the best cosine with a top
+   hit, added to the features.
 
     python experiments/bench/recall_levers_dev.py [--data-dir DIR] [--lam 0.01 0.1 1]
 
@@ -196,6 +201,100 @@ def main() -> None:
         n = t["missing"] + t["below"] + t["top"]
         print(f"   category {c}: {len(t['recall']):>3} questions  recall@10 {np.mean(t['recall']):.3f}  gold messages {n:>3}: "
               f"not a candidate {t['missing'] / n:.2f}, ranked below 10 {t['below'] / n:.2f}, in the top 10 {t['top'] / n:.2f}")
+    print("5. the ranker's model on the same candidates and features (5-fold over conversations):")
+    for name, make in rankers().items():
+        rec, nd = cv_model(base_rows, lambda make=make: _Ranker(make))
+        print(f"   {name:<56} recall@10 {rec:.3f}  ndcg@10 {nd:.3f}")
+    print("6. pseudo-relevance in vector space: centroid of the top-k fused hits as features (logistic regression, 5-fold):")
+    lr = rankers()["logistic regression (the default)"]
+    for k in (3, 5, 10):
+        rec, nd = cv_model(base_rows, lambda: _Ranker(lr), extra=centroid_features(users, questions, k))
+        print(f"   k={k:<3} recall@10 {rec:.3f}  ndcg@10 {nd:.3f}")
+
+
+def cv_model(rows, make, extra=None, folds: int = 5) -> tuple[float, float]:
+    """Cross-validated (recall@10, ndcg@10) of a ranker `make()` (fit(X, y), score(X)) over `folds` folds of
+    conversations; `extra(row)` adds feature columns."""
+    from dkilab.eval.metrics.retrieval import evidence_recall, ndcg
+
+    users = sorted({r["user"] for r in rows})
+    fold = {u: k % folds for k, u in enumerate(users)}
+    X_of = {id(r): (np.hstack([r["X"], extra(r)]) if extra else r["X"]) for r in rows}
+    rec, nd = [], []
+    for k in range(folds):
+        train = [r for r in rows if fold[r["user"]] != k]
+        model = make()
+        model.fit(np.concatenate([X_of[id(r)] for r in train]),
+                  np.concatenate([[i in r["gold"] for i in r["ids"]] for r in train]))
+        for r in rows:
+            if fold[r["user"]] == k:
+                ranked = [r["ids"][j] for j in np.argsort(-model.score(X_of[id(r)]), kind="stable")]
+                rec.append(evidence_recall(ranked, list(r["gold"]), 10))
+                nd.append(ndcg(ranked, list(r["gold"]), 10))
+    return float(np.mean(rec)), float(np.mean(nd))
+
+
+class _Ranker:
+    """A scikit-learn classifier as a ranker: standardised features, scored by its decision function."""
+
+    def __init__(self, make):
+        self.make = make
+
+    def fit(self, X, y):
+        from sklearn.preprocessing import StandardScaler
+
+        self.scaler = StandardScaler().fit(X)
+        self.model = self.make().fit(self.scaler.transform(X), y)
+        return self
+
+    def score(self, X):
+        Z = self.scaler.transform(X)
+        f = getattr(self.model, "decision_function", None)
+        return f(Z) if f is not None else self.model.predict_proba(Z)[:, 1]
+
+
+def rankers():
+    from sklearn.ensemble import HistGradientBoostingClassifier
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.neural_network import MLPClassifier
+
+    return {
+        "logistic regression (the default)": lambda: LogisticRegression(C=1.0, max_iter=5000),
+        "gradient-boosted trees, lr 0.05, 200 rounds, 15 leaves": lambda: HistGradientBoostingClassifier(
+            learning_rate=0.05, max_iter=200, max_leaf_nodes=15, random_state=0),
+        "gradient-boosted trees, lr 0.03, 500 rounds, 8 leaves": lambda: HistGradientBoostingClassifier(
+            learning_rate=0.03, max_iter=500, max_leaf_nodes=8, random_state=0),
+        "MLP, 64 hidden, alpha 0.01": lambda: MLPClassifier(hidden_layer_sizes=(64,), alpha=1e-2, max_iter=300,
+                                                            early_stopping=True, random_state=0),
+        "MLP, 32+16 hidden, alpha 0.01": lambda: MLPClassifier(hidden_layer_sizes=(32, 16), alpha=1e-2, max_iter=300,
+                                                               early_stopping=True, random_state=0),
+    }
+
+
+def centroid_features(users, questions, k: int):
+    """row -> [cos with the top-k fused hits' centroid, its z-score, Rocchio cosine, its z-score, best cosine with
+    a top hit (itself excluded), its z-score]."""
+    from dkilab.recall.learned import FEATURES
+
+    rank_col = FEATURES.index("log_fused_rank")
+    vec = {u: dict(zip(ids, V)) for u, (ids, V) in users.items()}
+    qv = {(q["user"], q["qid"]): q["vec"] / np.linalg.norm(q["vec"]) for q in questions}
+
+    def z(v):
+        return (v - v.mean()) / (v.std() + 1e-6)
+
+    def extra(r):
+        V = np.stack([vec[r["user"]][i] for i in r["ids"]])
+        top = np.argsort(r["X"][:, rank_col], kind="stable")[:k]
+        c = V[top].mean(0)
+        c /= np.linalg.norm(c)
+        roc = qv[(r["user"], r["qid"])] + c
+        roc /= np.linalg.norm(roc)
+        near = V @ V[top].T
+        near[top, np.arange(len(top))] = -1.0
+        cc, rc, mx = V @ c, V @ roc, near.max(1)
+        return np.column_stack([cc, z(cc), rc, z(rc), mx, z(mx)])
+    return extra
 
 
 if __name__ == "__main__":
