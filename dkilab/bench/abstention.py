@@ -83,7 +83,8 @@ def main(split: str = "test", judge: str | None = None, show_errors: bool = Fals
         print(f"    {'ok   ' if got == gold else 'WRONG'} {'abstains' if got else 'answers '} ({path}) {text}")
     _fresh(hybrid, DETECTOR)
     if external:
-        _external(hybrid, DETECTOR, data_dir, show_errors)
+        if not _external(hybrid, DETECTOR, data_dir, show_errors):
+            return 2
     if show_errors:
         by_id = {r["id"]: r for r in rows}
         print("  leave-one-source-out errors:")
@@ -139,7 +140,7 @@ EXTERNAL_HISTORY = (  # the check on replies written by other people: every meas
     "zh 0.710 / 0.846)")
 
 
-def _external(hybrid, structural, data_dir, show_errors: bool) -> None:
+def _external(hybrid, structural, data_dir, show_errors: bool) -> bool:
     """The check on replies written by other people (`abstention_external`): per part and language; with
     `show_errors`, the dev part's errors (the held-out part's are counted, never listed)."""
     import os
@@ -148,8 +149,11 @@ def _external(hybrid, structural, data_dir, show_errors: bool) -> None:
 
     where = data_dir or os.environ.get("DKILAB_DATA_DIR")
     if not where:
-        print("  external check: no data dir (--data-dir or $DKILAB_DATA_DIR); skipped")
-        return
+        import sys
+
+        print("external check: no data dir (--data-dir or $DKILAB_DATA_DIR): it reads KdConv and LoCoMo from there",
+              file=sys.stderr)
+        return False
     rows = ext.load(where)
     kinds = Counter(r["label"] for r in rows)
     print(f"  external check ({len(rows)} replies to questions written by other people, KdConv zh and LoCoMo en; "
@@ -167,6 +171,7 @@ def _external(hybrid, structural, data_dir, show_errors: bool) -> None:
         for lang, m in ext.figures(hybrid.is_abstention, rows)["dev"].items():
             for r in m["errors"]:
                 print(f"    {'missed' if r['label'] == 'abstain' else 'false '} [{r['key']}] {r['text'][:160]}")
+    return True
 
 
 def _fresh(hybrid, structural) -> None:

@@ -89,3 +89,12 @@ def test_the_shipped_labels_fit_the_datasets_and_hold_no_text():
     assert sum(r["label"] == "abstain" and r["lang"] == "zh" for r in rows) >= 50
     shipped = ext.LABELS.read_text(encoding="utf-8")
     assert not [r["key"] for r in rows if len(r["text"]) > 8 and r["text"][:8] in shipped]  # keys, digests, labels only
+
+
+def test_the_external_check_without_a_data_dir_is_an_error_not_a_skip(monkeypatch, capsys):
+    from dkilab.bench import abstention as bench
+    from dkilab.text.abstention_learned import get_detector
+
+    monkeypatch.delenv("DKILAB_DATA_DIR", raising=False)
+    assert bench._external(get_detector("hybrid"), get_detector("structural"), None, False) is False
+    assert "no data dir" in capsys.readouterr().err
