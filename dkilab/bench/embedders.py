@@ -30,7 +30,9 @@ def _texts(data_dir, n: int) -> list[tuple[str, list[str], list[str]]]:
             out.append(("en, turn alone", _index_texts(convs, "1")[:n], qs))
             out.append(("en, with turn before", _index_texts(convs, "2")[:n], qs))
         else:
-            out.append((label, [m.content for c in convs for m in c.messages][:n], qs))
+            # each MADial-Bench dialogue's store repeats its user's memory archive: every message once
+            unique = {m.message_id: m.content for c in convs for m in c.messages}
+            out.append((label, list(unique.values())[:n], qs))
     if not out:
         convs = load_dataset("fixtures")
         out.append(("fixtures (en+zh)", [m.content for c in convs for m in c.messages],

@@ -82,21 +82,37 @@ def _write_madial(root, lang="en"):
 
 def test_madial_loader_keeps_the_gold_turn_out_of_the_history(tmp_path):
     _write_madial(tmp_path)
-    (conv,) = load_dataset("madial_bench_en", data_dir=str(tmp_path))
-    assert conv.user_id == "madial-en-u1" and conv.speakers["user"] == "Ann"
-    mem = [m for m in conv.messages if m.metadata["kind"] == "memory"]
-    assert [m.message_id for m in mem] == ["madial:en:mem8", "madial:en:mem9", "madial:en:mem7"]  # by date; mem10 names no user
-    assert len({m.session_id for m in mem}) == 3  # one session each: no reply context between events
-    q1, q2 = conv.questions
+    c1, c2 = load_dataset("madial_bench_en", data_dir=str(tmp_path))
+    # one conversation (store user) per dialogue: the user's memory archive and that dialogue's turns, nothing of
+    # another dialogue (version 1 put every dialogue of a user in one store)
+    assert (c1.user_id, c2.user_id) == ("madial-en-u1-d0", "madial-en-u1-d1") and c1.speakers["user"] == "Ann"
+    for conv in (c1, c2):
+        mem = [m for m in conv.messages if m.metadata["kind"] == "memory"]
+        assert [m.message_id for m in mem] == ["madial:en:mem8", "madial:en:mem9", "madial:en:mem7"]  # by date; mem10 names no user
+        assert len({m.session_id for m in mem}) == 3  # one session each: no reply context between events
+        assert {m.user_id for m in conv.messages} == {conv.user_id}
+        (q,) = conv.questions
+        assert {m.session_id for m in conv.messages if m.metadata["kind"] == "dialogue"} == {q.session_id}
+    q1, q2 = c1.questions[0], c2.questions[0]
     assert (q1.question, q1.answer, q1.evidence_ids) == ("I am so nervous though.", "Remember the spring concert? You shone.",
                                                          ["madial:en:mem7"])
-    d1 = [m for m in conv.messages if m.session_id == q1.session_id]
+    d1 = [m for m in c1.messages if m.session_id == q1.session_id]
     assert [(m.role, m.content) for m in d1] == [("user", "I have a piano recital tomorrow."), ("assistant", "How exciting!")]
-    assert all(q.answer not in m.content for q in conv.questions for m in conv.messages)
-    d2 = [m for m in conv.messages if m.session_id == q2.session_id]
+    assert all(q.answer not in m.content for c in (c1, c2) for q in c.questions for m in c.messages)
+    d2 = [m for m in c2.messages if m.session_id == q2.session_id]
     assert d2[1].role == "assistant" and d2[1].content == "Oh no, what happened?"  # untagged line: speaker by position
     assert q2.evidence_ids == ["madial:en:mem8", "madial:en:mem9"]
-    assert len(load_dataset("madial_bench_en", data_dir=str(tmp_path), limit=1)[0].questions) == 1
+    assert [c.user_id for c in load_dataset("madial_bench_en", data_dir=str(tmp_path), limit=1)] == ["madial-en-u1-d0"]
+
+
+def test_the_encoder_bench_reads_each_madial_message_once(tmp_path):
+    """Every dialogue's store repeats its user's memory archive; `dkilab bench embedders` times each text once."""
+    from dkilab.bench.embedders import _texts
+
+    _write_madial(tmp_path, "zh")
+    ((label, texts, queries),) = _texts(str(tmp_path), 1000)
+    assert label == "zh (MADial-Bench)" and len(queries) == 2
+    assert len(texts) == len(set(texts)) == 3 + 2 + 2  # three events of Ann, two turns before each test turn
 
 
 def test_madial_errors_name_the_file(tmp_path):
@@ -117,6 +133,6 @@ def test_madial_loader_matches_the_dataset_card():
     for lang in ("zh", "en"):
         convs = load_dataset(f"madial_bench_{lang}")
         qs = [q for c in convs for q in c.questions]
-        assert len(convs) == 2 and len(qs) == 160 and sum(len(q.evidence_ids) for q in qs) == 405
-        mem = [m for c in convs for m in c.messages if m.metadata["kind"] == "memory"]
+        assert len(convs) == 160 and len(qs) == 160 and sum(len(q.evidence_ids) for q in qs) == 405
+        mem = {m.message_id for c in convs for m in c.messages if m.metadata["kind"] == "memory"}
         assert len(mem) == {"zh": 171, "en": 160}[lang]

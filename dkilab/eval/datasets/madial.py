@@ -5,17 +5,24 @@ archive holds dated events of two users (Bart, Lisa); each of the 160 dialogues 
 (index of the assistant turn to generate, counting the `<BOD>` line as 0) and `relevant-id` (the gold
 memory ids the turn should draw on). Not a QA set: the task is memory recall, then the response.
 
-Normalised form: one Conversation per user, holding that user's memory events (each in its own
-session `...:mem{id}`, dated by its `time`) and, as one session per dialogue, the turns *before*
-the dialogue's first test turn. One QAItem per dialogue: the question is the user's utterance right
-before the test turn, the answer is the gold assistant turn (never stored), the evidence is the
-relevant memory ids (`madial:{lang}:mem{id}`) and `session_id` is the dialogue's session, so recall
-sees the conversation so far. `limit` takes the first N dialogues. English memory events carry no
-user id; they belong to the user the event names.
+Normalised form (version 2): one Conversation per dialogue, as the benchmark defines a test case: the
+dialogue's user's memory archive (each event in its own session `...:mem{id}`, dated by its `time`) and,
+as one session, the dialogue's turns *before* its first test turn. One QAItem: the question is the user's
+utterance right before the test turn, the answer is the gold assistant turn (never stored), the evidence is
+the relevant memory ids (`madial:{lang}:mem{id}`) and `session_id` is the dialogue's session, so recall
+sees the conversation so far. The conversation's user id is `madial-{lang}-u{user}-d{dialogue}`: each
+dialogue is its own store user, so nothing of another dialogue is searchable. `limit` takes the first N
+dialogues. English memory events carry no user id; they belong to the user the event names.
+
+Version 1 kept one Conversation per user holding all of that user's dialogues, so recall for one dialogue
+ranked the turns of the user's other dialogues (about 80 of them, dated on later days too, i.e. after the
+question) beside the memory archive: about nine in ten of the recalled top 10 were such turns, none of
+which the benchmark counts as memory.
 """
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -94,23 +101,27 @@ def load_madial(lang: str, data: str | None = None, limit: int | None = None,
             qid=f"{session}:t{t}", metadata={"dialogue": i}, session_id=session))
     out = []
     for uid, name in names.items():
-        user = f"madial-{lang}-u{uid}"
-        msgs = sorted(memory[uid], key=lambda m: m.timestamp) + sessions[uid]
-        known = {m.message_id for m in msgs}
+        archive = sorted(memory[uid], key=lambda m: m.timestamp)
+        known = {m.message_id for m in archive}
         for q in questions[uid]:
             missing = [e for e in q.evidence_ids if e not in known]
             if missing:
                 raise ValueError(f"{dia_path}: {q.qid} names memory ids {missing} that {mem_path} lacks for {name}")
-        out.append(Conversation(user, user, msgs, questions[uid][:question_limit], language="cn" if lang == "zh" else "en",
-                                speakers={"user": name, "assistant": "Assistant"}, metadata={"dataset": f"madial_bench_{lang}"}))
-    return out
+            i = q.metadata["dialogue"]
+            user = f"madial-{lang}-u{uid}-d{i}"
+            msgs = [replace(m, user_id=user) for m in archive]
+            msgs += [replace(m, user_id=user) for m in sessions[uid] if m.session_id == q.session_id]
+            out.append((i, Conversation(user, user, msgs, [q][:question_limit], language="cn" if lang == "zh" else "en",
+                                        speakers={"user": name, "assistant": "Assistant"},
+                                        metadata={"dataset": f"madial_bench_{lang}", "dialogue": i})))
+    return [c for _, c in sorted(out, key=lambda x: x[0])]
 
 
-@register_dataset("madial_bench_zh", language="cn", scorer="zh_f1", version="1", sources=(f"{DIR}/zh/*.json",))
+@register_dataset("madial_bench_zh", language="cn", scorer="zh_f1", version="2", sources=(f"{DIR}/zh/*.json",))
 def load_madial_zh(data=None, limit=None, question_limit=None):
     return load_madial("zh", data, limit, question_limit)
 
 
-@register_dataset("madial_bench_en", language="en", scorer="f1", version="1", sources=(f"{DIR}/en/*.json",))
+@register_dataset("madial_bench_en", language="en", scorer="f1", version="2", sources=(f"{DIR}/en/*.json",))
 def load_madial_en(data=None, limit=None, question_limit=None):
     return load_madial("en", data, limit, question_limit)
