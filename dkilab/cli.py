@@ -123,10 +123,29 @@ def _cmd_bench_agents(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench_abstention(args: argparse.Namespace) -> int:
+    import os
+
     from dkilab.bench.abstention import main as bench_main
 
+    if args.label_sheet:
+        from dkilab.bench.abstention_external import label_sheet
+
+        where = args.data_dir or os.environ.get("DKILAB_DATA_DIR")
+        if not where:
+            print("dkilab: error: --label-sheet reads KdConv and LoCoMo from the data dir (--data-dir or "
+                  "$DKILAB_DATA_DIR)", file=sys.stderr)
+            return 2
+        try:
+            n = label_sheet(where, args.label_sheet)
+        except ValueError as exc:
+            print(f"dkilab: error: {exc}", file=sys.stderr)
+            return 2
+        print(f"wrote {n} replies to label to {args.label_sheet} (fill each \"label\" with abstain, answer, pivot "
+              f"or other, reading the question first; then: dkilab bench abstention --second-reader {args.label_sheet})")
+        return 0
     return bench_main(split=args.split, judge=args.judge, show_errors=args.errors, train=args.train,
-                      judge_per_source=args.judge_per_source, external=args.external, data_dir=args.data_dir)
+                      judge_per_source=args.judge_per_source, external=args.external, data_dir=args.data_dir,
+                      second_reader=args.second_reader)
 
 
 def _positive_int(text: str) -> int:
@@ -524,6 +543,10 @@ def build_parser() -> argparse.ArgumentParser:
     ba.add_argument("--external", action="store_true", help="also the check on replies written by other people (KdConv, "
                     "LoCoMo; needs the data dir): figures per part, the dev part's errors with --errors")
     ba.add_argument("--data-dir", default=None, help="dataset directory for --external (default: $DKILAB_DATA_DIR)")
+    ba.add_argument("--label-sheet", default=None, metavar="OUT", help="write the external check's replies, blind, for "
+                    "a second reader to label (a path outside the project: it holds dataset text), and stop")
+    ba.add_argument("--second-reader", default=None, metavar="FILE", help="with the external check: another reader's "
+                    "label file (a filled --label-sheet); prints the agreement and the figures under those labels")
     ba.set_defaults(func=_cmd_bench_abstention)
 
     gpu = sub.add_parser("gpu", help="the GPU comparison in one command: checks, smoke stage, plan, runs, report folder",

@@ -43,7 +43,7 @@ def _sample(rows: list[dict], per_source: int) -> list[dict]:
 
 
 def main(split: str = "test", judge: str | None = None, show_errors: bool = False, train: bool = False,
-         judge_per_source: int = 4, external: bool = False, data_dir=None) -> int:
+         judge_per_source: int = 4, external: bool = False, data_dir=None, second_reader=None) -> int:
     from dkilab.bench.abstention_train import load_sources, train as fit, validate
     from dkilab.eval.metrics.abstention import DETECTOR, evaluate_detector, get_detector, load_phrasings
 
@@ -82,8 +82,8 @@ def main(split: str = "test", judge: str | None = None, show_errors: bool = Fals
         got, path = hybrid.decide(text)
         print(f"    {'ok   ' if got == gold else 'WRONG'} {'abstains' if got else 'answers '} ({path}) {text}")
     _fresh(hybrid, DETECTOR)
-    if external:
-        if not _external(hybrid, DETECTOR, data_dir, show_errors):
+    if external or second_reader:
+        if not _external(hybrid, DETECTOR, data_dir, show_errors, second_reader):
             return 2
     if show_errors:
         by_id = {r["id"]: r for r in rows}
@@ -140,9 +140,10 @@ EXTERNAL_HISTORY = (  # the check on replies written by other people: every meas
     "zh 0.710 / 0.846)")
 
 
-def _external(hybrid, structural, data_dir, show_errors: bool) -> bool:
+def _external(hybrid, structural, data_dir, show_errors: bool, second_reader=None) -> bool:
     """The check on replies written by other people (`abstention_external`): per part and language; with
-    `show_errors`, the dev part's errors (the held-out part's are counted, never listed)."""
+    `show_errors`, the dev part's errors (the held-out part's are counted, never listed); with `second_reader`
+    (another reader's label file), the two readers' agreement and the figures under the second reader's labels."""
     import os
 
     from dkilab.bench import abstention_external as ext
@@ -154,7 +155,7 @@ def _external(hybrid, structural, data_dir, show_errors: bool) -> bool:
         print("external check: no data dir (--data-dir or $DKILAB_DATA_DIR): it reads KdConv and LoCoMo from there",
               file=sys.stderr)
         return False
-    rows = ext.load(where)
+    rows = ext.load(where, ext.LABELS)
     kinds = Counter(r["label"] for r in rows)
     print(f"  external check ({len(rows)} replies to questions written by other people, KdConv zh and LoCoMo en; "
           + ", ".join(f"{k} {kinds[k]}" for k in ext.KINDS) + "):")
@@ -166,6 +167,20 @@ def _external(hybrid, structural, data_dir, show_errors: bool) -> bool:
                 print(f"    {name:11s} {part:8s} {lang}: precision {m['precision']:.3f} recall {m['recall']:.3f} "
                       f"(n={m['n']}, abstentions {m['abstain']}, errors {len(m['errors'])}; pivots called abstentions "
                       f"{m['pivots_abstain']} of {m['pivots']})")
+    if second_reader:
+        from pathlib import Path
+
+        theirs = ext.load(where, Path(second_reader))
+        print(f"  second reader ({second_reader}) against the shipped labels, all four kinds and abstain/answer only:")
+        for part, a in ext.agreement(rows, theirs).items():
+            top = ", ".join(f"{k} {n}" for k, n in a["confusion"].most_common(4)) or "none"
+            print(f"    {part:8s} n={a['n']:3d}  agreement {a['agree']:.3f}  kappa {a['kappa']:.3f}  abstain/answer "
+                  f"n={a['n_binary']} kappa {a['kappa_binary']:.3f}  (disagreements, first reader->second: {top})")
+        for name, det in (("hybrid", hybrid), ("rules alone", structural)):
+            for part, by in ext.figures(det.is_abstention, theirs).items():
+                for lang, m in by.items():
+                    print(f"    {name:11s} {part:8s} {lang}, second reader's labels: precision {m['precision']:.3f} "
+                          f"recall {m['recall']:.3f} (n={m['n']}, abstentions {m['abstain']})")
     if show_errors:
         print("  external check, dev part errors (hybrid):")
         for lang, m in ext.figures(hybrid.is_abstention, rows)["dev"].items():

@@ -21,6 +21,11 @@ read), KdConv music and travel and LoCoMo conversations 5-9 the held-out part (m
 A digest that no longer matches the dataset's text is an error that names the key: the labels are of that text.
 
     dkilab bench abstention --external     (needs $DKILAB_DATA_DIR)
+
+A second reader: `dkilab bench abstention --label-sheet OUT` writes every reply with its question and an empty
+label (blind: no first labels, in digest order, not grouped by dataset), to a path outside the project (it
+holds dataset text). Filled in, it is a label file: `--external --second-reader OUT` prints the two readers'
+agreement (Cohen's kappa) and the detector's figures under the second reader's labels.
 """
 from __future__ import annotations
 
@@ -30,7 +35,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-LABELS = Path(__file__).resolve().parents[2] / "datasets" / "fixtures" / "abstention" / "external_labels.jsonl"
+ROOT = Path(__file__).resolve().parents[2]
+LABELS = ROOT / "datasets" / "fixtures" / "abstention" / "external_labels.jsonl"
 KINDS = ("abstain", "answer", "pivot", "other")
 ZH_UNSURE = re.compile(r"不知道|不清楚|没听说|不了解|不记得|忘了|没印象|不确定|不大清楚|说不上来|不晓得")
 ZH_NEGATION = re.compile(r"[不没无未]")
@@ -159,4 +165,41 @@ def figures(decide, rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str,
                 "n": sum(r["label"] in ("abstain", "answer") for r in mine),
                 "abstain": sum(r["label"] == "abstain" for r in mine), "errors": errors,
                 "pivots": len(pivots), "pivots_abstain": sum(bool(decide(r["text"])) for r in pivots)}
+    return out
+
+
+def label_sheet(data_dir: str | Path, out: str | Path) -> int:
+    """Write the blank sheet a second reader labels (JSON lines: key, sha1, part, lang, question, text, label "")
+    -> rows written. Refuses a path inside the project: the sheet holds dataset text."""
+    out = Path(out).resolve()
+    if out.is_relative_to(ROOT):
+        raise ValueError(f"{out}: the label sheet holds dataset text; write it outside the project ({ROOT})")
+    rows = sorted(candidates(data_dir), key=lambda r: digest(r["text"]) + r["key"])
+    fields = ("key", "part", "lang", "question", "text")
+    out.write_text("".join(json.dumps({**{k: r[k] for k in fields}, "sha1": digest(r["text"]), "label": ""},
+                                      ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    return len(rows)
+
+
+def agreement(first: list[dict[str, Any]], second: list[dict[str, Any]]) -> dict[str, Any]:
+    """Two readers' labels of the same replies (rows of `load`): raw agreement and Cohen's kappa over the four
+    kinds and over abstain/answer (rows both readers put there), per part; the confusion counts."""
+    from collections import Counter
+
+    from sklearn.metrics import cohen_kappa_score
+
+    theirs = {r["key"]: r["label"] for r in second}
+    out: dict[str, Any] = {}
+    for part in ("dev", "held-out", "all"):
+        pairs = [(r["label"], theirs[r["key"]]) for r in first if part in ("all", r["part"])]
+        if not pairs:
+            continue
+        a, b = zip(*pairs)
+        binary = [(x, y) for x, y in pairs if {x, y} <= {"abstain", "answer"}]
+        out[part] = {"n": len(pairs), "agree": sum(x == y for x, y in pairs) / len(pairs),
+                     "kappa": float(cohen_kappa_score(a, b, labels=list(KINDS))),
+                     "n_binary": len(binary),
+                     "kappa_binary": float(cohen_kappa_score(*zip(*binary), labels=["abstain", "answer"]))
+                     if binary else float("nan"),
+                     "confusion": Counter(f"{x}->{y}" for x, y in pairs if x != y)}
     return out

@@ -98,3 +98,42 @@ def test_the_external_check_without_a_data_dir_is_an_error_not_a_skip(monkeypatc
     monkeypatch.delenv("DKILAB_DATA_DIR", raising=False)
     assert bench._external(get_detector("hybrid"), get_detector("structural"), None, False) is False
     assert "no data dir" in capsys.readouterr().err
+
+
+def test_a_second_reader_labels_a_blind_sheet_and_the_agreement_is_counted(tmp_path, capsys, monkeypatch):
+    from dkilab.cli import main
+
+    data = _data(tmp_path / "d")
+    sheet = tmp_path / "sheet.jsonl"
+    assert main(["bench", "abstention", "--label-sheet", str(sheet), "--data-dir", str(data)]) == 0
+    rows = [json.loads(line) for line in sheet.read_text(encoding="utf-8").splitlines()]
+    assert len(rows) == len(ext.candidates(data)) and {r["label"] for r in rows} == {""}  # blind: no first labels
+    assert all(r["question"] and r["text"] and r["sha1"] == ext.digest(r["text"]) for r in rows)
+    with pytest.raises(ValueError, match=r"sheet\.jsonl:1: label '' of "):  # a sheet not filled in is no label file
+        ext.load(data, sheet)
+    # the sheet holds dataset text: never written inside the project
+    assert main(["bench", "abstention", "--label-sheet", str(ext.ROOT / "sheet.jsonl"), "--data-dir", str(data)]) == 2
+    assert "holds dataset text" in capsys.readouterr().err and not (ext.ROOT / "sheet.jsonl").exists()
+
+    first = ext.load(data, _labels(tmp_path, data))
+    flip = next(r["key"] for r in first if r["text"] == "Sorry, I don't know.")  # the second reader disagrees once
+    filled = [{**r, "label": "pivot" if r["key"] == flip else next(f["label"] for f in first if f["key"] == r["key"])}
+              for r in rows]
+    sheet.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in filled), encoding="utf-8")
+    second = ext.load(data, sheet)
+    a = ext.agreement(first, second)
+    n = len(first)
+    assert a["all"]["n"] == n and a["all"]["agree"] == pytest.approx((n - 1) / n)
+    assert a["all"]["confusion"] == {"abstain->pivot": 1} and 0 < a["all"]["kappa"] < 1
+    assert a["all"]["n_binary"] == n - 1 and a["all"]["kappa_binary"] == pytest.approx(1.0)
+    same = ext.agreement(first, first)
+    assert same["all"]["agree"] == 1.0 and same["all"]["kappa"] == pytest.approx(1.0) and not same["all"]["confusion"]
+    # the bench prints both readers' agreement and the detector's figures under the second reader's labels
+    from dkilab.bench import abstention as bench
+    from dkilab.text.abstention_learned import get_detector
+
+    monkeypatch.setattr(ext, "LABELS", _labels(tmp_path, data))  # the first reader's labels of the tiny datasets
+    assert bench._external(get_detector("hybrid"), get_detector("structural"), str(data), False, str(sheet))
+    out = capsys.readouterr().out
+    assert f"all      n={n:3d}  agreement {(n - 1) / n:.3f}" in out and "abstain->pivot 1" in out
+    assert "held-out en, second reader's labels: precision" in out
