@@ -105,6 +105,10 @@ def test_a_second_reader_labels_a_blind_sheet_and_the_agreement_is_counted(tmp_p
 
     data = _data(tmp_path / "d")
     sheet = tmp_path / "sheet.jsonl"
+    monkeypatch.setattr(ext, "LABELS", _labels(tmp_path, data))  # the first reader's labels of the tiny datasets
+    # a data dir without a reply the first labels cover writes no sheet: a partial sheet is no second reading
+    assert main(["bench", "abstention", "--label-sheet", str(sheet), "--data-dir", str(tmp_path / "empty")]) == 2
+    assert "first: kdconv:film:0:1" in capsys.readouterr().err and not sheet.exists()
     assert main(["bench", "abstention", "--label-sheet", str(sheet), "--data-dir", str(data)]) == 0
     rows = [json.loads(line) for line in sheet.read_text(encoding="utf-8").splitlines()]
     assert len(rows) == len(ext.candidates(data)) and {r["label"] for r in rows} == {""}  # blind: no first labels
@@ -132,7 +136,6 @@ def test_a_second_reader_labels_a_blind_sheet_and_the_agreement_is_counted(tmp_p
     from dkilab.bench import abstention as bench
     from dkilab.text.abstention_learned import get_detector
 
-    monkeypatch.setattr(ext, "LABELS", _labels(tmp_path, data))  # the first reader's labels of the tiny datasets
     assert bench._external(get_detector("hybrid"), get_detector("structural"), str(data), False, str(sheet))
     out = capsys.readouterr().out
     assert f"all      n={n:3d}  agreement {(n - 1) / n:.3f}" in out and "abstain->pivot 1" in out
