@@ -145,6 +145,7 @@ def _external(hybrid, structural, data_dir, show_errors: bool, second_reader=Non
     `show_errors`, the dev part's errors (the held-out part's are counted, never listed); with `second_reader`
     (another reader's label file), the two readers' agreement and the figures under the second reader's labels."""
     import os
+    from pathlib import Path
 
     from dkilab.bench import abstention_external as ext
 
@@ -155,7 +156,14 @@ def _external(hybrid, structural, data_dir, show_errors: bool, second_reader=Non
         print("external check: no data dir (--data-dir or $DKILAB_DATA_DIR): it reads KdConv and LoCoMo from there",
               file=sys.stderr)
         return False
-    rows = ext.load(where, ext.LABELS)
+    try:
+        rows = ext.load(where, ext.LABELS)
+        theirs = ext.load(where, Path(second_reader)) if second_reader else None
+    except (ValueError, OSError) as exc:  # labels of another text, a missing label or file: named, exit 2
+        import sys
+
+        print(f"external check: {exc}", file=sys.stderr)
+        return False
     kinds = Counter(r["label"] for r in rows)
     print(f"  external check ({len(rows)} replies to questions written by other people, KdConv zh and LoCoMo en; "
           + ", ".join(f"{k} {kinds[k]}" for k in ext.KINDS) + "):")
@@ -167,10 +175,7 @@ def _external(hybrid, structural, data_dir, show_errors: bool, second_reader=Non
                 print(f"    {name:11s} {part:8s} {lang}: precision {m['precision']:.3f} recall {m['recall']:.3f} "
                       f"(n={m['n']}, abstentions {m['abstain']}, errors {len(m['errors'])}; pivots called abstentions "
                       f"{m['pivots_abstain']} of {m['pivots']})")
-    if second_reader:
-        from pathlib import Path
-
-        theirs = ext.load(where, Path(second_reader))
+    if theirs is not None:
         print(f"  second reader ({second_reader}) against the shipped labels, all four kinds and abstain/answer only:")
         for part, a in ext.agreement(rows, theirs).items():
             top = ", ".join(f"{k} {n}" for k, n in a["confusion"].most_common(4)) or "none"

@@ -115,6 +115,12 @@ def test_a_second_reader_labels_a_blind_sheet_and_the_agreement_is_counted(tmp_p
     assert all(r["question"] and r["text"] and r["sha1"] == ext.digest(r["text"]) for r in rows)
     with pytest.raises(ValueError, match=r"sheet\.jsonl:1: label '' of "):  # a sheet not filled in is no label file
         ext.load(data, sheet)
+    from dkilab.bench import abstention as bench
+    from dkilab.text.abstention_learned import get_detector
+
+    capsys.readouterr()
+    assert not bench._external(get_detector("hybrid"), get_detector("structural"), str(data), False, str(sheet))
+    assert "sheet.jsonl:1: label '' of" in capsys.readouterr().err  # the bench says so and exits 2, no traceback
     # the sheet holds dataset text: never written inside the project
     assert main(["bench", "abstention", "--label-sheet", str(ext.ROOT / "sheet.jsonl"), "--data-dir", str(data)]) == 2
     assert "holds dataset text" in capsys.readouterr().err and not (ext.ROOT / "sheet.jsonl").exists()
@@ -133,9 +139,6 @@ def test_a_second_reader_labels_a_blind_sheet_and_the_agreement_is_counted(tmp_p
     same = ext.agreement(first, first)
     assert same["all"]["agree"] == 1.0 and same["all"]["kappa"] == pytest.approx(1.0) and not same["all"]["confusion"]
     # the bench prints both readers' agreement and the detector's figures under the second reader's labels
-    from dkilab.bench import abstention as bench
-    from dkilab.text.abstention_learned import get_detector
-
     assert bench._external(get_detector("hybrid"), get_detector("structural"), str(data), False, str(sheet))
     out = capsys.readouterr().out
     assert f"all      n={n:3d}  agreement {(n - 1) / n:.3f}" in out and "abstain->pivot 1" in out
