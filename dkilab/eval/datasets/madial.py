@@ -75,46 +75,36 @@ def load_madial(lang: str, data: str | None = None, limit: int | None = None,
             uid = named[0] if len(named) == 1 else None
         if uid not in memory:
             continue
-        user = f"madial-{lang}-u{uid}"
         memory[uid].append(Message(
-            f"madial:{lang}:mem{mid}", user, f"madial:{lang}:mem{mid}", 0, "user", ev["event"],
+            f"madial:{lang}:mem{mid}", f"madial-{lang}-u{uid}", f"madial:{lang}:mem{mid}", 0, "user", ev["event"],
             datetime.fromisoformat(ev["time"]).replace(hour=12, tzinfo=timezone.utc), topic=ev.get("scene"),
             speaker=names[uid], metadata={"kind": "memory", "emotion": ev.get("emotion"), "scene": ev.get("scene")}))
-    sessions: dict[int, list[Message]] = {uid: [] for uid in names}
-    questions: dict[int, list[QAItem]] = {uid: [] for uid in names}
-    for i, d in enumerate(dialogues):
+    for events in memory.values():
+        events.sort(key=lambda m: m.timestamp)  # each dialogue's store gets a copy under its own user id
+    out = []
+    for i, d in enumerate(dialogues):  # one conversation per dialogue: its user's archive and its own turns
         uid, lines = d["user-id"], d["dialogue"]
         t = min(d["test-turn"])
         if not 2 <= t < len(lines) or t % 2:
             raise ValueError(f"{dia_path}, dialogue {i}: test-turn {t} is not an assistant turn of the dialogue ({len(lines)} lines)")
-        user, session = f"madial-{lang}-u{uid}", f"madial:{lang}:d{i}"
+        user, session = f"madial-{lang}-u{uid}-d{i}", f"madial:{lang}:d{i}"
         start = DIALOGUE_EPOCH + timedelta(days=i)
         turns = [_turn(x, n, names[uid]) for n, x in enumerate(lines[1:t + 1], 1)]  # <BOD> is line 0
-        for n, (who, text) in enumerate(turns[:-2]):
-            sessions[uid].append(Message(
-                f"{session}:{n + 1}", user, session, n + 1, "assistant" if who == "Assistant" else "user", text,
-                start + timedelta(minutes=n), speaker=who, metadata={"kind": "dialogue"}))
+        msgs = [replace(m, user_id=user, metadata=dict(m.metadata)) for m in memory[uid]]  # no dict shared by two users
+        msgs += [Message(f"{session}:{n + 1}", user, session, n + 1, "assistant" if who == "Assistant" else "user", text,
+                         start + timedelta(minutes=n), speaker=who, metadata={"kind": "dialogue"})
+                 for n, (who, text) in enumerate(turns[:-2])]
         (_, question), (_, gold) = turns[-2], turns[-1]
         evidence = [f"madial:{lang}:mem{r}" for r in d["relevant-id"]]
-        questions[uid].append(QAItem(
-            question, gold, "memory_recall", evidence, True, start + timedelta(minutes=len(turns)),
-            qid=f"{session}:t{t}", metadata={"dialogue": i}, session_id=session))
-    out = []
-    for uid, name in names.items():
-        archive = sorted(memory[uid], key=lambda m: m.timestamp)
-        known = {m.message_id for m in archive}
-        for q in questions[uid]:
-            missing = [e for e in q.evidence_ids if e not in known]
-            if missing:
-                raise ValueError(f"{dia_path}: {q.qid} names memory ids {missing} that {mem_path} lacks for {name}")
-            i = q.metadata["dialogue"]
-            user = f"madial-{lang}-u{uid}-d{i}"
-            msgs = [replace(m, user_id=user) for m in archive]
-            msgs += [replace(m, user_id=user) for m in sessions[uid] if m.session_id == q.session_id]
-            out.append((i, Conversation(user, user, msgs, [q][:question_limit], language="cn" if lang == "zh" else "en",
-                                        speakers={"user": name, "assistant": "Assistant"},
-                                        metadata={"dataset": f"madial_bench_{lang}", "dialogue": i})))
-    return [c for _, c in sorted(out, key=lambda x: x[0])]
+        missing = [e for e in evidence if e not in {m.message_id for m in memory[uid]}]
+        if missing:
+            raise ValueError(f"{dia_path}: {session}:t{t} names memory ids {missing} that {mem_path} lacks for {names[uid]}")
+        q = QAItem(question, gold, "memory_recall", evidence, True, start + timedelta(minutes=len(turns)),
+                   qid=f"{session}:t{t}", metadata={"dialogue": i}, session_id=session)
+        out.append(Conversation(user, user, msgs, [q][:question_limit], language="cn" if lang == "zh" else "en",
+                                speakers={"user": names[uid], "assistant": "Assistant"},
+                                metadata={"dataset": f"madial_bench_{lang}", "dialogue": i}))
+    return out
 
 
 @register_dataset("madial_bench_zh", language="cn", scorer="zh_f1", version="2", sources=(f"{DIR}/zh/*.json",))
