@@ -145,14 +145,13 @@ def _external(hybrid, structural, data_dir, show_errors: bool, second_reader=Non
     `show_errors`, the dev part's errors (the held-out part's are counted, never listed); with `second_reader`
     (another reader's label file), the two readers' agreement and the figures under the second reader's labels."""
     import os
+    import sys
     from pathlib import Path
 
     from dkilab.bench import abstention_external as ext
 
     where = data_dir or os.environ.get("DKILAB_DATA_DIR")
     if not where:
-        import sys
-
         print("external check: no data dir (--data-dir or $DKILAB_DATA_DIR): it reads KdConv and LoCoMo from there",
               file=sys.stderr)
         return False
@@ -160,8 +159,6 @@ def _external(hybrid, structural, data_dir, show_errors: bool, second_reader=Non
         rows = ext.load(where, ext.LABELS)
         theirs = ext.load(where, Path(second_reader)) if second_reader else None
     except (ValueError, OSError) as exc:  # labels of another text, a missing label or file: named, exit 2
-        import sys
-
         print(f"external check: {exc}", file=sys.stderr)
         return False
     kinds = Counter(r["label"] for r in rows)

@@ -170,19 +170,24 @@ def figures(decide, rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str,
 
 def label_sheet(data_dir: str | Path, out: str | Path, labels: Path | None = None) -> int:
     """Write the blank sheet a second reader labels (JSON lines: key, sha1, part, lang, question, text, label "")
-    -> rows written. Refuses a path inside the project (the sheet holds dataset text), and a data dir that lacks
-    a reply the shipped labels (`labels`, default LABELS) cover: a partial sheet is no second reading."""
+    -> rows written. Refuses a path inside the project (the sheet holds dataset text), an existing file (a
+    filled sheet would be lost), and a data dir that lacks a reply the shipped labels (`labels`, default LABELS)
+    cover: a partial sheet is no second reading."""
     out = Path(out).resolve()
     if out.is_relative_to(ROOT):
         raise ValueError(f"{out}: the label sheet holds dataset text; write it outside the project ({ROOT})")
+    if out.exists():
+        raise ValueError(f"{out} exists: a sheet a reader has filled in would be lost; give another path, or delete it")
     rows = sorted(candidates(data_dir), key=lambda r: digest(r["text"]) + r["key"])
     missing = sorted(set(load_labels(labels or LABELS)) - {r["key"] for r in rows})
     if missing:
         raise ValueError(f"{data_dir}: {len(missing)} of the labelled replies are not there (first: {missing[0]}); is "
                          "a dataset file (kdconv/*_test.json, locomo/locomo10.json) missing?")
     fields = ("key", "part", "lang", "question", "text")
-    out.write_text("".join(json.dumps({**{k: r[k] for k in fields}, "sha1": digest(r["text"]), "label": ""},
+    tmp = out.with_name(out.name + ".part")  # written whole or not at all (Ctrl-C mid-write leaves no half sheet)
+    tmp.write_text("".join(json.dumps({**{k: r[k] for k in fields}, "sha1": digest(r["text"]), "label": ""},
                                       ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    tmp.replace(out)
     return len(rows)
 
 

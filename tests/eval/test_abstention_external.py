@@ -109,7 +109,21 @@ def test_a_second_reader_labels_a_blind_sheet_and_the_agreement_is_counted(tmp_p
     # a data dir without a reply the first labels cover writes no sheet: a partial sheet is no second reading
     assert main(["bench", "abstention", "--label-sheet", str(sheet), "--data-dir", str(tmp_path / "empty")]) == 2
     assert "first: kdconv:film:0:1" in capsys.readouterr().err and not sheet.exists()
+    real_write = ext.Path.write_text
+
+    def interrupted(self, text, *a, **k):  # Ctrl-C halfway through writing the file
+        real_write(self, text[:len(text) // 2], *a, **k)
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(ext.Path, "write_text", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            ext.label_sheet(data, sheet)
+    assert not sheet.exists()  # no half sheet under the name a reader would open
     assert main(["bench", "abstention", "--label-sheet", str(sheet), "--data-dir", str(data)]) == 0
+    before = sheet.read_text(encoding="utf-8")  # asked again, a filled sheet is never overwritten
+    assert main(["bench", "abstention", "--label-sheet", str(sheet), "--data-dir", str(data)]) == 2
+    assert "exists" in capsys.readouterr().err and sheet.read_text(encoding="utf-8") == before
     rows = [json.loads(line) for line in sheet.read_text(encoding="utf-8").splitlines()]
     assert len(rows) == len(ext.candidates(data)) and {r["label"] for r in rows} == {""}  # blind: no first labels
     assert all(r["question"] and r["text"] and r["sha1"] == ext.digest(r["text"]) for r in rows)
