@@ -26,6 +26,26 @@ COMPLETE_TAG = "dkilab.complete"
 CLAIM_PREFIX = "dkilab-claim"  # `dkilab run --claim`: one MLflow experiment per claimed cell (names are unique)
 
 
+# MLflow's SQL store inserts some rows after a separate "does it exist?" read (a dataset input, a tag), so
+# two processes writing the same row at one moment make one of them fail on the unique constraint. The
+# failed write rolled back whole; done again, it finds the other's row and uses it.
+_CONFLICT = ("UNIQUE constraint failed", "IntegrityError", "Duplicate entry", "duplicate key value")
+
+
+def on_conflict_retry(write, *args, tries: int = 4, **kwargs):
+    """`write(*args, **kwargs)`, done again (up to `tries` times in all) when the tracking store refused it
+    only because another process inserted the same row at the same moment."""
+    from mlflow.exceptions import MlflowException
+
+    for attempt in range(tries):
+        try:
+            return write(*args, **kwargs)
+        except MlflowException as e:
+            if attempt == tries - 1 or not any(m in str(e) for m in _CONFLICT):
+                raise
+            time.sleep(0.05 * (attempt + 1))
+
+
 def process_tags() -> dict[str, str]:
     import psutil
 
@@ -66,7 +86,7 @@ def mark_dead_runs_killed(experiment_id: str) -> list[str]:
         if tags.get("dkilab.host") != host or "dkilab.pid" not in tags:
             continue
         if not _alive(int(tags["dkilab.pid"]), tags.get("dkilab.pid_start")):
-            client.set_tag(run.info.run_id, "dkilab.ended_by", "a later run: its process was gone")
+            on_conflict_retry(client.set_tag, run.info.run_id, "dkilab.ended_by", "a later run: its process was gone")
             client.set_terminated(run.info.run_id, "KILLED")
             killed.append(run.info.run_id)
     return killed

@@ -19,6 +19,7 @@ from typing import Any
 
 from dkilab.eval.metrics.bootstrap import aggregate_by_category, ci_keys, with_intervals
 from dkilab.eval.report import run_rows
+from dkilab.eval.runstate import on_conflict_retry
 from dkilab.eval.tables import (category_table, format_table, metric_counts, overview_markdown, paired_csv, pairwise,
                                 results_table)
 
@@ -74,8 +75,8 @@ def log_experiment(cfg, cells, config_path: str | None) -> None:
     if cfg.description:  # the experiment page shows the YAML's current description
         run = mlflow.active_run()
         assert run is not None  # the parent run, started by the runner
-        mlflow.MlflowClient().set_experiment_tag(run.info.experiment_id, "mlflow.note.content",
-                                                 cfg.description)
+        on_conflict_retry(mlflow.MlflowClient().set_experiment_tag, run.info.experiment_id, "mlflow.note.content",
+                          cfg.description)
 
     mlflow.log_dict(cfg.model_dump(mode="json"), "experiment.yaml")
     mlflow.log_params({"experiment": cfg.name, "cells": len(cells), "seed": cfg.seed,
@@ -181,7 +182,7 @@ def log_questions(cell, rows: list[dict]) -> None:
     name = d.name + (f" ({d.label})" if getattr(d, "label", None) and d.label != d.name else "")
     source = mlflow.data.from_pandas(questions.astype(str), name=name,  # type: ignore[attr-defined]
                                      targets="gold" if "gold" in questions else None)
-    mlflow.log_input(source, context=d.split)
+    on_conflict_retry(mlflow.log_input, source, context=d.split)  # another process may log the same dataset now
 
 
 def _plot_categories(by_cat: dict[str, dict[str, float]], title: str) -> None:

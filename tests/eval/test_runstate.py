@@ -77,3 +77,36 @@ def test_local_stores_are_locked_and_servers_are_not(tmp_path):
     t.join(timeout=30)
     assert order == ["first done", "second"]
     assert said and f"pid {os.getpid()}" in said[0] and "waiting for it to finish" in said[0]
+
+
+def test_a_write_refused_only_by_a_concurrent_insert_is_done_again_and_other_errors_are_not():
+    from mlflow.exceptions import MlflowException
+
+    calls = []
+
+    def write(x):
+        calls.append(x)
+        if len(calls) == 1:  # what a 2-worker server answered when another process logged the same dataset
+            raise MlflowException("BAD_REQUEST: (sqlite3.IntegrityError) UNIQUE constraint failed: "
+                                  "datasets.experiment_id, datasets.name, datasets.digest")
+        return x * 2
+
+    assert runstate.on_conflict_retry(write, 21) == 42 and calls == [21, 21]
+
+    def broken():
+        calls.append("broken")
+        raise MlflowException("RESOURCE_DOES_NOT_EXIST: run 'abc' not found")
+
+    calls.clear()
+    with pytest.raises(MlflowException, match="not found"):
+        runstate.on_conflict_retry(broken)
+    assert calls == ["broken"]  # not a conflict: raised at once, not repeated
+
+    def always():
+        calls.append("always")
+        raise MlflowException("(sqlite3.IntegrityError) UNIQUE constraint failed: tags.key")
+
+    calls.clear()
+    with pytest.raises(MlflowException, match="UNIQUE"):
+        runstate.on_conflict_retry(always, tries=3)
+    assert calls == ["always"] * 3  # a conflict that persists is raised in the end
