@@ -685,8 +685,8 @@ def main(argv: list[str] | None = None) -> int:
 def leave_process_group(clean: bool) -> None:
     """A process of `accelerate launch` / torchrun leaves its process group before the interpreter ends. Left
     to interpreter shutdown, gloo's worker threads outlive it and the process aborts (SIGABRT, "terminate
-    called without an active exception"; pytorch/pytorch#179291): 11 of 30 two-process runs here, 0 of 30
-    after leaving. On a clean end the processes meet first, so none leaves while another still sends to it."""
+    called without an active exception"; pytorch/pytorch#179291): 10 of 30 two-process runs here, 0 of 30
+    after leaving (`python experiments/bench/concurrency.py`). On a clean end the processes meet first, so none leaves while another still sends to it."""
     dist = sys.modules.get("torch.distributed")  # never imported: no group to leave
     if dist is None or not dist.is_available() or not dist.is_initialized():
         return

@@ -67,8 +67,9 @@ def test_two_machines_share_a_config_each_cell_runs_once(tmp_path, server):
 def test_two_processes_logging_one_dataset_at_one_moment_both_land(tmp_path, server):
     """The cause of this file's old flake: MLflow's SQL store reads "is this dataset logged?" and inserts it in
     two steps, so two cells of one dataset logging their input at one moment through a 2-worker server made
-    one fail on the unique constraint (about 1 round in 7 here), and its cell FAILED. Each round logs a new
-    dataset from two threads released together; every input must land, on one dataset row."""
+    one fail on the unique constraint (14 of 40 rounds in `experiments/bench/concurrency.py`), and its cell
+    FAILED. Each round logs a new dataset from two threads released together; every input must land, on one
+    dataset row."""
     import threading
 
     import mlflow

@@ -47,8 +47,8 @@ WORKER = textwrap.dedent("""
 
 @pytest.mark.slow
 def test_two_processes_end_cleanly_every_time(tmp_path):
-    """Without leaving the group, 11 of 30 such two-process runs aborted here; each run fails with probability
-    about 0.37, so 12 clean runs in a row would happen by chance about once in 250."""
+    """Without leaving the group, 10 of 30 such two-process runs aborted here (`experiments/bench/concurrency.py`);
+    at that rate 12 clean runs in a row would happen by chance about once in 130."""
     worker = tmp_path / "worker.py"
     worker.write_text(WORKER)
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
