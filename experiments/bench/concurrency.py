@@ -17,9 +17,10 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
-import urllib.request
 from pathlib import Path
+
+from dkilab.eval.team_server import TeamServer
+from dkilab.service.server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = """
@@ -35,14 +36,6 @@ if os.environ.get("LEAVE") == "1":
 """
 
 
-def _port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def dataset_race(rounds: int, tries: int) -> int:
     """Rounds in which a writer failed."""
     import mlflow
@@ -51,20 +44,8 @@ def dataset_race(rounds: int, tries: int) -> int:
     from dkilab.eval.runstate import on_conflict_retry
 
     tmp = Path(tempfile.mkdtemp(prefix="dkilab-race-"))
-    port = _port()
-    server = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{tmp}/s.db",
-                               "--serve-artifacts", "--artifacts-destination", str(tmp / "a"), "--host", "127.0.0.1",
-                               "--port", str(port), "--workers", "2"], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(120):
-            try:
-                urllib.request.urlopen(url + "/health", timeout=2).read()
-                break
-            except OSError:
-                time.sleep(0.5)
-        client = mlflow.MlflowClient(url)
+    with TeamServer(tmp, port=free_port(), backend_store_uri=f"sqlite:///{tmp}/s.db", workers=2) as server:
+        client = mlflow.MlflowClient(server.url)
         exp = client.create_experiment("race")
         failed = 0
         for i in range(rounds):
@@ -87,9 +68,6 @@ def dataset_race(rounds: int, tries: int) -> int:
                 t.join()
             failed += bool(errors)
         return failed
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
 
 
 def group_exit(runs: int, leave: bool) -> int:
@@ -98,7 +76,7 @@ def group_exit(runs: int, leave: bool) -> int:
     worker.write_text(WORKER)
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
     env = os.environ | {"PYTHONPATH": str(ROOT), "LEAVE": "1" if leave else "0"}
-    return sum(subprocess.run([torchrun, "--nproc_per_node", "2", "--master_port", str(_port()), str(worker)],
+    return sum(subprocess.run([torchrun, "--nproc_per_node", "2", "--master_port", str(free_port()), str(worker)],
                               capture_output=True, env=env, timeout=300).returncode != 0 for _ in range(runs))
 
 
