@@ -144,7 +144,19 @@ _NOT_ABSENCE = re.compile(
 _ANSWER_WORD = re.compile(r"^(?:是的?|对(?:的|呀|啊)?|没错|当然(?:了|啦)?|知道(?:呀|啊)?|看过(?:呀|啊)?|听过(?:呀|啊)?|去过(?:呀|啊|的)?|"
                           r"yes|yeah|yep|yup|definitely|absolutely)$", re.I)
 _TOPIC_OPENER = re.compile(r"^(?:关于|至于|对于|说到)|^(?:about|regarding|as for|as to|on)\b", re.I)
-RULES_VERSION = "11"
+# rules version 12 (written from the English dev part of the check on replies by other people): words of knowing,
+# telling, records and the answerer's role. A clause without one of them, and without a word of absence, tells
+# something other than what the answerer lacks
+_EN_ABOUT_KNOWING = re.compile(
+    r"\b(?:know\w*|(?:un)?aware|familiar|info\w*|detail\w*|specific\w*|record\w*|notes?|noted|memor\w*|remember\w*|"
+    r"recall\w*|mention\w*|t[eo]ll\w*|told|sa(?:y|id|ys)|shar\w*|discuss\w*|talk\w*|conversation\w*|chat\w*|histor\w*|"
+    r"c[oa]me up|hear\w*|heard|sure|certain\w*|idea|clue\w*|guess\w*|speculat\w*|assum\w*|fill (?:me|us) in|remind\w*|"
+    r"let (?:me|us) know|context|data|access|track|files?|logs?|scope|outside|beyond|answer\w*|question\w*|ask\w*|find|"
+    r"found|look\w* up|check\w*|confirm\w*|verify|privy|insight|whatever|anything|nothing|something|topic|subject|"
+    r"matter|source|evidence|learn\w*|understand\w*|clear|explain\w*|brought|bring|provid\w*|giv\w*|gave|offer\w*|"
+    r"pass|skip\w*|hold\w*|have on|got on|keep|kept|stor(?:e|ed|ing)|saved?|realis\w*|realiz\w*|point|help\w*|"
+    r"blind spot|as far as|AI|assistant|model|equipped|sorry|afraid|apolog\w*|unfortunately)\b", re.I)
+RULES_VERSION = "12"
 
 
 @lru_cache(maxsize=1)
@@ -356,6 +368,29 @@ def _value_first(parts) -> bool:
     return bool(_ANSWER_WORD.match(first) or re.search(r"\d|TITLE|QUOTE", first))
 
 
+def _tells_something_else(text: str, answer: str) -> bool:
+    """Rules version 12: an English answer that tells something other than what the answerer lacks ("Nope, never
+    been to something like that. I'm more into reading fantasy novels", "Yay! Next month I'm having an art show
+    with my paintings - can't wait!"): no clause the structure calls absence, no clause with a word of absence
+    beside a word of knowing, telling or records (`_EN_ABOUT_KNOWING`: "not something I'm able to answer"), and
+    at least one clause of four words or more that is not a question back and holds neither."""
+    if re.search(r"[\u4e00-\u9fff]", text):
+        return False
+    parts = clauses(answer)
+    if any(c.kind == "absence" for c in parts):
+        return False
+    if any(_CUES.search(m) and _EN_ABOUT_KNOWING.search(m) for m in (masked(c.text) for c in parts)):
+        return False
+    for c in parts:
+        if c.kind != "content" or re.search(re.escape(c.text) + r"\s*\?", text):
+            continue
+        body = _strip_fillers(masked(c.text), _EN_FILLER).strip()
+        if (len(re.findall(r"[A-Za-z']+", body)) >= 4 and not _CUES.search(body) and not _EN_ABOUT_KNOWING.search(body)
+                and not _WH.match(body)):
+            return True
+    return False
+
+
 def rule_decision(answer: str) -> bool | None:
     """The rules' sure verdict, or None when the learned component decides (rules version 11):
     - the protocol phrase or a bare abstention fragment ("Unknown.", "不确定。", "I don't know.") abstains;
@@ -394,7 +429,13 @@ def rule_decision(answer: str) -> bool | None:
       ("怎么可能不知道", "还会有人不知道吗") and Chinese A-not-A questions ("吓不吓人", "了解不？") are masked; a first
       clause that answers (a number, a title, "Yes", 是的) makes a later disclaimer about another detail an
       answer ("他出生于1962年，但我不知道他在哪里出生"); an idiom of not knowing after a clause that may be a value
-      ("Pad thai. I've got nothing on the price") is left to the learned component."""
+      ("Pad thai. I've got nothing on the price") is left to the learned component;
+    - rules version 12 (from the English dev part of that check): an English answer that tells something other
+      than what the answerer lacks answers ("Nope, never been to something like that. I'm more into reading",
+      "Next month I'm having an art show - can't wait!"): a clause of four words or more, not a question back,
+      with no word of absence and no word of knowing, telling or records, and no absence clause nor a clause
+      that denies knowing ("That's not something I'm able to answer from our chats: the cat's vaccination
+      date" stays with the learned component)."""
     text = _PREFIX.sub("", _normalise(answer)).strip()
     if _PROTOCOL.match(text) and len(clauses(answer)) == 1:
         return True
@@ -410,6 +451,8 @@ def rule_decision(answer: str) -> bool | None:
     bare = masked(text)
     if _answerer_does_not_know(bare, parts, _QUOTED.sub(" QUOTE ", text)):
         return True
+    if _tells_something_else(text, answer):
+        return False
     if not _CUES.search(bare):
         return None if _SPEAKER.search(bare) else False
     if _ZH_ATTRIBUTIVE.match(text) and not _ZH_FIRST_PERSON_ABSENCE.search(text):

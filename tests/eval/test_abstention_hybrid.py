@@ -148,6 +148,45 @@ def test_rules_version_11_reads_negations_that_say_nothing_is_missing_and_a_valu
     assert rule_decision("婚礼日期？我一点印象都没有。") is True
 
 
+def test_rules_version_12_reads_an_answer_that_tells_something_else_as_an_answer():
+    """English chat that tells the answerer's own news, with or without a negation, is an answer the rules are
+    sure of; an answer that denies knowing anywhere, or has nothing but a topic beside it, is not. Phrasings
+    outside the labelled set, the fresh check and the external check."""
+    for text in ("No, I haven't been to Lisbon yet. We're flying out there in March!",
+                 "Nope, never tried surfing. I spent the whole summer hiking in the Alps instead.",
+                 "Next week I'm starting a pottery class with my sister - can't wait!"):
+        assert rule_decision(text) is False, text
+    for text in ("I haven't been told where you parked. We could go over it again now.",  # denies being told
+                 "Nope, no idea. Your sister might remember the address though.",  # "no idea" beside content
+                 "That's not something I have any information on: the name of your dentist.",
+                 "As a text-based assistant, I'm not able to look that up for you."):
+        assert rule_decision(text) is not False, text
+    assert rule_decision("I'm not aware of it. As far as I can see, we never went over your trip.") is not False
+
+
+def test_the_learned_part_is_fitted_to_its_optimum_whatever_the_thread_count():
+    """Newton steps in float64 reach the regularised optimum (gradient ~0), so a refit reproduces the shipped
+    weights; lbfgs at its default tolerance stopped far from it on such data (a gradient of about 4)."""
+    import numpy as np
+    from threadpoolctl import threadpool_limits
+
+    from dkilab.bench.abstention_train import _fit
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(600, 40)).astype(np.float32)
+    X[:, :5] *= 30  # badly scaled columns, as raw e5 parts beside clause counts are
+    y = X[:, 5] + 0.5 * rng.normal(size=600) > 0.8
+    m = _fit(X, y, 10.0)
+    Xd = X.astype(np.float64)
+    p = 1 / (1 + np.exp(-(Xd @ m.coef_[0] + m.intercept_[0])))
+    sw = np.where(y, len(y) / (2 * y.sum()), len(y) / (2 * (~y).sum()))  # class_weight="balanced"
+    gradient = np.append(m.coef_[0] + 10.0 * Xd.T @ (sw * (p - y)), 10.0 * np.sum(sw * (p - y)))
+    assert np.abs(gradient).max() < 1e-6
+    with threadpool_limits(1):
+        one = _fit(X, y, 10.0)
+    assert np.allclose(one.coef_, m.coef_, atol=1e-8) and np.allclose(one.intercept_, m.intercept_, atol=1e-8)
+
+
 def test_each_decision_records_its_path_and_the_cell_counts_the_learned_ones():
     from dkilab.eval.metrics import aggregate, score_answer
     from dkilab.types import Answer, QAItem
