@@ -81,7 +81,7 @@ _REPORTED_USER = re.compile(
     r"^你(?:不|从来不|从不|没)[^，,。]+[，,]\s*你(?:跟我|和我)?(?:说过|说的|告诉过我)", re.I)
 # an embedded question, then "I don't know": "你最后选了哪套房子，我不知道", "What colour it was, I couldn't say"
 _DONT_KNOW_LAST = re.compile(
-    r"^(?:我|我们)?(?:真|也|实在|确实|完全|真的)?(?:不知道|不清楚|说不上来|说不准|说不好|不记得|记不得|记不清|想不起来|答不上来|没法说|"
+    r"^(?:我|我们)?(?:真|也|实在|确实|完全|真的|一时|一下子|暂时)?(?:不知道|不清楚|说不上来|说不准|说不好|不记得|记不得|记不清|想不起来|答不上来|没法说|"
     r"不确定)(?:了|啊|呢)?$|^(?:i|we) (?:really |honestly |just )?(?:couldn't|can't|cannot|don't|do not) (?:say|tell|know|recall|"
     r"remember)$", re.I)
 # the Chinese negative potential complement on a verb of saying or judging, said by the answerer or of the
@@ -137,11 +137,13 @@ _NOT_ABSENCE = re.compile(
     r"不如|没错|不然|不久|难不(?:倒|住)|不(?:算|低|贵|便宜|远|小|高|长|短)(?!清楚|确定|记得|了解|知道|明白|懂|太)|"
     r"(?:怎么|哪)(?:可能|能|会)?不(?:知道|记得|了解|认识|喜欢)|能不(?:知道|记得|了解)(?:嘛|吗|呢)|"
     r"(?:有谁|谁|哪有人|还会有人|还有人|哪个人|没有人|没人)(?:会)?不(?:知道|认识|了解|喜欢|记得)|"
+    # rules version 13: wondering about the listener ("不知道你会不会喜欢", "不知道你有没有看过"): no absence
+    r"不知道你们?(?:会不会|喜不喜欢|有没有|是不是|是否|能不能|感不感兴趣|爱不爱|觉得|看过|听过|去过)|"
     r"([\u4e00-\u9fff])不\1|(?:知道|了解|晓得|好|对|是|行|喜欢|记得|认识)不(?=\s*[？?])", re.I)
 # rules version 11: a first clause that is a bare answer word ("是的", "对", "没错", "知道", "看过", "Yes", "Yep") or states
 # a number, a date or a title, with no word of absence, answers; what follows may disclaim another part ("他出生于
 # 1962年，但我不知道他在哪里出生", "Yes, but I don't remember the year")
-_ANSWER_WORD = re.compile(r"^(?:是的?|对(?:的|呀|啊)?|没错|当然(?:了|啦)?|知道(?:呀|啊)?|看过(?:呀|啊)?|听过(?:呀|啊)?|去过(?:呀|啊|的)?|"
+_ANSWER_WORD = re.compile(r"^(?:是的?|是(?:啊|呀|呢)|嗯+|对(?:的|呀|啊)?|没错|当然(?:了|啦)?|知道(?:呀|啊)?|看过(?:呀|啊)?|听过(?:呀|啊)?|去过(?:呀|啊|的)?|"
                           r"yes|yeah|yep|yup|definitely|absolutely)$", re.I)
 _TOPIC_OPENER = re.compile(r"^(?:关于|至于|对于|说到)|^(?:about|regarding|as for|as to|on)\b", re.I)
 # rules version 12 (written from the English dev part of the check on replies by other people): words of knowing,
@@ -156,7 +158,15 @@ _EN_ABOUT_KNOWING = re.compile(
     r"matter|source|evidence|learn\w*|understand\w*|clear|explain\w*|brought|bring|provid\w*|giv\w*|gave|offer\w*|"
     r"pass|skip\w*|hold\w*|have on|got on|keep|kept|stor(?:e|ed|ing)|saved?|realis\w*|realiz\w*|point|help\w*|"
     r"blind spot|as far as|AI|assistant|model|equipped|sorry|afraid|apolog\w*|unfortunately)\b", re.I)
-RULES_VERSION = "12"
+# rules version 13 (written from the Chinese dev part of the check on replies by other people): words of knowing,
+# telling and records in Chinese; a Chinese answer that speaks of the answerer without one of them, and without a
+# word of absence, answers
+_ZH_ABOUT_KNOWING = re.compile(r"知道|清楚|记得|记住|了解|印象|确定|信息|记录|资料|内容|聊|提|说过|讲过|告诉|问|答|猜|想起|想不|忘|听说|"
+                               r"范围|超出|以外|之外|空白|头绪|数据|知识|懂|明白|查")
+# a topic, then "don't know", then only questions back ("这个不清楚，你知道导演是谁吗？", "这就不知道了，你知道他是哪里人吗？")
+_ZH_TOPIC_UNKNOWN = re.compile(r"^(?:这个|这|那个|那|这事|那事)?(?:就|我)?(?:也|真|还真是?|实在|确实)?(?:不知道|不清楚|不记得|不了解|说不上来)"
+                               r"(?:了|呢|啊|呀)?$")
+RULES_VERSION = "13"
 
 
 @lru_cache(maxsize=1)
@@ -391,6 +401,13 @@ def _tells_something_else(text: str, answer: str) -> bool:
     return False
 
 
+def _topic_unknown_then_asked_back(parts, text: str) -> bool:
+    """Rules version 13: "这个不清楚，你知道导演是谁吗？": the topic is not known, and every clause after asks back."""
+    if len(parts) < 2 or not _ZH_TOPIC_UNKNOWN.match(_strip_fillers(parts[0].text, _ZH_FILLER)):
+        return False
+    return all(re.search(re.escape(c.text) + r"\s*[?？]", text) or re.search(r"[吗呢]$", c.text) for c in parts[1:])
+
+
 def rule_decision(answer: str) -> bool | None:
     """The rules' sure verdict, or None when the learned component decides (rules version 11):
     - the protocol phrase or a bare abstention fragment ("Unknown.", "不确定。", "I don't know.") abstains;
@@ -453,7 +470,11 @@ def rule_decision(answer: str) -> bool | None:
         return True
     if _tells_something_else(text, answer):
         return False
+    if _topic_unknown_then_asked_back(parts, text):
+        return True
     if not _CUES.search(bare):
+        if _SPEAKER.search(bare) and re.search(r"[\u4e00-\u9fff]", bare) and not _ZH_ABOUT_KNOWING.search(bare):
+            return False  # rules version 13: "我看过好几遍，能不知道嘛": the answerer speaks, of nothing it lacks
         return None if _SPEAKER.search(bare) else False
     if _ZH_ATTRIBUTIVE.match(text) and not _ZH_FIRST_PERSON_ABSENCE.search(text):
         return False

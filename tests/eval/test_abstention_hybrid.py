@@ -164,6 +164,18 @@ def test_rules_version_12_reads_an_answer_that_tells_something_else_as_an_answer
     assert rule_decision("I'm not aware of it. As far as I can see, we never went over your trip.") is not False
 
 
+def test_rules_version_13_reads_chinese_chat_by_what_it_speaks_of():
+    """Chinese: the answerer speaking of nothing it lacks, wondering about the listener, "是啊" before a value,
+    answer; a topic not known and then only questions back, or a question then "一时想不起来", abstain. Phrasings
+    outside the labelled set, the fresh check and the external check; the other direction holds."""
+    for text in ("我去过三次了，那边的海鲜很好吃。", "故事发生在上海，不知道你有没有看过？", "是啊，门票八十块呢，不知道现在涨没涨价呢？"):
+        assert rule_decision(text) is False, text
+    for text in ("那个不清楚，你知道票价是多少吗？", "这个我也不知道，你还记得是哪一年吗？", "餐厅叫什么？一下子想不起来了。"):
+        assert rule_decision(text) is True, text
+    assert rule_decision("这个不清楚，不过应该挺贵的。") is False  # a hedged value after it: an answer, as before
+    assert rule_decision("我记得你提过，但具体的我想不起来了。") is not False  # the answerer speaks of what it lacks
+
+
 def test_the_learned_part_is_fitted_to_its_optimum_whatever_the_thread_count():
     """Newton steps in float64 reach the regularised optimum (gradient ~0), so a refit reproduces the shipped
     weights; lbfgs at its default tolerance stopped far from it on such data (a gradient of about 4)."""
