@@ -378,15 +378,16 @@ def _value_first(parts) -> bool:
     return bool(_ANSWER_WORD.match(first) or re.search(r"\d|TITLE|QUOTE", first))
 
 
-def _tells_something_else(text: str, answer: str) -> bool:
+def _tells_something_else(text: str, every: list) -> bool:
     """Rules version 12: an English answer that tells something other than what the answerer lacks ("Nope, never
     been to something like that. I'm more into reading fantasy novels", "Yay! Next month I'm having an art show
     with my paintings - can't wait!"): no clause the structure calls absence, no clause with a word of absence
     beside a word of knowing, telling or records (`_EN_ABOUT_KNOWING`: "not something I'm able to answer"), and
-    at least one clause of four words or more that is not a question back and holds neither."""
+    at least one clause of four words or more that is not a question back and holds neither. `every`: all the
+    answer's clauses, fillers included."""
     if re.search(r"[\u4e00-\u9fff]", text):
         return False
-    parts = clauses(answer)
+    parts = every
     if any(c.kind == "absence" for c in parts):
         return False
     if any(_CUES.search(m) and _EN_ABOUT_KNOWING.search(m) for m in (masked(c.text) for c in parts)):
@@ -409,7 +410,7 @@ def _topic_unknown_then_asked_back(parts, text: str) -> bool:
 
 
 def rule_decision(answer: str) -> bool | None:
-    """The rules' sure verdict, or None when the learned component decides (rules version 11):
+    """The rules' sure verdict, or None when the learned component decides (rules version 13):
     - the protocol phrase or a bare abstention fragment ("Unknown.", "不确定。", "I don't know.") abstains;
     - a clause that offers a value ("I'm not sure, maybe Paris", "我不太确定，可能是九点半") answers; a clause
       after "but" that itself denies ("Sorry, but I have no record of it") is no offer;
@@ -452,13 +453,18 @@ def rule_decision(answer: str) -> bool | None:
       "Next month I'm having an art show - can't wait!"): a clause of four words or more, not a question back,
       with no word of absence and no word of knowing, telling or records, and no absence clause nor a clause
       that denies knowing ("That's not something I'm able to answer from our chats: the cat's vaccination
-      date" stays with the learned component)."""
+      date" stays with the learned component);
+    - rules version 13 (from the Chinese dev part): a Chinese answer that speaks of the answerer with no word of
+      absence and no word of knowing answers ("我看过好几遍，能不知道嘛"); wondering about the listener ("不知道你会
+      不会喜欢") is masked; 是啊 is an answer word; a topic not known followed only by questions back ("这个不清楚，
+      你知道导演是谁吗？") and a question then "一时想不起来了" abstain."""
     text = _PREFIX.sub("", _normalise(answer)).strip()
-    if _PROTOCOL.match(text) and len(clauses(answer)) == 1:
+    every = clauses(answer)
+    if _PROTOCOL.match(text) and len(every) == 1:
         return True
     if _FRAGMENT.fullmatch(text.rstrip(" .。!！")):
         return True
-    parts = [c for c in clauses(answer) if c.kind != "filler"]
+    parts = [c for c in every if c.kind != "filler"]
     if any(_offers_a_value(parts, k) for k in range(len(parts))) or _value_first(parts):
         return False
     last = parts[-1].text if parts else ""
@@ -468,7 +474,7 @@ def rule_decision(answer: str) -> bool | None:
     bare = masked(text)
     if _answerer_does_not_know(bare, parts, _QUOTED.sub(" QUOTE ", text)):
         return True
-    if _tells_something_else(text, answer):
+    if _tells_something_else(text, every):
         return False
     if _topic_unknown_then_asked_back(parts, text):
         return True
