@@ -325,6 +325,7 @@ def test_the_dev_sources_alone_choose_c_and_the_threshold():
     assert {"C", "threshold", "selection"} <= set(w) and w["threshold"] in at.GRID_THRESHOLD
 
 
+@pytest.mark.slow  # encodes the 839 fresh-check phrasings with e5 (about 40 s here)
 def test_the_fresh_check_is_never_trained_on_and_its_figures_ship_with_the_weights():
     from dkilab.bench import abstention_train as at
 

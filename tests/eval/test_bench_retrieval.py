@@ -3,11 +3,13 @@ difference against the previous defaults), the defaults-vs-previous lines, the c
 engram-search and rank-bm25 in the same run on every retrieval metric."""
 import re
 
+import pytest
 import yaml
 
 from dkilab.bench.retrieval import CONFIG, main
 
 
+@pytest.mark.slow  # every method of the bench over its fixtures, with intervals (about 40 s here)
 def test_the_table_has_every_method_with_intervals_and_paired_differences(tmp_path, capsys):
     cfg = yaml.safe_load(CONFIG.read_text())
     cfg["datasets"] = [{"name": "fixtures", "split": "dev"}, {"name": "fixtures", "split": "test"}]

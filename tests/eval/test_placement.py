@@ -171,6 +171,7 @@ def test_a_cell_killed_9_mid_run_resumes_where_it_stopped_with_the_same_answers(
     assert resumed == [(r["qid"], r["prediction"]) for r in run_rows(fresh.info.run_id)]
 
 
+@pytest.mark.slow  # generates a cell with the real model, then runs it again (about 40 s here)
 def test_the_response_cache_answers_a_repeated_run_without_generating(tmp_path, monkeypatch, model):
     """Issue 29 item 4: `model.cache: true` keys greedy responses by model, messages, tools, memories and
     settings; a second run of the same cells (here: a new experiment name) generates nothing."""

@@ -30,6 +30,9 @@ CI_DIR = ROOT / "experiments" / "ci"
 DATA_BACKED = {"retrieval_locomo", "sweep_locomo", "sweep_memdaily"}  # need DKILAB_DATA_DIR: make test-slow
 SPECIAL = {"resume", "scripted_fact_calls", "gpu_path"}  # run by their own tests (below; test_scripted.py, tests/gpu)
 CI_CONFIGS = sorted(p for p in CI_DIR.glob("*.yaml") if p.stem not in DATA_BACKED | SPECIAL)
+# the configs that generate with the real model on many prompts (30 s to 2 min each here): `make test-slow`
+# and CI run them; the default run keeps the two light ones end to end
+HEAVY = {"fixtures_smoke", "sweep_fixtures", "session_flow", "ablation_zh", "kv_alpha", "agents_recall"}
 CELL_METRICS = {"questions", "errors", "latency_total_p50_ms", "questions_per_minute", "harness_overhead_p50_ms",
                 "query_embeddings"}  # plus the cell's headline metric with its interval
 QUIET = {"progress": False, "echo": lambda *a: None}
@@ -112,7 +115,8 @@ def _check_ci_specifics(stem, results):
         assert all(r["user_id"] in ("u_lin", "u_chen") for r in rows)
 
 
-@pytest.mark.parametrize("path", CI_CONFIGS, ids=[p.stem for p in CI_CONFIGS])
+@pytest.mark.parametrize("path", [pytest.param(p, id=p.stem, marks=[pytest.mark.slow] if p.stem in HEAVY else [])
+                                  for p in CI_CONFIGS])
 def test_ci_config_runs_end_to_end(path, uri, model):
     import mlflow
 
@@ -476,6 +480,7 @@ def test_data_backed_ci_configs(path, uri, model):
     _check_ci_specifics(path.stem, results)
 
 
+@pytest.mark.slow  # two runs of a cell against a fake endpoint, retries included (about 45 s here)
 def test_a_cell_whose_endpoint_fails_mid_run_is_failed_not_good_and_reruns_whole(tmp_path, uri):
     """Issue 28 item 3: an OpenAI-compatible endpoint that starts failing mid-cell. Transient errors are
     retried first (a single 503 costs nothing); what still fails makes the cell FAILED."""
