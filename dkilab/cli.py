@@ -660,8 +660,11 @@ def main(argv: list[str] | None = None) -> int:
         print("dkilab: error: a command is required (dkilab --help lists them)", file=sys.stderr)
         return 2
     clean = False
+    from dkilab.eval import interrupt
+
     try:
-        rc = args.func(args)
+        with interrupt.caught():  # a Ctrl-C that Python swallows (in a weakref callback) still stops a run
+            rc = args.func(args)
         clean = True
         return rc
     except KeyboardInterrupt:

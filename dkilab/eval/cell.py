@@ -10,6 +10,7 @@ import traceback
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from dkilab.eval import interrupt
 from dkilab.eval.experiment import Cell
 from dkilab.types import ChatModel, Conversation, Memory, QAItem
 
@@ -262,6 +263,7 @@ def run_cell(cell: Cell, model: ChatModel | None, data: CellData, state=None, tr
         bar.close()
 
     def collect(res, bar):
+        interrupt.check()  # a Ctrl-C that Python swallowed stops the cell here
         i, answer, wall, err = res
         out.append((i, answer, wall))
         if err:

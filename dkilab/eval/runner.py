@@ -148,7 +148,7 @@ def _run_cells(cfg, cells, state, exp_id, data_dir, config_path, progress, echo,
                rescore_all=False) -> list[CellResult]:
     import mlflow
 
-    from dkilab.eval import report, runstate, tracking
+    from dkilab.eval import interrupt, report, runstate, tracking
 
     main = state.is_main_process
     results: list[CellResult] = []
@@ -169,6 +169,7 @@ def _run_cells(cfg, cells, state, exp_id, data_dir, config_path, progress, echo,
     before = loaded_keys()  # models the caller loaded before the run (a notebook's) are not ours to free
     try:
         for n, i in enumerate(order, 1):
+            interrupt.check()  # a Ctrl-C that Python swallowed stops the sweep before the next cell
             cell = cells[i]
             done = (runstate.finished_runs(exp_id).get(cell.config_hash) if main and not rescore_all
                     else None)  # re-checked per cell

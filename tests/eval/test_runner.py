@@ -173,14 +173,31 @@ class Interrupted(RecallOnly):
         return super()._answer(question, memory, model, **kw)
 
 
+class _PressesCtrlCWhileCollected:
+    def __del__(self):  # SIGINT handled inside __del__: Python prints "Exception ignored" and drops it
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.2)
+
+
+class SwallowedCtrlC(RecallOnly):
+    """Ctrl-C arrives on its first question where Python swallows the KeyboardInterrupt (a finaliser)."""
+    name = "test_swallowed_ctrl_c"
+
+    def _answer(self, question, memory, model, **kw):
+        _PressesCtrlCWhileCollected()  # collected at once: its __del__ runs here
+        return super()._answer(question, memory, model, **kw)
+
+
 @pytest.fixture
 def test_strategies():
     """Registered only while a test needs them (the registry test runs every registered strategy)."""
     register(Boom)
     register(Interrupted)
+    register(SwallowedCtrlC)
     yield
     STRATEGIES.remove(Boom.name)
     STRATEGIES.remove(Interrupted.name)
+    STRATEGIES.remove(SwallowedCtrlC.name)
     Interrupted.exc = None
 
 
@@ -312,6 +329,21 @@ def test_a_cell_that_raises_ends_failed_and_only_it_runs_again(tmp_path, uri):
     assert [s for s in _statuses(uri, "ci-resume") if s[1] == "FINISHED"] == [
         ("recall_only@example", "FINISHED", "1"), ("recall_only@fixtures", "FINISHED", "1")]
     assert all(r.skipped for r in run_experiment(cfg, uri=uri, data_dir=str(data), **QUIET))
+
+
+def test_a_ctrl_c_python_swallows_still_stops_the_run(tmp_path, uri, test_strategies, monkeypatch):
+    """The ctrl-c resume test once saw its Ctrl-C land in a weakref callback: Python printed "Exception
+    ignored ... KeyboardInterrupt" and the sweep ran to the end. `dkilab run` now records the signal and the
+    runner stops at the next question."""
+    from dkilab.cli import main
+
+    path = _config(tmp_path, "swallowed", strategies=[{"name": "test_swallowed_ctrl_c"}, {"name": "recall_only"}])
+    swallowed = []
+    monkeypatch.setattr(sys, "unraisablehook", swallowed.append)  # what prints "Exception ignored in ..."
+    assert main(["run", str(path), "--tracking-uri", uri]) == 130
+    assert [type(u.exc_value) for u in swallowed] == [KeyboardInterrupt]  # it was dropped where it landed
+    assert _statuses(uri, "swallowed") == [("test_swallowed_ctrl_c@fixtures", "KILLED", None)]  # the next cell never ran
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # and the handler is Python's again
 
 
 @pytest.mark.parametrize("exc", [KeyboardInterrupt, SystemExit])

@@ -1,0 +1,40 @@
+"""Ctrl-C that is not lost. Python turns SIGINT into KeyboardInterrupt wherever the main thread is; when
+that is a weakref callback or a `__del__`, the exception is printed ("Exception ignored in ...") and
+dropped, and a run would go on as if nothing was pressed. `caught()` records the signal as well, and the
+runner calls `check()` between questions and cells, so a dropped Ctrl-C stops the run there."""
+import contextlib
+import signal
+import threading
+
+_pressed = False
+
+
+def check() -> None:
+    """Raise KeyboardInterrupt if Ctrl-C came while `caught()` was active, even if it was swallowed."""
+    if _pressed:
+        raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def caught():
+    """Within: SIGINT is recorded and raises KeyboardInterrupt as usual. Outside: the previous handler, and
+    nothing recorded (so an in-process caller's next run starts clean). A no-op off the main thread or
+    where SIGINT is not Python's default handler (ignored, or someone else's)."""
+    global _pressed
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+
+    def on_sigint(signum, frame):
+        global _pressed
+        _pressed = True
+        raise KeyboardInterrupt
+
+    _pressed = False
+    signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        _pressed = False
