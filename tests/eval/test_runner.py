@@ -344,6 +344,9 @@ def test_a_ctrl_c_python_swallows_still_stops_the_run(tmp_path, uri, test_strate
     assert [type(u.exc_value) for u in swallowed] == [KeyboardInterrupt]  # it was dropped where it landed
     assert _statuses(uri, "swallowed") == [("test_swallowed_ctrl_c@fixtures", "KILLED", None)]  # the next cell never ran
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # and the handler is Python's again
+    from dkilab.eval import interrupt
+
+    interrupt.check()  # nothing stays recorded: a notebook's next run in this process is not stopped by it
 
 
 @pytest.mark.parametrize("exc", [KeyboardInterrupt, SystemExit])
