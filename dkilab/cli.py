@@ -665,6 +665,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with interrupt.caught():  # a Ctrl-C that Python swallows (in a weakref callback) still stops a run
             rc = args.func(args)
+            interrupt.check()  # one swallowed after the runner's last check: the command still reports it (130)
         clean = True
         return rc
     except KeyboardInterrupt:

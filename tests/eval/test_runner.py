@@ -173,6 +173,24 @@ class Interrupted(RecallOnly):
         return super()._answer(question, memory, model, **kw)
 
 
+def test_a_ctrl_c_swallowed_as_a_command_ends_is_still_reported(monkeypatch):
+    """After the runner's last check (the comparison being logged) a swallowed Ctrl-C still makes the command
+    exit 130, not 0: a script that runs `dkilab run` sees that the user stopped it."""
+    from dkilab import cli
+
+    def work_then_ctrl_c(args):
+        _PressesCtrlCWhileCollected()
+        return 0
+
+    swallowed = []
+    monkeypatch.setattr(sys, "unraisablehook", swallowed.append)
+    monkeypatch.setattr(cli, "_cmd_datasets", work_then_ctrl_c)
+    assert cli.main(["datasets", "list"]) == 130
+    assert [type(u.exc_value) for u in swallowed] == [KeyboardInterrupt]
+    monkeypatch.setattr(cli, "_cmd_datasets", lambda args: 0)
+    assert cli.main(["datasets", "list"]) == 0  # the next command in this process is not stopped by it
+
+
 class _PressesCtrlCWhileCollected:
     def __del__(self):  # SIGINT handled inside __del__: Python prints "Exception ignored" and drops it
         os.kill(os.getpid(), signal.SIGINT)
