@@ -52,7 +52,7 @@ GPU_ARGS ?=
 gpu: setup
 	@if command -v nvidia-smi >/dev/null 2>&1 && ! $(BIN)/python -c "import torch, sys; sys.exit(not torch.cuda.is_available())"; then \
 		echo "installing the CUDA build of torch 2.13.0 ($(TORCH_CUDA_INDEX))"; \
-		$(BIN)/pip install --quiet --force-reinstall torch==2.13.0 --index-url $(TORCH_CUDA_INDEX) \
+		$(BIN)/pip install --quiet --force-reinstall $(if $(CONSTRAINTS),-c $(CONSTRAINTS)) torch==2.13.0 --index-url $(TORCH_CUDA_INDEX) \
 			--extra-index-url https://pypi.org/simple; fi
 	HF_HUB_OFFLINE=$(DKILAB_GPU_OFFLINE) $(BIN)/dkilab gpu $(GPU_ARGS)
 
