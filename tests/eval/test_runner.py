@@ -173,7 +173,16 @@ class Interrupted(RecallOnly):
         return super()._answer(question, memory, model, **kw)
 
 
-def test_a_ctrl_c_swallowed_as_a_command_ends_is_still_reported(monkeypatch):
+@pytest.fixture
+def python_sigint():
+    """SIGINT raises KeyboardInterrupt during the test, as in a terminal, even where the test run inherited it
+    ignored (started in the background of a non-interactive shell); the previous handler comes back after."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
+
+
+def test_a_ctrl_c_swallowed_as_a_command_ends_is_still_reported(monkeypatch, python_sigint):
     """After the runner's last check (the comparison being logged) a swallowed Ctrl-C still makes the command
     exit 130, not 0: a script that runs `dkilab run` sees that the user stopped it."""
     from dkilab import cli
@@ -349,7 +358,7 @@ def test_a_cell_that_raises_ends_failed_and_only_it_runs_again(tmp_path, uri):
     assert all(r.skipped for r in run_experiment(cfg, uri=uri, data_dir=str(data), **QUIET))
 
 
-def test_a_ctrl_c_python_swallows_still_stops_the_run(tmp_path, uri, test_strategies, monkeypatch):
+def test_a_ctrl_c_python_swallows_still_stops_the_run(tmp_path, uri, test_strategies, monkeypatch, python_sigint):
     """The ctrl-c resume test once saw its Ctrl-C land in a weakref callback: Python printed "Exception
     ignored ... KeyboardInterrupt" and the sweep ran to the end. `dkilab run` now records the signal and the
     runner stops at the next question."""
