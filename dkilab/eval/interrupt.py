@@ -1,7 +1,8 @@
 """Ctrl-C that is not lost. Python turns SIGINT into KeyboardInterrupt wherever the main thread is; when
 that is a weakref callback or a `__del__`, the exception is printed ("Exception ignored in ...") and
 dropped, and a run would go on as if nothing was pressed. `caught()` records the signal as well, and the
-runner calls `check()` between questions and cells, so a dropped Ctrl-C stops the run there."""
+runner calls `check()` between questions and cells, so a dropped Ctrl-C stops the run there; `dkilab.cli.main`
+checks once more as a command ends, so one dropped after the last cell still exits 130."""
 import contextlib
 import signal
 import threading
