@@ -1,10 +1,13 @@
 """Fit the learned fusion's weights (issue 30) on the declared dev split only: LoCoMo conversations 0-4
-(categories 1-4) and the first half of MemDaily's first 300 trajectories (`experiments/retrieval_tune_dev.yaml`'s
-data). Each dev question is recalled as `fusion: learned` recalls it, and the feature rows of its candidates
+(categories 1-4), the first half of MemDaily's first 300 trajectories (`experiments/retrieval_tune_dev.yaml`'s
+data) and the first half of MADial-Bench's dialogues in each language (80 each). Each dev question is
+recalled as `fusion: learned` recalls it, and the feature rows of its candidates
 (`recall/learned.candidates`, the same code recall runs) are labelled by the gold evidence. One standardised
 logistic regression per encoder family: `minilm` from LoCoMo dev on the MiniLM stores `auto` gives it, `e5`
 from MemDaily dev (e5, as `auto` picks), so English asked of an e5 store (the bilingual fixtures) is ranked
-by the Chinese-fitted part. `english_e5=True` (`--english-e5-part`) also fits one on LoCoMo dev over e5
+by the Chinese-fitted part. MADial-Bench's cues are conversational turns, not questions (`learned.cue_kind`):
+they fit each family's `utterance` part (`minilm:utterance` from English, `e5:utterance` from Chinese), which
+ranks such cues only. `english_e5=True` (`--english-e5-part`) also fits one on LoCoMo dev over e5
 stores (`EXTRA`), and a family with parts in two languages names them `e5:en`, `e5:zh`; it ships as an
 ablation model (`experiments/models/fusion_lr_e5_english.json`), not as the default: it won LoCoMo test but
 lost MADial-Bench en (`dkilab bench retrieval`, docs/retrieval.md). A dataset counts in the language of most
@@ -23,12 +26,16 @@ from typing import Any
 
 import numpy as np
 
-DEV = [{"name": "locomo", "categories": [1, 2, 3, 4], "split": "dev"}, {"name": "memdaily", "limit": 300, "split": "dev"}]
+from dkilab.recall.learned import QUESTION
+
+DEV = [{"name": "locomo", "categories": [1, 2, 3, 4], "split": "dev"}, {"name": "memdaily", "limit": 300, "split": "dev"},
+       {"name": "madial_bench_en", "split": "dev"}, {"name": "madial_bench_zh", "split": "dev"}]
 # the dev data collected again on another encoder's stores, for a part `auto` does not give (`english_e5`)
 EXTRA = [({"model": "offline:e5"}, [{"name": "locomo", "categories": [1, 2, 3, 4], "split": "dev"}])]
 CS = (0.01, 0.1, 1.0)
 FOLDS = 5
 MIN_PART = 100  # questions of one family and language below which they join the family's largest part
+MIN_CUES = 50  # conversational cues of one family below which they join its question parts
 
 
 def _cells(embedder: dict | None = None, datasets: list[dict] | None = None):
@@ -77,23 +84,39 @@ def collect(data_dir=None, embedder: dict | None = None, datasets: list[dict] | 
                     out.append({"dataset": cell.dataset.name, "user": conv.user_id, "qid": item.qid, "ids": got["ids"],
                                 "X": got["X"], "gold": set(item.evidence_ids), "index_text": cell.embedder.index_text,
                                 "family": learned.family(cell.embedder.model),
-                                "language": learned.language(question_text(item))})
+                                "language": learned.language(question_text(item)),
+                                "kind": learned.cue_kind(question_text(item))})
     return out
 
 
-def parts(rows: list[dict[str, Any]], min_questions: int = MIN_PART) -> dict[str, list[dict[str, Any]]]:
-    """{part name: its rows}: one per encoder family, or per family and language (`e5:en`, `e5:zh`) where a
-    family has at least `min_questions` questions in two languages. A dataset counts in the language of most
-    of its questions (a stray English-looking MemDaily question stays with its dataset); a smaller language
-    joins its family's largest part."""
+def _majority(rows: list[dict[str, Any]], key: str, default: str) -> dict[str, str]:
+    """{dataset: the value of `key` most of its rows have}."""
     votes: dict[str, dict[str, int]] = {}
     for r in rows:
         v = votes.setdefault(r["dataset"], {})
-        v[r["language"]] = v.get(r["language"], 0) + 1
-    lang_of = {ds: max(sorted(v), key=lambda k: v[k]) for ds, v in votes.items()}
+        v[r.get(key, default)] = v.get(r.get(key, default), 0) + 1
+    return {ds: max(sorted(v), key=lambda k: v[k]) for ds, v in votes.items()}
+
+
+def parts(rows: list[dict[str, Any]], min_questions: int = MIN_PART, min_cues: int = MIN_CUES
+          ) -> dict[str, list[dict[str, Any]]]:
+    """{part name: its rows}: one per encoder family, or per family and language (`e5:en`, `e5:zh`) where a
+    family has at least `min_questions` questions in two languages. A dataset counts in the language of most
+    of its questions (a stray English-looking MemDaily question stays with its dataset); a smaller language
+    joins its family's largest part. A dataset whose questions are mostly conversational cues
+    (`learned.cue_kind`: MADial-Bench) fits its family's `utterance` part (`minilm:utterance`), any language,
+    where the family has at least `min_cues` of them; else it joins the question parts."""
+    lang_of = _majority(rows, "language", "en")
+    kind_of = _majority(rows, "kind", QUESTION)
+    cues: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        if kind_of[r["dataset"]] != QUESTION:
+            cues.setdefault(r["family"], []).append(r)
+    cues = {fam: g for fam, g in cues.items() if len(g) >= min_cues}
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in rows:
-        groups.setdefault((r["family"], lang_of[r["dataset"]]), []).append(r)
+        if not (kind_of[r["dataset"]] != QUESTION and r["family"] in cues):
+            groups.setdefault((r["family"], lang_of[r["dataset"]]), []).append(r)
     out: dict[str, list[dict[str, Any]]] = {}
     for fam in dict.fromkeys(f for f, _ in groups):
         mine = sorted(((lang, g) for (f, lang), g in groups.items() if f == fam), key=lambda x: -len(x[1]))
@@ -104,7 +127,10 @@ def parts(rows: list[dict[str, Any]], min_questions: int = MIN_PART) -> dict[str
         for lang, g in big:
             out[f"{fam}:{lang}"] = list(g)
         out[f"{fam}:{big[0][0]}"] += [r for lang, g in mine if len(g) < min_questions for r in g]
+    for fam, g in cues.items():
+        out[f"{fam}:utterance"] = g
     return out
+
 
 
 def _fit(rows: list[dict[str, Any]], C: float):
@@ -191,7 +217,8 @@ def train(data_dir=None, out: Path | None = None, echo=print, with_previous_turn
         top = sorted(zip(learned.FEATURES, models[part]["coef"]), key=lambda x: -abs(x[1]))[:6]
         echo(f"  chose C={best}; heaviest: " + ", ".join(f"{n} {c:+.2f}" for n, c in top))
     model = {"version": "lr2", "features": list(learned.FEATURES),
-             "default": next((k for k in models if k.startswith("minilm")), next(iter(models))), "models": models}
+             "default": next((k for k in models if k.startswith("minilm") and not k.endswith(":utterance")),
+                             next(iter(models))), "models": models}
     path = out or learned.DEFAULT_MODEL
     path.write_text(json.dumps(model, indent=1) + "\n", encoding="utf-8")
     echo(f"wrote {path}")

@@ -17,10 +17,13 @@ to a hit (the answer to a question, or the question to an answer). For each cand
 Cosines come from the memory's `similarities` where it has one (the store: the stored vectors), else from
 one wide `semantic_search`. Nothing here sees gold evidence or answers.
 
-The weights ship in `fusion_lr.json`, one model per encoder family, with the figures they were chosen by;
-`dkilab bench retrieval --train` fits them on the declared dev split only (MiniLM: LoCoMo conversations 0-4;
-multilingual-e5: the first half of MemDaily's first 300 trajectories: dkilab/bench/fusion_train.py), through
-this module's own `candidates`, so training and recall read the same numbers.
+The weights ship in `fusion_lr.json`, one model per encoder family, with the figures they were chosen by,
+and per family a second one for conversational cues (`cue_kind`: a turn that is not a question, for which
+the related memories are wanted; the signals weigh differently there). `dkilab bench retrieval --train`
+fits them on the declared dev split only (MiniLM: LoCoMo conversations 0-4; multilingual-e5: the first half of
+MemDaily's first 300 trajectories; the cue parts: the first half of MADial-Bench's dialogues in English
+(MiniLM) and Chinese (e5): dkilab/bench/fusion_train.py), through this module's own `candidates`, so
+training and recall read the same numbers.
 """
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ import functools
 import hashlib
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +49,11 @@ FEATURES = ("fused", "log_fused_rank", "cos", "cos_gap", "log_cos_rank", "lex", 
             "is_question", "log_chars", "prev_fused", "prev_cos", "prev_lex", "next_fused", "next_cos", "next_lex",
             "max_cos_prev", "max_cos_next", "session_best", "log_session_rank", "session_hits", "keyword_share",
             "date_cue", "in_window", "log_days_off", "z_cos", "z_lex", "z_fused", "z_prev_cos", "z_next_cos")
+QUESTION, UTTERANCE = "question", "utterance"  # `cue_kind`; an `utterance` part serves conversational cues
+ROUTING = "cue1"  # the version of `cue_kind`'s rule, part of a model's digest (a cell's identity)
+_CLOSERS = "\"'“‘「『(（"
+_ASKS = re.compile(r"(?i)(what|when|where|who|whom|whose|which|why|how|did|do|does|is|are|was|were|can|could|would|"
+                   r"will|should|has|have|had)\b")
 _Z = {"z_cos": "cos", "z_lex": "lex", "z_fused": "fused", "z_prev_cos": "prev_cos", "z_next_cos": "next_cos"}
 
 
@@ -79,20 +88,24 @@ class FusionModel:
         if self.default not in self.parts:
             raise ValueError(f"{source}: default model {self.default!r} is not among {sorted(self.parts)}")
         self.version = str(data.get("version", "?"))
-        self.digest = hashlib.sha1(json.dumps({"features": names, "models": {k: {f: models[k][f] for f in (
+        self.digest = hashlib.sha1(json.dumps({"features": names, "routing": ROUTING, "models": {k: {f: models[k][f] for f in (
             "mean", "scale", "coef")} for k in sorted(models)}}, sort_keys=True).encode()).hexdigest()[:12]
 
     def part_for(self, encoder: str | None, query: str) -> str:
         """Which part scores a query: the one fitted on the store's encoder family and the query's language
         (`e5:en`, `e5:zh`, `minilm:en`), else that family's part for any language; where the encoder is unknown
         (a memory over the recall service) the family `auto` gives the query's language (e5 for Chinese,
-        MiniLM for English); else the default part. The family decides first: cosines sit at its own levels."""
+        MiniLM for English); else the default part. The family decides first: cosines sit at its own levels.
+        A conversational cue (`cue_kind`: a turn that is not a question) takes the family's `utterance` part
+        (`minilm:utterance`, `e5:utterance`) where the model has one; a question never does."""
         lang = language(query)
         fam = family(encoder) or ("e5" if lang == "zh" else "minilm")
-        for key in (f"{fam}:{lang}", fam):
+        keys = (f"{fam}:{UTTERANCE}",) if cue_kind(query) == UTTERANCE else ()
+        for key in (*keys, f"{fam}:{lang}", fam):
             if key in self.parts:
                 return key
-        return next((k for k in self.parts if k.split(":")[0] == fam), self.default)
+        return next((k for k in self.parts if k.split(":")[0] == fam and not k.endswith(f":{UTTERANCE}")),
+                    self.default)
 
     def score(self, X: np.ndarray, part: str) -> np.ndarray:
         """Scores of the rows of `X` by the model part `part` (else the default one)."""
@@ -235,6 +248,19 @@ def candidates(query: str, ranked: list[RecalledMessage], memory: Memory, *, key
         v = X[:, col[src]]
         X[:, col[z]] = (v - v.mean()) / (v.std() + 1e-6)
     return [cands[i] for i in ids], X
+
+
+def cue_kind(query: str) -> str:
+    """`question` or `utterance`: what recall is asked with. A question (it holds a "?" or "？" anywhere, or
+    starts with an English question word: "How many months passed between ...") asks for something; any other
+    turn ("I'm really looking forward to that evening!") is a conversational cue, for which the memories
+    related to it are wanted (MADial-Bench's task), and the signals weigh differently there. Only a turn that
+    asks nothing is a cue: a question after chatter (MemDaily's noisy questions) stays a question, and so does
+    a cue that asks the assistant something ("I practise every day. How should I celebrate?"). The rule is
+    part of every recalling cell's identity (`ROUTING`, in `FusionModel.digest`): change it, bump that."""
+    if "?" in query or "？" in query or _ASKS.match(query.lstrip(_CLOSERS + " \t\n")):
+        return QUESTION
+    return UTTERANCE
 
 
 def language(query: str) -> str:

@@ -56,6 +56,11 @@ def test_the_shipped_defaults_are_learned_fusion_over_the_dev_winner_and_each_ro
     assert (shipped["speaker_focus"], shipped["lexical_query"], shipped["fusion"], shipped["fusion_model"]) == (
         0.3, "full", "learned", None)
     bench = yaml.safe_load(CONFIG.read_text())
+    # held-back data only: the dev halves fit the fusion model (dkilab/bench/fusion_train.py's DEV)
+    from dkilab.bench.fusion_train import DEV
+
+    assert all(d.get("split") == "test" for d in bench["datasets"])
+    assert {d["name"] for d in bench["datasets"]} == {d["name"] for d in DEV} and all(d["split"] == "dev" for d in DEV)
     rows = {s.get("label"): s for s in bench["strategies"]}
     assert set(rows["defaults"]) == {"name", "label"}  # the shipped defaults, nothing set
     assert rows["weighted"]["params"] == {"recall": {"signals": {"fusion": "weighted"}}} and "embedder" not in rows["weighted"]

@@ -130,6 +130,55 @@ def test_the_model_of_the_stores_encoder_scores_and_a_bad_file_names_itself(tmp_
             RecallConfig().with_updates({"signals.fusion_model": str(path)})
 
 
+def test_a_conversational_cue_takes_the_utterance_part_and_a_question_never_does():
+    """A turn that is not a question (MADial-Bench's cues) is ranked by its family's `utterance` part; a question
+    keeps the question parts, and the fallback of a family without a question part is the default part, not the
+    cue part."""
+    assert [learned.cue_kind(q) for q in ("When did I go?", "我去了哪里？", 'She said "why?"', "Was it May? ",
+                                           "我穿的是什么牌子？\nA. 耐克\nB. 李宁\n请只回答一个选项的字母。",
+                                           "How many months passed between the two adoptions",
+                                           "I practise every day. How should I celebrate?")] == ["question"] * 7
+    assert [learned.cue_kind(q) for q in ("I'm looking forward to that evening!", "我特别期待那天晚上。", "ok")] == [
+        "utterance"] * 3
+    n = len(learned.FEATURES)
+    part = {"mean": [0.0] * n, "scale": [1.0] * n, "coef": [0.0] * n}
+    model = learned.FusionModel({"features": list(learned.FEATURES), "default": "minilm",
+                                 "models": {k: part for k in ("minilm", "minilm:utterance", "e5", "e5:utterance")}})
+    cue, question = "I can't wait for the weekend!", "What did I do last weekend?"
+    assert [model.part_for("offline:minilm", q) for q in (cue, question)] == ["minilm:utterance", "minilm"]
+    assert [model.part_for("offline:e5", q) for q in ("我好想去海边。", "我去了哪里？")] == ["e5:utterance", "e5"]
+    assert model.part_for(None, "我好想去海边。") == "e5:utterance"  # over the service: the language picks the family
+    only_cues = learned.FusionModel({"features": list(learned.FEATURES), "default": "minilm",
+                                     "models": {"minilm": part, "e5:utterance": part}})
+    assert [only_cues.part_for("offline:e5", q) for q in ("我去了哪里？", "我好想去海边。")] == ["minilm", "e5:utterance"]
+    # a model without cue parts (the ablation models before them) ranks a cue as before
+    plain = learned.FusionModel({"features": list(learned.FEATURES), "default": "minilm", "models": {"minilm": part}})
+    assert plain.part_for("offline:minilm", cue) == "minilm"
+    shipped = learned.load_model()
+    assert [shipped.part_for("offline:minilm", q) for q in (cue, question)] == ["minilm:utterance", "minilm"]
+    trained_on = shipped.card()["trained_on"]
+    assert "madial_bench_en" in trained_on["minilm:utterance"] and "madial_bench_zh" in trained_on["e5:utterance"]
+    assert "madial" not in trained_on["minilm"] + trained_on["e5"]
+
+
+def test_recall_ranks_a_cue_with_the_utterance_part_and_a_question_with_the_question_part(memory, tmp_path):
+    """Through MultiSignalRecall on a real store: a model whose question part puts long turns first and whose
+    cue part puts short turns first orders the same candidates the two ways, by what is asked."""
+    n = len(learned.FEATURES)
+    part = lambda c: {"mean": [0.0] * n, "scale": [1.0] * n,  # noqa: E731
+                      "coef": [c if f == "log_chars" else 0.0 for f in learned.FEATURES]}
+    path = tmp_path / "cues.json"
+    path.write_text(json.dumps({"features": list(learned.FEATURES), "default": "minilm",
+                                "models": {"minilm": part(1.0), "minilm:utterance": part(-1.0)}}))
+
+    def lengths(query):
+        _, result = features(memory, query, fusion_model=str(path))
+        return [len(r.message.content) for r in result.ranked]
+
+    asked, said = lengths("What was the mushroom risotto like?"), lengths("That mushroom risotto was lovely.")
+    assert asked == sorted(asked, reverse=True) and said == sorted(said) and asked[0] > said[0]
+
+
 def test_the_fusion_model_is_part_of_a_cells_identity(tmp_path):
     from dkilab.eval.experiment import expand_cells, experiment_from_dict
 
@@ -172,7 +221,15 @@ def test_the_trainer_fits_one_part_per_encoder_family_and_dataset_language():
     assert {k: len(v) for k, v in got.items()} == {"minilm": 7, "e5:en": 5, "e5:zh": 5}
     assert all(r["dataset"] == "memdaily" for r in got["e5:zh"]) and tiny[0] in got["minilm"]
     assert {k: len(v) for k, v in fusion_train.parts(locomo_e + memdaily, min_questions=6).items()} == {"e5": 10}
-    assert set(fusion_train.parts(locomo_m + memdaily, min_questions=4)) == {"minilm", "e5"}  # the shipped layout
+    assert set(fusion_train.parts(locomo_m + memdaily, min_questions=4)) == {"minilm", "e5"}  # the shipped question parts
+    # a dataset of conversational cues (mostly) fits its family's utterance part, any language, if it has enough
+    cues = [r | {"kind": "utterance"} for r in rows("madial_en", "minilm", ["en"] * 3)]
+    cues += [r | {"kind": "question"} for r in rows("madial_en", "minilm", ["en"])]  # a cue that ends with "?"
+    cues += [r | {"kind": "utterance"} for r in rows("madial_zh", "e5", ["zh"] * 2)]
+    got = fusion_train.parts(locomo_m + memdaily + cues, min_questions=4, min_cues=3)
+    assert {k: len(v) for k, v in got.items()} == {"minilm": 5, "e5": 7, "minilm:utterance": 4}
+    assert all(r["dataset"] == "madial_zh" for r in got["e5"] if r not in memdaily)  # too few cues: question parts
+    assert {r["dataset"] for r in got["minilm:utterance"]} == {"madial_en"}
 
 
 def test_the_trainer_fits_a_model_recall_can_load(tmp_path, monkeypatch):
@@ -200,14 +257,17 @@ def test_the_trainer_fits_a_model_recall_can_load(tmp_path, monkeypatch):
 
 
 def test_the_english_e5_ablation_model_differs_from_the_shipped_one_only_by_its_english_e5_part():
-    """experiments/models/fusion_lr_e5_english.json (`--train --english-e5-part`) keeps the shipped MiniLM part
-    and the shipped e5 part (as `e5:zh`) to the last digit, adds `e5:en`, and routes by the question's
-    language on an e5 store; the shipped model routes both languages to its one e5 part."""
+    """experiments/models/fusion_lr_e5_english.json (`--train --english-e5-part`) keeps the shipped MiniLM part,
+    the shipped e5 part (as `e5:zh`) and the two parts for conversational cues to the last digit, adds `e5:en`,
+    and routes questions by their language on an e5 store; the shipped model routes both languages to its one
+    e5 part."""
     shipped = json.loads(learned.DEFAULT_MODEL.read_text())["models"]
     path = learned.ROOT / "experiments" / "models" / "fusion_lr_e5_english.json"
     ablation = json.loads(path.read_text())["models"]
-    assert set(ablation) == {"minilm", "e5:en", "e5:zh"} and set(shipped) == {"minilm", "e5"}
+    cues = {"minilm:utterance", "e5:utterance"}
+    assert set(ablation) == {"minilm", "e5:en", "e5:zh", *cues} and set(shipped) == {"minilm", "e5", *cues}
     assert ablation["minilm"]["coef"] == shipped["minilm"]["coef"] and ablation["e5:zh"]["coef"] == shipped["e5"]["coef"]
+    assert all(ablation[k]["coef"] == shipped[k]["coef"] for k in cues)
     model = learned.load_model(path)
     assert [model.part_for("offline:e5", q) for q in ("Where did I go?", "我去了哪里？")] == ["e5:en", "e5:zh"]
     assert {learned.load_model().part_for("offline:e5", q) for q in ("Where did I go?", "我去了哪里？")} == {"e5"}
