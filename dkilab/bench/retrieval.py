@@ -58,9 +58,9 @@ def main(data_dir=None, metric: str = "recall_at_10", tracking_uri: str | None =
     peer_labels = [p["label"] for p in PEERS] if peers else []
     methods = [m for m in dict.fromkeys(m for by in cells.values() for m in by) if m not in peer_labels]
     print(f"{metric}, 95% interval half-width; vs {BASELINE}: paired difference [95% CI], * = real")
-    print(f"{'dataset':<20}" + "".join(f"{m:>30}" for m in methods))
+    print(f"{'dataset':<22}" + "".join(f"{m:>30}" for m in methods))
     for ds, by in cells.items():
-        line = f"{ds:<20}"
+        line = f"{ds:<22}"
         for m in methods:
             rows = by.get(m)
             if rows is None:
@@ -117,7 +117,7 @@ def _peer_table(cells, peer_labels, aggregate, metric_ci, paired, metrics) -> No
     ours = [m for m in (BASELINE, FUSED) if any(m in by for by in cells.values())]
     print(f"\npeers in the same run (same stores, questions and encoder); ratio = {FUSED} / peer, "
           f"* = {FUSED} - peer real (paired 95%):")
-    head = f"{'dataset':<20}{'metric':<22}" + "".join(f"{m:>16}" for m in [*ours, *peer_labels])
+    head = f"{'dataset':<22}{'metric':<22}" + "".join(f"{m:>16}" for m in [*ours, *peer_labels])
     head += "".join(f"{'/' + p:>18}" for p in peer_labels)
     print(head)
     for ds, by in cells.items():
@@ -126,7 +126,7 @@ def _peer_table(cells, peer_labels, aggregate, metric_ci, paired, metrics) -> No
         for name in PEER_METRICS:
             fn = metrics[name]
             values = {m: aggregate(by[m]).get(name, float("nan")) for m in [*ours, *peer_labels] if m in by}
-            line = f"{ds:<20}{name:<22}"
+            line = f"{ds:<22}{name:<22}"
             for m in [*ours, *peer_labels]:
                 ci = metric_ci(fn, by[m]) if m in by else None
                 line += f"{values[m]:>10.3f} ±{(ci[1] - ci[0]) / 2:.2f}" if ci else f"{values.get(m, float('nan')):>16.3f}"
