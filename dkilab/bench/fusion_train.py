@@ -132,7 +132,6 @@ def parts(rows: list[dict[str, Any]], min_questions: int = MIN_PART, min_cues: i
     return out
 
 
-
 def _fit(rows: list[dict[str, Any]], C: float):
     from sklearn.linear_model import LogisticRegression
     from sklearn.preprocessing import StandardScaler

@@ -88,8 +88,9 @@ class FusionModel:
         if self.default not in self.parts:
             raise ValueError(f"{source}: default model {self.default!r} is not among {sorted(self.parts)}")
         self.version = str(data.get("version", "?"))
-        self.digest = hashlib.sha1(json.dumps({"features": names, "routing": ROUTING, "models": {k: {f: models[k][f] for f in (
-            "mean", "scale", "coef")} for k in sorted(models)}}, sort_keys=True).encode()).hexdigest()[:12]
+        weights = {k: {f: models[k][f] for f in ("mean", "scale", "coef")} for k in sorted(models)}
+        self.digest = hashlib.sha1(json.dumps({"features": names, "routing": ROUTING, "models": weights},
+                                              sort_keys=True).encode()).hexdigest()[:12]
 
     def part_for(self, encoder: str | None, query: str) -> str:
         """Which part scores a query: the one fitted on the store's encoder family and the query's language
