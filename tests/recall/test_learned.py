@@ -179,7 +179,7 @@ def test_recall_ranks_a_cue_with_the_utterance_part_and_a_question_with_the_ques
     assert asked == sorted(asked, reverse=True) and said == sorted(said) and asked[0] > said[0]
 
 
-def test_the_fusion_model_is_part_of_a_cells_identity(tmp_path):
+def test_the_fusion_model_is_part_of_a_cells_identity(tmp_path, monkeypatch):
     from dkilab.eval.experiment import expand_cells, experiment_from_dict
 
     shipped = json.loads(learned.DEFAULT_MODEL.read_text())
@@ -200,6 +200,11 @@ def test_the_fusion_model_is_part_of_a_cells_identity(tmp_path):
     assert (cell(fusion_model=str(tmp_path / "same.json")).identity["strategy_identity"]["fusion_model"]
             == shipped_cell.identity["strategy_identity"]["fusion_model"])
     assert "fusion_model" not in cell(fusion="weighted").identity["strategy_identity"]
+    # the cue rule's version is part of the digest: a cell recalled under another rule is not read back
+    data = json.loads(learned.DEFAULT_MODEL.read_text())
+    before = learned.FusionModel(data).digest
+    monkeypatch.setattr(learned, "ROUTING", learned.ROUTING + "-changed")
+    assert learned.FusionModel(data).digest != before
 
 
 def test_the_trainer_fits_one_part_per_encoder_family_and_dataset_language():
