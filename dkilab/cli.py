@@ -102,7 +102,8 @@ def _cmd_bench_retrieval(args: argparse.Namespace) -> int:
         from dkilab.bench.fusion_train import train
 
         train(data_dir=args.data_dir, out=Path(args.out) if args.out else None,
-              with_previous_turn=True if args.with_previous_turn else None, english_e5=args.english_e5_part)
+              with_previous_turn=True if args.with_previous_turn else None, english_e5=args.english_e5_part,
+              cue_parts=not args.no_cue_parts)
         return 0
     from dkilab.bench.retrieval import main as bench_main
 
@@ -522,6 +523,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="with --train: fit on stores that embed each turn with the one it replies to (index text v2)")
     brt.add_argument("--english-e5-part", action="store_true",
                      help="with --train: also fit a part for English questions on e5 stores (LoCoMo dev), e5:en")
+    brt.add_argument("--no-cue-parts", action="store_true",
+                     help="with --train: no parts for conversational cues (leave MADial-Bench dev out): the ablation model")
     brt.set_defaults(func=_cmd_bench_retrieval)
     bgen = bench_sub.add_parser("generation", help="tokens/s of batched greedy generation at several batch sizes")
     bgen.add_argument("--model", default="offline:smollm2")

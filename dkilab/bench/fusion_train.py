@@ -16,6 +16,7 @@ part. Each part's C is chosen by 5-fold cross-validation over conversations (use
 mean of its recall@10 and NDCG@10. The held-back data (`dkilab bench retrieval`) is never read here.
 
     dkilab bench retrieval --train [--data-dir DIR]     writes dkilab/recall/fusion_lr.json
+    ... --train --no-cue-parts --out F                  the ablation model without the cue parts (`parts`)
 """
 from __future__ import annotations
 
@@ -98,21 +99,25 @@ def _majority(rows: list[dict[str, Any]], key: str, default: str) -> dict[str, s
     return {ds: max(sorted(v), key=lambda k: v[k]) for ds, v in votes.items()}
 
 
-def parts(rows: list[dict[str, Any]], min_questions: int = MIN_PART, min_cues: int = MIN_CUES
-          ) -> dict[str, list[dict[str, Any]]]:
+def parts(rows: list[dict[str, Any]], min_questions: int = MIN_PART, min_cues: int = MIN_CUES,
+          cue_parts: bool = True) -> dict[str, list[dict[str, Any]]]:
     """{part name: its rows}: one per encoder family, or per family and language (`e5:en`, `e5:zh`) where a
     family has at least `min_questions` questions in two languages. A dataset counts in the language of most
     of its questions (a stray English-looking MemDaily question stays with its dataset); a smaller language
     joins its family's largest part. A dataset whose questions are mostly conversational cues
     (`learned.cue_kind`: MADial-Bench) fits its family's `utterance` part (`minilm:utterance`), any language,
-    where the family has at least `min_cues` of them; else it joins the question parts."""
-    lang_of = _majority(rows, "language", "en")
+    where the family has at least `min_cues` of them; else it joins the question parts. `cue_parts=False`:
+    the datasets that would fit a cue part are left out, so the question parts are what they are beside it."""
     kind_of = _majority(rows, "kind", QUESTION)
     cues: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         if kind_of[r["dataset"]] != QUESTION:
             cues.setdefault(r["family"], []).append(r)
     cues = {fam: g for fam, g in cues.items() if len(g) >= min_cues}
+    if not cue_parts:
+        rows = [r for r in rows if not (kind_of[r["dataset"]] != QUESTION and r["family"] in cues)]
+        cues = {}
+    lang_of = _majority(rows, "language", "en")
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in rows:
         if not (kind_of[r["dataset"]] != QUESTION and r["family"] in cues):
@@ -185,13 +190,16 @@ def cross_validate(rows, C: float, folds: int = FOLDS) -> dict[str, float]:
 
 
 def train(data_dir=None, out: Path | None = None, echo=print, with_previous_turn: bool | None = None,
-          datasets: list[dict] | None = None, english_e5: bool = False) -> dict[str, Any]:
+          datasets: list[dict] | None = None, english_e5: bool = False, cue_parts: bool = True) -> dict[str, Any]:
     """Collect the dev features, choose each encoder family's C by cross-validation, fit it on all of its dev
     data, write the model. `with_previous_turn`: True on stores that embed each turn with the one it replies
     to (index text v2) for every encoder (the ablation row of `experiments/retrieval_bench.yaml`); None (the
     default) on each encoder's default stores (`memory.embedder.index_text_for`). `datasets` defaults to the
     dev split (`DEV`); each encoder family found there gets its part (`parts`). `english_e5`: also LoCoMo dev
-    over e5 stores (`EXTRA`), for the `e5:en` part of the ablation model."""
+    over e5 stores (`EXTRA`), for the `e5:en` part of the ablation model. `cue_parts=False` (`--no-cue-parts`):
+    leave out the datasets of conversational cues (MADial-Bench dev), so the model has its question parts only
+    and ranks a cue with them, as before the cue parts (the ablation model
+    `experiments/models/fusion_lr_no_cue_parts.json`)."""
     from dkilab.recall import learned
 
     rows = collect(data_dir, {"model": "auto", "with_previous_turn": with_previous_turn}, datasets)
@@ -201,7 +209,7 @@ def train(data_dir=None, out: Path | None = None, echo=print, with_previous_turn
     if not rows:
         raise ValueError("fusion training: no question with evidence (is $DKILAB_DATA_DIR set?)")
     models: dict[str, Any] = {}
-    for part, mine in parts(rows).items():
+    for part, mine in parts(rows, cue_parts=cue_parts).items():
         names = ", ".join(dict.fromkeys(r["dataset"] for r in mine))
         cv = {C: cross_validate(mine, C) for C in CS}
         echo(f"{part} ({names}, {len(mine)} questions):")

@@ -50,10 +50,14 @@ FEATURES = ("fused", "log_fused_rank", "cos", "cos_gap", "log_cos_rank", "lex", 
             "max_cos_prev", "max_cos_next", "session_best", "log_session_rank", "session_hits", "keyword_share",
             "date_cue", "in_window", "log_days_off", "z_cos", "z_lex", "z_fused", "z_prev_cos", "z_next_cos")
 QUESTION, UTTERANCE = "question", "utterance"  # `cue_kind`; an `utterance` part serves conversational cues
-ROUTING = "cue1"  # the version of `cue_kind`'s rule, part of a model's digest (a cell's identity)
+ROUTING = "cue2"  # the version of `cue_kind`'s rule, part of a model's digest (a cell's identity)
 _CLOSERS = "\"'“‘「『(（"
-_ASKS = re.compile(r"(?i)(what|when|where|who|whom|whose|which|why|how|did|do|does|is|are|was|were|can|could|would|"
-                   r"will|should|has|have|had)\b")
+_WH = re.compile(r"(?i)(?:what|when|where|who|whom|whose|which|why|how)\b(?!\s+an?\b)")  # not "What a day."
+_AUX = re.compile(r"(?i)(am|is|are|was|were|do|does|did|can|could|would|will|should|shall|may|might|must|has|have|"
+                  r"had)(?:n['’]t)?\s+([\w'’]+)")
+_SUBJECTS = {"i", "you", "u", "he", "she", "it", "we", "they", "there", "this", "that", "these", "those", "anyone",
+             "anybody", "anything", "someone", "somebody", "something", "everyone", "everybody", "everything"}
+_DETERMINERS = {"the", "my", "your", "his", "her", "our", "their", "its"}  # "Did the kids ...", not "Had the best time"
 _Z = {"z_cos": "cos", "z_lex": "lex", "z_fused": "fused", "z_prev_cos": "prev_cos", "z_next_cos": "next_cos"}
 
 
@@ -252,16 +256,29 @@ def candidates(query: str, ranked: list[RecalledMessage], memory: Memory, *, key
 
 
 def cue_kind(query: str) -> str:
-    """`question` or `utterance`: what recall is asked with. A question (it holds a "?" or "？" anywhere, or
-    starts with an English question word: "How many months passed between ...") asks for something; any other
-    turn ("I'm really looking forward to that evening!") is a conversational cue, for which the memories
-    related to it are wanted (MADial-Bench's task), and the signals weigh differently there. Only a turn that
-    asks nothing is a cue: a question after chatter (MemDaily's noisy questions) stays a question, and so does
-    a cue that asks the assistant something ("I practise every day. How should I celebrate?"). The rule is
-    part of every recalling cell's identity (`ROUTING`, in `FusionModel.digest`): change it, bump that."""
-    if "?" in query or "？" in query or _ASKS.match(query.lstrip(_CLOSERS + " \t\n")):
+    """`question` or `utterance`: what recall is asked with. A question asks for something: it holds a "?" or
+    "？" anywhere, or, unless it ends with "!", starts like an English question, with a question word ("How many
+    months passed between ...", not "What a day.") or an auxiliary before its subject ("Did Caroline go ...",
+    "Have you ...", "Isn't it ..."; not "Have a great day", "Had the best time", "Will do"). Any other turn
+    ("I'm really looking forward to that evening!") is a conversational cue, for which the memories related to
+    it are wanted (MADial-Bench's task), and the signals weigh differently there. Only a turn that asks nothing
+    is a cue: a question after chatter (MemDaily's noisy questions) stays a question, and so does a cue that
+    asks the assistant something ("I practise every day. How should I celebrate?"). The rule is part of every
+    recalling cell's identity (`ROUTING`, in `FusionModel.digest`): change it, bump that."""
+    if "?" in query or "？" in query:
         return QUESTION
-    return UTTERANCE
+    text = query.strip().lstrip(_CLOSERS + " \t\n")
+    if text.endswith(("!", "！")):  # "How lovely!", "Have a great day!", "Did it!"
+        return UTTERANCE
+    if _WH.match(text):
+        return QUESTION
+    aux = _AUX.match(text)
+    if aux is None:
+        return UTTERANCE
+    verb, word = aux.group(1).lower(), aux.group(2)
+    if word.lower() in _SUBJECTS or (word[:1].isupper() and word[1:2].islower()):  # "Have you", "Did Caroline"
+        return QUESTION
+    return QUESTION if word.lower() in _DETERMINERS and verb not in ("have", "has", "had") else UTTERANCE
 
 
 def language(query: str) -> str:

@@ -20,12 +20,12 @@ def test_the_table_has_every_method_with_intervals_and_paired_differences(tmp_pa
     head, *rest = out.split("\n\n")
     lines = head.splitlines()
     # the peers are not columns of the candidates' table: they have their own
-    assert lines[1].split() == ["dataset", "previous_defaults", "defaults", "weighted", "with_previous_turn",
+    assert lines[1].split() == ["dataset", "previous_defaults", "defaults", "weighted", "no_cue_parts", "with_previous_turn",
                                 "e5", "e5_english_part", "bm25_only", "dense_only"]
     for ds in ("fixtures:dev", "fixtures:test"):
         row = next(ln for ln in lines if ln.startswith(ds))
-        assert len(re.findall(r"\d\.\d{3} ±\d\.\d{3}", row)) == 8  # every method, with its interval
-        assert len(re.findall(r" [+-]\d\.\d{3}\*?", row)) >= 7  # paired against the previous defaults
+        assert len(re.findall(r"\d\.\d{3} ±\d\.\d{3}", row)) == 9  # every method, with its interval
+        assert len(re.findall(r" [+-]\d\.\d{3}\*?", row)) >= 8  # paired against the previous defaults
     assert re.search(r"fixtures:dev\s+n=\s*\d+\s+[+-]\d\.\d{3} \[[+-]\d\.\d{3}, [+-]\d\.\d{3}\]", out)
     assert "categories where defaults is below the best single signal" in out
     assert "categories where defaults is below previous_defaults" in out
@@ -64,6 +64,8 @@ def test_the_shipped_defaults_are_learned_fusion_over_the_dev_winner_and_each_ro
     rows = {s.get("label"): s for s in bench["strategies"]}
     assert set(rows["defaults"]) == {"name", "label"}  # the shipped defaults, nothing set
     assert rows["weighted"]["params"] == {"recall": {"signals": {"fusion": "weighted"}}} and "embedder" not in rows["weighted"]
+    assert rows["no_cue_parts"]["params"] == {"recall": {"signals": {
+        "fusion_model": "experiments/models/fusion_lr_no_cue_parts.json"}}} and "embedder" not in rows["no_cue_parts"]
     assert rows["with_previous_turn"]["embedder"] == {"with_previous_turn": True}
     assert set(rows["with_previous_turn"]["params"]["recall"]["signals"]) == {"fusion_model"}  # fitted on such stores
     assert rows["e5"] == {"name": "recall_only", "label": "e5", "embedder": {"model": "offline:e5"}}  # the encoder only

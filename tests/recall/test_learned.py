@@ -140,6 +140,13 @@ def test_a_conversational_cue_takes_the_utterance_part_and_a_question_never_does
                                            "I practise every day. How should I celebrate?")] == ["question"] * 7
     assert [learned.cue_kind(q) for q in ("I'm looking forward to that evening!", "我特别期待那天晚上。", "ok")] == [
         "utterance"] * 3
+    # without a "?": a question word or an auxiliary before its subject asks; chatter that starts like one does not
+    asks = ("Did Caroline go to the museum", "have you seen my keys", "Didn't you say it was May", "Is the shop open",
+            "Can anyone come", "Where did I put it", "How should I celebrate. I practise every day")
+    chatter = ("Have a great day", "Had the best time at the lake.", "Will do, thanks", "Can't wait for Sunday",
+               "What a day.", "How lovely!", "Did it!", "Has been a long week", "When I was young we had a dog!")
+    assert [learned.cue_kind(q) for q in asks] == ["question"] * len(asks)
+    assert [learned.cue_kind(q) for q in chatter] == ["utterance"] * len(chatter)
     n = len(learned.FEATURES)
     part = {"mean": [0.0] * n, "scale": [1.0] * n, "coef": [0.0] * n}
     model = learned.FusionModel({"features": list(learned.FEATURES), "default": "minilm",
@@ -235,6 +242,9 @@ def test_the_trainer_fits_one_part_per_encoder_family_and_dataset_language():
     assert {k: len(v) for k, v in got.items()} == {"minilm": 5, "e5": 7, "minilm:utterance": 4}
     assert all(r["dataset"] == "madial_zh" for r in got["e5"] if r not in memdaily)  # too few cues: question parts
     assert {r["dataset"] for r in got["minilm:utterance"]} == {"madial_en"}
+    # without cue parts (the ablation model): the same question parts, the cues that had a part left out
+    plain = fusion_train.parts(locomo_m + memdaily + cues, min_questions=4, min_cues=3, cue_parts=False)
+    assert plain == {k: v for k, v in got.items() if k != "minilm:utterance"}
 
 
 def test_the_trainer_fits_a_model_recall_can_load(tmp_path, monkeypatch):
@@ -276,3 +286,16 @@ def test_the_english_e5_ablation_model_differs_from_the_shipped_one_only_by_its_
     model = learned.load_model(path)
     assert [model.part_for("offline:e5", q) for q in ("Where did I go?", "我去了哪里？")] == ["e5:en", "e5:zh"]
     assert {learned.load_model().part_for("offline:e5", q) for q in ("Where did I go?", "我去了哪里？")} == {"e5"}
+
+
+def test_the_ablation_model_without_cue_parts_keeps_the_shipped_question_parts_and_ranks_cues_with_them():
+    """experiments/models/fusion_lr_no_cue_parts.json (`--train --no-cue-parts`) is the shipped model without
+    its parts for conversational cues: the question parts to the last digit, and a cue takes the question part."""
+    shipped = json.loads(learned.DEFAULT_MODEL.read_text())
+    path = learned.ROOT / "experiments" / "models" / "fusion_lr_no_cue_parts.json"
+    ablation = json.loads(path.read_text())
+    assert set(ablation["models"]) == {"minilm", "e5"} and ablation["default"] == shipped["default"]
+    assert all(ablation["models"][k]["coef"] == shipped["models"][k]["coef"] for k in ("minilm", "e5"))
+    model, cue = learned.load_model(path), "I'm really looking forward to that evening!"
+    assert [model.part_for(enc, cue) for enc in ("offline:minilm", "offline:e5")] == ["minilm", "e5"]
+    assert learned.load_model().part_for("offline:minilm", cue) == "minilm:utterance"
