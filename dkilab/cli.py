@@ -96,6 +96,13 @@ def _cmd_bench_embedders(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench_retrieval(args: argparse.Namespace) -> int:
+    train_only = [flag for flag, on in (("--out", args.out), ("--with-previous-turn", args.with_previous_turn),
+                                        ("--english-e5-part", args.english_e5_part),
+                                        ("--no-cue-parts", args.no_cue_parts)) if on]
+    if train_only and not args.train:  # a model would not be fitted: say so rather than run the bench
+        raise SystemExit(f"dkilab bench retrieval: {', '.join(train_only)} only with --train (fitting the fusion model)")
+    if args.train and args.peers:
+        raise SystemExit("dkilab bench retrieval: --peers runs the bench, --train fits the model: give one")
     if args.train:
         from pathlib import Path
 

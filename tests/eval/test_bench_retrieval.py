@@ -77,3 +77,17 @@ def test_the_shipped_defaults_are_learned_fusion_over_the_dev_winner_and_each_ro
     seed = next(s for s in tune["strategies"] if s.get("label") == "previous_defaults")["params"]["recall"]["signals"]
     old = SignalsConfig(**seed)
     assert (old.vector_threshold, old.fusion, old.keyword_topk, old.vector_top_k) == (0.5, "rrf", 5, 10)
+
+
+@pytest.mark.parametrize("argv, named", [(["--no-cue-parts"], "--no-cue-parts"),
+                                         (["--out", "m.json", "--english-e5-part"], "--out, --english-e5-part"),
+                                         (["--train", "--peers"], "--peers")])
+def test_flags_that_belong_to_training_alone_are_refused_without_it_and_nothing_runs(argv, named, tmp_path, capsys):
+    """A model-fitting flag without --train (or --train with --peers) is an error that names the flag; neither
+    the bench nor the trainer starts, and no model file is written."""
+    from dkilab import cli
+
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["bench", "retrieval", "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}", *argv])
+    assert named in str(exc.value) and "--train" in str(exc.value)
+    assert not (tmp_path / "m.db").exists() and not list(tmp_path.iterdir())
