@@ -50,7 +50,7 @@ FEATURES = ("fused", "log_fused_rank", "cos", "cos_gap", "log_cos_rank", "lex", 
             "max_cos_prev", "max_cos_next", "session_best", "log_session_rank", "session_hits", "keyword_share",
             "date_cue", "in_window", "log_days_off", "z_cos", "z_lex", "z_fused", "z_prev_cos", "z_next_cos")
 QUESTION, UTTERANCE = "question", "utterance"  # `cue_kind`; an `utterance` part serves conversational cues
-ROUTING = "cue2"  # the version of `cue_kind`'s rule, part of a model's digest (a cell's identity)
+ROUTING = "cue3"  # the version of `cue_kind`'s rule, part of a model's digest (a cell's identity)
 _CLOSERS = "\"'“‘「『(（"
 _WH = re.compile(r"(?i)(?:what|when|where|who|whom|whose|which|why|how)\b(?!\s+an?\b)")  # not "What a day."
 _AUX = re.compile(r"(?i)(am|is|are|was|were|do|does|did|can|could|would|will|should|shall|may|might|must|has|have|"
@@ -58,6 +58,7 @@ _AUX = re.compile(r"(?i)(am|is|are|was|were|do|does|did|can|could|would|will|sho
 _SUBJECTS = {"i", "you", "u", "he", "she", "it", "we", "they", "there", "this", "that", "these", "those", "anyone",
              "anybody", "anything", "someone", "somebody", "something", "everyone", "everybody", "everything"}
 _DETERMINERS = {"the", "my", "your", "his", "her", "our", "their", "its"}  # "Did the kids ...", not "Had the best time"
+_ZH_ASKS = re.compile(r"吗\s*(?:[。.，,…~～]|$)")  # a clause ending in 吗: "你还记得我说的那家店吗" (not 吗啡)
 _Z = {"z_cos": "cos", "z_lex": "lex", "z_fused": "fused", "z_prev_cos": "prev_cos", "z_next_cos": "next_cos"}
 
 
@@ -259,7 +260,8 @@ def cue_kind(query: str) -> str:
     """`question` or `utterance`: what recall is asked with. A question asks for something: it holds a "?" or
     "？" anywhere, or, unless it ends with "!", starts like an English question, with a question word ("How many
     months passed between ...", not "What a day.") or an auxiliary before its subject ("Did Caroline go ...",
-    "Have you ...", "Isn't it ..."; not "Have a great day", "Had the best time", "Will do"). Any other turn
+    "Have you ...", "Isn't it ..."; not "Have a great day", "Had the best time", "Will do"), or has a clause
+    ending in 吗 ("你还记得我说的那家店吗"; an embedded 什么 or a final 呢 is not enough: "我什么都不怕呢"). Any other turn
     ("I'm really looking forward to that evening!") is a conversational cue, for which the memories related to
     it are wanted (MADial-Bench's task), and the signals weigh differently there. Only a turn that asks nothing
     is a cue: a question after chatter (MemDaily's noisy questions) stays a question, and so does a cue that
@@ -268,6 +270,8 @@ def cue_kind(query: str) -> str:
     if "?" in query or "？" in query:
         return QUESTION
     text = query.strip().lstrip(_CLOSERS + " \t\n")
+    if _ZH_ASKS.search(text):
+        return QUESTION
     if text.endswith(("!", "！")):  # "How lovely!", "Have a great day!", "Did it!"
         return UTTERANCE
     if _WH.match(text):

@@ -142,9 +142,11 @@ def test_a_conversational_cue_takes_the_utterance_part_and_a_question_never_does
         "utterance"] * 3
     # without a "?": a question word or an auxiliary before its subject asks; chatter that starts like one does not
     asks = ("Did Caroline go to the museum", "have you seen my keys", "Didn't you say it was May", "Is the shop open",
-            "Can anyone come", "Where did I put it", "How should I celebrate. I practise every day")
+            "Can anyone come", "Where did I put it", "How should I celebrate. I practise every day",
+            "你还记得我上次说的那家店吗", "你记得吗。我们去过的")
     chatter = ("Have a great day", "Had the best time at the lake.", "Will do, thanks", "Can't wait for Sunday",
-               "What a day.", "How lovely!", "Did it!", "Has been a long week", "When I was young we had a dog!")
+               "What a day.", "How lovely!", "Did it!", "Has been a long week", "When I was young we had a dog!",
+               "我觉得自己什么都做不好。", "舅舅会做蛋糕，他还教过我呢！", "吗啡是一种药")
     assert [learned.cue_kind(q) for q in asks] == ["question"] * len(asks)
     assert [learned.cue_kind(q) for q in chatter] == ["utterance"] * len(chatter)
     n = len(learned.FEATURES)
