@@ -301,3 +301,16 @@ def test_the_ablation_model_without_cue_parts_keeps_the_shipped_question_parts_a
     model, cue = learned.load_model(path), "I'm really looking forward to that evening!"
     assert [model.part_for(enc, cue) for enc in ("offline:minilm", "offline:e5")] == ["minilm", "e5"]
     assert learned.load_model().part_for("offline:minilm", cue) == "minilm:utterance"
+
+
+def test_the_cue_kinds_script_counts_every_question_of_a_dataset(tmp_path):
+    """`python experiments/bench/cue_kinds.py --datasets fixtures` prints the rule's version and how the bundled
+    fixtures' questions sort (all 48 are questions), from a fresh process."""
+    import subprocess
+    import sys
+
+    script = learned.ROOT / "experiments" / "bench" / "cue_kinds.py"
+    out = subprocess.run([sys.executable, str(script), "--datasets", "fixtures", "--show", "1"], capture_output=True,
+                         text=True, check=True, cwd=tmp_path).stdout
+    assert out.splitlines()[0] == f"cue rule {learned.ROUTING}"
+    assert out.splitlines()[2].split() == ["fixtures", "48", "0"]
