@@ -258,15 +258,15 @@ def candidates(query: str, ranked: list[RecalledMessage], memory: Memory, *, key
 
 def cue_kind(query: str) -> str:
     """`question` or `utterance`: what recall is asked with. A question asks for something: it holds a "?" or
-    "？" anywhere, or, unless it ends with "!", starts like an English question, with a question word ("How many
-    months passed between ...", not "What a day.") or an auxiliary before its subject ("Did Caroline go ...",
-    "Have you ...", "Isn't it ..."; not "Have a great day", "Had the best time", "Will do"), or has a clause
-    ending in 吗 ("你还记得我说的那家店吗"; an embedded 什么 or a final 呢 is not enough: "我什么都不怕呢"). Any other turn
-    ("I'm really looking forward to that evening!") is a conversational cue, for which the memories related to
-    it are wanted (MADial-Bench's task), and the signals weigh differently there. Only a turn that asks nothing
-    is a cue: a question after chatter (MemDaily's noisy questions) stays a question, and so does a cue that
-    asks the assistant something ("I practise every day. How should I celebrate?"). The rule is part of every
-    recalling cell's identity (`ROUTING`, in `FusionModel.digest`): change it, bump that."""
+    "？" anywhere; or a Chinese clause in it ends in 吗 ("你还记得我说的那家店吗"; an embedded 什么 or a final 呢
+    is not enough: "我什么都不怕呢"); or it does not end with "!" and starts like an English question, with a
+    question word ("How many months passed between ...", not "What a day.") or an auxiliary before its subject
+    ("Did Caroline go ...", "Have you ...", "Isn't it ..."; not "Have a great day", "Had the best time", "Will
+    do"). Any other turn ("I'm really looking forward to that evening!") is a conversational cue, for which the
+    memories related to it are wanted (MADial-Bench's task), and the signals weigh differently there. Only a
+    turn that asks nothing is a cue: a question after chatter (MemDaily's noisy questions) stays a question, and
+    so does a cue that asks the assistant something ("I practise every day. How should I celebrate?"). The rule
+    is part of every recalling cell's identity (`ROUTING`, in `FusionModel.digest`): change it, bump that."""
     if "?" in query or "？" in query:
         return QUESTION
     text = query.strip().lstrip(_CLOSERS + " \t\n")
