@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from dkilab.recall.temporal import date_window
+from dkilab.recall.temporal import RULES as DATE_RULES, date_window
 from dkilab.types import Memory, Message, RecalledMessage, to_utc
 
 DEFAULT_MODEL = Path(__file__).with_name("fusion_lr.json")
@@ -94,8 +94,9 @@ class FusionModel:
             raise ValueError(f"{source}: default model {self.default!r} is not among {sorted(self.parts)}")
         self.version = str(data.get("version", "?"))
         weights = {k: {f: models[k][f] for f in ("mean", "scale", "coef")} for k in sorted(models)}
-        self.digest = hashlib.sha1(json.dumps({"features": names, "routing": ROUTING, "models": weights},
-                                              sort_keys=True).encode()).hexdigest()[:12]
+        # the cue rule picks the part, the date rules feed the date features: both decide the ranking
+        self.digest = hashlib.sha1(json.dumps({"features": names, "routing": ROUTING, "dates": DATE_RULES,
+                                               "models": weights}, sort_keys=True).encode()).hexdigest()[:12]
 
     def part_for(self, encoder: str | None, query: str) -> str:
         """Which part scores a query: the one fitted on the store's encoder family and the query's language

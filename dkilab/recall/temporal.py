@@ -8,8 +8,9 @@ Absolute cues: ISO dates, "7 May 2023", "May 7, 2023", "in May (2023)", "May 202
 2023年5月7日 / 5月7日 / 5月 / 五月份. Relative cues: today, yesterday, N days / weeks / months / years ago,
 last / this week / month / year, recently, and 今天 昨天 前天 N天前 N周前 N个月前 上周 上个月 去年 今年 本月
 最近. A month or day without a year is the latest one not after the reference time. A relative "N units
-ago" is a window around that point, half a unit wide on each side. The first cue in the question wins;
-a question with none gives None. Regular expressions, not a date library: the cues are a closed set,
+ago" is a window around that point, half a unit wide on each side. A cue that names its year wins
+("What did she recommend recently, on February 7, 2022?" is about that day; "in May 2023" is May 2023, not
+the latest May); else the first cue in the question; a question with none gives None. Regular expressions, not a date library: the cues are a closed set,
 and dateparser's `search_dates` costs tens of milliseconds per query and reads the modal "may" as a month.
 """
 from __future__ import annotations
@@ -18,6 +19,9 @@ import re
 from datetime import datetime, timedelta
 
 Window = tuple[datetime, datetime]
+# the version of the rules: part of every cell whose ranking reads a date window (the learned fusion's digest,
+# a recalling strategy's identity under temporal_focus). 2: a cue that names its year wins
+RULES = "dates2"
 
 MONTHS = {name: i + 1 for i, name in enumerate(
     ["january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
@@ -80,7 +84,8 @@ def _ago(now: datetime, n: int, unit_days: int) -> Window:
 
 
 def _rules(now: datetime):
-    """(pattern, resolver) pairs, tried in order; each resolver gets the match and returns a window."""
+    """(pattern, resolver) pairs, the `_DATED` ones that name a year first; each resolver gets the match and
+    returns a window."""
     today = _day(now)
     week0 = today - timedelta(days=today.weekday())
     month0 = today.replace(day=1)
@@ -95,11 +100,11 @@ def _rules(now: datetime):
         (rf"\b({_MONTH})\.?\s+(\d{{1,2}})(?:st|nd|rd|th)?,?\s+(\d{{4}})\b",
          lambda m: _safe_day(int(m[3]), MONTHS[m[1]], int(m[2]))),
         (rf"\b({_MONTH})\.?,?\s+(\d{{4}})\b", lambda m: _month_window(int(m[2]), MONTHS[m[1]])),
+        (r"\b(?:in|during)\s+((?:19|20)\d{2})\b", lambda m: (datetime(int(m[1]), 1, 1), datetime(int(m[1]) + 1, 1, 1))),
         (rf"\b(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?({_MONTH})\b", lambda m: _latest(now, MONTHS[m[2]], int(m[1]))),
         (rf"\b({_MONTH})\.?\s+(\d{{1,2}})(?:st|nd|rd|th)?\b(?!\s*(?:am|pm|:))",
          lambda m: _latest(now, MONTHS[m[1]], int(m[2]))),
         (rf"\b(?:in|during|since|of|early|late|mid|mid-)\s+({_MONTH})\b", lambda m: _latest(now, MONTHS[m[1]])),
-        (r"\b(?:in|during)\s+((?:19|20)\d{2})\b", lambda m: (datetime(int(m[1]), 1, 1), datetime(int(m[1]) + 1, 1, 1))),
         (r"(\d{1,2})\s*月\s*(\d{1,2})\s*[日号]", lambda m: _latest(now, int(m[1]), int(m[2]))),
         (r"(\d{1,2}|十[一二]?|[一二三四五六七八九])\s*月份?(?!前)",
          lambda m: _latest(now, _zh_int(m[1])) if 1 <= (_zh_int(m[1]) or 0) <= 12 else None),
@@ -123,17 +128,21 @@ def _rules(now: datetime):
     ]
 
 
+# the first rules of `_rules` name a year: ISO, 2023年5月7日, 2023年5月, 7 May 2023, May 7, 2023, May 2023, in 2023
+_DATED = 7
+
+
 def date_window(query: str, now: datetime) -> Window | None:
-    """The time window the question's first date cue names, or None. Naive datetimes in `now`'s zone
-    (the caller attaches it); `now` is when the question is asked."""
+    """The time window the question's date cue names (one that names its year, else the first), or None.
+    Naive datetimes in `now`'s zone (the caller attaches it); `now` is when the question is asked."""
     text = query.lower()
     naive = now.replace(tzinfo=None)
     found = []
-    for pattern, resolve in _rules(naive):
+    for k, (pattern, resolve) in enumerate(_rules(naive)):
         m = re.search(pattern, text)
-        if m:
-            found.append((m.start(), -len(m[0]), resolve, m))
-    for _, _, resolve, m in sorted(found, key=lambda f: f[:2]):
+        if m:  # a cue that names its year comes first, wherever it stands ("recently, on May 7, 2023")
+            found.append((k >= _DATED, m.start(), -len(m[0]), resolve, m))
+    for _, _, _, resolve, m in sorted(found, key=lambda f: f[:3]):
         window = resolve(m)
         if window is not None:
             start, end = window

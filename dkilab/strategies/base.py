@@ -312,9 +312,14 @@ class RecallingStrategy(Strategy):
                                                    recent_turns=r.recent_turns, session_max_turns=r.session_max_turns)
 
     def identity(self, model_name: str = "") -> dict[str, Any]:
-        """What defines this strategy beyond its params: the resolver's full configuration (its mappings) and,
-        under learned fusion, the digest of the fusion model's weights (retrained weights are another cell)."""
+        """What defines this strategy beyond its params: the resolver's full configuration (its mappings), the
+        version of the date rules where `temporal_focus` reads them, and, under learned fusion, the digest of the
+        fusion model's weights, cue rule and date rules (retrained weights are another cell)."""
         out = super().identity(model_name) | {"reference_resolver": self._resolver.config.model_dump(mode="json")}
+        if self.params.recall.signals.temporal_focus > 0:  # the date rules decide its window (recall/temporal.py)
+            from dkilab.recall.temporal import RULES
+
+            out["date_rules"] = RULES
         card = self._fusion_card()
         return out | ({"fusion_model": card["digest"]} if card else {})
 

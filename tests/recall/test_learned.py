@@ -214,6 +214,17 @@ def test_the_fusion_model_is_part_of_a_cells_identity(tmp_path, monkeypatch):
     before = learned.FusionModel(data).digest
     monkeypatch.setattr(learned, "ROUTING", learned.ROUTING + "-changed")
     assert learned.FusionModel(data).digest != before
+    monkeypatch.undo()
+    # so are the date rules (they feed the date features), and under temporal_focus they are part of the cell
+    focused, weighted = cell(fusion="weighted", temporal_focus=0.3), cell(fusion="weighted")
+    assert "date_rules" in focused.identity["strategy_identity"] and "date_rules" not in weighted.identity["strategy_identity"]
+    monkeypatch.setattr(learned, "DATE_RULES", "dates-changed")
+    from dkilab.recall import temporal
+
+    monkeypatch.setattr(temporal, "RULES", "dates-changed")
+    assert learned.FusionModel(data).digest != before
+    assert cell(fusion="weighted", temporal_focus=0.3).config_hash != focused.config_hash
+    assert cell(fusion="weighted").config_hash == weighted.config_hash  # no date window read: the same cell
 
 
 def test_the_trainer_fits_one_part_per_encoder_family_and_dataset_language():

@@ -102,6 +102,12 @@ NOW = datetime(2023, 8, 16, 15, tzinfo=timezone.utc)  # a Wednesday
     ("上周吃了什么", ("2023-08-07", "2023-08-14")),
     ("三天前说的那家店", ("2023-08-12", "2023-08-15")),
     ("去年的旅行", ("2022-01-01", "2023-01-01")),
+    # a cue that names its year wins over one before it
+    ("What did she recently watch and recommend on February 7, 2022?", ("2022-02-07", "2022-02-08")),
+    ("What did Maria start doing in December 2021?", ("2021-12-01", "2022-01-01")),  # not "in December" alone
+    ("What did I buy in May 2022?", ("2022-05-01", "2022-06-01")),  # not the latest May (2023)
+    ("Recently, in 2022, where did we travel?", ("2022-01-01", "2023-01-01")),
+    ("最近，2022年3月5日我们见了谁", ("2022-03-05", "2022-03-06")),
     ("What may I bring to the party?", None),  # the modal verb is not the month
     ("我想吃点海鲜", None),
 ])
