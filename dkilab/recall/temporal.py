@@ -10,8 +10,9 @@ last / this week / month / year, recently, and 今天 昨天 前天 N天前 N周
 最近. A month or day without a year is the latest one not after the reference time. A relative "N units
 ago" is a window around that point, half a unit wide on each side. A cue that names its year wins
 ("What did she recommend recently, on February 7, 2022?" is about that day; "in May 2023" is May 2023, not
-the latest May); else the first cue in the question; a question with none gives None. Regular expressions, not a date library: the cues are a closed set,
-and dateparser's `search_dates` costs tens of milliseconds per query and reads the modal "may" as a month.
+the latest May); else the first cue in the question; a question with none gives None. Regular expressions,
+not a date library: the cues are a closed set, and dateparser's `search_dates` costs tens of milliseconds
+per query and reads the modal "may" as a month.
 """
 from __future__ import annotations
 

@@ -118,6 +118,14 @@ def test_date_cues_resolve_against_when_the_question_is_asked(query, window):
         assert got[0].tzinfo == NOW.tzinfo
 
 
+def test_the_rules_that_name_a_year_come_first():
+    """`date_window` ranks the first `_DATED` rules above the rest: exactly those patterns hold a year."""
+    from dkilab.recall import temporal
+
+    dated = [r"\d{4}" in pattern or "(?:19|20)" in pattern for pattern, _ in temporal._rules(NOW.replace(tzinfo=None))]
+    assert dated == [True] * temporal._DATED + [False] * (len(dated) - temporal._DATED)
+
+
 def test_feedback_terms_find_a_message_that_shares_no_word_with_the_question(store):
     """Pseudo-relevance feedback (`prf_docs`): the words of the top hit that the question lacks search
     again, so the message about the parmesan is found for "mushroom risotto"; off, the ranking is as before;
