@@ -126,9 +126,15 @@ class EmbedderSpec(_Strict):
     def identity(self) -> dict:
         """What a cell's hash records: the index text it resolves to, as `with_previous_turn: false` for the
         turn alone and left out for the turn with its predecessor (the only choice before the knob existed,
-        so those cells keep their hashes)."""
+        so those cells keep their hashes). A local model directory adds `weights`, the digest of its files: a
+        cell of weights trained again at the same path is another cell."""
+        from dkilab.memory.embedder import weights_digest
+
         out = self.model_dump(mode="json")
         out.pop("with_previous_turn", None)
+        weights = weights_digest(self.model)
+        if weights:
+            out["weights"] = weights
         return out if self.index_text == "2" else out | {"with_previous_turn": False}
 
 

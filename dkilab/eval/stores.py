@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from pathlib import Path
 
 from dkilab.cache import cache_dir
 from dkilab.types import Conversation
@@ -24,20 +25,27 @@ def store_key(conversations: list[Conversation], encoder: str) -> str:
     return h.hexdigest()[:16]
 
 
+def store_path(conversations: list[Conversation], name: str, embedder, index_text: str | None = None) -> Path:
+    """Where the cached store of `conversations` for `embedder` lives: keyed by the data, the encoder (a local
+    model directory by its files too, `Embedder.weights`) and the index text."""
+    from dkilab.memory.embedder import index_text_for
+
+    # v2 stores were cached without a suffix (v2 was the default then); the key never depends on the default
+    version = index_text or index_text_for(embedder.model_name)
+    weights = f"@{embedder.weights}" if embedder.weights else ""
+    encoder = embedder.model_name + weights + ("" if version == "2" else f"|index_text={version}")
+    return cache_dir() / "stores" / f"{name}-{store_key(conversations, encoder)}"
+
+
 def store_for(conversations: list[Conversation], name: str, embedder=None, path: str | os.PathLike | None = None,
               index_text: str | None = None):
     """A MemoryStore holding `conversations` (idempotent: a cached store only ingests what it lacks);
     `index_text` "1" embeds each turn alone, "2" with the turn it replies to (default: by encoder,
     `memory.embedder.index_text_for`)."""
     from dkilab.memory import Embedder, MemoryStore
-    from dkilab.memory.embedder import index_text_for
 
     embedder = embedder or Embedder()
-    if path is None:
-        # v2 stores were cached without a suffix (v2 was the default then); the key never depends on the default
-        version = index_text or index_text_for(embedder.model_name)
-        encoder = embedder.model_name + ("" if version == "2" else f"|index_text={version}")
-        path = cache_dir() / "stores" / f"{name}-{store_key(conversations, encoder)}"
+    path = path or store_path(conversations, name, embedder, index_text)
     store = MemoryStore.open(path, embedder=embedder, create=True, index_text=index_text)  # a cache: a lost one is rebuilt
     if store.count() < sum(len(c.messages) for c in conversations):
         for conv in conversations:

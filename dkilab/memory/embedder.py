@@ -10,6 +10,7 @@
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 from pathlib import Path
@@ -66,6 +67,37 @@ def resolve_model_path(model: str) -> str:
     return model
 
 
+_DIGESTS: dict[tuple, str] = {}
+_DIGEST_LOCK = threading.Lock()
+
+
+def weights_digest(model: str) -> str | None:
+    """For a local model directory, the sha1 (16 hex digits) of every file in it (names and bytes): what its
+    stores and cells are keyed by besides the path, so weights replaced in the same directory (a model trained
+    again) never reuse a store or a cell of the old ones. None for the offline builds and hub ids (their names
+    fix their weights). Memoised by each file's size and modification time."""
+    root = Path(model)
+    if not root.is_dir():
+        return None
+    files = sorted((p for p in root.rglob("*") if p.is_file()), key=lambda p: p.relative_to(root).as_posix())
+    key = (str(root.resolve()), tuple((p.relative_to(root).as_posix(), p.stat().st_size, p.stat().st_mtime_ns)
+                                      for p in files))
+    with _DIGEST_LOCK:
+        if key in _DIGESTS:
+            return _DIGESTS[key]
+    h = hashlib.sha1()
+    for p in files:
+        h.update(p.relative_to(root).as_posix().encode() + b"\0")
+        with p.open("rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        h.update(b"\0")
+    digest = h.hexdigest()[:16]
+    with _DIGEST_LOCK:
+        _DIGESTS[key] = digest
+    return digest
+
+
 class Embedder:
     """Batched, L2-normalised float32 embeddings; the model loads on first use.
 
@@ -86,6 +118,11 @@ class Embedder:
 
         self._cache: LRUCache[str, np.ndarray] = LRUCache(maxsize=max(1, cache_size))
         self.cache_hits = self.cache_misses = 0
+
+    @property
+    def weights(self) -> str | None:
+        """`weights_digest` of the model: the digest of a local directory's files, else None."""
+        return weights_digest(self.model_name)
 
     def clear_cache(self) -> None:
         """Forget memoised query embeddings (the runner starts every experiment cell cold)."""

@@ -134,6 +134,7 @@ class MemoryStore:
             raise ValueError(f"{self.path / DB_FILE} was built with the embedder {built_with!r}; its vectors "
                              f"cannot be searched or extended with {self.embedder.model_name!r} (open it with "
                              "that embedder, or build a new store)")
+        self._check_weights()
         recorded = self._meta.get("index_text")
         if index_text and recorded and recorded != index_text:
             self.conn.close()
@@ -228,6 +229,16 @@ class MemoryStore:
             _reindex_fts(c)  # v4 segments NFKC-normalised text
             c.execute("UPDATE meta SET value='4' WHERE key='schema_version'")
 
+    def _check_weights(self) -> None:
+        """A store built by a local model directory records the digest of its files (`Embedder.weights`);
+        reopened after the weights at that path changed, it is refused: its vectors are the old model's."""
+        built, now = self._meta.get("embedder_weights"), self.embedder.weights
+        if built and now and built != now:
+            self.conn.close()
+            raise ValueError(f"{self.path / DB_FILE} was built by the model in {self.embedder.model_name} with "
+                             f"weights {built}; the files there now are {now}, so its vectors are another "
+                             "model's (build a new store, or restore those weights)")
+
     def _check_embedder(self, dim: int) -> None:
         """Record the embedder on first use; refuse a store built with a different one."""
         name = self.embedder.model_name
@@ -246,6 +257,8 @@ class MemoryStore:
             with transaction(self.conn) as c:
                 c.execute("INSERT OR IGNORE INTO meta VALUES('embedder', ?)", (name,))
                 c.execute("INSERT OR IGNORE INTO meta VALUES('embedding_dim', ?)", (str(dim),))
+                if self.embedder.weights:
+                    c.execute("INSERT OR IGNORE INTO meta VALUES('embedder_weights', ?)", (self.embedder.weights,))
         with_retry(record)
         self._meta = {r["key"]: r["value"] for r in self.conn.execute("SELECT key, value FROM meta")}
         if int(self._meta["embedding_dim"]) != dim:

@@ -397,3 +397,50 @@ def test_a_vector_search_leaves_the_thread_count_of_generation_alone(store):
     store.add_messages([msg("q1", "Where did you go?", role="assistant"), msg("r1", "To Lisbon.", turn=2)])
     assert store.for_user("alice").semantic_search("Lisbon", top_k=1).items[0].message_id == "r1"
     assert torch.get_num_threads() == before
+
+
+def test_a_store_of_a_local_model_directory_is_keyed_by_its_weights(tmp_path):
+    """Weights trained again into the same directory: the cached dataset store, the cell and the store itself
+    all tell them from the old ones (the path alone would reuse vectors of the old model)."""
+    import os
+
+    from dkilab.eval.experiment import EmbedderSpec
+    from dkilab.eval.stores import store_path
+    from dkilab.memory import Embedder, MemoryStore
+    from dkilab.types import Conversation
+
+    model = tmp_path / "my-encoder"
+    (model / "sub").mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    (model / "sub" / "model.safetensors").write_bytes(b"old weights")
+    old = Embedder(str(model)).weights
+    assert old and Embedder("offline:minilm").weights is None  # the offline builds: their names fix their weights
+    assert "weights" not in EmbedderSpec(model="offline:minilm").identity()
+    cell_old = EmbedderSpec(model=str(model)).identity()
+    assert cell_old["weights"] == old
+
+    store = MemoryStore.open(tmp_path / "s", embedder=Embedder(str(model)))
+    store.add_messages(CORPUS[:2], embeddings=random_unit(2))
+    store.flush()
+    store.close()
+    MemoryStore.open(tmp_path / "s", embedder=Embedder(str(model))).close()  # same files: opens
+
+    # same size, new bytes, mtime moved on: still told apart
+    (model / "sub" / "model.safetensors").write_bytes(b"new weights")
+    os.utime(model / "sub" / "model.safetensors", ns=(1, 1))
+    new = Embedder(str(model)).weights
+    assert new and new != old
+    assert EmbedderSpec(model=str(model)).identity() != cell_old
+    with pytest.raises(ValueError, match=rf"my-encoder with weights {old}.*now are {new}"):
+        MemoryStore.open(tmp_path / "s", embedder=Embedder(str(model)))
+    with pytest.raises(ValueError, match="weights"):  # opened without an embedder: the path's files now
+        MemoryStore.open(tmp_path / "s")
+    (model / "sub" / "model.safetensors").write_bytes(b"old weights")  # the old weights back: the store opens
+    assert Embedder(str(model)).weights == old
+    assert MemoryStore.open(tmp_path / "s").count() == 2  # nothing lost by the refusals
+
+    conv = Conversation("c", "alice", CORPUS[:2])
+    at_old = store_path([conv], "mine", Embedder(str(model)))
+    (model / "sub" / "model.safetensors").write_bytes(b"new weights")
+    assert store_path([conv], "mine", Embedder(str(model))) != at_old  # the cached dataset store too
+    assert store_path([conv], "mine", Embedder("offline:minilm")) == store_path([conv], "mine", Embedder("offline:minilm"))
