@@ -1,9 +1,9 @@
 """`offline:minilm-locomo`: all-MiniLM-L6-v2 with a low-rank adapter (LoRA, peft) fine-tuned on LoCoMo dev's
 (question, evidence turn) pairs, merged into the weights once and cached as a sentence-transformers directory
 (then exported to ONNX as `offline:minilm` is). The adapter ships in `adapters/minilm-locomo/` (well under
-1% of MiniLM's bytes); it was fitted by `python experiments/bench/finetune_encoder_dev.py --lora 16 --write`,
-which never reads LoCoMo test. The merged directory is keyed by the adapter's digest, so an adapter fitted
-again never reuses an old merge, and its stores are keyed by the merge's files (`embedder.weights_digest`)."""
+3% of MiniLM's bytes); it was fitted by `python experiments/bench/finetune_encoder_dev.py --lora 16 --lr 2e-4
+--write`, which never reads LoCoMo test. The merged directory, the encoder's stores and its cells are keyed
+by the adapter's digest (`embedder.weights_digest`), so an adapter fitted again never reuses any of them."""
 from __future__ import annotations
 
 import os
@@ -25,9 +25,10 @@ def lora_config(rank: int):
 
 
 def merged_model_dir(adapter: Path | None = None) -> str:
-    """A sentence-transformers directory of MiniLM with `adapter` (default: the shipped one) merged into its weights (built on first use
-    under `$DKILAB_CACHE_DIR/encoders/`, atomically: a second builder, thread or process, reuses it or loses
-    the race harmlessly; a builder killed midway leaves only its own temporary directory)."""
+    """A sentence-transformers directory of MiniLM with `adapter` (default: the shipped one) merged into its
+    weights (built on first use under `$DKILAB_CACHE_DIR/encoders/`, atomically: a second builder, thread or
+    process, reuses it or loses the race harmlessly; a builder killed midway leaves only its own temporary
+    directory)."""
     from dkilab.cache import cache_dir
     from dkilab.memory.embedder import DEFAULT_EMBEDDER, resolve_model_path, weights_digest
 

@@ -4,17 +4,25 @@ LoCoMo test.
 
 For each dev conversation, all-MiniLM-L6-v2 (sentence-transformers, torch) is fine-tuned on the other four:
 each (question, gold evidence turn) pair is a positive, the other turns of its batch of 32 the negatives
-(softmax over cosines / 0.05), AdamW, `--epochs` passes at `--lr`, seed 0. The held-out conversation is
+(softmax over cosines / 0.05), AdamW, `--epochs` passes at `--lr`, seed 0; every weight, or with `--lora R`
+a low-rank adapter of rank R only (peft, `dkilab.memory.adapter.lora_config`). The held-out conversation is
 then embedded by its fold's model (each turn alone, as MiniLM stores are) and
 1. dense only: recall@10 of the cosine ranking, before and after;
 2. learned fusion: the dev candidates recalled on stores built by each conversation's own fold model, the
    logistic regression fitted 5-fold over conversations as `dkilab bench retrieval --train` does; against
-   the same on the shipped MiniLM stores, with a paired 95% interval (questions resampled, 2,000 draws).
+   the same on the shipped MiniLM stores, with the project's paired 95% interval (`bootstrap.paired`:
+   conversations resampled).
+`--write` (with `--lora`) then fits the adapter on all five conversations into
+dkilab/memory/adapters/minilm-locomo/ (the `offline:minilm-locomo` encoder) and writes
+experiments/models/fusion_lr_minilm_locomo.json: the shipped fusion model with its `minilm` part fitted on
+the out-of-fold features of step 2, so the fusion weights never see the cosines of questions an encoder was
+trained on.
 
 The fold models and their stores live in a temporary directory and are deleted at the end; the stock
-stores come from the usual cache. About 25 minutes with the defaults on 2 cores.
+stores come from the usual cache. About 25 minutes with the defaults on 2 cores, 30 with `--write`.
 
     python experiments/bench/finetune_encoder_dev.py [--data-dir DIR] [--epochs 3] [--lr 3e-5]
+    python experiments/bench/finetune_encoder_dev.py --lora 16 --lr 2e-4 --write     (what ships)
 """
 from __future__ import annotations
 
@@ -202,7 +210,8 @@ def main() -> None:
         if not a.lora:
             raise SystemExit("--write ships a low-rank adapter: give --lora R")
         with tempfile.TemporaryDirectory(prefix="dkilab-finetune-all-") as tmp:
-            pairs = [(q["text"], texts[(q["user"], g)]) for q in questions for g in q["gold"] if (q["user"], g) in texts]
+            pairs = [(q["text"], texts[(q["user"], g)]) for q in questions for g in q["gold"]
+                     if (q["user"], g) in texts]
             fine_tune(pairs, Path(tmp) / "merged", a.epochs, a.lr, lora=a.lora, adapter_out=ADAPTER)
         cfg = json.loads((ADAPTER / "adapter_config.json").read_text())
         cfg["base_model_name_or_path"] = "sentence-transformers/all-MiniLM-L6-v2"  # not this machine's path
