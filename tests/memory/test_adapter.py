@@ -33,14 +33,13 @@ def test_the_adapter_is_merged_into_minilm_and_keys_its_stores_and_cells(tiny_ad
     from dkilab.eval.experiment import EmbedderSpec
     from dkilab.eval.stores import store_path
     from dkilab.memory import Embedder
-    from dkilab.memory.adapter import merged_model_dir
     from dkilab.memory.embedder import LOCOMO_EMBEDDER, index_text_for, resolve_model_path, weights_digest
     from dkilab.recall.learned import family
     from dkilab.types import Conversation
 
     path, peft_model = tiny_adapter
-    merged = merged_model_dir()
-    assert resolve_model_path(LOCOMO_EMBEDDER) == merged and merged_model_dir() == merged  # built once, reused
+    merged = resolve_model_path(LOCOMO_EMBEDDER)
+    assert resolve_model_path(LOCOMO_EMBEDDER) == merged  # built once, reused
     st = SentenceTransformer(merged, device="cpu")
     stock = SentenceTransformer(resolve_model_path("offline:minilm"), device="cpu")
     got = st.encode(TEXTS, normalize_embeddings=True)
@@ -65,19 +64,38 @@ def test_the_adapter_is_merged_into_minilm_and_keys_its_stores_and_cells(tiny_ad
     # the adapter fitted again: another merge, another cached store, another cell
     (path / "adapter_config.json").write_text((path / "adapter_config.json").read_text() + "\n")
     assert weights_digest(LOCOMO_EMBEDDER) != old
-    assert merged_model_dir() != merged
+    assert resolve_model_path(LOCOMO_EMBEDDER) != merged
     assert store_path(conv, "locomo", Embedder(LOCOMO_EMBEDDER)) != where
     assert EmbedderSpec(english=LOCOMO_EMBEDDER).for_language("en").identity() != cell
 
 
-def test_two_builders_at_once_get_one_merge_and_leave_nothing_behind(tiny_adapter, tmp_path):
+def test_two_builders_at_once_get_one_merge_and_leave_nothing_behind(tiny_adapter, tmp_path, monkeypatch):
+    """Builders in two threads: one merge, built by one of them while the other waits (transformers' loading
+    is not thread-safe: two loads at once left torch.nn.init's functions patched to no-ops, so the next model
+    in the process was built uninitialised and failed to save, "Cannot copy out of meta tensor")."""
+    import threading
+    import time
     from concurrent.futures import ThreadPoolExecutor
 
-    from dkilab.memory.adapter import merged_model_dir
+    from dkilab.memory import adapter
+    from dkilab.memory.embedder import LOCOMO_EMBEDDER, resolve_model_path
 
+    real, active, seen, lock = adapter._build, [0], [], threading.Lock()
+
+    def build(*args):
+        with lock:
+            active[0] += 1
+            seen.append(active[0])
+        time.sleep(0.3)  # long enough for the other thread to arrive
+        try:
+            real(*args)
+        finally:
+            with lock:
+                active[0] -= 1
+    monkeypatch.setattr(adapter, "_build", build)
     with ThreadPoolExecutor(2) as pool:
-        got = list(pool.map(lambda _: merged_model_dir(), range(2)))
-    assert got[0] == got[1]
+        got = list(pool.map(lambda _: resolve_model_path(LOCOMO_EMBEDDER), range(2)))
+    assert got[0] == got[1] and seen == [1]  # built once, never two at a time
     assert [p.name for p in (tmp_path / "cache" / "encoders").iterdir()] == [got[0].rsplit("/", 1)[1]]
 
 
@@ -95,16 +113,17 @@ def test_english_picks_the_encoder_auto_gives_english_data_only():
 
 def test_a_missing_or_broken_adapter_is_named_and_nothing_is_cached(tiny_adapter, tmp_path, monkeypatch):
     from dkilab.memory import adapter
+    from dkilab.memory.embedder import LOCOMO_EMBEDDER, resolve_model_path
 
     path, _ = tiny_adapter
     weights = path / "adapter_model.safetensors"
     weights.write_bytes(weights.read_bytes()[:-100])  # truncated
     with pytest.raises(ValueError, match=f"adapter in {path} cannot be loaded"):
-        adapter.merged_model_dir()
+        resolve_model_path(LOCOMO_EMBEDDER)
     assert not list((tmp_path / "cache").rglob("modules.json"))  # no half-built merge left to be reused
     monkeypatch.setattr(adapter, "ADAPTER_DIR", tmp_path / "nowhere")
     with pytest.raises(FileNotFoundError, match="nowhere/adapter_config.json"):
-        adapter.merged_model_dir()
+        resolve_model_path(LOCOMO_EMBEDDER)
 
 
 @pytest.mark.slow
@@ -113,9 +132,10 @@ def test_the_shipped_adapter_runs_as_onnx_with_the_merged_weights_vectors():
     from sentence_transformers import SentenceTransformer
 
     from dkilab.memory import Embedder
-    from dkilab.memory.adapter import ADAPTER_DIR, merged_model_dir
+    from dkilab.memory.adapter import ADAPTER_DIR
+    from dkilab.memory.embedder import LOCOMO_EMBEDDER, resolve_model_path
 
     assert (ADAPTER_DIR / "adapter_model.safetensors").exists()
-    ref = SentenceTransformer(merged_model_dir(), device="cpu").encode(TEXTS, normalize_embeddings=True)
+    ref = SentenceTransformer(resolve_model_path(LOCOMO_EMBEDDER), device="cpu").encode(TEXTS, normalize_embeddings=True)
     got = Embedder("offline:minilm-locomo").encode(TEXTS)
     assert float(np.min(np.sum(got * ref, 1))) > 0.99999
