@@ -1,7 +1,7 @@
 """`offline:minilm-locomo`: all-MiniLM-L6-v2 with a low-rank adapter (LoRA, peft) fine-tuned on LoCoMo dev's
 (question, evidence turn) pairs, merged into the weights once and cached as a sentence-transformers directory
-(then exported to ONNX as `offline:minilm` is). The adapter ships in `adapters/minilm-locomo/` (well under
-3% of MiniLM's bytes); it was fitted by `python experiments/bench/finetune_encoder_dev.py --lora 16 --lr 2e-4
+(then exported to ONNX as `offline:minilm` is). The adapter lives in `adapters/minilm-locomo/` (its weights,
+2.6 MB, are not in the repository); they are written by `python experiments/bench/finetune_encoder_dev.py --lora 16 --lr 2e-4
 --write`, which never reads LoCoMo test. The merged directory, the encoder's stores and its cells are keyed
 by the adapter's digest (`embedder.weights_digest`), so an adapter fitted again never reuses any of them."""
 from __future__ import annotations
