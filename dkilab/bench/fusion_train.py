@@ -3,8 +3,10 @@
 data) and the first half of MADial-Bench's dialogues in each language (80 each). Each dev question is
 recalled as `fusion: learned` recalls it, and the feature rows of its candidates
 (`recall/learned.candidates`, the same code recall runs) are labelled by the gold evidence. One standardised
-logistic regression per encoder family: `minilm` from LoCoMo dev on the MiniLM stores `auto` gives it, `e5`
-from MemDaily dev (e5, as `auto` picks), so English asked of an e5 store (the bilingual fixtures) is ranked
+logistic regression per encoder family: `minilm` from LoCoMo dev on the MiniLM stores `auto` gives it (the
+fine-tuned `offline:minilm-locomo`, trained on those very questions: so that part is not fitted here but taken
+from its study, which fitted it out of fold, `FITTED_OUT_OF_FOLD`; `--english offline:minilm` fits it here on
+stock-MiniLM stores), `e5` from MemDaily dev (e5, as `auto` picks), so English asked of an e5 store (the bilingual fixtures) is ranked
 by the Chinese-fitted part. MADial-Bench's cues are conversational turns, not questions (`learned.cue_kind`):
 they fit each family's `utterance` part (`minilm:utterance` from English, `e5:utterance` from Chinese), which
 ranks such cues only. `english_e5=True` (`--english-e5-part`) also fits one on LoCoMo dev over e5
@@ -37,6 +39,11 @@ CS = (0.01, 0.1, 1.0)
 FOLDS = 5
 MIN_PART = 100  # questions of one family and language below which they join the family's largest part
 MIN_CUES = 50  # conversational cues of one family below which they join its question parts
+STOCK = {"model": "auto", "english": "offline:minilm"}  # stock MiniLM for English, the encoder of `Embedder()`
+# encoders fine-tuned on a dev dataset's questions: their cosines on that dataset's dev questions are in-sample
+# (too good), so `train` never fits a part on them; it takes the part the encoder's study fitted out of fold on
+# them (`experiments/bench/finetune_encoder_dev.py --write`), checked against the adapter's digest
+FITTED_OUT_OF_FOLD = {"offline:minilm-locomo": ("locomo", "experiments/models/fusion_lr_minilm_locomo.json")}
 
 
 def _cells(embedder: dict | None = None, datasets: list[dict] | None = None):
@@ -84,7 +91,7 @@ def collect(data_dir=None, embedder: dict | None = None, datasets: list[dict] | 
                 if got:
                     out.append({"dataset": cell.dataset.name, "user": conv.user_id, "qid": item.qid, "ids": got["ids"],
                                 "X": got["X"], "gold": set(item.evidence_ids), "index_text": cell.embedder.index_text,
-                                "family": learned.family(cell.embedder.model),
+                                "family": learned.family(cell.embedder.model), "model": cell.embedder.model,
                                 "language": learned.language(question_text(item)),
                                 "kind": learned.cue_kind(question_text(item))})
     return out
@@ -189,8 +196,45 @@ def cross_validate(rows, C: float, folds: int = FOLDS) -> dict[str, float]:
     return {k: sum(v) / sum(pooled[k + "#n"]) for k, v in pooled.items() if not k.endswith("#n")}
 
 
+def _out_of_fold_parts(rows: list[dict[str, Any]], echo=print) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """`rows` without those of an encoder fine-tuned on their dev dataset (`FITTED_OUT_OF_FOLD`), and the
+    parts that stand in for them: the question part its study fitted out of fold, which must have been fitted
+    for the adapter that is here now (same digest), else an error that says how to refit it."""
+    from dkilab.memory.embedder import weights_digest
+    from dkilab.recall import learned
+
+    keep, parts = [], {}
+    for r in rows:
+        dataset, path = FITTED_OUT_OF_FOLD.get(r.get("model", ""), ("", ""))
+        if r["dataset"] != dataset:
+            keep.append(r)
+            continue
+        fam = learned.family(r["model"]) or r["model"]
+        if fam in parts:
+            continue
+        file = learned.ROOT / path
+        try:
+            part = json.loads(file.read_text(encoding="utf-8"))["models"][fam]
+        except (OSError, ValueError, KeyError) as exc:
+            raise ValueError(f"fusion training: {r['model']} was fine-tuned on {dataset} dev, so its part is fitted "
+                             f"out of fold by experiments/bench/finetune_encoder_dev.py --write; {file} has no "
+                             f"'{fam}' part ({exc})") from None
+        if f"index text v{r['index_text']}" not in str(part.get("trained_on")):
+            raise ValueError(f"fusion training: the '{fam}' part of {file} was fitted on other stores "
+                             f"({part.get('trained_on')}) than these (index text v{r['index_text']})")
+        if part.get("adapter") != weights_digest(r["model"]):
+            raise ValueError(f"fusion training: the '{fam}' part of {file} was fitted for adapter "
+                             f"{part.get('adapter')}, not the one here ({weights_digest(r['model'])}): rerun "
+                             "experiments/bench/finetune_encoder_dev.py --write")
+        parts[fam] = part
+        echo(f"{fam}: {r['model']} was fine-tuned on {dataset} dev, so not refitted on it: the out-of-fold part "
+             f"of {path} ({part.get('trained_on')})")
+    return keep, parts
+
+
 def train(data_dir=None, out: Path | None = None, echo=print, with_previous_turn: bool | None = None,
-          datasets: list[dict] | None = None, english_e5: bool = False, cue_parts: bool = True) -> dict[str, Any]:
+          datasets: list[dict] | None = None, english_e5: bool = False, cue_parts: bool = True,
+          english: str | None = None) -> dict[str, Any]:
     """Collect the dev features, choose each encoder family's C by cross-validation, fit it on all of its dev
     data, write the model. `with_previous_turn`: True on stores that embed each turn with the one it replies
     to (index text v2) for every encoder (the ablation row of `experiments/retrieval_bench.yaml`); None (the
@@ -199,17 +243,26 @@ def train(data_dir=None, out: Path | None = None, echo=print, with_previous_turn
     over e5 stores (`EXTRA`), for the `e5:en` part of the ablation model. `cue_parts=False` (`--no-cue-parts`):
     leave out the datasets of conversational cues (MADial-Bench dev), so the model has its question parts only
     and ranks a cue with them, as before the cue parts (the ablation model
-    `experiments/models/fusion_lr_no_cue_parts.json`)."""
+    `experiments/models/fusion_lr_no_cue_parts.json`). `english` (`--english`): the encoder `auto` gives English
+    data instead of the default (offline:minilm: the stock-MiniLM ablation models). The dev rows of an encoder
+    fine-tuned on them are never fitted on (`FITTED_OUT_OF_FOLD`)."""
     from dkilab.recall import learned
 
-    rows = collect(data_dir, {"model": "auto", "with_previous_turn": with_previous_turn}, datasets)
+    rows = collect(data_dir, {"model": "auto", "with_previous_turn": with_previous_turn, "english": english}, datasets)
+    if english is None:  # the English dev data again on stock-MiniLM stores: its parts serve `Embedder()`'s stores
+        from dkilab.eval.datasets import dataset_info
+
+        english_dev = [d for d in datasets or DEV if dataset_info(d["name"])["language"] == "en"]
+        rows += collect(data_dir, {**STOCK, "with_previous_turn": with_previous_turn}, english_dev) if english_dev else []
     if english_e5:
         for embedder, extra in EXTRA:
             rows += collect(data_dir, {**embedder, "with_previous_turn": with_previous_turn}, extra)
     if not rows:
         raise ValueError("fusion training: no question with evidence (is $DKILAB_DATA_DIR set?)")
-    models: dict[str, Any] = {}
+    rows, models = _out_of_fold_parts(rows, echo)
     for part, mine in parts(rows, cue_parts=cue_parts).items():
+        if part in models:
+            raise ValueError(f"fusion training: part {part!r} would be fitted on dev data besides its out-of-fold fit")
         names = ", ".join(dict.fromkeys(r["dataset"] for r in mine))
         cv = {C: cross_validate(mine, C) for C in CS}
         echo(f"{part} ({names}, {len(mine)} questions):")
@@ -224,8 +277,10 @@ def train(data_dir=None, out: Path | None = None, echo=print, with_previous_turn
         top = sorted(zip(learned.FEATURES, models[part]["coef"]), key=lambda x: -abs(x[1]))[:6]
         echo(f"  chose C={best}; heaviest: " + ", ".join(f"{n} {c:+.2f}" for n, c in top))
     model = {"version": "lr2", "features": list(learned.FEATURES),
-             "default": next((k for k in models if k.startswith("minilm") and not k.endswith(":utterance")),
-                             next(iter(models))), "models": models}
+             # the default part (an encoder of no known family): stock MiniLM's where fitted
+             "default": "minilm" if "minilm" in models else next(
+                 (k for k in models if k.startswith("minilm") and not k.endswith(":utterance")), next(iter(models))),
+             "models": models}
     path = out or learned.DEFAULT_MODEL
     path.write_text(json.dumps(model, indent=1) + "\n", encoding="utf-8")
     echo(f"wrote {path}")

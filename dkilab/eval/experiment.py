@@ -94,13 +94,16 @@ class ModelSpec(_Strict):
         return self.model_dump(exclude={"spec", "generate", "kv_cache_mb", "cache"})
 
 
-EMBEDDER_BY_LANGUAGE = {"en": "offline:minilm"}  # others (cn, mixed, auto): offline:e5 (README "Encoders")
+# English: MiniLM with the adapter fine-tuned on LoCoMo dev (issue 30, docs/retrieval.md); others (cn, mixed,
+# auto): offline:e5 (README "Encoders")
+EMBEDDER_BY_LANGUAGE = {"en": "offline:minilm-locomo"}
 
 
 class EmbedderSpec(_Strict):
     """The sentence encoder of the dataset stores (semantic search): `auto` (by the dataset's language:
     MiniLM for English, multilingual-e5-small for Chinese and mixed data, measured by
-    experiments/embedders.yaml), `offline:minilm`, `offline:e5`, a local directory or a hub id.
+    experiments/embedders.yaml; for English, MiniLM with the LoCoMo-dev adapter, `offline:minilm-locomo`),
+    `offline:minilm`, `offline:e5`, a local directory or a hub id.
     Stores record which encoder built them; each encoder gets its own cached store."""
     model: str = "auto"
     batch_size: int = Field(64, ge=1, le=4096)
@@ -108,8 +111,8 @@ class EmbedderSpec(_Strict):
     # the tokens to encode) or the turn alone (v1); None = the encoder's default (memory.embedder.index_text_for:
     # the turn alone for MiniLM, with the previous turn for e5); each choice gets its own cached store
     with_previous_turn: bool | None = None
-    # the encoder `auto` gives English data instead of offline:minilm (e.g. offline:minilm-locomo, the
-    # fine-tuned ablation of `dkilab bench retrieval`); other languages keep theirs; None = the default
+    # the encoder `auto` gives English data instead of offline:minilm-locomo (e.g. offline:minilm, the stock
+    # ablation of `dkilab bench retrieval`); other languages keep theirs; None = the default
     english: str | None = None
 
     @model_validator(mode="after")

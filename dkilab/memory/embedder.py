@@ -7,7 +7,8 @@
   e5 prefixes are applied by the runtime: messages are encoded as "passage: ", queries as "query: ".
 - `offline:minilm-int8`: the same MiniLM weights as int8 ONNX, run by onnxruntime (`onnx_encoder.py`).
 - `offline:minilm-locomo`: MiniLM with the shipped low-rank adapter fine-tuned on LoCoMo dev merged in
-  (`adapter.py`), run as fp32 ONNX like `offline:minilm`; keyed by the adapter's digest (`weights_digest`).
+  (`adapter.py`), run as fp32 ONNX like `offline:minilm`; keyed by the adapter's digest (`weights_digest`);
+  what `auto` gives English data (`eval.experiment.EMBEDDER_BY_LANGUAGE`).
 - anything else: a local sentence-transformers directory or a hub id (only where a hub is reachable).
 """
 from __future__ import annotations

@@ -22,7 +22,8 @@ and per family a second one for conversational cues (`cue_kind`: a turn that is 
 the related memories are wanted; the signals weigh differently there). `dkilab bench retrieval --train`
 fits them on the declared dev split only (MiniLM: LoCoMo conversations 0-4; multilingual-e5: the first half of
 MemDaily's first 300 trajectories; the cue parts: the first half of MADial-Bench's dialogues in English
-(MiniLM) and Chinese (e5): dkilab/bench/fusion_train.py), through this module's own `candidates`, so
+(MiniLM) and Chinese (e5): dkilab/bench/fusion_train.py; the fine-tuned English encoder `minilm-locomo`
+has parts of its own, its LoCoMo one fitted out of fold by its study), through this module's own `candidates`, so
 training and recall read the same numbers.
 """
 from __future__ import annotations
@@ -101,8 +102,8 @@ class FusionModel:
     def part_for(self, encoder: str | None, query: str) -> str:
         """Which part scores a query: the one fitted on the store's encoder family and the query's language
         (`e5:en`, `e5:zh`, `minilm:en`), else that family's part for any language; where the encoder is unknown
-        (a memory over the recall service) the family `auto` gives the query's language (e5 for Chinese,
-        MiniLM for English); else the default part. The family decides first: cosines sit at its own levels.
+        (a memory over the recall service) e5's for Chinese and stock MiniLM's for English (`Embedder()`'s
+        default); else the default part. The family decides first: cosines sit at its own levels.
         A conversational cue (`cue_kind`: a turn that is not a question) takes the family's `utterance` part
         (`minilm:utterance`, `e5:utterance`) where the model has one; a question never does."""
         lang = language(query)
@@ -294,11 +295,15 @@ def language(query: str) -> str:
 
 
 def family(encoder: str | None) -> str | None:
-    """The fusion model part of a store's encoder: `minilm` (any of its builds), `e5`, else the name itself."""
+    """The fusion model part of a store's encoder: `minilm` (any build of stock MiniLM's weights),
+    `minilm-locomo` (MiniLM fine-tuned on LoCoMo dev: its cosines sit at other levels, and its LoCoMo part is
+    fitted out of fold), `e5`, else the name itself."""
     if encoder is None:
         return None
-    from dkilab.memory.embedder import E5_EMBEDDER, MINILM_BUILDS
+    from dkilab.memory.embedder import E5_EMBEDDER, LOCOMO_EMBEDDER, MINILM_BUILDS
 
+    if encoder == LOCOMO_EMBEDDER:
+        return "minilm-locomo"
     return "minilm" if encoder in MINILM_BUILDS else "e5" if encoder == E5_EMBEDDER else encoder
 
 

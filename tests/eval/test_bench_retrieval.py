@@ -66,30 +66,30 @@ def test_the_shipped_defaults_are_learned_fusion_over_the_dev_winner_and_each_ro
     assert rows["weighted"]["params"] == {"recall": {"signals": {"fusion": "weighted"}}} and "embedder" not in rows["weighted"]
     assert rows["no_cue_parts"]["params"] == {"recall": {"signals": {
         "fusion_model": "experiments/models/fusion_lr_no_cue_parts.json"}}} and "embedder" not in rows["no_cue_parts"]
-    assert rows["with_previous_turn"]["embedder"] == {"with_previous_turn": True}
+    # stock MiniLM for English (the defaults before the fine-tuned encoder), with the fusion model fitted on its
+    # stores; with_previous_turn changes one thing of it
+    assert rows["stock_minilm"] == {"name": "recall_only", "label": "stock_minilm", "embedder": {"english": "offline:minilm"}}
+    assert rows["with_previous_turn"]["embedder"] == {"with_previous_turn": True, "english": "offline:minilm"}
     assert set(rows["with_previous_turn"]["params"]["recall"]["signals"]) == {"fusion_model"}  # fitted on such stores
     assert rows["e5"] == {"name": "recall_only", "label": "e5", "embedder": {"model": "offline:e5"}}  # the encoder only
     assert rows["e5_english_part"]["embedder"] == rows["e5"]["embedder"]  # e5 with one thing changed: the model
     assert rows["e5_english_part"]["params"] == {"recall": {"signals": {
         "fusion_model": "experiments/models/fusion_lr_e5_english.json"}}}
-    # the fine-tuned English encoder (its own config: the adapter is not in the repository), with a fusion
-    # model whose minilm part alone was fitted on its stores
-    tuned_rows = {s.get("label"): s for s in yaml.safe_load((root / "retrieval_bench_finetuned.yaml").read_text())[
-        "strategies"]}
-    assert tuned_rows["defaults"] == rows["defaults"] and tuned_rows["previous_defaults"] == rows["previous_defaults"]
-    assert tuned_rows["finetuned_minilm"]["embedder"] == {"english": "offline:minilm-locomo"}
-    assert tuned_rows["finetuned_minilm"]["params"] == {"recall": {"signals": {
-        "fusion_model": "experiments/models/fusion_lr_minilm_locomo.json"}}}
+    # the shipped model: the fine-tuned encoder's question part is the one its study fitted out of fold, for
+    # this adapter; stock MiniLM keeps parts of its own (for `Embedder()`'s stores and the stock_minilm row)
     import json
 
+    from dkilab.memory.embedder import LOCOMO_EMBEDDER, weights_digest
     from dkilab.recall.learned import DEFAULT_MODEL
 
-    tuned, shipped_model = (json.loads(p.read_text()) for p in (root / "models" / "fusion_lr_minilm_locomo.json",
-                                                                DEFAULT_MODEL))
-    assert {k: v for k, v in tuned["models"].items() if k != "minilm"} == {
-        k: v for k, v in shipped_model["models"].items() if k != "minilm"}
-    assert tuned["models"]["minilm"] != shipped_model["models"]["minilm"]
-    assert "out of fold on offline:minilm-locomo stores" in tuned["models"]["minilm"]["trained_on"]
+    study, shipped_model = (json.loads(p.read_text()) for p in (root / "models" / "fusion_lr_minilm_locomo.json",
+                                                                 DEFAULT_MODEL))
+    parts = shipped_model["models"]
+    assert set(parts) == {"minilm", "minilm:utterance", "minilm-locomo", "minilm-locomo:utterance", "e5", "e5:utterance"}
+    assert parts["minilm-locomo"] == study["models"]["minilm-locomo"]
+    assert "out of fold on offline:minilm-locomo stores" in parts["minilm-locomo"]["trained_on"]
+    assert parts["minilm-locomo"]["adapter"] == weights_digest(LOCOMO_EMBEDDER)  # this adapter's
+    assert parts["minilm"]["trained_on"].startswith("locomo (") and parts["minilm"] != parts["minilm-locomo"]
     assert rows["previous_defaults"]["params"] == rows["weighted"]["params"]
     assert rows["previous_defaults"]["embedder"] == rows["with_previous_turn"]["embedder"]
     seed = next(s for s in tune["strategies"] if s.get("label") == "previous_defaults")["params"]["recall"]["signals"]

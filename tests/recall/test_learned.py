@@ -117,6 +117,14 @@ def test_the_model_of_the_stores_encoder_scores_and_a_bad_file_names_itself(tmp_
     assert [lang.part_for(None, q) for q in ("What do I like?", "我喜欢什么？")] == ["minilm:en", "e5:zh"]
     assert lang.part_for("offline:minilm", "我喜欢什么？") == "minilm:en"  # the family's only part, any language
     assert lang.part_for("hub/x", "我喜欢什么？") == "minilm:en"  # an unknown encoder: the default part
+    # the fine-tuned MiniLM is a family of its own (its cosines sit at other levels); stock builds are `minilm`
+    assert [learned.family(e) for e in ("offline:minilm-locomo", "offline:minilm", "offline:minilm-int8")] == [
+        "minilm-locomo", "minilm", "minilm"]
+    tuned = learned.FusionModel({"features": list(learned.FEATURES), "default": "minilm",
+                                 "models": {"minilm": part(1.0), "minilm-locomo": part(3.0)}})
+    assert [tuned.part_for(e, "What do I like?") for e in ("offline:minilm-locomo", "offline:minilm", None)] == [
+        "minilm-locomo", "minilm", "minilm"]
+    assert model.part_for("offline:minilm-locomo", "What do I like?") == "minilm"  # a model without its part
     bad = {"missing.json": None, "garbled.json": "{not json", "no_models.json": {"features": list(learned.FEATURES)},
            "features.json": {"features": ["cos"], "models": {"en": part(1.0)}},
            "shape.json": {"features": list(learned.FEATURES), "models": {"en": {"mean": [0], "scale": [1], "coef": [1]}}}}
@@ -260,6 +268,38 @@ def test_the_trainer_fits_one_part_per_encoder_family_and_dataset_language():
     assert plain == {k: v for k, v in got.items() if k != "minilm:utterance"}
 
 
+def test_the_trainer_never_fits_on_the_dev_rows_an_encoder_was_fine_tuned_on(tmp_path, monkeypatch):
+    """LoCoMo dev rows of `offline:minilm-locomo` stores (an encoder trained on those questions: in-sample
+    cosines) are left out, and its question part is the one its study fitted out of fold, for this very
+    adapter and index text; anything else is an error that names the file. Other rows are kept."""
+    from dkilab.bench import fusion_train
+    from dkilab.memory.embedder import LOCOMO_EMBEDDER, weights_digest
+
+    n = len(learned.FEATURES)
+    part = {"mean": [0.0] * n, "scale": [1.0] * n, "coef": [0.5] * n, "adapter": weights_digest(LOCOMO_EMBEDDER),
+            "trained_on": "locomo dev (760 questions), out of fold on offline:minilm-locomo stores, index text v1"}
+    study = tmp_path / "study.json"
+    study.write_text(json.dumps({"models": {"minilm-locomo": part}}))
+    monkeypatch.setattr(fusion_train, "FITTED_OUT_OF_FOLD", {LOCOMO_EMBEDDER: ("locomo", str(study))})
+
+    def row(dataset, model, k):
+        return {"dataset": dataset, "model": model, "family": learned.family(model), "index_text": "1", "qid": str(k)}
+    rows = [row("locomo", LOCOMO_EMBEDDER, 0), row("locomo", LOCOMO_EMBEDDER, 1), row("locomo", "offline:minilm", 2),
+            row("madial_bench_en", LOCOMO_EMBEDDER, 3)]
+    said: list[str] = []
+    kept, parts = fusion_train._out_of_fold_parts(rows, said.append)
+    assert [r["qid"] for r in kept] == ["2", "3"] and parts == {"minilm-locomo": part}
+    assert "not refitted" in said[0] and str(study.name) in said[0]
+    for change, error in (({"adapter": "0" * 16}, "fitted for adapter 0000"), ({"trained_on": "index text v2"}, "other stores")):
+        study.write_text(json.dumps({"models": {"minilm-locomo": {**part, **change}}}))
+        with pytest.raises(ValueError, match=error):
+            fusion_train._out_of_fold_parts(rows)
+    study.unlink()
+    with pytest.raises(ValueError, match=f"finetune_encoder_dev.*{study}"):
+        fusion_train._out_of_fold_parts(rows)
+    assert fusion_train._out_of_fold_parts(rows[2:3]) == (rows[2:3], {})  # nothing fine-tuned: nothing borrowed
+
+
 def test_the_trainer_fits_a_model_recall_can_load(tmp_path, monkeypatch):
     """`dkilab bench retrieval --train` end to end on the bundled fixtures (English and Chinese questions of
     four users): features collected through recall itself, C chosen by cross-validation over users, a model
@@ -293,7 +333,8 @@ def test_the_english_e5_ablation_model_differs_from_the_shipped_one_only_by_its_
     path = learned.ROOT / "experiments" / "models" / "fusion_lr_e5_english.json"
     ablation = json.loads(path.read_text())["models"]
     cues = {"minilm:utterance", "e5:utterance"}
-    assert set(ablation) == {"minilm", "e5:en", "e5:zh", *cues} and set(shipped) == {"minilm", "e5", *cues}
+    tuned = {"minilm-locomo", "minilm-locomo:utterance"}  # the fine-tuned English encoder's (no e5 store's)
+    assert set(ablation) == {"minilm", "e5:en", "e5:zh", *cues} and set(shipped) == {"minilm", "e5", *cues, *tuned}
     assert ablation["minilm"]["coef"] == shipped["minilm"]["coef"] and ablation["e5:zh"]["coef"] == shipped["e5"]["coef"]
     assert all(ablation[k]["coef"] == shipped[k]["coef"] for k in cues)
     model = learned.load_model(path)
@@ -307,11 +348,13 @@ def test_the_ablation_model_without_cue_parts_keeps_the_shipped_question_parts_a
     shipped = json.loads(learned.DEFAULT_MODEL.read_text())
     path = learned.ROOT / "experiments" / "models" / "fusion_lr_no_cue_parts.json"
     ablation = json.loads(path.read_text())
-    assert set(ablation["models"]) == {"minilm", "e5"} and ablation["default"] == shipped["default"]
-    assert all(ablation["models"][k]["coef"] == shipped["models"][k]["coef"] for k in ("minilm", "e5"))
+    questions = ("minilm-locomo", "minilm", "e5")
+    assert set(ablation["models"]) == set(questions) and ablation["default"] == shipped["default"]
+    assert all(ablation["models"][k]["coef"] == shipped["models"][k]["coef"] for k in questions)
     model, cue = learned.load_model(path), "I'm really looking forward to that evening!"
-    assert [model.part_for(enc, cue) for enc in ("offline:minilm", "offline:e5")] == ["minilm", "e5"]
-    assert learned.load_model().part_for("offline:minilm", cue) == "minilm:utterance"
+    encoders = ("offline:minilm-locomo", "offline:minilm", "offline:e5")
+    assert [model.part_for(enc, cue) for enc in encoders] == list(questions)
+    assert [learned.load_model().part_for(enc, cue) for enc in encoders] == [f"{k}:utterance" for k in questions]
 
 
 def test_the_cue_kinds_script_counts_every_question_of_a_dataset(tmp_path):
