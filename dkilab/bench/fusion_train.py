@@ -31,7 +31,7 @@ import numpy as np
 
 from dkilab.recall.learned import QUESTION
 
-DEV = [{"name": "locomo", "categories": [1, 2, 3, 4], "split": "dev"}, {"name": "memdaily", "limit": 300, "split": "dev"},
+DEV: list[dict[str, Any]] = [{"name": "locomo", "categories": [1, 2, 3, 4], "split": "dev"}, {"name": "memdaily", "limit": 300, "split": "dev"},
        {"name": "madial_bench_en", "split": "dev"}, {"name": "madial_bench_zh", "split": "dev"}]
 # the dev data collected again on another encoder's stores, for a part `auto` does not give (`english_e5`)
 EXTRA = [({"model": "offline:e5"}, [{"name": "locomo", "categories": [1, 2, 3, 4], "split": "dev"}])]
@@ -252,7 +252,8 @@ def train(data_dir=None, out: Path | None = None, echo=print, with_previous_turn
     if english is None:  # the English dev data again on stock-MiniLM stores: its parts serve `Embedder()`'s stores
         from dkilab.eval.datasets import dataset_info
 
-        english_dev = [d for d in datasets or DEV if dataset_info(d["name"])["language"] == "en"]
+        wanted: list[dict[str, Any]] = datasets or DEV
+        english_dev = [d for d in wanted if dataset_info(str(d["name"]))["language"] == "en"]
         rows += collect(data_dir, {**STOCK, "with_previous_turn": with_previous_turn}, english_dev) if english_dev else []
     if english_e5:
         for embedder, extra in EXTRA:

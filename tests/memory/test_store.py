@@ -248,8 +248,8 @@ def test_a_new_stores_index_text_follows_its_encoder(store):
     en, zh = EmbedderSpec().for_language("en"), EmbedderSpec().for_language("zh")
     assert (en.index_text, zh.index_text) == ("1", "2")
     assert en.identity()["with_previous_turn"] is False and "with_previous_turn" not in zh.identity()
-    forced = EmbedderSpec(with_previous_turn=True).for_language("en")
-    # forced to v2: the identity cells had before the knob existed (their hashes do not move)
+    forced = EmbedderSpec(with_previous_turn=True, english="offline:minilm").for_language("en")
+    # stock MiniLM forced to v2: the identity cells had before the knob existed (their hashes do not move)
     assert forced.index_text == "2" and forced.identity() == {"model": "offline:minilm", "batch_size": 64}
 
 
