@@ -95,7 +95,7 @@ class ModelSpec(_Strict):
 
 
 # English: MiniLM with the adapter fine-tuned on LoCoMo dev (issue 30, docs/retrieval.md); others (cn, mixed,
-# auto): offline:e5 (README "Encoders")
+# auto): offline:e5 (docs/models.md "Encoders")
 EMBEDDER_BY_LANGUAGE = {"en": "offline:minilm-locomo"}
 
 
