@@ -219,9 +219,9 @@ def _out_of_fold_parts(rows: list[dict[str, Any]], echo=print) -> tuple[list[dic
             raise ValueError(f"fusion training: {r['model']} was fine-tuned on {dataset} dev, so its part is fitted "
                              f"out of fold by experiments/bench/finetune_encoder_dev.py --write; {file} has no "
                              f"'{fam}' part ({exc})") from None
-        if f"index text v{r['index_text']}" not in str(part.get("trained_on")):
-            raise ValueError(f"fusion training: the '{fam}' part of {file} was fitted on other stores "
-                             f"({part.get('trained_on')}) than these (index text v{r['index_text']})")
+        if str(part.get("index_text")) != str(r["index_text"]):
+            raise ValueError(f"fusion training: the '{fam}' part of {file} was fitted on other stores (index text "
+                             f"v{part.get('index_text')}) than these (index text v{r['index_text']})")
         if part.get("adapter") != weights_digest(r["model"]):
             raise ValueError(f"fusion training: the '{fam}' part of {file} was fitted for adapter "
                              f"{part.get('adapter')}, not the one here ({weights_digest(r['model'])}): rerun "

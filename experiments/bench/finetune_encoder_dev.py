@@ -157,7 +157,8 @@ def write_fusion_model(rows, out: Path, echo=print) -> None:
         "cross_validated": {k: round(v, 4) for k, v in cv[best].items()}}
     from dkilab.memory.embedder import LOCOMO_EMBEDDER, weights_digest
 
-    model["models"]["minilm-locomo"]["adapter"] = weights_digest(LOCOMO_EMBEDDER)  # `--train` checks it
+    # `--train` checks both: the adapter it was fitted for, and the stores' index text
+    model["models"]["minilm-locomo"].update(adapter=weights_digest(LOCOMO_EMBEDDER), index_text=rows[0]["index_text"])
     out.write_text(json.dumps(model, indent=1) + "\n", encoding="utf-8")
     echo(f"wrote {out} (minilm-locomo part: C={best}, cross-validated recall@10 {cv[best]['locomo recall@10']:.3f})")
 

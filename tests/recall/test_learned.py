@@ -277,6 +277,7 @@ def test_the_trainer_never_fits_on_the_dev_rows_an_encoder_was_fine_tuned_on(tmp
 
     n = len(learned.FEATURES)
     part = {"mean": [0.0] * n, "scale": [1.0] * n, "coef": [0.5] * n, "adapter": weights_digest(LOCOMO_EMBEDDER),
+            "index_text": "1",
             "trained_on": "locomo dev (760 questions), out of fold on offline:minilm-locomo stores, index text v1"}
     study = tmp_path / "study.json"
     study.write_text(json.dumps({"models": {"minilm-locomo": part}}))
@@ -290,7 +291,7 @@ def test_the_trainer_never_fits_on_the_dev_rows_an_encoder_was_fine_tuned_on(tmp
     kept, parts = fusion_train._out_of_fold_parts(rows, said.append)
     assert [r["qid"] for r in kept] == ["2", "3"] and parts == {"minilm-locomo": part}
     assert "not refitted" in said[0] and str(study.name) in said[0]
-    for change, error in (({"adapter": "0" * 16}, "fitted for adapter 0000"), ({"trained_on": "index text v2"}, "other stores")):
+    for change, error in (({"adapter": "0" * 16}, "fitted for adapter 0000"), ({"index_text": "2"}, "other stores")):
         study.write_text(json.dumps({"models": {"minilm-locomo": {**part, **change}}}))
         with pytest.raises(ValueError, match=error):
             fusion_train._out_of_fold_parts(rows)
