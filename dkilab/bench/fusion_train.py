@@ -59,10 +59,12 @@ def _cells(embedder: dict | None = None, datasets: list[dict] | None = None):
 
 
 def collect(data_dir=None, embedder: dict | None = None, datasets: list[dict] | None = None,
-            recall: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+            recall: dict[str, Any] | None = None, stand_ins: bool = False) -> list[dict[str, Any]]:
     """[{dataset, user, qid, ids, X, gold, index_text}] for every question with evidence of `datasets`
     (default: the dev split, `DEV`); `recall`: dotted-key updates of the recall config (a study of another
-    candidate list, e.g. {"signals.vector_top_k": 200})."""
+    candidate list, e.g. {"signals.vector_top_k": 200}). `stand_ins` (`train`): a cell whose encoder was
+    fine-tuned on its dataset (`FITTED_OUT_OF_FOLD`) is neither built nor recalled; one row without features
+    ({dataset, model, index_text, stand_in}) stands for it, for `_out_of_fold_parts` to borrow its part."""
     from dkilab.eval.cell import load_cell_data, question_text
     from dkilab.recall import learned
     from dkilab.recall.multi_signal import MultiSignalRecall
@@ -75,6 +77,10 @@ def collect(data_dir=None, embedder: dict | None = None, datasets: list[dict] | 
         path = Path(tmp) / "zero.json"  # any model serves: the features are read before it scores
         path.write_text(json.dumps(zero))
         for cell in _cells(embedder, datasets):
+            if stand_ins and FITTED_OUT_OF_FOLD.get(cell.embedder.model, ("",))[0] == cell.dataset.name:
+                out.append({"dataset": cell.dataset.name, "model": cell.embedder.model, "stand_in": True,
+                            "index_text": cell.embedder.index_text, "family": learned.family(cell.embedder.model)})
+                continue
             cfg = cell.params.recall.with_updates({**(recall or {}), "signals.fusion": "learned",
                                                    "signals.fusion_model": str(path)})
             data = load_cell_data(cell, data_dir)
@@ -197,7 +203,8 @@ def cross_validate(rows, C: float, folds: int = FOLDS) -> dict[str, float]:
 
 
 def _out_of_fold_parts(rows: list[dict[str, Any]], echo=print) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """`rows` without those of an encoder fine-tuned on their dev dataset (`FITTED_OUT_OF_FOLD`), and the
+    """`rows` without those of an encoder fine-tuned on their dev dataset (`FITTED_OUT_OF_FOLD`; `collect`'s
+    stand-ins for such cells among them), and the
     parts that stand in for them: the question part its study fitted out of fold, which must have been fitted
     for the adapter that is here now (same digest), else an error that says how to refit it."""
     from dkilab.memory.embedder import weights_digest
@@ -248,7 +255,8 @@ def train(data_dir=None, out: Path | None = None, echo=print, with_previous_turn
     fine-tuned on them are never fitted on (`FITTED_OUT_OF_FOLD`)."""
     from dkilab.recall import learned
 
-    rows = collect(data_dir, {"model": "auto", "with_previous_turn": with_previous_turn, "english": english}, datasets)
+    rows = collect(data_dir, {"model": "auto", "with_previous_turn": with_previous_turn, "english": english}, datasets,
+                   stand_ins=True)
     if english is None:  # the English dev data again on stock-MiniLM stores: its parts serve `Embedder()`'s stores
         from dkilab.eval.datasets import dataset_info
 

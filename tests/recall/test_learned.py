@@ -301,6 +301,28 @@ def test_the_trainer_never_fits_on_the_dev_rows_an_encoder_was_fine_tuned_on(tmp
     assert fusion_train._out_of_fold_parts(rows[2:3]) == (rows[2:3], {})  # nothing fine-tuned: nothing borrowed
 
 
+def test_the_trainer_neither_builds_nor_recalls_the_dev_stores_whose_rows_it_would_drop(tmp_path, monkeypatch):
+    """`train` collects with stand-ins: a cell whose encoder was fine-tuned on its dataset yields one row without
+    features (no store is built, no question recalled), and that row still borrows the study's part; `collect`
+    without them (the studies) recalls the cell as before."""
+    from dkilab.bench import fusion_train
+    from dkilab.memory.embedder import E5_EMBEDDER
+
+    monkeypatch.setenv("DKILAB_CACHE_DIR", str(tmp_path / "cache"))
+    n = len(learned.FEATURES)
+    study = tmp_path / "study.json"  # e5 stands in for a fine-tuned encoder: the fixtures are an e5 dataset
+    study.write_text(json.dumps({"models": {"e5": {"mean": [0.0] * n, "scale": [1.0] * n, "coef": [0.1] * n,
+                                                   "index_text": "2", "adapter": None}}}))
+    monkeypatch.setattr(fusion_train, "FITTED_OUT_OF_FOLD", {E5_EMBEDDER: ("fixtures", str(study))})
+    monkeypatch.setattr("dkilab.memory.embedder.weights_digest", lambda model: None)
+    rows = fusion_train.collect(None, datasets=[{"name": "fixtures"}], stand_ins=True)
+    assert rows == [{"dataset": "fixtures", "model": E5_EMBEDDER, "stand_in": True, "index_text": "2", "family": "e5"}]
+    assert not list((tmp_path / "cache").rglob("*.sqlite*"))  # no store was built
+    assert fusion_train._out_of_fold_parts(rows, lambda _: None) == ([], {"e5": json.loads(study.read_text())["models"]["e5"]})
+    assert len(fusion_train.collect(None, datasets=[{"name": "fixtures"}])) > 1  # without stand-ins: recalled
+    assert list((tmp_path / "cache").rglob("*.sqlite*"))  # ... on a store it built
+
+
 def test_the_trainer_fits_a_model_recall_can_load(tmp_path, monkeypatch):
     """`dkilab bench retrieval --train` end to end on the bundled fixtures (English and Chinese questions of
     four users): features collected through recall itself, C chosen by cross-validation over users, a model
