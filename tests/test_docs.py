@@ -40,3 +40,34 @@ def test_a_timing_claim_names_its_command():
             if TIMING.search(para) and not section_cmd:
                 bad.append(f"{page.name}: {para.strip()[:100]!r}")
     assert not bad, bad
+
+
+def test_the_readmes_retrieval_table_is_the_bench_output_in_the_docs():
+    """The README's recall@10 table is read off the `dkilab bench retrieval --peers` output pasted in
+    docs/retrieval.md, to the digit: the defaults, previous defaults, stock MiniLM, the better single signal
+    and both peers, on every split."""
+    docs = (ROOT / "docs" / "retrieval.md").read_text(encoding="utf-8")
+    out = docs[docs.index("$ dkilab bench retrieval --peers"):]
+    out = out[:out.index("```")]
+    lines = out.splitlines()
+    head = next(x for x in lines if x.startswith("dataset ")).split()[1:]  # the methods' columns
+    bench = {}
+    for line in lines:
+        m = re.match(r"(\S+):test\s+(\d\.\d{3}) ±", line)
+        if m:  # the method table: each method's value is the first number of its column
+            bench[m.group(1)] = dict(zip(head, re.findall(r"(\d\.\d{3}) [±\[]", line)))
+        m = re.match(r"(\S+):test\s+recall_at_10\s+\S+ ±\S+\s+\S+ ±\S+\s+(\S+) ±\S+\s+(\S+) ±", line)
+        if m:  # the peers table
+            bench[m.group(1)] |= {"engram_search": m.group(2), "rank_bm25": m.group(3)}
+    names = {"LoCoMo (convs 5-9)": "locomo", "MemDaily": "memdaily", "MADial-Bench zh": "madial_bench_zh",
+             "MADial-Bench en": "madial_bench_en"}
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    rows = re.findall(r"(?m)^\| (LoCoMo \(convs 5-9\)|MemDaily|MADial-Bench zh|MADial-Bench en) \| (.+) \|$", readme)
+    assert len(rows) == 4
+    for split, cells in rows:
+        b = bench[names[split]]
+        got = [c.strip().strip("*") for c in cells.split("|")]
+        single = max(("bm25_only", "dense_only"), key=lambda k: float(b[k]))
+        want = [b["defaults"], b["previous_defaults"], b["stock_minilm"],
+                f"{b[single]} ({single.split('_')[0].replace('bm25', 'BM25')})", b["engram_search"], b["rank_bm25"]]
+        assert got == want, split
