@@ -4,10 +4,11 @@ concurrent writers and readers (messages lost must be 0) and open time at 10k us
 
 1. LoCoMo: every conversation (one user each) with real MiniLM embeddings, by the encoder `embedder: auto`
    gives English data (`eval.experiment.EMBEDDER_BY_LANGUAGE`: the fine-tuned `offline:minilm-locomo`, at
-   stock MiniLM's size), as the store ingests them (its default index text), then the recall stage as strategies run it (`MultiSignalRecall` with the library
-   defaults, learned fusion included, the query encoding included): warm (the store open, each user
-   queried before, the query-embedding cache emptied) and cold (the first question of each user on a store
-   just opened: its FAISS index read from disk, its turn order built).
+   stock MiniLM's size), as the store ingests them (its default index text), then the recall stage as
+   strategies run it (`MultiSignalRecall` with the library defaults, learned fusion included, the query
+   encoding included): warm (the store open, each user queried before, the query-embedding cache emptied)
+   and cold (the first question of each user on a store just opened: its FAISS index read from disk, its
+   turn order built).
 2. Synthetic: `scale` users who each hold all ten LoCoMo conversations (so each user is 10x a
    LoCoMo user and the store is `scale` x LoCoMo), with random unit vectors: it measures the index,
    not the encoder. Query embedding time is included in semantic_search latency in both.
