@@ -46,6 +46,11 @@ STOCK = {"model": "auto", "english": "offline:minilm"}  # stock MiniLM for Engli
 FITTED_OUT_OF_FOLD = {"offline:minilm-locomo": ("locomo", "experiments/models/fusion_lr_minilm_locomo.json")}
 
 
+def _fine_tuned_on(model: str, dataset: str) -> bool:
+    """Whether `model` was fine-tuned on `dataset`'s dev questions (`FITTED_OUT_OF_FOLD`)."""
+    return FITTED_OUT_OF_FOLD.get(model, ("",))[0] == dataset
+
+
 def _cells(embedder: dict | None = None, datasets: list[dict] | None = None):
     from dkilab.eval.experiment import expand_cells, experiment_from_dict
 
@@ -77,7 +82,7 @@ def collect(data_dir=None, embedder: dict | None = None, datasets: list[dict] | 
         path = Path(tmp) / "zero.json"  # any model serves: the features are read before it scores
         path.write_text(json.dumps(zero))
         for cell in _cells(embedder, datasets):
-            if stand_ins and FITTED_OUT_OF_FOLD.get(cell.embedder.model, ("",))[0] == cell.dataset.name:
+            if stand_ins and _fine_tuned_on(cell.embedder.model, cell.dataset.name):
                 out.append({"dataset": cell.dataset.name, "model": cell.embedder.model, "stand_in": True,
                             "index_text": cell.embedder.index_text, "family": learned.family(cell.embedder.model)})
                 continue
@@ -204,18 +209,18 @@ def cross_validate(rows, C: float, folds: int = FOLDS) -> dict[str, float]:
 
 def _out_of_fold_parts(rows: list[dict[str, Any]], echo=print) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """`rows` without those of an encoder fine-tuned on their dev dataset (`FITTED_OUT_OF_FOLD`; `collect`'s
-    stand-ins for such cells among them), and the
-    parts that stand in for them: the question part its study fitted out of fold, which must have been fitted
-    for the adapter that is here now (same digest), else an error that says how to refit it."""
+    stand-ins for such cells among them), and the parts that stand in for them: the question part its study
+    fitted out of fold, which must have been fitted for the adapter that is here now (same digest), else an
+    error that says how to refit it."""
     from dkilab.memory.embedder import weights_digest
     from dkilab.recall import learned
 
     keep, parts = [], {}
     for r in rows:
-        dataset, path = FITTED_OUT_OF_FOLD.get(r.get("model", ""), ("", ""))
-        if r["dataset"] != dataset:
+        if not _fine_tuned_on(r.get("model", ""), r["dataset"]):
             keep.append(r)
             continue
+        dataset, path = FITTED_OUT_OF_FOLD[r["model"]]
         fam = learned.family(r["model"]) or r["model"]
         if fam in parts:
             continue

@@ -3,7 +3,7 @@ concurrent writers and readers (messages lost must be 0) and open time at 10k us
 (`dkilab.bench.concurrency`). `--parts` picks some of: locomo, synthetic, concurrency, open.
 
 1. LoCoMo: every conversation (one user each) with real MiniLM embeddings, by the encoder `embedder: auto`
-   gives English data (`eval.experiment.EMBEDDER_BY_LANGUAGE`: the fine-tuned `offline:minilm-locomo`, at
+   gives English data (`EmbedderSpec.for_language("en")`: the fine-tuned `offline:minilm-locomo`, at
    stock MiniLM's size), as the store ingests them (its default index text), then the recall stage as
    strategies run it (`MultiSignalRecall` with the library defaults, learned fusion included, the query
    encoding included): warm (the store open, each user queried before, the query-embedding cache emptied)
@@ -111,13 +111,13 @@ def main(data_dir: str | None = None, scale: int = 100, queries: int = 200, part
 
 def _sizes(data_dir, scale: int, queries: int, parts) -> None:
     from dkilab.eval.datasets import load_locomo
-    from dkilab.eval.experiment import EMBEDDER_BY_LANGUAGE
+    from dkilab.eval.experiment import EmbedderSpec
     from dkilab.memory import Embedder, MemoryStore
 
     convs = load_locomo(data_dir)
     questions = [q.question for c in convs for q in c.questions]
     random.Random(1).shuffle(questions)
-    embedder = Embedder(EMBEDDER_BY_LANGUAGE["en"])  # what a LoCoMo experiment's stores are embedded by
+    embedder = Embedder(EmbedderSpec().for_language("en").model)  # what a LoCoMo experiment's stores are embedded by
     results = {}
     with tempfile.TemporaryDirectory(prefix="dkilab-bench-") as tmp:
         store = MemoryStore.open(f"{tmp}/locomo", embedder=embedder)
