@@ -124,6 +124,12 @@ def _cmd_bench_generation(args: argparse.Namespace) -> int:
     return bench_main(model_spec=args.model, prompts=args.prompts, new_tokens=args.new_tokens, batch_sizes=sizes)
 
 
+def _cmd_bench_gpu(args: argparse.Namespace) -> int:
+    from dkilab.bench.gpu import main as bench_main
+
+    return bench_main(args)
+
+
 def _cmd_bench_agents(args: argparse.Namespace) -> int:
     from dkilab.bench.agents import main as bench_main
 
@@ -505,6 +511,12 @@ def build_parser() -> argparse.ArgumentParser:
                      help="isolation row: clients of one tenant making the largest calls while another tenant's get "
                           "is timed (0: skip the row)")
     bsv.set_defaults(func=_cmd_bench_serve)
+    bgp = bench_sub.add_parser("gpu", help="K/V memory against memory as text: TTFT, per-token latency, sessions, "
+                               "throughput (7-8B shapes on a GPU, tiny on CPU)")
+    from dkilab.bench.gpu import add_arguments as gpu_arguments
+
+    gpu_arguments(bgp)
+    bgp.set_defaults(func=_cmd_bench_gpu)
     bst = bench_sub.add_parser("strategies", help="tokens, latency per stage and fact calls of every strategy on LoCoMo")
     bst.add_argument("--data-dir", default=None, help="dataset directory (default: $DKILAB_DATA_DIR)")
     bst.add_argument("--questions", type=int, default=20, help="LoCoMo questions (default 20)")

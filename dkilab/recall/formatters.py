@@ -8,7 +8,7 @@ from abc import ABC, abstractmethod
 from datetime import datetime
 from typing import Any, Literal
 
-from dkilab.recall.tool_calls import (DS_CALL, DS_END, DS_SEP, MalformedToolCall,
+from dkilab.models.tool_calls import (DS_CALL, DS_END, DS_SEP, MalformedToolCall,
                                       parse_tool_calls)
 from dkilab.registry import FORMATTERS
 from dkilab.text.history import DEFAULT_FIELDS, ROLE_NAME as ROLE, render_line, role_name, when

@@ -21,7 +21,7 @@ from pydantic import Field
 
 from dkilab import tracing
 from dkilab.recall import FactRetriever, SuffixBuilder, create_formatter, fact_call_reserve, run_fact_loop
-from dkilab.recall.tool_calls import template_supports_tools
+from dkilab.models.tool_calls import template_supports_tools
 from dkilab.strategies.base import (RecallingStrategy, RecallParams, history_block, language_of, newest_that_fit,
                                     question_text, register)
 from dkilab.tracing import span
