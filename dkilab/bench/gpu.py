@@ -194,7 +194,8 @@ def session(model: _IdsModel, timer: _Timer, memory: int, question: int, steps: 
     hf = model.model
     vocab = hf.config.vocab_size
     mem_ids = _random_ids(memory, vocab, 21)[0]
-    rows, history = [], []
+    rows: list[dict] = []
+    history: list[int] = []
     block = None
     for turn in range(1, TURNS + 1):
         q_ids = _random_ids(question, vocab, 100 + turn)[0]

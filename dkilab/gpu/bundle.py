@@ -25,6 +25,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 BATCH_PROMPTS = ("what is my cat called ?", "the user said my sister lives in paris . what city ?",
                  "we talked about a trip", "remember the red car and the blue house . which colour was the car ?")
@@ -34,7 +35,7 @@ def environment(device: str) -> dict:
     import torch
     import transformers
 
-    env = {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
+    env: dict[str, Any] = {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
            "cuda": torch.version.cuda, "device": device}
     if device.startswith("cuda"):
         env["gpu"] = torch.cuda.get_device_name(0)
@@ -75,7 +76,7 @@ def kv_rows(device: str, dtypes: list[str]) -> list[dict]:
             before = _allocated(device)
             attn = "eager" if arch == "gemma2" else "sdpa"
             hf, tok = tiny_model(arch, attn=attn, dtype=dtype, device=device)
-            row = {"check": "kv", "arch": arch, "dtype": dtype, "attention": attn}
+            row: dict[str, Any] = {"check": "kv", "arch": arch, "dtype": dtype, "attention": attn}
             try:
                 fig = kv_figures(TransformersChatModel(prepare_model(hf, attn), tok, name=f"tiny-{arch}"))
                 row |= fig
