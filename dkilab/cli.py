@@ -186,9 +186,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     if args.data_dir:
         os.environ["DKILAB_DATA_DIR"] = args.data_dir
-    cfg = load_experiment(args.config, parse_set(args.set))
+    cfg = load_experiment(args.config, parse_set(args.set), budgets=not args.budgets)
     if args.limit is not None:
         cfg = with_question_limit(cfg, args.limit)
+    if args.budgets:
+        from dkilab.eval.budgets import table
+        from dkilab.eval.experiment import check_config
+
+        print(table(check_config(cfg, args.config, budgets=False)))
+        return 0
     results = run_experiment(cfg, data_dir=args.data_dir, uri=args.tracking_uri, config_path=args.config,
                              claim=args.claim)
     if not process_state().is_main_process:
@@ -601,6 +607,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--data-dir", default=None, help="dataset directory (default: $DKILAB_DATA_DIR)")
     run.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or "
                                                            "sqlite:///mlflow/mlflow.db in the project)")
+    run.add_argument("--budgets", action="store_true",
+                     help="print every cell's resolved token budget (window, matched history, fact room, reserves) "
+                          "and stop: nothing is run")
     run.add_argument("--claim", action="store_true",
                      help="run only the cells this process claims in the tracking store (several machines, e.g. a "
                           "Slurm array, running the same config share its cells; experiments/gpu/README.md)")

@@ -63,6 +63,9 @@ DEEPSEEK_TOOLS = {"en": ("Tools: retrieve_fact(trace_id: string, offset: integer
 NATIVE_CALL = {"cn": "retrieve_fact 工具，参数 {args}", "en": "the retrieve_fact tool with {args}"}
 QUERY = {"cn": "用户当前问题: {query}", "en": "Current user question: {query}"}
 FOLLOW_UP = {"cn": "请基于以上补充事实回答用户问题。", "en": "Answer the user's question based on the facts above."}
+# the forced last generation of the fact loop (rounds or fact budget spent)
+FINAL = {"cn": "不能再调用 retrieve_fact。请现在根据已有信息直接回答用户问题。",
+         "en": "You cannot call retrieve_fact again. Answer the user's question now from what you have."}
 NOT_FOUND = {"cn": "未找到 trace_id={trace_id} 的原始记录。", "en": "No original record found for trace_id={trace_id}."}
 
 

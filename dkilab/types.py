@@ -213,9 +213,11 @@ class ContextBudget:
 
     `total` is the history budget every strategy gets for the same question and model (matched: the
     window minus the shared system prompt and template, the question, the preferences and
-    max_new_tokens, capped by the `history_budget` param). A strategy that needs room of its own (fact
-    segments, its constraint instruction) takes it from that total (`reserved`), so what its history may
-    fill is `history`; `used` is what its history did fill."""
+    max_new_tokens, capped by the `history_budget` param). `room` is what a strategy may append beyond
+    its history when the model asks for it (recall_v4's fact segments, follow-ups and constraint): it is
+    kept free in the window, not taken from the total. `reserved` is what a strategy takes from the total
+    (the seed's §2.3 accounting, `recall.budget.reserve_from_history`; the recall agent's memory view), so
+    what its history may fill is `history`; `used` is what its history did fill."""
 
     window: int  # the model's context window, or the strategy's `max_prompt_tokens` if lower
     generation: int  # reserved for what is generated: max_new_tokens
@@ -225,20 +227,24 @@ class ContextBudget:
     cap: int | None = None  # the `history_budget` param: a cap on the total
     reserved: dict[str, int] = field(default_factory=dict)  # parts taken from the total: fact_calls, constraint
     used: int | None = None  # history tokens the strategy's selection filled (text lines or the K/V block)
+    room: dict[str, int] = field(default_factory=dict)  # kept free beside the history: fact_calls, constraint
+
+    @property
+    def free(self) -> int:
+        return max(0, self.window - self.preferences - self.instructions - self.query - self.generation)
 
     @property
     def total(self) -> int:
-        free = max(0, self.window - self.preferences - self.instructions - self.query - self.generation)
-        return free if self.cap is None else max(0, min(free, self.cap))
+        return self.free if self.cap is None else max(0, min(self.free, self.cap))
 
     @property
     def history(self) -> int:
-        return max(0, self.total - sum(self.reserved.values()))
+        return max(0, min(self.total, self.free - sum(self.room.values())) - sum(self.reserved.values()))
 
     def as_dict(self) -> dict[str, Any]:
         return {"window": self.window, "generation": self.generation, "instructions": self.instructions,
                 "query": self.query, "preferences": self.preferences, "cap": self.cap, "total": self.total,
-                "reserved": dict(self.reserved), "history": self.history, "used": self.used}
+                "reserved": dict(self.reserved), "room": dict(self.room), "history": self.history, "used": self.used}
 
 
 @dataclass

@@ -89,7 +89,7 @@ def _questions(cell: Cell, data_dir):
     from dkilab.eval.datasets.ablation import ablation_split
 
     d = cell.dataset
-    convs = load_dataset(d.name, data_dir=data_dir, limit=d.limit, path=d.path)
+    convs = load_dataset(d.name, data_dir=data_dir, limit=d.limit and d.first + d.limit, path=d.path)[d.first:]
     if d.languages:
         convs = [c for c in convs if c.language in d.languages]
     if d.split == "ablation":

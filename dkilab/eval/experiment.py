@@ -159,6 +159,9 @@ class DatasetSpec(_Strict):
     label: str | None = Field(None, exclude=True)  # how cells and `expect` name it (default: name); not hashed
     path: str | None = None  # a file in the normalised format (then `name` is its label)
     limit: int | None = Field(None, ge=1)  # conversations (MADial: dialogues)
+    # the first conversation kept, in loader order (before `limit`): a small held-back slice past the
+    # conversations a component was fitted on (dkilab.eval.fitted), e.g. {name: locomo, first: 5, limit: 1}
+    first: int = Field(0, ge=0, json_schema_extra={"off": 0})
     question_limit: int | None = Field(None, ge=1)  # questions per conversation
     # which questions a question_limit keeps: the first ones, or `stratified`: round-robin over the kinds of
     # question (answerable or not x category), so a small sample still holds every kind (`--limit` uses it)
@@ -275,13 +278,17 @@ class ExperimentConfig(_Strict):
     # share of a cell's questions allowed to fail (an exception, an endpoint that stayed down) before the
     # cell counts as FAILED and runs again; a judgement on the result, not part of a cell's identity
     max_error_rate: float = Field(0.0, ge=0.0, le=1.0)
+    # evaluate: no cell may run a fitted component on the split it was fitted on (dkilab.eval.fitted); tune:
+    # a dev study of its own (split: dev allowed), whose figures are not held-back results
+    purpose: Literal["evaluate", "tune"] = "evaluate"
 
 
 SWEEP_ROOTS = ("params", "model", "embedder")
 
 
-def check_config(cfg: ExperimentConfig, source: str = "<config>") -> list["Cell"]:
-    """Every check that needs the registries, then every cell's params: -> the cells, or ConfigError."""
+def check_config(cfg: ExperimentConfig, source: str = "<config>", budgets: bool = True) -> list["Cell"]:
+    """Every check that needs the registries, then every cell's params and (with `budgets`) token budget
+    (dkilab.eval.budgets): -> the cells, or ConfigError."""
 
     def fail(key: str, msg: str):
         raise ConfigError(f"{source}: {key}: {msg}")
@@ -339,6 +346,17 @@ def check_config(cfg: ExperimentConfig, source: str = "<config>") -> list["Cell"
             fail(f"strategies ({cell.strategy.key})", f"strategy {cell.strategy.name!r} has no context-only mode "
                  "(model.generate: false): it generates inside its own flow; run it in a config that generates")
         check_live_sweep(cell, fail)
+    from dkilab.eval.fitted import problems as on_fitted
+
+    leaks = [line for cell in cells for line in on_fitted(cell, cfg.purpose)]
+    if leaks:
+        raise ConfigError("\n".join(f"{source}: split: {line}" for line in leaks))
+    if budgets:
+        from dkilab.eval.budgets import problems
+
+        found = [line for cell in cells for line in problems(cell)]
+        if found:
+            raise ConfigError("\n".join(f"{source}: budget: {line}" for line in found))
     return cells
 
 
@@ -601,22 +619,22 @@ def apply_overrides(data: dict, overrides: dict[str, Any], source: str = "--set"
     return data
 
 
-def load_experiment(path: str | Path, overrides: dict[str, Any] | None = None) -> ExperimentConfig:
+def load_experiment(path: str | Path, overrides: dict[str, Any] | None = None, budgets: bool = True) -> ExperimentConfig:
     """Read and check an experiment YAML (`overrides` = dotted keys set first, e.g. from --set): every
     cell's params are validated here, so a typo fails now with the file and key, not after a model loads."""
     data = read_yaml(path)
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: an experiment config is a mapping (name, datasets, strategies, ...)")
-    cfg = experiment_from_dict(apply_overrides(data, overrides or {}), str(path))
+    cfg = experiment_from_dict(apply_overrides(data, overrides or {}), str(path), budgets)
     if not cfg.description:  # the comment block a config starts with says what it is for: MLflow shows it
         cfg = cfg.model_copy(update={"description": header_comment(path)})
     return cfg
 
 
-def experiment_from_dict(data: dict, source: str = "<config>") -> ExperimentConfig:
+def experiment_from_dict(data: dict, source: str = "<config>", budgets: bool = True) -> ExperimentConfig:
     """Validate and check an experiment mapping (what `load_experiment` does after reading the file)."""
     cfg = validate(ExperimentConfig, data, source, "experiment config")
-    check_config(cfg, source)
+    check_config(cfg, source, budgets)
     return cfg
 
 

@@ -21,7 +21,7 @@ def message_lengths(cell: Cell, data_dir=None) -> list[int]:
     from dkilab.models.loading import load_tokenizer_model
 
     d = cell.dataset
-    convs = load_dataset(d.name, data_dir=data_dir, limit=d.limit, path=d.path)
+    convs = load_dataset(d.name, data_dir=data_dir, limit=d.limit and d.first + d.limit, path=d.path)[d.first:]
     counter = load_tokenizer_model(cell.model.spec, **cell.model.load_kwargs())
     return sorted(counter.count_tokens(m.content) for c in convs for m in c.messages)
 

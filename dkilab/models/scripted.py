@@ -9,7 +9,7 @@ unless asked for.
           - 'retrieve_fact(trace_id="{trace_id:0}", offset=0, limit=2)'
           - 'retrieve_fact(trace_id="{trace_id:0}", offset=2, limit=2)'
           - "Your cat is called Pixel."
-    default: "I don't know."          # questions no entry matches
+    default: "I don't know."          # questions no entry matches (slots filled too)
 
 `{trace_id:N}` is the N-th trace id the prompt shows (`trace_id="..."`), so a script works whatever
 ids a store gives. The round is the number of fact segments already in the prompt (text protocol)
@@ -68,9 +68,10 @@ class ScriptedModel(TextOnlyModel):
         user = next((m["content"] for m in msgs if m["role"] == "user"), "")
         entry = next((e for e in self.script.answers if e.match in user), None)
         if entry is None:
-            return self.script.default
-        rounds = user.count("[FACT_SEGMENT") + sum(m["role"] == "tool" for m in msgs)
-        out = entry.outputs[min(rounds, len(entry.outputs) - 1)]
+            out = self.script.default
+        else:
+            rounds = user.count("[FACT_SEGMENT") + sum(m["role"] == "tool" for m in msgs)
+            out = entry.outputs[min(rounds, len(entry.outputs) - 1)]
         shown = _TRACE.findall(user)
 
         def slot(m: re.Match) -> str:

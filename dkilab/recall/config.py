@@ -69,6 +69,10 @@ class BudgetConfig(_Strict):
     instruction_reserve: int = Field(150, ge=0)  # the constraint instruction, formatter lines, template
     min_recent_turns: int = Field(2, ge=0)
     max_recent_turns: int = Field(5, ge=0)
+    # the seed's §2.3 accounting: the fact room and the constraint are taken out of the history budget.
+    # Off (default): the matched history budget is what every strategy shows the model, and the fact room
+    # is kept free in the window beside it (spent only when the model calls)
+    reserve_from_history: bool = False
 
     @model_validator(mode="after")
     def _order(self):

@@ -1,8 +1,11 @@
 """The inference + fact-call loop (seed recall-v4 §2.5).
 
 Only the model's output is parsed for calls: facts and stored messages appended to the prompt are
-never executed, whatever text they hold. Unlike the seed's sketch, a loop that spends its rounds on
-calls ends with one more generation, so the result is an answer rather than a call.
+never executed, whatever text they hold. Retrieval is scoped to the trace ids the suffix offered (seed
+§3.3): another id gets a not-found segment and counts as invalid. Unlike the seed's sketch, a loop that
+spends its rounds or its fact budget ends with one more generation that keeps the facts gathered and is
+told to answer now (text protocol: `FINAL` in the prompt's language; native: no tools offered). An
+output that is still a call is a `final_call`: no answer, never an abstention.
 """
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from dkilab.recall.config import RecallConfig
 from dkilab.recall.fact_retriever import FactRetriever
 from dkilab.recall.formatters import PromptFormatter
 from dkilab.text.tokens import HeuristicTokenCounter, TokenCounter
-from dkilab.types import FactCall
+from dkilab.types import FactCall, FactResponse
 
 
 @dataclass
@@ -26,6 +29,7 @@ class FactLoopResult:
     fact_tokens: int = 0
     stopped: str = "answered"  # answered | max_rounds | max_fact_tokens | malformed | disabled
     turns: list[dict] = field(default_factory=list)  # native protocol: assistant tool calls + tool results
+    final_call: bool = False  # the forced last generation was still a call (recorded as no answer)
 
 
 def run_fact_loop(prompt: str, generate: Callable[..., str], formatter: PromptFormatter, retriever: FactRetriever,
@@ -34,11 +38,11 @@ def run_fact_loop(prompt: str, generate: Callable[..., str], formatter: PromptFo
                   native: bool = False) -> FactLoopResult:
     """Generate; while the output asks for retrieve_fact, append the fact segment and generate again.
 
-    `generate(prompt) -> str`; `offered` = trace ids shown to the model (a call outside them is
-    counted invalid but still answered, so the model is not left without facts). With `native` (the
-    model's chat template offers retrieve_fact as a tool), the call and its fact segment become an
-    assistant `tool_calls` message and a `tool` message, and `generate(prompt, turns)` is called
-    with those turns so the template renders them in the model's own format.
+    `generate(prompt) -> str`; `offered` = trace ids shown to the model (a call outside them gets a
+    not-found segment and is counted invalid). With `native` (the model's chat template offers
+    retrieve_fact as a tool), the call and its fact segment become an assistant `tool_calls` message and
+    a `tool` message, and `generate(prompt, turns, tools)` is called with those turns so the template
+    renders them in the model's own format (`tools` False for the forced last generation).
     """
     counter = token_counter or HeuristicTokenCounter()
     shared, formatter = formatter, copy.copy(formatter)  # its malformed count is this question's alone
@@ -47,8 +51,10 @@ def run_fact_loop(prompt: str, generate: Callable[..., str], formatter: PromptFo
     result = FactLoopResult(output="", prompt=prompt)
     offered_set = set(offered) if offered is not None else None
     enabled = config.fact_calls_active  # max_rounds: 0 follows no call at all
-    def gen() -> str:
-        return generate(result.prompt, list(result.turns)) if native else generate(result.prompt)
+    def gen(final: bool = False) -> str:
+        if native:
+            return generate(result.prompt, list(result.turns), not final)
+        return generate(result.prompt + ("\n" + formatter.final_instruction() if final else ""))
 
     for round_idx in range(fc.max_rounds if enabled else 1):
         result.output = gen()
@@ -66,7 +72,11 @@ def run_fact_loop(prompt: str, generate: Callable[..., str], formatter: PromptFo
             else:
                 result.stopped = "answered"
             return result
-        response = retriever.retrieve(request.trace_id, session_id=session_id, offset=request.offset, limit=request.limit)
+        if offered_set is not None and request.trace_id not in offered_set:
+            response = FactResponse([], request.trace_id, 0, request.offset, False, found=False)
+        else:
+            response = retriever.retrieve(request.trace_id, session_id=session_id, offset=request.offset,
+                                          limit=request.limit)
         fact_text = formatter.format_fact_segment(response)
         tokens = counter.count_tokens(fact_text)
         call = FactCall(request.trace_id, request.offset, request.limit, tokens=tokens, found=response.found,
@@ -89,6 +99,8 @@ def run_fact_loop(prompt: str, generate: Callable[..., str], formatter: PromptFo
     else:
         result.stopped = "max_rounds"
     # the rounds (or the fact budget) are spent: one last generation must answer from what it has
-    result.output = gen()
+    result.output = gen(final=True)
     result.rounds += 1
+    before = formatter.malformed_calls
+    result.final_call = formatter.detect_fact_request(result.output) is not None or formatter.malformed_calls > before
     return result

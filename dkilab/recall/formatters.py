@@ -13,7 +13,7 @@ from dkilab.models.tool_calls import (DS_CALL, DS_END, DS_SEP, MalformedToolCall
 from dkilab.registry import FORMATTERS
 from dkilab.text.history import DEFAULT_FIELDS, ROLE_NAME as ROLE, render_line, role_name, when
 from dkilab.types import FactRequest, FactResponse, HistoryItem
-from dkilab.prompts import CONSTRAINT, FOLLOW_UP, NOT_FOUND, QUERY  # prompt texts: dkilab/prompts.py
+from dkilab.prompts import CONSTRAINT, FINAL, FOLLOW_UP, NOT_FOUND, QUERY  # prompt texts: dkilab/prompts.py
 _QUOTES = "\"'“”‘’「」`"
 _INT = re.compile(r"^\s*(-?\d{1,9})\s*$")  # more digits than an offset can use: malformed, never int() of 5,000 digits
 MAX_CALL_ARGS = 2000  # characters between "retrieve_fact(" and ")"; a longer argument list is malformed
@@ -66,7 +66,7 @@ class PromptFormatter(ABC):
         """Every fixed text this formatter puts in a prompt (logged with each experiment cell)."""
         lang = _lang(language or self.language)
         out = {"constraint": self.format_constraint_instruction(["<trace_id>"], lang), "query": QUERY[lang],
-               "follow_up": FOLLOW_UP[lang], "not_found": NOT_FOUND[lang]}
+               "follow_up": FOLLOW_UP[lang], "final": FINAL[lang], "not_found": NOT_FOUND[lang]}
         system = self.system_prompt(lang)
         return out | ({"system": system} if system else {})
 
@@ -100,6 +100,10 @@ class PromptFormatter(ABC):
 
     def follow_up(self, language: str | None = None) -> str:
         return FOLLOW_UP[_lang(language or self.language)]
+
+    def final_instruction(self, language: str | None = None) -> str:
+        """The last generation's line once the calls are spent: answer now, no other call."""
+        return FINAL[_lang(language or self.language)]
 
     def system_prompt(self, language: str | None = None) -> str | None:
         """Extra system text some models need (tool registration); None for plain-text calls."""

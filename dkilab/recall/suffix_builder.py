@@ -15,8 +15,9 @@ FOLLOW_UP_TOKENS = 32  # the follow-up line a fact round appends
 
 
 def fact_call_reserve(config: RecallConfig, max_new_tokens: int = 0) -> dict[str, int]:
-    """What recall_v4 takes from the matched history budget (`ContextBudget.reserved`), so its history
-    plus what the fact loop appends never overflows the window: when fact calls are on, the fact segments
+    """The room recall_v4 keeps free beside its history (`ContextBudget.room`; taken from the history
+    budget under `reserve_from_history`), so its history plus what the fact loop appends never overflows
+    the window: when fact calls are on, the fact segments
     (`max_fact_tokens` plus a follow-up line per round) and the constraint instruction
     (`budget.instruction_reserve`). With the seed's `budget.generation_reserve` set, the fact part is
     that reserve beyond max_new_tokens (the seed's §2.3 formula) instead."""

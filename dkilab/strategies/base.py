@@ -242,16 +242,22 @@ class Strategy(ABC):
         cap = self.params.max_prompt_tokens
         return min(model.context_window, cap) if cap else model.context_window
 
+    def budget_parts(self) -> tuple[dict[str, int], dict[str, int]]:
+        """(room, reserved) of this strategy's params: tokens it may append beyond its history when the
+        model asks (kept free in the window), and tokens it takes out of the matched history budget."""
+        return {}, {}
+
     def budget(self, model: ChatModel, question: str, lang: str, preferences: str = "",
-               reserved: dict[str, int] | None = None) -> ContextBudget:
+               reserved: dict[str, int] | None = None, room: dict[str, int] | None = None) -> ContextBudget:
         """The history budget of one question (ContextBudget), computed alike for every strategy: the
         window minus the system prompt and template, the question, the preference text and
-        max_new_tokens, capped by `history_budget`; `reserved` = what this strategy takes from it."""
+        max_new_tokens, capped by `history_budget`; `reserved` = what this strategy takes from it, `room`
+        = what it keeps free beside it."""
         instructions = model.count_tokens(SYSTEM[lang] + "\n" + HISTORY_HEAD[lang]) + TEMPLATE_TOKENS
         return ContextBudget(window=self.window(model), generation=self.params.max_new_tokens,
                              instructions=instructions, query=model.count_tokens(question_text(question, lang)),
                              preferences=model.count_tokens(preferences) if preferences else 0,
-                             cap=self.params.history_budget, reserved=dict(reserved or {}))
+                             cap=self.params.history_budget, reserved=dict(reserved or {}), room=dict(room or {}))
 
     @property
     def fields(self) -> tuple[str, ...]:

@@ -2,8 +2,10 @@
 multi-signal recall -> per-message summaries with trace ids inside the budget -> model-specific
 formatter -> generate -> retrieve_fact loop.
 
-The history budget is the one every strategy gets (`history_budget`); the room the fact loop may
-append and the constraint instruction are taken from it (`ContextBudget.reserved`). History items carry
+The history budget is the one every strategy gets (`history_budget`): the items shown fill it. The room
+the fact loop may append and the constraint instruction are kept free in the window beside it
+(`ContextBudget.room`), or taken from it with the seed's §2.3 accounting
+(`recall.budget.reserve_from_history`, `ContextBudget.reserved`). History items carry
 the same time and speaker as every other strategy's lines (`history_fields`), summaries and fact
 segments included.
 
@@ -35,7 +37,7 @@ class RecallV4Params(RecallParams):
 @register
 class RecallV4(RecallingStrategy):
     name = "recall_v4"
-    version = "3"  # 2: matched budget, time and speaker on every item, flat = stable; 3: context_text without the query
+    version = "4"  # 3: context_text without the query; 4: the fact room beside the history budget, not taken from it
     Params = RecallV4Params
     params: RecallV4Params
     uses_kv = True
@@ -63,7 +65,7 @@ class RecallV4(RecallingStrategy):
                 out[key] = why
             if cfg.enabled:
                 out.pop("recall.budget")
-                for key in ("min_recent_turns", "generation_reserve", "instruction_reserve"):
+                for key in ("min_recent_turns", "generation_reserve", "instruction_reserve", "reserve_from_history"):
                     out[f"recall.budget.{key}"] = why  # max_recent_turns is the number of flat turns
         elif not cfg.fact_call.active:
             why = ("recall.fact_call.enabled is false" if not cfg.fact_call.enabled else
@@ -72,8 +74,16 @@ class RecallV4(RecallingStrategy):
                 out[f"recall.fact_call.{key}"] = why
             out["recall.fact_call.max_rounds" if not cfg.fact_call.enabled else "recall.fact_call.enabled"] = why
             out["recall.prompt_formatter"] = why + " (formatters differ only in the call syntax)"
-            out["recall.budget.generation_reserve"] = out["recall.budget.instruction_reserve"] = why
+            for key in ("generation_reserve", "instruction_reserve", "reserve_from_history"):
+                out[f"recall.budget.{key}"] = why
         return out
+
+    def budget_parts(self) -> tuple[dict[str, int], dict[str, int]]:
+        cfg = self.params.recall
+        if not cfg.enabled or cfg.strategy == "flat_history":
+            return {}, {}
+        parts = fact_call_reserve(cfg, self.params.max_new_tokens)
+        return ({}, parts) if cfg.budget.reserve_from_history else (parts, {})
 
     def _formatter(self, model_name: str, lang: str, protocol: str = "text"):
         cfg = self.params.recall
@@ -156,7 +166,8 @@ class RecallV4(RecallingStrategy):
         with stages("assembly") as trace:
             memories, pref = self.preference_memories(model, preferences, lang, p.preference_alpha)
             builder = self._builder(model, lang)
-            budget = self.budget(model, question, lang, pref, reserved=fact_call_reserve(cfg, p.max_new_tokens))
+            room, reserved = self.budget_parts()
+            budget = self.budget(model, question, lang, pref, reserved=reserved, room=room)
             suffix = builder.build(question, recalled, budget.history, language=lang)
             budget.used = suffix.history_tokens
             trace.update(suffix=suffix.text, budget=budget.as_dict(), summaries=suffix.summary_count)
@@ -165,10 +176,11 @@ class RecallV4(RecallingStrategy):
         tools = [formatter.tool] if native else None
         gens = []
 
-        def generate(text: str, turns: list | None = None) -> str:
+        def generate(text: str, turns: list | None = None, offer_tools: bool = True) -> str:
             with stages("generation", round=len(gens)) as trace:
                 gen, prompt = self.generate(model, text, lang, memories=memories,
-                                            system_extra=formatter.system_prompt(lang), tools=tools, turns=turns)
+                                            system_extra=formatter.system_prompt(lang),
+                                            tools=tools if offer_tools else None, turns=turns)
                 trace["output"] = gen.text
             gens.append((gen, prompt))
             return gen.text
@@ -186,7 +198,8 @@ class RecallV4(RecallingStrategy):
                              offered=suffix.trace_ids, token_counter=model,
                              on_call=on_call, native=native)
         gen, prompt = gens[-1]
-        return Answer(loop.output, prompt_tokens=gen.prompt_tokens, injected_tokens=gen.injected_tokens,
+        final = {"final_call": True, "final_output": loop.output} if loop.final_call else {}
+        return Answer("" if loop.final_call else loop.output, prompt_tokens=gen.prompt_tokens, injected_tokens=gen.injected_tokens,
                       generated_tokens=sum(g.new_tokens for g, _ in gens), recalled_ids=list(suffix.trace_ids),
                       summary_ids=[it.trace_id for it in suffix.items if it.type == "summary"],
                       fact_calls_offered=suffix.has_fact_call_instruction,
@@ -195,5 +208,7 @@ class RecallV4(RecallingStrategy):
                       budget=budget,
                       metadata={"summaries": suffix.summary_count, "history_tokens": suffix.history_tokens,
                                 "dropped_for_budget": suffix.dropped_for_budget, "fact_loop_stopped": loop.stopped,
-                                "fact_tokens": loop.fact_tokens, "facts": facts},  # what each call fetched
+                                "fact_tokens": loop.fact_tokens, "facts": facts,  # what each call fetched
+                                "tokens_processed": sum(g.prompt_tokens + g.injected_tokens + g.new_tokens
+                                                        for g, _ in gens)} | final,
                       review={"fact_protocol": "native" if native else "text", "formatter": formatter.name})

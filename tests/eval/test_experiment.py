@@ -14,7 +14,8 @@ from tests.conftest import ROOT
 
 
 def _write(tmp_path, name="cfg", **extra):
-    data = {"name": name, "model": {"max_context": 512}, "defaults": {"max_new_tokens": 2}, "tracing": False,
+    data = {"name": name, "model": {"max_context": 1536}, "defaults": {"max_new_tokens": 2, "history_budget": 256},
+            "tracing": False,
             "datasets": [{"name": "fixtures", "limit": 1, "question_limit": 2}],
             "strategies": [{"name": "no_memory"}, {"name": "recall_v4", "label": "v4"}]} | extra
     path = tmp_path / f"{name}.yaml"
@@ -156,8 +157,13 @@ EXPERIMENTS = sorted((ROOT / "experiments").rglob("*.yaml"))
 
 @pytest.mark.parametrize("path", EXPERIMENTS, ids=[str(p.relative_to(ROOT / "experiments")) for p in EXPERIMENTS])
 def test_every_experiment_config_validates(path):
+    from dkilab.eval.budgets import resolve
+
     cells = expand_cells(load_experiment(path))
     assert cells and len({c.label for c in cells}) == len(cells)
+    for cell in cells:  # no cell is starved: every strategy shows the whole matched history budget
+        r = resolve(cell)
+        assert r["history"] == r["matched"], r
 
 
 def test_strategies_run_on_the_datasets_they_name(tmp_path):

@@ -229,7 +229,8 @@ def test_strategies():
 
 
 def _config(tmp_path, name, **extra):
-    data = {"name": name, "model": {"max_context": 512}, "defaults": {"max_new_tokens": 2}, "tracing": False,
+    data = {"name": name, "model": {"max_context": 1536}, "defaults": {"max_new_tokens": 2, "history_budget": 256},
+            "tracing": False,
             "datasets": [{"name": "fixtures", "limit": 1, "question_limit": 2}],
             "strategies": [{"name": "no_memory"}, {"name": "test_boom"}]} | extra
     path = tmp_path / f"{name}.yaml"

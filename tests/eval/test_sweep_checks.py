@@ -10,7 +10,7 @@ from tests.conftest import ROOT
 
 
 def _cfg(tmp_path, **extra):
-    data = {"name": "noop", "model": {"max_context": 1024}, "tracing": False,
+    data = {"name": "noop", "model": {"max_context": 1536}, "defaults": {"history_budget": 256}, "tracing": False,
             "datasets": [{"name": "fixtures", "question_limit": 1}], "strategies": [{"name": "recall_v4", "label": "v4"}]}
     path = tmp_path / "noop.yaml"
     path.write_text(yaml.safe_dump(data | extra, allow_unicode=True))

@@ -163,7 +163,8 @@ def test_recall_only_ranks_without_a_model(memory):
 
 def test_the_history_budget_is_one_figure_recorded_with_every_answer(memory, model):
     """window - instructions - question - preferences - max_new_tokens, capped by history_budget: the
-    same total for every strategy; recall_v4 takes its fact-call room from that total (reserved)."""
+    same total for every strategy; recall_v4 keeps its fact-call room beside it (room), or takes it from
+    that total with the seed's accounting (reserved)."""
     totals = {}
     for name in ("full_history", "stable", "recall_v4", "full_attention"):
         ans = create_strategy(name, {**SMALL, "max_prompt_tokens": 600}).answer("Where is my new flat?", memory, model,
@@ -174,12 +175,19 @@ def test_the_history_budget_is_one_figure_recorded_with_every_answer(memory, mod
         assert b.used is not None and b.used <= b.history, name
         totals[name] = b.total
     assert len(set(totals.values())) == 1, totals
-    v4 = create_strategy("recall_v4", {"max_new_tokens": 40, "recall": {"fact_call": {"max_fact_tokens": 100, "max_rounds": 2}}})
+    room = {"fact_calls": 100 + 2 * 32, "constraint": 150}
+    fc = {"fact_call": {"max_fact_tokens": 100, "max_rounds": 2}}
+    v4 = create_strategy("recall_v4", {"max_new_tokens": 40, "history_budget": 300, "recall": fc})
     b = v4.answer("Where is my new flat?", memory, model).budget
-    assert b.generation == 40 and b.reserved == {"fact_calls": 100 + 2 * 32, "constraint": 150}
-    assert b.history == b.total - 100 - 64 - 150
+    # the fact room is kept free beside the matched history budget, not taken from it
+    assert b.generation == 40 and b.room == room and b.reserved == {} and b.total == 300 and b.history == 300
+    assert b.window - b.instructions - b.query - b.generation - b.history >= sum(room.values())
+    seed = create_strategy("recall_v4", {"max_new_tokens": 40, "history_budget": 800,
+                                         "recall": fc | {"budget": {"reserve_from_history": True}}})
+    b = seed.answer("Where is my new flat?", memory, model).budget  # the seed's §2.3 accounting, asked for
+    assert b.reserved == room and b.room == {} and b.history == b.total - 100 - 64 - 150
     off = create_strategy("recall_v4", {"max_new_tokens": 40, "recall": {"fact_call": {"enabled": False}}})
-    assert off.answer("Where is my new flat?", memory, model).budget.reserved == {}
+    assert off.answer("Where is my new flat?", memory, model).budget.room == {}
     capped = create_strategy("recall_v4", {**SMALL, "history_budget": 50, "recall": {"fact_call": {"enabled": False}}}
                              ).answer("Where is my new flat?", memory, model)
     assert capped.budget.total == 50 and capped.metadata["history_tokens"] <= 50

@@ -122,6 +122,8 @@ class Scored:
     @cached_property
     def _abstention(self) -> tuple[bool, str]:
         """(abstained, which path decided: judge | rules | learned)."""
+        if self.answer.metadata.get("final_call"):
+            return False, "final_call"  # a call, not an answer and never a decline
         if self.abstained_label is not None:
             return self.abstained_label, "judge"
         from dkilab.text.abstention_learned import get_detector

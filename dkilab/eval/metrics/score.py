@@ -98,7 +98,22 @@ def _fact_tokens(q: Scored):
     return sum(c.tokens for c in q.answer.fact_calls)
 
 
+@metric("final_call", rate=True, higher_is_better=False, rank=16,
+        description="the fact loop's forced last generation was still a call: recorded as no answer (score 0), "
+                    "never as an abstention")
+def _final_call(q: Scored):
+    return float(bool(q.answer.metadata.get("final_call"))) if q.answer.kind == "answer" else None
+
+
 # --- cost ----------------------------------------------------------------------------------------
+@metric("tokens_processed", label="tokens processed (mean)", higher_is_better=False, rank=39, kind="any",
+        description="every prompt token of every round, plus injected K/V tokens, plus generated tokens: the "
+                    "comparisons' cost axis")
+def _tokens_processed(q: Scored):
+    spent = q.answer.metadata.get("tokens_processed")
+    a = q.answer
+    return spent if spent is not None else a.prompt_tokens + a.injected_tokens + a.generated_tokens
+
 @metric("prompt_tokens", label="prompt tokens (mean)", plot=9, narrow=("answers", "context"), higher_is_better=False, rank=40, kind="context", description="tokens of the final visible prompt")
 def _prompt_tokens(q: Scored):
     return q.answer.prompt_tokens
