@@ -52,7 +52,7 @@ def resolve(cell: "Cell") -> dict[str, Any]:
 def problems(cell: "Cell") -> list[str]:
     """What is wrong with the cell's budget (empty when nothing)."""
     r = resolve(cell)
-    out = []
+    out: list[str] = []
     matched, history = r["matched"], r["history"]
     if matched is None or history is None:
         return out
