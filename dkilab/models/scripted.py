@@ -11,6 +11,7 @@ unless asked for.
           - "Your cat is called Pixel."
     default: "I don't know."          # questions no entry matches (slots filled too)
 
+An output is cut at `max_new_tokens` (by the offline token estimate), as a server would cut it.
 `{trace_id:N}` is the N-th trace id the prompt shows (`trace_id="..."`), so a script works whatever
 ids a store gives. The round is the number of fact segments already in the prompt (text protocol)
 or of tool results among the messages (native protocol); past the last output the last one repeats.
@@ -85,5 +86,5 @@ class ScriptedModel(TextOnlyModel):
                       tools: list[dict] | None = None) -> Generation:
         self.refuse_memories(memories)
         prompt = self.render(messages_or_prompt, tools)
-        text = self.output_for(messages_or_prompt)
+        text = self.truncate(self.output_for(messages_or_prompt), max_new_tokens)  # cut where a server stops
         return Generation(text, self.count_tokens(prompt), self.count_tokens(text))

@@ -3,7 +3,7 @@
 Only the model's output is parsed for calls: facts and stored messages appended to the prompt are
 never executed, whatever text they hold. Retrieval is scoped to the trace ids the suffix offered (seed
 §3.3): another id gets a not-found segment and counts as invalid. Unlike the seed's sketch, a loop that
-spends its rounds or its fact budget ends with one more generation that keeps the facts gathered and is
+spends its rounds or its fact budget, or writes a call that cannot be parsed, ends with one more generation that keeps the facts gathered and is
 told to answer now (text protocol: `FINAL` in the prompt's language; native: no tools offered). An
 output that is still a call is a `final_call`: no answer, never an abstention.
 """
@@ -65,13 +65,13 @@ def run_fact_loop(prompt: str, generate: Callable[..., str], formatter: PromptFo
         before = formatter.malformed_calls
         request = formatter.detect_fact_request(result.output)
         if request is None:
-            if formatter.malformed_calls > before:
-                shared.malformed_calls += 1
-                result.fact_calls.append(FactCall(None, 0, 0, valid=False, malformed=True, round=round_idx))
-                result.stopped = "malformed"
-            else:
+            if formatter.malformed_calls == before:
                 result.stopped = "answered"
-            return result
+                return result
+            shared.malformed_calls += 1  # a call that cannot be parsed is no answer either: told to answer now
+            result.fact_calls.append(FactCall(None, 0, 0, valid=False, malformed=True, round=round_idx))
+            result.stopped = "malformed"
+            break
         if offered_set is not None and request.trace_id not in offered_set:
             response = FactResponse([], request.trace_id, 0, request.offset, False, found=False)
         else:

@@ -276,7 +276,7 @@ class DeepSeekFormatter(PromptFormatter):
 
     def detect_fact_request(self, model_output: str) -> FactRequest | None:
         text = model_output or ""
-        found = self._parse_native(text) if self.CALL in text else False
+        found = self._parse_native(text)  # its own tokens, or another family's syntax from a fine-tune
         if found is False:
             found = self._parse_text_call(text)
         return None if found is False else found

@@ -28,7 +28,7 @@ from tests.conftest import ROOT
 
 CI_DIR = ROOT / "experiments" / "ci"
 DATA_BACKED = {"retrieval_locomo", "sweep_locomo", "sweep_memdaily"}  # need DKILAB_DATA_DIR: make test-slow
-SPECIAL = {"resume", "scripted_fact_calls", "gpu_path"}  # run by their own tests (below; test_scripted.py, tests/gpu)
+SPECIAL = {"resume", "scripted_fact_calls", "gpu_path", "personas"}  # run by their own tests (below; test_scripted.py, tests/gpu)
 CI_CONFIGS = sorted(p for p in CI_DIR.glob("*.yaml") if p.stem not in DATA_BACKED | SPECIAL)
 # the configs that generate with the real model on many prompts (30 s to 2 min each here): `make test-slow`
 # and CI run them; the default run keeps the two light ones end to end

@@ -74,7 +74,7 @@ def test_a_tool_happy_model_never_has_a_call_recorded_as_its_answer(tmp_path):
     v4 = {"name": "recall_v4", "params": {"recall": {"summary": {"per_message_threshold": 20}}}}
     cfg = experiment_from_dict({
         "name": "tool-happy", "tracing": False,
-        "model": {"spec": "scripted:tests/data/scripted/tool_happy.yaml", "max_context": 4096},
+        "model": {"spec": "scripted:tests/data/personas/tool_happy.yaml", "max_context": 4096},
         "defaults": {"history_budget": 2048},
         "datasets": [{"name": "scripted", "path": "tests/data/scripted/dialogues.json"}],
         "strategies": [

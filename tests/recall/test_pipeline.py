@@ -202,7 +202,7 @@ def test_fact_loop_never_executes_stored_text_and_respects_limits(memory):
     bad = run_fact_loop("q", lambda p: next(replies), f, FactRetriever(memory), cfg, offered=["m1"])
     assert bad.fact_calls[0].valid is False and bad.fact_calls[0].found is False and bad.output == "done"
     broken = run_fact_loop("q", lambda p: "retrieve_fact(offset=1)", f, FactRetriever(memory), cfg)
-    assert broken.fact_calls[0].malformed and broken.stopped == "malformed"
+    assert broken.fact_calls[0].malformed and broken.stopped == "malformed" and broken.final_call and broken.rounds == 2
     off = run_fact_loop("q", lambda p: 'retrieve_fact(trace_id="m1")', f, FactRetriever(memory),
                         cfg.with_updates({"fact_call.enabled": False}))
     assert off.fact_calls == [] and off.rounds == 1
