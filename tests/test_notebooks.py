@@ -1,5 +1,5 @@
-"""Every notebook in notebooks/ runs top to bottom (nbclient), twice against one temporary MLflow store (the
-second run reads the finished cells back), and shows what its title promises; notebooks are committed
+"""Every notebook in notebooks/ runs top to bottom (nbclient) against a temporary MLflow store, one of them
+twice (the second run reads the finished cells back), and shows what its title promises; notebooks are committed
 without outputs and open with a parameters cell."""
 import os
 import re
@@ -96,11 +96,14 @@ def test_every_notebook_has_its_checks():
     assert sorted(CHECKS) == [p.stem for p in NOTEBOOKS]
 
 
+RERUN = {"02_compare_strategies"}  # the read-back path is one helper (dkilab.notebook): one notebook proves it
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_runs_twice_against_one_store(path: Path, tmp_path, monkeypatch):
+def test_notebook_runs_against_a_fresh_store(path: Path, tmp_path, monkeypatch):
     env = {"MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
-    for second in (False, True):
+    for second in (False, True)[: 2 if path.stem in RERUN else 1]:
         text, pngs = execute(path, env, monkeypatch)
         CHECKS[path.stem](text, pngs, second)
         # Chinese renders (make setup installs Noto CJK): matplotlib warns per glyph it has no font for

@@ -12,10 +12,9 @@ the config, not of one question (at run time `ContextBudget` applies the same ru
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from dkilab.eval.experiment import Cell
+Cell = Any  # dkilab.eval.experiment.Cell (which imports this module)
 
 QUESTION_ALLOWANCE = 48  # tokens of a typical question line (LoCoMo's longest questions are about 40)
 
@@ -29,7 +28,7 @@ def fixed_tokens() -> int:
     return HeuristicTokenCounter().count_tokens(SYSTEM["en"] + "\n" + HISTORY_HEAD["en"]) + TEMPLATE_TOKENS
 
 
-def resolve(cell: "Cell") -> dict[str, Any]:
+def resolve(cell: Cell) -> dict[str, Any]:
     """The cell's budget parts: window, fixed (instructions + question allowance), generation, cap,
     matched (what every strategy gets), room, reserved and history (what this strategy shows)."""
     p = cell.params
@@ -49,7 +48,7 @@ def resolve(cell: "Cell") -> dict[str, Any]:
             "matched": matched, "room": room, "reserved": reserved, "history": history}
 
 
-def problems(cell: "Cell") -> list[str]:
+def problems(cell: Cell) -> list[str]:
     """What is wrong with the cell's budget (empty when nothing)."""
     r = resolve(cell)
     out: list[str] = []
@@ -60,9 +59,11 @@ def problems(cell: "Cell") -> list[str]:
     if room and r["window"] is not None and history + sum(r["reserved"].values()) < matched:
         need = r["fixed"] + matched + room + r["generation"]
         parts = " + ".join(f"{k} {v}" for k, v in r["room"].items())
+        fits = max(0, r["window"] - r["fixed"] - room - r["generation"])
         out.append(f"cell {r['cell']}: history {matched} + question and instructions ~{r['fixed']} + {parts} + "
                    f"generation {r['generation']} = {need} tokens > window {r['window']} (model.max_context or "
-                   f"max_prompt_tokens): raise the window, or lower recall.fact_call.max_fact_tokens or max_rounds")
+                   f"max_prompt_tokens): set history_budget to at most {fits} for every strategy, raise the window, "
+                   f"or lower recall.fact_call.max_fact_tokens or max_rounds")
     if r["reserved"] and history < matched / 2:
         parts = " + ".join(f"{k} {v}" for k, v in r["reserved"].items())
         out.append(f"cell {r['cell']}: starved: {parts} taken from the matched history budget {matched} leave "
@@ -70,7 +71,7 @@ def problems(cell: "Cell") -> list[str]:
     return out
 
 
-def table(cells: list["Cell"]) -> str:
+def table(cells: list[Cell]) -> str:
     """One line per cell: its resolved budget parts (`dkilab run CONFIG --budgets`)."""
     head = f"{'cell':<44} {'window':>7} {'fixed':>6} {'gen':>5} {'cap':>6} {'matched':>8} {'history':>8}  room / reserved"
     lines = [head]

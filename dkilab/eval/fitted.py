@@ -10,10 +10,9 @@ held-back results. The abstention detector is fitted on the project's own labell
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import Any, Callable
 
-if TYPE_CHECKING:
-    from dkilab.eval.experiment import Cell
+Cell = Any  # dkilab.eval.experiment.Cell (which imports this module)
 
 SEARCHING = ("recall_agent", "semantic_pointer", "peer_engram", "peer_bm25")  # search the store, not through recall
 # conversations (users, dialogues) of each registered dataset, in loader order: a split is a half of the
@@ -25,23 +24,23 @@ SIZES = {"locomo": 10, "memdaily": 3000, "madial_bench_en": 160, "madial_bench_z
 class Fitted:
     name: str  # as the refusal names it
     fitted_on: dict[str, int]  # dataset -> its first N conversations in loader order were fitting data
-    applies: Callable[["Cell"], bool]  # whether the cell's answers go through it
+    applies: Callable[[Cell], bool]  # whether the cell's answers go through it
     stock: str  # what a whole-dataset config uses instead
 
 
-def _learned_fusion(cell: "Cell") -> bool:
+def _learned_fusion(cell: Cell) -> bool:
     recall = getattr(cell.params, "recall", None)
     return (recall is not None and recall.enabled and recall.signals.fusion == "learned"
             and recall.signals.fusion_model is None and recall.strategy != "flat_history")
 
 
-def _searches(cell: "Cell") -> bool:
+def _searches(cell: Cell) -> bool:
     from dkilab.strategies.base import RecallingStrategy
 
     return isinstance(cell.instance, RecallingStrategy) or cell.strategy.name in SEARCHING
 
 
-def _adapter(cell: "Cell") -> bool:
+def _adapter(cell: Cell) -> bool:
     from dkilab.eval.datasets import dataset_info
 
     language = dataset_info(cell.dataset.name, cell.dataset.path).get("language", "auto")
@@ -59,7 +58,7 @@ COMPONENTS = (
 )
 
 
-def asked(cell: "Cell") -> tuple[int, int] | None:
+def asked(cell: Cell) -> tuple[int, int] | None:
     """[first, end) of the conversations the cell asks about, in loader order (None: not a registered set)."""
     d = cell.dataset
     size = SIZES.get(d.name) if d.path is None else None
@@ -71,7 +70,7 @@ def asked(cell: "Cell") -> tuple[int, int] | None:
     return d.first + lo, d.first + hi
 
 
-def problems(cell: "Cell", purpose: str = "evaluate") -> list[str]:
+def problems(cell: Cell, purpose: str = "evaluate") -> list[str]:
     """The cell's one line, when it would evaluate a fitted component on questions it was fitted on."""
     span = asked(cell)
     if span is None or (purpose == "tune" and cell.dataset.split == "dev"):

@@ -20,7 +20,7 @@ REACH = {  # prompt -> an experiment whose (first) cell sends it
                     "datasets": [FIXTURES]},
     "DEEPSEEK_TOOLS": {"strategies": [{"name": "recall_v4", "params": {"recall": {"prompt_formatter": "deepseek"}}}],
                        "datasets": [FIXTURES]},
-    "CONSTRAINT": RECALL_V4, "QUERY": RECALL_V4, "FOLLOW_UP": RECALL_V4, "NOT_FOUND": RECALL_V4,
+    "CONSTRAINT": RECALL_V4, "QUERY": RECALL_V4, "FOLLOW_UP": RECALL_V4, "FINAL": RECALL_V4, "NOT_FOUND": RECALL_V4,
     "LLM_SUMMARY_PROMPT": {"strategies": [{"name": "recall_v4", "params": {"recall": {"summary": {"strategy": "llm"}}}}],
                            "datasets": [FIXTURES]},
     "VIEW_HEAD": {"strategies": [{"name": "recall_agent"}], "datasets": [{"name": "agent_recall"}]},
@@ -67,7 +67,8 @@ def _edited(value, path, new):
 
 
 def _hash(name: str) -> str:
-    return expand_cells(experiment_from_dict({"name": "p", **REACH[name]}, "<test>"))[0].config_hash
+    budget = {"defaults": {"history_budget": 512}}  # recall_v4's fact room fits beside it in the window
+    return expand_cells(experiment_from_dict({"name": "p", **budget, **REACH[name]}, "<test>"))[0].config_hash
 
 
 def test_every_prompt_text_has_a_cell_that_sends_it():

@@ -67,7 +67,7 @@ def test_the_identity_splits_into_generation_and_scoring(in_root):
     other_scorer = expand_cells(load_experiment_dict(
         data | {"datasets": [data["datasets"][0] | {"scorer": "f1"}]}))[0]
     other_params = expand_cells(load_experiment_dict(
-        data | {"defaults": {"max_new_tokens": 7}}))[0]
+        data | {"defaults": {**data["defaults"], "max_new_tokens": 7}}))[0]
     for scoring_only in (with_judge, other_scorer):
         assert scoring_only.generation_hash == cell.generation_hash
         assert scoring_only.config_hash != cell.config_hash and scoring_only.scoring_hash != cell.scoring_hash
@@ -205,7 +205,8 @@ def test_editing_a_harness_or_summary_prompt_changes_the_cells_it_reaches(in_roo
 
     def hashes():
         cells = expand_cells(load_experiment_dict(data)) + expand_cells(load_experiment_dict(
-            {"name": "f", "strategies": [{"name": "recall_v4"}], "datasets": [{"name": "fixtures"}]}))
+            {"name": "f", "strategies": [{"name": "recall_v4"}], "datasets": [{"name": "fixtures"}],
+             "defaults": {"history_budget": 512}}))
         return [(c.generation_hash, c.config_hash) for c in cells]
 
     before = hashes()

@@ -31,7 +31,7 @@ def test_every_problem_is_named_before_a_model_loads(tmp_path, monkeypatch, caps
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty hub cache
     cfg = yaml.safe_load(Path(CONFIG).read_text()) | {
         "name": "gpu-problems", "model": {"spec": "someorg/not-here-7b", "device": "auto"},
-        "datasets": [{"name": "locomo"}], "judge": {"model": "openai:judge@http://127.0.0.1:9/v1"}}
+        "datasets": [{"name": "locomo", "split": "test"}], "judge": {"model": "openai:judge@http://127.0.0.1:9/v1"}}
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(cfg))
     code = main(["gpu", "--cpu", str(path), "--data-dir", str(tmp_path / "no-data"), "--report-dir", str(tmp_path / "r"),
@@ -120,7 +120,7 @@ def test_a_served_model_takes_native_fact_calls_and_counts_budgets_with_its_own_
         text = "Caroline went to the LGBTQ support group on 7 May 2023 and felt accepted."
         assert served.count_tokens(text) == len(served.tokenizer(text, add_special_tokens=False)["input_ids"])
         assert served.count_tokens(text) != load_model(spec).count_tokens(text)  # the heuristic differs
-        cfg = {"name": "served", "tracing": False, "defaults": {"max_new_tokens": 8},
+        cfg = {"name": "served", "tracing": False, "defaults": {"max_new_tokens": 8, "history_budget": 2048},
                "model": {"spec": spec, "tokenizer": tokenizer, "max_context": 4096, "concurrency": 2},
                "datasets": [{"name": "scripted", "path": str(ROOT / "tests" / "data" / "scripted" / "dialogues.json")}],
                "strategies": [{"name": "recall_v4", "params": {"recall": {
