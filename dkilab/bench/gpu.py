@@ -107,21 +107,9 @@ def _random_ids(n: int, vocab: int, seed: int, batch: int = 1) -> list[list[int]
 
 
 def _memory(model: _IdsModel, ids: list[int]):
-    """`kv.encode_memory` on ids: the block behind the sink at -(n+1)..-1."""
-    import torch
-    from transformers import DynamicCache
+    from dkilab.models.kv import encode_memory_ids
 
-    from dkilab.models.kv import MemoryKV, cache_kwarg
-
-    hf = model.model
-    t = time.perf_counter()
-    cache = DynamicCache()
-    device = hf.get_input_embeddings().weight.device
-    with torch.inference_mode():
-        hf(input_ids=torch.tensor([[1, *ids]], device=device), position_ids=torch.arange(-len(ids) - 1, 0, device=device)
-           .unsqueeze(0), use_cache=True, **cache_kwarg(hf, cache))
-    layers = [(layer.keys.detach().clone(), layer.values.detach().clone()) for layer in cache.layers]  # type: ignore[union-attr]
-    return MemoryKV("", ids, 1, layers, (time.perf_counter() - t) * 1000)
+    return encode_memory_ids(model, ids)
 
 
 def _prefill_plain(hf, ids, cache=None):

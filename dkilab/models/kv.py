@@ -244,12 +244,19 @@ _CACHE_KWARG: dict = {}
 @torch.inference_mode()
 def encode_memory(model, text: str) -> MemoryKV:
     """Encode `text` (tokenised exactly as given, no special tokens added) into K/V at -m..-1."""
-    from transformers import DynamicCache
-
-    hf, tok = _hf(model)
+    _, tok = _hf(model)
     ids = tok(text, add_special_tokens=False)["input_ids"]
     if not ids:
         raise ValueError("encode_memory got an empty memory text")
+    return encode_memory_ids(model, ids, text)
+
+
+@torch.inference_mode()
+def encode_memory_ids(model, ids: list[int], text: str = "") -> MemoryKV:
+    """`encode_memory` on token ids already made (the GPU bench encodes random ids at real scale)."""
+    from transformers import DynamicCache
+
+    hf, tok = _hf(model)
     sink = sink_token_id(tok)
     t = time.perf_counter()
     cache = DynamicCache()  # full layers everywhere: a sliding layer must keep the whole block (masks do the window)
