@@ -77,3 +77,13 @@ def test_first_is_applied_when_questions_are_read(tmp_path):
     assert {q.qid for _, q in items} == {q.qid for q in every[2].questions}
     assert cell.config_hash != expand_cells(_load(tmp_path, [{"name": "fixtures", "limit": 1}],
                                                   [{"name": "full_history"}]))[0].config_hash
+
+
+def test_a_file_dataset_is_never_taken_for_a_registered_one(tmp_path):
+    """A normalised file labelled `locomo` is the user's own data: no component was fitted on it."""
+    from dkilab.eval.experiment import expand_cells
+    from dkilab.eval.fitted import asked
+    from tests.conftest import ROOT
+
+    own = {"name": "locomo", "path": str(ROOT / "tests" / "data" / "scripted" / "dialogues.json")}
+    assert asked(expand_cells(_load(tmp_path, [own]))[0]) is None
