@@ -12,6 +12,7 @@ the config, not of one question (at run time `ContextBudget` applies the same ru
 """
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 Cell = Any  # dkilab.eval.experiment.Cell (which imports this module)
@@ -19,6 +20,7 @@ Cell = Any  # dkilab.eval.experiment.Cell (which imports this module)
 QUESTION_ALLOWANCE = 48  # tokens of a typical question line (LoCoMo's longest questions are about 40)
 
 
+@lru_cache(maxsize=1)
 def fixed_tokens() -> int:
     """System prompt, history head and chat template (English, the longer), by the offline heuristic."""
     from dkilab.prompts import HISTORY_HEAD, SYSTEM

@@ -85,11 +85,10 @@ def stratified(questions: list, k: int | None) -> list:
 
 def _questions(cell: Cell, data_dir):
     """[(conversation, question)] of the cell's dataset, after split, languages, categories and limits."""
-    from dkilab.eval.datasets import load_dataset
     from dkilab.eval.datasets.ablation import ablation_split
 
     d = cell.dataset
-    convs = load_dataset(d.name, data_dir=data_dir, limit=d.limit and d.first + d.limit, path=d.path)[d.first:]
+    convs = d.conversations(data_dir)
     if d.languages:
         convs = [c for c in convs if c.language in d.languages]
     if d.split == "ablation":

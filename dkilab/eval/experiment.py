@@ -193,6 +193,13 @@ class DatasetSpec(_Strict):
     def key(self) -> str:
         return self.label or self.name
 
+    def conversations(self, data_dir=None) -> list:
+        """The conversations this spec keeps, in loader order: `first`, then `limit` of them."""
+        from dkilab.eval.datasets import load_dataset
+
+        limit = self.limit and self.first + self.limit
+        return load_dataset(self.name, data_dir=data_dir, limit=limit, path=self.path)[self.first:]
+
     @property
     def has_preferences(self) -> bool:
         """Whether the dataset declares user profiles (a preference block for K/V strategies)."""

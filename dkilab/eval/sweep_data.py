@@ -17,11 +17,10 @@ NEAR = 0.01  # thresholds whose summaries differ on fewer than 1% of the message
 
 def message_lengths(cell: Cell, data_dir=None) -> list[int]:
     """Token lengths of every message of the cell's dataset, sorted (the model's tokenizer, no weights)."""
-    from dkilab.eval.datasets import load_dataset
     from dkilab.models.loading import load_tokenizer_model
 
     d = cell.dataset
-    convs = load_dataset(d.name, data_dir=data_dir, limit=d.limit and d.first + d.limit, path=d.path)[d.first:]
+    convs = d.conversations(data_dir)
     counter = load_tokenizer_model(cell.model.spec, **cell.model.load_kwargs())
     return sorted(counter.count_tokens(m.content) for c in convs for m in c.messages)
 
