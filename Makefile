@@ -36,9 +36,12 @@ $(STAMP): pyproject.toml Makefile $(CONSTRAINTS)
 quickstart: setup
 	$(BIN)/dkilab run experiments/quickstart.yaml
 
+# pytest-xdist workers (one thread each: tests/conftest.py); TEST_WORKERS=0 runs in one process
+TEST_WORKERS ?= 2
+
 test: setup
 	$(BIN)/mypy  # the type check of dkilab/ ([tool.mypy] in pyproject.toml): clean, or the tests do not start
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal
 
 test-slow: setup
 	$(BIN)/pytest -q -m slow

@@ -1,5 +1,10 @@
-import contextlib
 import os
+
+if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test` runs 2 workers on 2 cores: one thread each (before numpy
+    for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):  # and torch load; subprocesses
+        os.environ.setdefault(_var, "1")  # inherit it): pools of 2 threads per worker spin against each other
+
+import contextlib
 import shutil
 import socket
 import subprocess

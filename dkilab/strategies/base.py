@@ -207,7 +207,7 @@ class Strategy(ABC):
         """Encode `text` once per model and reuse it (bounded LRU; the K/V of a text depends only on the
         model and the text, so it is safe to share across users). Context-only: the block as planned
         (its text and token count), never encoded."""
-        if self.context_only:
+        if self.context_only or getattr(model, "reads_memory_text", False):  # the oracle reads the text
             return PlannedKV(text, model.count_tokens(text))
         from dkilab.models.kv import encode_memory
 

@@ -109,6 +109,16 @@ def _check_ci_specifics(stem, results):
         assert by_q and all(len(totals) == 1 for totals in by_q.values())
         v4 = next(r for r in results if r.cell.strategy.name == "recall_v4")
         assert v4.metrics["evidence_reachable"] > v4.metrics["evidence_visible"]  # summaries one call away
+    if stem == "oracle":  # K/V read as its text = full history's lines; each fetch was of an offered id
+        by = {r.cell.strategy.key: {row["qid"]: row for row in r.rows} for r in results}
+        assert {q: r["prediction"] for q, r in by["full_attention"].items()} == \
+            {q: r["prediction"] for q, r in by["full_history"].items()}
+        assert all(r["injected_tokens"] > 0 and r["prompt_tokens"] < by["full_history"][q]["prompt_tokens"]
+                   for q, r in by["full_attention"].items() if r["answerable"])
+        for key in ("recall_v4", "native"):
+            assert all(r["valid_calls"] == r["fact_calls"] for r in by[key].values())
+            assert all(r["tokens_processed"] > by["no_calls"][q]["tokens_processed"]
+                       for q, r in by[key].items() if r["fact_calls"])
     if stem == "ablation_zh":
         rows = next(iter(results)).rows
         assert any(r["category"] == "ablation" and not r["answerable"] for r in rows)
