@@ -44,7 +44,7 @@ test: setup
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal
 
 test-slow: setup
-	$(BIN)/pytest -q -m slow
+	$(BIN)/pytest -q -m slow --durations=25  # the 25 slowest, for the 40-minute CI budget
 
 # The GPU comparison in one command (experiments/gpu/README.md): on a machine with an NVIDIA driver the
 # CUDA build of torch replaces the CPU one, then `dkilab gpu` checks, smoke-tests, plans, runs and reports.

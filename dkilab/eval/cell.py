@@ -87,10 +87,16 @@ def _questions(cell: Cell, data_dir):
     """[(conversation, question)] of the cell's dataset, after split, languages, categories and limits."""
     from dkilab.eval.datasets.ablation import ablation_split
 
+    from dkilab.config import ConfigError
+
     d = cell.dataset
     convs = d.conversations(data_dir)
     if d.languages:
+        found = sorted({c.language for c in convs})
         convs = [c for c in convs if c.language in d.languages]
+        if not convs:
+            raise ConfigError(f"datasets ({d.key}): languages: {d.languages} matches no conversation "
+                              f"(its languages: {', '.join(found) or 'none'})")
     if d.split == "ablation":
         convs = ablation_split(convs)
     cats = None if d.categories is None else {str(c) for c in d.categories}
@@ -101,6 +107,10 @@ def _questions(cell: Cell, data_dir):
         qs = [q for q in conv.questions if (cats is None or str(q.category) in cats)
               and (q.answerable or not d.answerable_only)]
         out += [(conv, q) for q in (stratified(qs, d.question_limit) if d.sample == "stratified" else qs[:d.question_limit])]
+    if cats is not None and not out:
+        known = sorted({str(q.category) for c in asked for q in c.questions})
+        raise ConfigError(f"datasets ({d.key}): categories: {d.categories} matches no question "
+                          f"(its categories: {', '.join(known) or 'none'})")
     _mark_evidence_sessions(out)
     from dkilab.eval.datasets import dataset_info
 

@@ -87,11 +87,26 @@ class ModelSpec(_Strict):
         out = self.model_dump(mode="json", exclude=self.RUNTIME)
         if out.get("tokenizer") is None:
             out.pop("tokenizer", None)
+        weights = model_weights_digest(self.spec)
+        if weights:  # weights trained again at the same path, or an edited script, make another cell
+            out["weights"] = weights
         return out
 
     def load_kwargs(self) -> dict:
         """Everything `load_model(spec, **...)` takes from this block."""
         return self.model_dump(exclude={"spec", "generate", "kv_cache_mb", "cache"})
+
+
+def model_weights_digest(spec: str) -> str | None:
+    """What a model spec's path holds, as a digest: a local model directory's files, a .gguf file, a
+    `scripted:` answers file. None for hub ids, offline builds (their names fix their weights), endpoints
+    and the oracle."""
+    from dkilab.memory.embedder import weights_digest
+
+    path = spec[len("scripted:"):] if spec.startswith("scripted:") else spec
+    if spec.startswith(("openai:", "offline:")) or spec == "scripted:oracle":
+        return None
+    return weights_digest(path) if Path(path).exists() else None
 
 
 # English: MiniLM with the adapter fine-tuned on LoCoMo dev (issue 30, docs/retrieval.md); others (cn, mixed,
@@ -300,11 +315,19 @@ def check_config(cfg: ExperimentConfig, source: str = "<config>", budgets: bool 
     def fail(key: str, msg: str):
         raise ConfigError(f"{source}: {key}: {msg}")
 
+    from dkilab.eval.runstate import CLAIM_PREFIX
+
+    if cfg.name.startswith(CLAIM_PREFIX):
+        fail("name", f"{cfg.name!r}: names starting with {CLAIM_PREFIX!r} are dkilab's cell claims (`dkilab run --claim`)")
+
     for i, s in enumerate(cfg.strategies):
         if s.name not in STRATEGIES:
             fail(f"strategies.{i}.name", f"unknown strategy {s.name!r}{did_you_mean(s.name, STRATEGIES)}; "
                                          f"registered: {', '.join(STRATEGIES.names())}")
     keys = [s.key for s in cfg.strategies]
+    for i, k in enumerate(keys):
+        if "@" in k:  # a cell is labelled <strategy label>@<dataset>: the `@` would make it ambiguous
+            fail(f"strategies.{i}.label", f"{k!r}: a label may not contain '@'")
     if len(set(keys)) != len(keys):
         fail("strategies", f"labels must be unique, got {keys} (give repeated strategies a label)")
     fields = {s.key: STRATEGIES[s.name].Params.model_fields for s in cfg.strategies}
@@ -319,6 +342,9 @@ def check_config(cfg: ExperimentConfig, source: str = "<config>", budgets: bool 
                                  f"<strategy label>.<param> (labels: {', '.join(keys)})")
         if not isinstance(values, list) or not values:
             fail(f"sweep.{key}", "needs a list of at least one value")
+        repeated = [v for i, v in enumerate(values) if v in values[:i]]
+        if repeated:
+            fail(f"sweep.{key}", f"repeats {repeated[0]!r}: each value is one cell, so a repeat would run nothing new")
         first = rest.split(".")[0]
         if root == "params" and not any(first in fs for fs in fields.values()):
             fail(f"sweep.{key}", f"no strategy of this experiment has a parameter {first!r}{did_you_mean(first, every)}")
@@ -378,6 +404,13 @@ def check_model_spec(spec, key: str, fail) -> None:
     if m and not Path(spec).exists() and m.group(1) not in MODELS:
         fail(key, f"unknown model loader {m.group(1)!r} in {spec!r}{did_you_mean(m.group(1), MODELS.names())}; "
                   f"registered: {', '.join(MODELS.names())} (or a hub id, a directory, a .gguf file)")
+    elif m and m.group(1) == "openai":
+        name, _, url = spec[len("openai:"):].partition("@")
+        if not name or not url:
+            fail(key, f"{spec!r}: an endpoint is openai:<model>@<base_url>, e.g. openai:qwen2.5-7b@http://127.0.0.1:8000/v1")
+    elif m and m.group(1) == "scripted" and spec != "scripted:oracle" and not Path(spec[len("scripted:"):]).is_file():
+        fail(key, f"{spec!r}: no answers file {spec[len('scripted:'):]!r} (relative to {Path.cwd()}; "
+                  "or scripted:oracle, the built-in persona)")
     elif m and m.group(1) == "offline" and not Path(spec).exists():
         from dkilab.models.loading import OFFLINE_SPECS  # a dict: importing it loads no model and no torch
 

@@ -474,10 +474,17 @@ def cell_model(cell: Cell):
     tokenizer alone unless the strategy generates while it builds its context (LLM summaries)."""
     from dkilab.models.loading import load_model, load_tokenizer_model
 
+    from dkilab.eval.experiment import model_weights_digest
+
     m = cell.model
     if m.generate or cell.instance.generates_in_assembly():
-        return load_model(m.spec, **m.load_kwargs())
-    return load_tokenizer_model(m.spec, **m.load_kwargs())
+        model = load_model(m.spec, **m.load_kwargs())
+    else:
+        model = load_tokenizer_model(m.spec, **m.load_kwargs())
+    digest = model_weights_digest(m.spec)
+    if digest:  # the response cache keys on it (dkilab.models.response_cache)
+        model.weights_digest = digest
+    return model
 
 
 def _flat(d: Any, prefix: str = "") -> dict[str, Any]:

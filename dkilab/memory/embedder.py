@@ -81,7 +81,7 @@ _DIGEST_LOCK = threading.Lock()
 
 
 def weights_digest(model: str) -> str | None:
-    """For a local model directory, the sha1 (16 hex digits) of every file in it (names and bytes): what its
+    """For a local model directory (or one file), the sha1 (16 hex digits) of every file in it (names and bytes): what its
     stores and cells are keyed by besides the path, so weights replaced in the same directory (a model trained
     again) never reuse a store or a cell of the old ones. None for the offline builds and hub ids (their names
     fix their weights), except `offline:minilm-locomo`: the digest of its adapter's files. Memoised by each
@@ -91,9 +91,12 @@ def weights_digest(model: str) -> str | None:
 
         return weights_digest(str(ADAPTER_DIR))
     root = Path(model)
-    if not root.is_dir():
+    if root.is_file():  # one file (a .gguf model, a scripted model's answers): its bytes under its name
+        files, root = [root], root.parent
+    elif root.is_dir():
+        files = sorted((p for p in root.rglob("*") if p.is_file()), key=lambda p: p.relative_to(root).as_posix())
+    else:
         return None
-    files = sorted((p for p in root.rglob("*") if p.is_file()), key=lambda p: p.relative_to(root).as_posix())
     key = (str(root.resolve()), tuple((p.relative_to(root).as_posix(), p.stat().st_size, p.stat().st_mtime_ns)
                                       for p in files))
     with _DIGEST_LOCK:

@@ -21,7 +21,9 @@ SCHEMA = """CREATE TABLE IF NOT EXISTS responses(key TEXT PRIMARY KEY, model TEX
 
 def model_identity(model) -> str:
     inner = getattr(model, "model", None)
-    return f"{type(model).__name__}:{getattr(model, 'name', '') or repr(model)}:{getattr(inner, 'dtype', '')}"
+    digest = getattr(model, "weights_digest", None)  # set by the runner: weights or a script changed at one path
+    return (f"{type(model).__name__}:{getattr(model, 'name', '') or repr(model)}:{getattr(inner, 'dtype', '')}"
+            + (f":{digest}" if digest else ""))
 
 
 class ResponseCache:

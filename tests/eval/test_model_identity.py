@@ -1,0 +1,32 @@
+"""A model's identity covers its content (issue 58 item 2): two scripted files of one name, or a script
+edited in place, are different models to the cell hash and to the response cache."""
+from dkilab.eval.experiment import experiment_from_dict, expand_cells
+from tests.conftest import ROOT
+
+DIALOGUES = str(ROOT / "tests" / "data" / "scripted" / "dialogues.json")
+
+
+def _run(script, uri):
+    from dkilab.eval.runner import run_experiment
+
+    cfg = experiment_from_dict({"name": "ident", "model": {"spec": f"scripted:{script}", "cache": True},
+                                "tracing": False, "datasets": [{"name": "scripted", "path": DIALOGUES}],
+                                "strategies": [{"name": "no_memory"}]})
+    (res,) = run_experiment(cfg, uri=uri, progress=False, echo=lambda *a: None)
+    return expand_cells(cfg)[0].config_hash, res
+
+
+def test_same_named_scripts_and_an_edited_script_never_share_answers(tmp_path, monkeypatch):
+    monkeypatch.setenv("DKILAB_CACHE_DIR", str(tmp_path / "cache"))
+    a, b = tmp_path / "a" / "s.yaml", tmp_path / "b" / "s.yaml"
+    for path, text in ((a, "first"), (b, "second")):
+        path.parent.mkdir()
+        path.write_text(f'default: "{text}"\n')
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    hash_a, res_a = _run(a, uri)
+    hash_b, res_b = _run(b, uri)
+    assert {r["prediction"] for r in res_a.rows} == {"first"} and {r["prediction"] for r in res_b.rows} == {"second"}
+    a.write_text('default: "edited"\n')  # the same path, new content: a new cell, not "finished before"
+    hash_c, res_c = _run(a, uri)
+    assert not res_c.skipped and {r["prediction"] for r in res_c.rows} == {"edited"}
+    assert len({hash_a, hash_b, hash_c}) == 3
