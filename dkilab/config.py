@@ -13,6 +13,29 @@ class ConfigError(ValueError):
     """A user's configuration is wrong: the message names the file and the dotted key (one line)."""
 
 
+def _takes_number_not_bool(annotation: Any) -> bool:
+    import typing
+
+    if annotation is bool or annotation is Any:
+        return False
+    args = typing.get_args(annotation)
+    if args:
+        parts = [a for a in args if a is not type(None)]
+        return any(a in (int, float) for a in parts) and bool not in parts and Any not in parts
+    return annotation in (int, float)
+
+
+def refuse_bool_numbers(model: type[BaseModel], data: Any) -> Any:
+    """For a `mode="before"` validator: a YAML yes/no given to a number field (`history_budget: true`), which
+    pydantic would read as 1, is an error naming the field."""
+    if isinstance(data, dict):
+        for key, value in data.items():
+            field = model.model_fields.get(key) if isinstance(key, str) else None
+            if isinstance(value, bool) and field is not None and _takes_number_not_bool(field.annotation):
+                raise ValueError(f"{key}: {str(value).lower()} is a yes/no; {key} takes a number")
+    return data
+
+
 def _model_at(model, loc) -> type[BaseModel] | None:
     """The pydantic model that holds the key at `loc` (list indices and dict keys stepped over)."""
     import typing
@@ -98,10 +121,36 @@ def set_dotted(data: dict, dotted: str, value: Any, *, create: bool = True, wher
     node[leaf] = value
 
 
+MAX_YAML_BYTES = 8 * 1024**2
+MAX_YAML_VALUES = 200_000  # values once aliases are expanded (a 1 KB "billion laughs" file expands to billions)
+
+
+def _expanded_values(data: Any, limit: int) -> int:
+    """How many values `data` holds with every alias expanded, counting no further than `limit` + 1."""
+    n, stack = 0, [data]
+    while stack and n <= limit:
+        node = stack.pop()
+        n += 1
+        if isinstance(node, dict):
+            stack.extend(node.keys())
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return n
+
+
 def read_yaml(path: str | Path) -> Any:
+    """A YAML file (duplicate keys refused), at most MAX_YAML_BYTES and MAX_YAML_VALUES values with its aliases
+    expanded; any problem is a ConfigError naming the file."""
     path = Path(path)
     try:
-        return yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
+        if path.is_file() and path.stat().st_size > MAX_YAML_BYTES:
+            raise ConfigError(f"{path}: {path.stat().st_size:,} bytes, over the {MAX_YAML_BYTES:,} a config may have")
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
+        if _expanded_values(data, MAX_YAML_VALUES) > MAX_YAML_VALUES:
+            raise ConfigError(f"{path}: over {MAX_YAML_VALUES:,} values once its aliases (*name) are expanded: refused "
+                              "(an alias bomb, or a config far larger than any experiment needs)")
+        return data
     except FileNotFoundError:
         raise ConfigError(f"config file {path} does not exist") from None
     except IsADirectoryError:

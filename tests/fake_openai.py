@@ -11,12 +11,14 @@ class Server:
     """A scripted /v1/chat/completions: `plan` is a list of (status, delay s) consumed per request
     (then 200s), and the answer echoes the last user message."""
 
-    def __init__(self, plan=(), delay=0.0, tool_call=None, models=("fake", "m"), call_then_answer=False):
+    def __init__(self, plan=(), delay=0.0, tool_call=None, models=("fake", "m"), call_then_answer=False,
+                 null_content=False, roots=None):
         """`tool_call`: always answer with that retrieve_fact call; `call_then_answer`: like a served model
         behind vLLM's tool-call parser, call retrieve_fact on the first trace id of the prompt, then answer
-        once the tool's result is in the conversation."""
+        once the tool's result is in the conversation; `null_content`: a 200 with `content: null` and no
+        tool call (a misconfigured server); `roots`: model -> the weights path `/models` reports (vLLM's `root`)."""
         self.plan, self.delay, self.tool_call, self.models = list(plan), delay, tool_call, list(models)
-        self.call_then_answer = call_then_answer
+        self.call_then_answer, self.null_content, self.roots = call_then_answer, null_content, dict(roots or {})
         self.lock = threading.Lock()
         self.requests, self.in_flight, self.max_in_flight = [], 0, 0
         outer = self
@@ -26,7 +28,9 @@ class Server:
                 pass
 
             def do_GET(self):  # /v1/models: what vLLM and SGLang list
-                body = json.dumps({"object": "list", "data": [{"id": m, "object": "model"} for m in outer.models]})
+                body = json.dumps({"object": "list", "data": [
+                    {"id": m, "object": "model", "created": int(time.time() * 1000)}
+                    | ({"root": outer.roots[m]} if m in outer.roots else {}) for m in outer.models]})
                 self.send_response(200 if self.path.endswith("/models") else 404)
                 self.send_header("Content-Type", "application/json")
                 self.end_headers()
@@ -48,7 +52,8 @@ class Server:
                         self.end_headers()
                         self.wfile.write(json.dumps({"error": {"message": f"status {status}"}}).encode())
                         return
-                    msg = {"role": "assistant", "content": "echo: " + body["messages"][-1]["content"]}
+                    msg = {"role": "assistant", "content": None if outer.null_content
+                           else "echo: " + body["messages"][-1]["content"]}
                     call = outer.tool_call
                     if outer.call_then_answer and body.get("tools") and body["messages"][-1]["role"] != "tool":
                         ids = re.findall(r'trace_id="([^"]+)"', " ".join(str(m.get("content")) for m in body["messages"]))

@@ -280,7 +280,7 @@ def run_cell(cell: Cell, model: ChatModel | None, data: CellData, state=None, tr
         if err:
             errors.append(err)
         elif journal is not None:
-            journal.append(i, items[i][1].qid, answer, wall)
+            journal.append(i, items[i][1], answer, wall)
         bar.update(1)
 
     idx = [i for i in range(len(items)) if i not in done]
@@ -312,7 +312,7 @@ def score_cell(cell: Cell, answers, items: list, judge=None, trace_ids: dict | N
                judge_batch: int = 8) -> list[dict[str, Any]]:
     """One metric row per question (per turn for a dialogue), in question order (the judge, if any,
     labels answers first); a traced question's rows carry its `trace_id`."""
-    from dkilab.eval.metrics.session import expand_turns
+    from dkilab.eval.metrics.session import expand_turns, turn_items
 
     scorer = cell.dataset.info()["scorer"]
     rows: list[dict[str, Any]] = []
@@ -326,8 +326,9 @@ def score_cell(cell: Cell, answers, items: list, judge=None, trace_ids: dict | N
     for i, answer, wall in answers:
         conv, item = items[i]
         first = len(rows)
-        if isinstance(answer, str):  # the strategy raised: an error row
-            rows.append(_base_row(item, conv) | {"error": answer, "wall_ms": wall})
+        if isinstance(answer, str):  # the strategy raised: an error row (one per turn of a dialogue: each was asked)
+            subs = turn_items(item)
+            rows += [_base_row(sub, conv) | {"error": answer, "wall_ms": wall / len(subs)} for sub in subs]
         else:
             parts = expand_turns(item, answer)  # a dialogue answered turn by turn: one row per turn
             total = sum(sum(a.latency_ms.values()) for _, a in parts) or 1.0
@@ -371,7 +372,7 @@ def _judged(item, answer) -> bool:
 
 def judge_texts(judge, answers, items) -> list[str]:
     """The prompts `judge_answer` will send for these answers (per turn for a dialogue)."""
-    from dkilab.eval.metrics.session import expand_turns
+    from dkilab.eval.metrics.session import expand_turns, turn_items
 
     texts = []
     for i, answer, _ in answers:

@@ -44,18 +44,23 @@ from typing import Any, ClassVar, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from dkilab.config import ConfigError, read_yaml, set_dotted, validate
+from dkilab.config import ConfigError, read_yaml, refuse_bool_numbers, set_dotted, validate
 from dkilab.registry import DATASETS, SCORERS, STRATEGIES, did_you_mean
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, data):
+        return refuse_bool_numbers(cls, data)
+
 
 class ModelSpec(_Strict):
     spec: str = "offline:smollm2"
-    max_context: int | None = Field(2048, ge=256)
-    dtype: str = "auto"
+    max_context: int | None = Field(2048, ge=256, le=10_000_000)
+    dtype: Literal["auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16"] = "auto"
     # cpu | auto (one GPU per process: data-parallel under accelerate) | shard (one model over every GPU,
     # one process) | cuda | cuda:N | mps
     device: str = Field("cpu", pattern=r"^(cpu|auto|shard|mps|cuda(:\d+)?)$")
@@ -99,12 +104,19 @@ class ModelSpec(_Strict):
 
 def model_weights_digest(spec: str) -> str | None:
     """What a model spec's path holds, as a digest: a local model directory's files, a .gguf file, a
-    `scripted:` answers file. None for hub ids, offline builds (their names fix their weights), endpoints
-    and the oracle."""
+    `scripted:` answers file, an endpoint's `/models` entry for the model (dkilab.models.openai_client.
+    served_revision). None for hub ids, offline builds (their names fix their weights) and the oracle."""
     from dkilab.memory.embedder import weights_digest
 
     path = spec[len("scripted:"):] if spec.startswith("scripted:") else spec
-    if spec.startswith(("openai:", "offline:")) or spec == "scripted:oracle":
+    if spec.startswith("openai:"):
+        from dkilab.models.openai_client import served_revision
+
+        name, _, url = spec[len("openai:"):].partition("@")
+        return served_revision(url, name) if url else None
+    from dkilab.models.oracle import SPEC as ORACLE
+
+    if spec.startswith("offline:") or spec == ORACLE:
         return None
     return weights_digest(path) if Path(path).exists() else None
 
@@ -223,10 +235,13 @@ class DatasetSpec(_Strict):
         return bool(dataset_info(self.name, self.path).get("preferences"))
 
     def info(self) -> dict[str, Any]:
-        from dkilab.eval.datasets import dataset_info
+        """Version, language and scorer as declared, and `content`: the digest of the source files as they are
+        now in $DKILAB_DATA_DIR (dkilab.eval.datasets.source_digest), so an edited file is a new cell."""
+        from dkilab.eval.datasets import dataset_info, source_digest
 
         meta = dataset_info(self.name, self.path)
-        return {"version": meta["version"], "language": meta["language"], "scorer": self.scorer or meta["scorer"]}
+        return {"version": meta["version"], "language": meta["language"], "scorer": self.scorer or meta["scorer"],
+                "content": source_digest(self.name, self.path)}
 
 
 class JudgeSpec(_Strict):
@@ -354,6 +369,9 @@ def check_config(cfg: ExperimentConfig, source: str = "<config>", budgets: bool 
         spec_model = specs.get(root)
         if spec_model is not None and first not in spec_model.model_fields:
             fail(f"sweep.{key}", f"{root} has no field {first!r}; fields: {', '.join(spec_model.model_fields)}")
+        if root == "model" and first in ModelSpec.RUNTIME:
+            fail(f"sweep.{key}", f"model.{first} is how the model runs, not what it computes (not part of a cell's "
+                                 "identity): every value would be the same cell; set it once under `model:`")
     datasets = {d.key for d in cfg.datasets}
     for i, st in enumerate(cfg.strategies):
         for d in st.datasets or []:
@@ -368,7 +386,14 @@ def check_config(cfg: ExperimentConfig, source: str = "<config>", budgets: bool 
         for metric, (lo, hi) in ranges.items():
             if lo > hi:
                 fail(f"expect.{label}.{metric}", f"empty range [{lo}, {hi}]")
+            check_metric_name(metric, f"expect.{label}.{metric}", fail)
     check_model_spec(cfg.model.spec, "model.spec", fail)
+    check_embedder(cfg.embedder, "embedder", fail)
+    for v in cfg.sweep.get("embedder.model", []):
+        check_embedder(EmbedderSpec(model=v), "sweep.embedder.model", fail)
+    for i, st in enumerate(cfg.strategies):
+        if st.embedder:
+            check_embedder(cfg.embedder.model_copy(update=st.embedder), f"strategies.{i}.embedder", fail)
     for v in cfg.sweep.get("model.spec", []):
         check_model_spec(v, "sweep.model.spec", fail)
     if cfg.judge is not None:
@@ -393,6 +418,42 @@ def check_config(cfg: ExperimentConfig, source: str = "<config>", budgets: bool 
     return cells
 
 
+# what a cell logs besides the declared metrics (dkilab.eval.tracking.cell_metrics, the runner's counters)
+CELL_LEVEL_METRICS = ("questions_per_minute", "query_embeddings", "resumed_questions", "response_cache_hits")
+
+
+def check_metric_name(metric: str, key: str, fail) -> None:
+    """`expect` names a metric a cell logs: a declared one (dkilab.eval.metrics), its interval bounds, or a
+    cell-level count; anything else would only be found missing after the run."""
+    from dkilab.eval.metrics import declared
+
+    known = {m.name for m in declared()} | set(CELL_LEVEL_METRICS)
+    base = metric.removesuffix("_ci95_low").removesuffix("_ci95_high")
+    if base not in known:
+        fail(key, f"unknown metric {metric!r}{did_you_mean(metric, sorted(known))}"
+                  "; the metrics: docs/experiments.md")
+
+
+def check_embedder(spec: "EmbedderSpec", key: str, fail) -> None:
+    """An encoder is `auto`, one of the offline builds, a local directory or a hub id: an `offline:` name that
+    is none of the builds, or another `scheme:`, would fail only when the first store is built."""
+    from dkilab.memory.embedder import OFFLINE_EMBEDDERS
+
+    for name, value in (("model", spec.model), ("english", spec.english)):
+        if value is None or value == "auto" or value in OFFLINE_EMBEDDERS or Path(value).exists():
+            continue
+        if value.startswith("offline:") or re.match(r"[A-Za-z][\w+.-]*:(?!//)", value):
+            fail(f"{key}.{name}" if name == "english" or key == "embedder" else key,
+                 f"unknown encoder {value!r}{did_you_mean(value, OFFLINE_EMBEDDERS)}; known: auto, "
+                 f"{', '.join(OFFLINE_EMBEDDERS)}, a local directory or a hub id")
+
+
+def _oracle_spec() -> str:
+    from dkilab.models.oracle import SPEC
+
+    return SPEC
+
+
 def check_model_spec(spec, key: str, fail) -> None:
     """`scheme:rest` must name a registered loader (`nosuch:model` would otherwise be tried as a hub id
     in every cell); specs without a scheme (hub ids, directories, .gguf files) are checked when loaded."""
@@ -408,7 +469,7 @@ def check_model_spec(spec, key: str, fail) -> None:
         name, _, url = spec[len("openai:"):].partition("@")
         if not name or not url:
             fail(key, f"{spec!r}: an endpoint is openai:<model>@<base_url>, e.g. openai:qwen2.5-7b@http://127.0.0.1:8000/v1")
-    elif m and m.group(1) == "scripted" and spec != "scripted:oracle" and not Path(spec[len("scripted:"):]).is_file():
+    elif m and m.group(1) == "scripted" and spec != _oracle_spec() and not Path(spec[len("scripted:"):]).is_file():
         fail(key, f"{spec!r}: no answers file {spec[len('scripted:'):]!r} (relative to {Path.cwd()}; "
                   "or scripted:oracle, the built-in persona)")
     elif m and m.group(1) == "offline" and not Path(spec).exists():

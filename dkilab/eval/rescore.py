@@ -1,10 +1,11 @@
 """Scoring without generating: every finished cell stores its answers, and a cell whose scoring part alone
 changed (a metric added or fixed, another scorer, a judge) is scored again from them, with no model.
 
-A cell run logs `answers.jsonl.gz` (gzip: a LoCoMo cell's contexts are tens of MB as text): a header line (`{"cell": {...}}`: generation hash, wall seconds, the
-cell-level counters, the error tracebacks) and one line per question (`{"i", "qid", "wall_ms",
-"answer" | "error", "trace_id"}`), the whole `Answer`: prediction, prompt, the context it saw, fact
-calls, recalled ids, budget, review fields. Whatever a metric reads is in it.
+A cell run logs `answers.jsonl.gz` (gzip: a LoCoMo cell's contexts are tens of MB as text): a header line
+(`{"cell": {...}}`: generation hash, wall seconds, the cell-level counters, the error tracebacks) and one
+line per question (`{"i", "qid", "digest", "wall_ms", "answer" | "error", "trace_id"}`; `digest`: the
+question's content, dkilab.eval.journal.question_digest), the whole `Answer`: prediction, prompt, the
+context it saw, fact calls, recalled ids, budget, review fields. Whatever a metric reads is in it.
 
 - `dkilab run`: a cell with no finished run for its config hash, but one for its generation hash
   (`Cell.generation_hash`), is re-scored from that run's answers (`rescore_cell`) and logged as a new
@@ -21,7 +22,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from dkilab.eval.journal import answer_from_json, answer_to_json
+from dkilab.eval.journal import answer_from_json, answer_to_json, question_digest
 
 ANSWERS = "answers.jsonl.gz"
 ANSWERS_TAG = "dkilab.answers"  # "1" on a run that logged its answers
@@ -43,7 +44,8 @@ def answers_text(cell, answers, items, trace_ids: dict | None, errors: list[str]
                        "questions": len(answers), "counters": counters, "errors": list(errors)}}
     lines = [json.dumps(header, ensure_ascii=False, default=str)]
     for i, answer, wall in answers:
-        rec: dict[str, Any] = {"i": i, "qid": str(items[i][1].qid), "wall_ms": wall}
+        rec: dict[str, Any] = {"i": i, "qid": str(items[i][1].qid), "digest": question_digest(items[i][1]),
+                               "wall_ms": wall}
         if isinstance(answer, str):
             rec["error"] = answer
         else:
@@ -72,7 +74,7 @@ def log_answers(cell, answers, items, trace_ids, errors, wall_s: float, counters
 
 def read_answers(run_id: str, items: list) -> tuple[list, dict[int, str], dict[str, Any]]:
     """([(i, Answer | error text, wall ms)], {i: trace id}, header) from a run's stored answers, checked
-    against the cell's questions: every question answered, each line the same question (qid)."""
+    against the cell's questions: every question answered, each line the same question (qid and content)."""
     import gzip
     import os
     from pathlib import Path
@@ -94,6 +96,10 @@ def read_answers(run_id: str, items: list) -> tuple[list, dict[int, str], dict[s
         if not 0 <= i < len(items) or str(items[i][1].qid) != rec["qid"]:
             raise StoredAnswersError(f"run {run_id}: stored answer {i} is for question {rec['qid']!r}, which is not "
                                      f"question {i} of the cell now (the dataset changed): run the cell again")
+        if rec.get("digest") != question_digest(items[i][1]):
+            raise StoredAnswersError(f"run {run_id}: stored answer {i} ({rec['qid']!r}) was given to a question whose "
+                                     "text, gold, evidence or choices differ from the cell's now (or were stored "
+                                     "without their digest): run the cell again")
         answer = rec["error"] if "error" in rec else answer_from_json(rec["answer"])
         out.append((i, answer, float(rec["wall_ms"])))
         if rec.get("trace_id"):

@@ -173,31 +173,40 @@ def _run_cells(cfg, cells, state, exp_id, data_dir, config_path, progress, echo,
             cell = cells[i]
             done = (runstate.finished_runs(exp_id).get(cell.config_hash) if main and not rescore_all
                     else None)  # re-checked per cell
+            if done is not None and (over := over_error_budget(report.read_metrics(done), cfg.max_error_rate)):
+                echo(f"[{n}/{len(cells)}] {cell.label}: finished before, but {over}: running it again")
+                done = None
             skip = _broadcast(state, None if done is None else done.info.run_id)
             if skip is not None:
                 by_index[i] = CellResult(cell, skipped=True, run_id=skip,
                                          metrics=report.read_metrics(done) if main else {})
                 echo(f"[{n}/{len(cells)}] {cell.label}: finished before (config {cell.config_hash}), skipped")
-            elif claim and (holder := _broadcast(state, _claim(cfg, cell) if main else None)) is not None:
+            elif claim and (holder := _broadcast(state, _claim(exp_id, cfg, cell) if main else None)) is not None:
                 by_index[i] = CellResult(cell, claimed_by=holder)
                 echo(f"[{n}/{len(cells)}] {cell.label}: claimed by {holder}, left to it")
+            elif claim and (since := _broadcast(state, _finished_since(exp_id, cfg, cell) if main else None)):
+                by_index[i] = CellResult(cell, skipped=True, run_id=since[0], metrics=since[1])
+                echo(f"[{n}/{len(cells)}] {cell.label}: finished by another machine meanwhile, skipped")
             else:
+                beating = (runstate.claim_heartbeat(cfg.name, cell.config_hash) if claim and main
+                           else nullcontext())
                 try:
-                    source = _broadcast(state, _answered(exp_id, cell, rescore_all) if main else None)
-                    got = None if source is None else _rescore_one(cfg, cell, n, len(cells), state, source,
-                                                                   data_dir, datasets, echo)
-                    if got is None and rescore_all:
-                        got = CellResult(cell, error="no stored answers (never finished, or its generation part "
-                                                     "changed since): `dkilab run` it")
-                        echo(f"[{n}/{len(cells)}] {cell.label}: {got.error}")
-                    by_index[i] = got if got is not None else _run_one(cfg, cell, n, len(cells), state, data_dir,
-                                                                       datasets, progress, echo)
+                    with beating:
+                        source = _broadcast(state, _answered(exp_id, cell, rescore_all) if main else None)
+                        got = None if source is None else _rescore_one(cfg, cell, n, len(cells), state, source,
+                                                                       data_dir, datasets, echo)
+                        if got is None and rescore_all:
+                            got = CellResult(cell, error="no stored answers (never finished, or its generation part "
+                                                         "changed since): `dkilab run` it")
+                            echo(f"[{n}/{len(cells)}] {cell.label}: {got.error}")
+                        by_index[i] = got if got is not None else _run_one(cfg, cell, n, len(cells), state,
+                                                                           data_dir, datasets, progress, echo)
                 except BaseException:
                     if claim and main:
                         runstate.release_claim(cfg.name, cell.config_hash)  # Ctrl-C: the cell goes back
                     raise
-                if claim and main and by_index[i].error:
-                    runstate.release_claim(cfg.name, cell.config_hash)  # failed here: another run retries it
+                if claim and main:  # failed: another run retries it; finished: the claim is no longer needed
+                    runstate.release_claim(cfg.name, cell.config_hash)
             release_after(cell, [cells[j] for j in order[n:]], before)
         results = [by_index[i] for i in sorted(by_index)]  # config order again
         if main:
@@ -226,12 +235,27 @@ def _run_cells(cfg, cells, state, exp_id, data_dir, config_path, progress, echo,
     return results
 
 
-def _claim(cfg, cell: Cell) -> str | None:
-    """None when this process claimed the cell, else who holds it."""
+def _claim(exp_id: str, cfg, cell: Cell) -> str | None:
+    """None when this process claimed the cell, else who holds it. Runs of the cell an earlier holder left
+    RUNNING (it died, or its claim went stale) are marked KILLED."""
     from dkilab.eval import runstate
 
     got, holder = runstate.claim_cell(cfg.name, cell.config_hash)
+    if got:
+        runstate.end_orphan_runs(exp_id, cell.config_hash)
     return None if got else holder
+
+
+def _finished_since(exp_id: str, cfg, cell: Cell) -> tuple[str, dict] | None:
+    """Just claimed: whether another machine finished the cell between our check and our claim (it then
+    released its claim). (run id, metrics) of that run, with our claim given back; None otherwise."""
+    from dkilab.eval import report, runstate
+
+    done = runstate.finished_runs(exp_id).get(cell.config_hash)
+    if done is None or over_error_budget(report.read_metrics(done), cfg.max_error_rate):
+        return None
+    runstate.release_claim(cfg.name, cell.config_hash)
+    return done.info.run_id, report.read_metrics(done)
 
 
 def _cell_tags(cell: Cell, n: int) -> dict[str, str]:

@@ -106,6 +106,16 @@ def finished_runs(experiment_id: str) -> dict[str, Any]:
     return out
 
 
+def store_state_dir(uri: str, kind: str) -> Path | None:
+    """Where dkilab keeps `kind` state (locks, journal) of a local store: `.dkilab-<kind>` beside it, one folder
+    per SQLite file (two stores in one directory share nothing); None for a server."""
+    root = local_store_dir(uri)
+    if root is None:
+        return None
+    out = root / f".dkilab-{kind}"
+    return out / Path(uri[len("sqlite:///"):]).name if uri.startswith("sqlite:///") else out
+
+
 def local_store_dir(uri: str) -> Path | None:
     """The directory of a local tracking store (sqlite file or mlruns folder); None for a server."""
     if uri.startswith("sqlite:///"):
@@ -124,11 +134,10 @@ def store_lock(uri: str, name: str, echo=print, what: str = "experiment"):
     """A file lock beside a local store, held for the block; waits (saying who holds it) if taken."""
     from filelock import FileLock, Timeout
 
-    root = local_store_dir(uri)
-    if root is None:
+    locks = store_state_dir(uri, "locks")
+    if locks is None:
         yield
         return
-    locks = root / ".dkilab-locks"
     locks.mkdir(parents=True, exist_ok=True)
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name)[:100]
     lock, owner = FileLock(str(locks / f"{safe}.lock")), locks / f"{safe}.owner"
@@ -164,21 +173,31 @@ def claim_name(experiment: str, config_hash: str) -> str:
     return f"{CLAIM_PREFIX}::{experiment}::{config_hash}"
 
 
-def claim_cell(experiment: str, config_hash: str, ttl_h: float | None = None) -> tuple[bool, str]:
+HEARTBEAT_TAG = "dkilab.heartbeat"
+
+
+def claim_stale_s() -> float:
+    """Seconds without a heartbeat after which a claim counts as abandoned (`$DKILAB_CLAIM_STALE_S`, 600)."""
+    return float(os.environ.get("DKILAB_CLAIM_STALE_S", 600))
+
+
+def claim_cell(experiment: str, config_hash: str, stale_s: float | None = None) -> tuple[bool, str]:
     """Claim a cell for this process through the tracking store -> (claimed, who holds it). The claim
     is an experiment whose name the store keeps unique, so of several machines creating it at once
-    exactly one succeeds. A claim whose process is gone (same host), whose cell run failed, or older
-    than `ttl_h` hours (`$DKILAB_CLAIM_TTL_H`, default 24) is released and claimed again."""
+    exactly one succeeds. Its holder beats a heartbeat on it while the cell runs (`claim_heartbeat`); a
+    claim whose process is gone (same host), that was released, or whose last beat is older than
+    `stale_s` seconds (`claim_stale_s`) is taken over, however long the cell has been running."""
     import mlflow
     from mlflow.exceptions import MlflowException
 
     client = mlflow.MlflowClient()
     name = claim_name(experiment, config_hash)
-    ttl = float(os.environ.get("DKILAB_CLAIM_TTL_H", 24)) if ttl_h is None else ttl_h
+    stale = claim_stale_s() if stale_s is None else stale_s
     holder = "?"
     for _ in range(3):
+        now = f"{time.time():.0f}"
         try:
-            client.create_experiment(name, tags={**process_tags(), "dkilab.claimed_at": f"{time.time():.0f}"})
+            client.create_experiment(name, tags={**process_tags(), "dkilab.claimed_at": now, HEARTBEAT_TAG: now})
             return True, "this process"
         except MlflowException as e:
             if e.error_code != "RESOURCE_ALREADY_EXISTS":
@@ -190,12 +209,60 @@ def claim_cell(experiment: str, config_hash: str, ttl_h: float | None = None) ->
         holder = f"{tags.get('dkilab.host', '?')} pid {tags.get('dkilab.pid', '?')}"
         if tags.get("dkilab.host") == socket.gethostname() and tags.get("dkilab.pid") == str(os.getpid()):
             return True, "this process"
-        age_h = (time.time() - float(tags.get("dkilab.claimed_at", time.time()))) / 3600
-        if not writer_alive(tags) or age_h > ttl or tags.get("dkilab.released") == "1":
+        beat = max(float(tags.get(k) or 0) for k in ("dkilab.claimed_at", HEARTBEAT_TAG))
+        if not writer_alive(tags) or time.time() - beat > stale or tags.get("dkilab.released") == "1":
             release(exp.experiment_id, name)
             continue
         return False, holder
     return False, holder
+
+
+@contextlib.contextmanager
+def claim_heartbeat(experiment: str, config_hash: str, every_s: float | None = None):
+    """While the block runs, a thread stamps the claim's heartbeat every `every_s` seconds (a tenth of
+    `claim_stale_s`), so no other machine takes over a cell that is still running, however long it takes."""
+    import threading
+
+    import mlflow
+
+    every = claim_stale_s() / 10 if every_s is None else every_s
+    stop = threading.Event()
+    client = mlflow.MlflowClient()
+
+    def beat():
+        while not stop.wait(every):
+            try:
+                exp = client.get_experiment_by_name(claim_name(experiment, config_hash))
+                if exp is not None:
+                    client.set_experiment_tag(exp.experiment_id, HEARTBEAT_TAG, f"{time.time():.0f}")
+            except Exception:  # noqa: BLE001 - a store briefly away: the next beat tries again
+                pass
+
+    thread = threading.Thread(target=beat, name="dkilab-claim-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+
+
+def end_orphan_runs(experiment_id: str, config_hash: str) -> list[str]:
+    """A cell just claimed: RUNNING runs of it left by an earlier holder (dead, or its claim abandoned) are
+    marked KILLED, so none stays RUNNING for ever; returns their run ids."""
+    import mlflow
+
+    client = mlflow.MlflowClient()
+    ended = []
+    for run in client.search_runs([experiment_id], f"tags.`dkilab.config_hash` = '{config_hash}' and "
+                                                   "attributes.status = 'RUNNING'", max_results=1000):
+        tags = run.data.tags
+        if tags.get("dkilab.host") == socket.gethostname() and tags.get("dkilab.pid") == str(os.getpid()):
+            continue
+        client.set_tag(run.info.run_id, "dkilab.ended_by", f"claim taken over by {socket.gethostname()} pid {os.getpid()}")
+        client.set_terminated(run.info.run_id, status="KILLED")
+        ended.append(run.info.run_id)
+    return ended
 
 
 def release_claim(experiment: str, config_hash: str) -> None:

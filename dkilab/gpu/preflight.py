@@ -33,7 +33,9 @@ def check_weights(spec: str) -> str | None:
         except ModelNotAvailableError as e:
             return str(e)
     if scheme == "scripted":
-        return None if spec == "scripted:oracle" or Path(spec[len("scripted:"):]).exists() else \
+        from dkilab.models.oracle import SPEC as ORACLE
+
+        return None if spec == ORACLE or Path(spec[len("scripted:"):]).exists() else \
             f"{spec}: no such answers file"
     if scheme == "openai":
         return check_endpoint(spec)

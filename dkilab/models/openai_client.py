@@ -23,6 +23,33 @@ class EndpointError(RuntimeError):
     """The server could not be reached, timed out, or answered an error after every retry."""
 
 
+_SERVED: dict[tuple[str, str], str] = {}
+VOLATILE = ("created",)  # vLLM stamps /models entries with the time of the request
+
+
+def served_revision(base_url: str, name: str, timeout: float = 5.0) -> str | None:
+    """What the server says it serves under `name` (its `/models` entry: id, root path, revision,
+    max_model_len, owner, less the request time), as a digest: a server restarted on other weights
+    under the same name is another model. None when it does not answer or does not list `name` (the
+    run then fails on it with its own error). Remembered per process once read."""
+    import hashlib
+    import urllib.request
+
+    key = (base_url.rstrip("/"), name)
+    if key not in _SERVED:
+        try:
+            with urllib.request.urlopen(key[0] + "/models", timeout=timeout) as r:
+                listed = json.loads(r.read()).get("data") or []
+        except Exception:  # noqa: BLE001 - down or not OpenAI-compatible: nothing to record
+            return None
+        entry = next((m for m in listed if isinstance(m, dict) and m.get("id") == name), None)
+        if entry is None:
+            return None
+        card = {k: v for k, v in entry.items() if k not in VOLATILE}
+        _SERVED[key] = hashlib.sha1(json.dumps(card, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return _SERVED[key]
+
+
 def _api_messages(messages: list[dict]) -> list[dict]:
     """Our turns in the OpenAI wire format (tool-call arguments as JSON strings)."""
     out = []
@@ -88,6 +115,9 @@ class OpenAIChatModel(TextOnlyModel):
             except json.JSONDecodeError:
                 args = fn.arguments  # left as a string: the parser counts it as malformed
             text += f'<tool_call>{json.dumps({"name": fn.name, "arguments": args}, ensure_ascii=False)}</tool_call>'
+        if not text.strip():  # a 200 with `content: null` (or empty) and no tool call is no answer
+            raise EndpointError(f"{self.base_url} answered with empty content and no tool call "
+                                f"(finish_reason {getattr(resp.choices[0], 'finish_reason', None)!r})")
         usage = resp.usage
         prompt_tokens = (usage.prompt_tokens if usage else None) or self.count_tokens(self.render(messages))
         new = (usage.completion_tokens if usage else None) or self.count_tokens(text)

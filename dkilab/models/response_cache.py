@@ -33,10 +33,28 @@ class ResponseCache:
 
         self.path = Path(path) if path else cache_dir() / "responses.sqlite"
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.conn = connect(str(self.path))
-        with_retry(lambda: self.conn.execute(SCHEMA))
+        try:
+            self.conn = self._open(connect, with_retry)
+        except sqlite3.DatabaseError as exc:  # not a database, or a damaged one: a cache is only a cache
+            import warnings
+
+            aside = self.path.with_name(f"{self.path.name}.damaged-{int(time.time())}")
+            self.path.rename(aside)
+            warnings.warn(f"response cache {self.path} could not be read ({exc}): moved to {aside.name}, "
+                          "starting an empty one (responses are generated again)", stacklevel=2)
+            self.conn = self._open(connect, with_retry)
         self.hits = self.misses = 0
         self._lock = threading.Lock()
+
+    def _open(self, connect, with_retry) -> sqlite3.Connection:
+        conn = connect(str(self.path))
+        try:
+            with_retry(lambda: conn.execute(SCHEMA))
+            conn.execute("SELECT key FROM responses LIMIT 1").fetchall()
+        except sqlite3.DatabaseError:
+            conn.close()
+            raise
+        return conn
 
     @staticmethod
     def key(model, messages, max_new_tokens: int, tools=None, memories=None) -> str:

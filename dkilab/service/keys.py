@@ -75,13 +75,33 @@ def read_keys(path: str | Path) -> KeysFile:
         raise ConfigError(f"keys file {path}: {detail}") from e
 
 
+def _locked(path: Path):
+    """The keys file's lock (`<file>.lock` beside it): one `add` or `revoke` reads and rewrites it at a time,
+    across processes, so none loses another's change."""
+    from filelock import FileLock
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return FileLock(str(path.with_name(path.name + ".lock")), timeout=60)
+
+
 def _write(path: Path, keys: KeysFile) -> None:
+    """Written to a temp file of its own, then renamed over the keys file (atomic: a crash leaves the old
+    file or the new one, never half of one); called holding `_locked(path)`."""
+    import tempfile
+
     import yaml
 
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(yaml.safe_dump(keys.model_dump(), allow_unicode=True, sort_keys=False), encoding="utf-8")
-    tmp.chmod(0o600)
-    tmp.replace(path)  # atomic: a crash leaves the old file or the new one, never half of one
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(yaml.safe_dump(keys.model_dump(), allow_unicode=True, sort_keys=False))
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def add_key(path: str | Path, user_id: str, note: str = "") -> str:
@@ -89,10 +109,11 @@ def add_key(path: str | Path, user_id: str, note: str = "") -> str:
     A user id the sessions would refuse (empty, whitespace) is a ValueError naming it."""
     path = Path(path)
     check_user(user_id)
-    keys = read_keys(path) if path.exists() else KeysFile()
     key = new_key()
-    keys.keys.append(KeyEntry(user_id=user_id, sha256=hash_key(key), note=note))
-    _write(path, keys)
+    with _locked(path):
+        keys = read_keys(path) if path.exists() else KeysFile()
+        keys.keys.append(KeyEntry(user_id=user_id, sha256=hash_key(key), note=note))
+        _write(path, keys)
     return key
 
 
@@ -101,9 +122,13 @@ def revoke_keys(path: str | Path, user_id: str | None = None, sha256_prefix: str
     digits, as `dkilab keys list` shows); -> the removed entries. A running service stops accepting them
     at its next request (it re-reads the file when it changes)."""
     path = Path(path)
-    keys = read_keys(path)
     if (user_id is None) == (sha256_prefix is None):
         raise ValueError("revoke: give a user id or --hash PREFIX (one of them)")
+    with _locked(path):
+        return _revoke(path, read_keys(path), user_id, sha256_prefix)
+
+
+def _revoke(path: Path, keys: KeysFile, user_id: str | None, sha256_prefix: str | None) -> list[KeyEntry]:
     if sha256_prefix is not None:
         if len(sha256_prefix) < 8:
             raise ValueError(f"revoke --hash {sha256_prefix!r}: give at least 8 hex digits of the hash")

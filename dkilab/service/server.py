@@ -2,6 +2,59 @@
 from __future__ import annotations
 
 import ipaddress
+from typing import Any
+
+HEADER_TIMEOUT = 10.0  # s a connection may take to send a request's headers (a new one, or the next on keep-alive)
+IDLE_TIMEOUT = 5  # s a kept-alive connection may sit idle between requests
+
+
+def header_timeout_protocol(timeout: float = HEADER_TIMEOUT):
+    """uvicorn's h11 protocol with a deadline on the request line and headers: uvicorn arms none, so a client
+    that connects and sends half a header (or nothing) would hold a connection for ever (slowloris). Each
+    request's headers must be complete within `timeout` s of the connection or of its first byte."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class HeaderTimeoutProtocol(H11Protocol):
+        _header_task: Any = None
+
+        def connection_made(self, transport):
+            super().connection_made(transport)
+            self._arm()
+
+        def _arm(self) -> None:
+            self._header_task = self.loop.call_later(timeout, self._headers_late)
+
+        def _disarm(self) -> None:
+            if self._header_task is not None:
+                self._header_task.cancel()
+                self._header_task = None
+
+        def _headers_late(self) -> None:
+            self._header_task = None
+            if self.conn.their_state == h11.IDLE and not self.transport.is_closing():
+                self.transport.close()  # the headers never came: drop the connection, no reply owed
+
+        def data_received(self, data: bytes) -> None:
+            if self._header_task is None and self.conn.their_state == h11.IDLE:
+                self._arm()  # the next request on a kept-alive connection starts its own deadline
+            super().data_received(data)
+            if self.conn.their_state != h11.IDLE:
+                self._disarm()
+
+        def connection_lost(self, exc) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+    return HeaderTimeoutProtocol
+
+
+def uvicorn_config(app, host: str, port: int, header_timeout: float = HEADER_TIMEOUT, **kw):
+    """The service's uvicorn settings: header and idle deadlines, no access log."""
+    import uvicorn
+
+    return uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
+                          http=header_timeout_protocol(header_timeout), timeout_keep_alive=IDLE_TIMEOUT, **kw)
 
 
 def serve(store_path: str, keys_path: str, host: str = "127.0.0.1", port: int = 8765, ready=None) -> None:
@@ -34,8 +87,7 @@ def serve(store_path: str, keys_path: str, host: str = "127.0.0.1", port: int = 
         if not _loopback(host):
             print(f"warning: serving on {host}, reachable from other machines; keys travel in clear over plain HTTP "
                   "(put a TLS proxy in front)")
-        config = uvicorn.Config(create_app(store, ring), host=host, port=port, log_level="warning",
-                                access_log=False, timeout_graceful_shutdown=5)
+        config = uvicorn_config(create_app(store, ring), host, port, timeout_graceful_shutdown=5)
         server = uvicorn.Server(config)
         print(f"dkilab recall service: {store.path} ({store.count()} messages) for {len(ring)} keys on "
               f"http://{host}:{port}  (API docs: http://{host}:{port}/docs)", flush=True)

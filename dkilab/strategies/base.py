@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Literal
 from cachetools import LRUCache
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from dkilab.config import validate
+from dkilab.config import refuse_bool_numbers, validate
 from dkilab.recall import MultiSignalRecall, RecallConfig, create_reference_resolver
 from dkilab.registry import STRATEGIES
 from dkilab.text.history import DEFAULT_FIELDS, ROLE_NAME, render_line
@@ -63,7 +63,7 @@ class StrategyParams(BaseModel):
         for old, new in RENAMED.items():
             if isinstance(data, dict) and old in data:
                 raise ValueError(f"{old!r} is now {new!r}: one history budget, matched across strategies")
-        return data
+        return refuse_bool_numbers(cls, data)
 
 
 class Stages:

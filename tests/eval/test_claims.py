@@ -132,11 +132,16 @@ def test_a_dead_claim_and_a_failed_cell_go_back_to_the_pool(tmp_path, monkeypatc
     results = run_experiment(cfg, uri=uri, progress=False, echo=lines.append, claim=True)
     assert [r.status for r in results] == ["finished", "claimed"] + ["finished"] * 4
     assert any("claimed by another-machine pid 1, left to it" in ln for ln in lines)
-    # an old claim (past the TTL) is taken over as well
-    monkeypatch.setenv("DKILAB_CLAIM_TTL_H", "0")
+    # a claim whose heartbeat stopped is taken over as well, and the run its holder left RUNNING is ended
+    exp_id = client.get_experiment_by_name("pool").experiment_id
+    orphan = client.create_run(exp_id, tags={"dkilab.kind": "cell", "dkilab.config_hash": second.config_hash,
+                                             "dkilab.host": "another-machine", "dkilab.pid": "1"})
+    monkeypatch.setenv("DKILAB_CLAIM_STALE_S", "0")
     results = run_experiment(cfg, uri=uri, progress=False, echo=lambda _: None, claim=True)
     assert results[1].status == "finished"
-    assert runstate.claim_cell("pool", second.config_hash) == (True, "this process")  # ours now
+    assert client.get_run(orphan.info.run_id).info.status == "KILLED"
+    # a finished cell's claim is removed: no dkilab-claim experiment outlives its cell
+    assert all(client.get_experiment_by_name(runstate.claim_name("pool", r.cell.config_hash)) is None for r in results)
 
     # a cell that fails here gives its claim back, so another run retries it
     import dkilab.eval.runner as runner
@@ -149,6 +154,28 @@ def test_a_dead_claim_and_a_failed_cell_go_back_to_the_pool(tmp_path, monkeypatc
     results = run_experiment(cfg2, uri=uri, progress=False, echo=lambda _: None, claim=True)
     assert all(r.status == "failed" for r in results)
     assert all(client.get_experiment_by_name(runstate.claim_name("failing", r.cell.config_hash)) is None for r in results)
+
+
+def test_a_live_claim_is_kept_by_its_heartbeat_however_long_the_cell_runs(tmp_path, monkeypatch):
+    """Issue 58 item 10: a TTL from the claim's start stole live claims (any cell over 24 h ran twice). The
+    holder now stamps a heartbeat; only a claim whose beats stopped is taken over."""
+    import mlflow
+
+    from dkilab.eval import runstate
+
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    client = mlflow.MlflowClient()
+    monkeypatch.setenv("DKILAB_CLAIM_STALE_S", "1.5")
+    long_ago = str(time.time() - 3 * 24 * 3600)  # claimed three days ago, on another machine
+    exp = client.create_experiment(runstate.claim_name("beat", "h1"), tags={
+        "dkilab.host": "another-machine", "dkilab.pid": "1", "dkilab.claimed_at": long_ago,
+        runstate.HEARTBEAT_TAG: long_ago})
+    with runstate.claim_heartbeat("beat", "h1", every_s=0.2):  # stands for the other machine, still beating
+        time.sleep(2.0)
+        assert runstate.claim_cell("beat", "h1") == (False, "another-machine pid 1")
+    time.sleep(2.0)  # beats stopped: stale after 1.5 s
+    assert runstate.claim_cell("beat", "h1") == (True, "this process")
+    assert client.get_experiment(exp).lifecycle_stage == "deleted"
 
 
 def test_ctrl_c_in_a_claimed_cell_gives_the_claim_back(tmp_path, monkeypatch):

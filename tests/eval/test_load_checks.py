@@ -54,3 +54,63 @@ def test_a_filter_that_keeps_nothing_is_an_error_naming_the_key(dataset, words):
     with pytest.raises(ConfigError) as err:
         load_cell_questions(cell, None)
     assert words in str(err.value) and "scripted" in str(err.value)
+
+
+@pytest.mark.parametrize("edit, needle", [
+    ({"defaults": {"history_budget": True}}, "history_budget: true is a yes/no"),
+    ({"model": {"spec": "offline:smollm2", "max_context": 1e30}}, "model.max_context"),
+    ({"model": {"spec": "offline:smollm2", "dtype": "float8"}}, "model.dtype"),
+    ({"model": {"spec": "offline:smollm2", "max_retries": True}}, "max_retries: true is a yes/no"),
+    ({"sweep": {"model.concurrency": [1, 2]}}, "sweep.model.concurrency: model.concurrency is how the model runs"),
+    ({"embedder": {"model": "offline:nosuch"}}, "embedder.model: unknown encoder 'offline:nosuch'"),
+    ({"sweep": {"embedder.model": ["offline:minilm", "nosuch:enc"]}}, "sweep.embedder.model: unknown encoder"),
+    ({"expect": {"no_memory": {"scroe": [0, 1]}}}, "expect.no_memory.scroe: unknown metric 'scroe' (did you mean 'score'"),
+])
+def test_config_problems_found_at_load_not_after_the_run(edit, needle):
+    """Issue 58 items 13 and 14: each was accepted (or found only after data and model had loaded)."""
+    cfg = {"name": "checks", "datasets": [{"name": "fixtures"}], "strategies": [{"name": "no_memory"}]} | edit
+    with pytest.raises(ConfigError) as err:
+        experiment_from_dict(cfg)
+    assert needle in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+def test_interval_bounds_and_cell_counts_are_metrics_expect_may_name():
+    experiment_from_dict({"name": "ok", "datasets": [{"name": "fixtures"}], "strategies": [{"name": "no_memory"}],
+                          "expect": {"no_memory": {"score_ci95_low": [0, 1], "questions": [1, 99],
+                                                   "response_cache_hits": [0, 9]}}})
+
+
+def test_a_damaged_response_cache_is_moved_aside_by_name_and_the_run_goes_on(tmp_path):
+    """Issue 58 item 8: a damaged responses.sqlite failed every cached cell, every run, without naming it."""
+    from dkilab.models.response_cache import ResponseCache
+    from dkilab.types import Generation
+
+    path = tmp_path / "responses.sqlite"
+    path.write_bytes(b"not a database at all" * 100)
+    with pytest.warns(UserWarning, match=r"response cache .*responses.sqlite could not be read.*moved to "
+                                         r"responses.sqlite.damaged-"):
+        cache = ResponseCache(path)
+    cache.put("k", object(), Generation("hello", 3, 1))
+    assert cache.get("k").text == "hello"
+    assert len(list(tmp_path.glob("responses.sqlite.damaged-*"))) == 1
+    cache.close()
+
+
+def test_a_yaml_alias_bomb_is_refused_before_it_grows(tmp_path):
+    """Issue 58 item 9: a 1 KB config of nested aliases under datasets[].categories grew memory at ~60 MB/s
+    while its hash was computed."""
+    import resource
+
+    from dkilab.eval.experiment import load_experiment
+
+    lines = ["name: bomb", "strategies: [{name: no_memory}]", "a0: &a0 [x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [*a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, "
+              f"*a{i - 1}]" for i in range(1, 9)]
+    lines.append("datasets: [{name: fixtures, categories: *a8}]")
+    path = tmp_path / "bomb.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    assert path.stat().st_size < 1200
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(ConfigError, match=r"bomb.yaml: over 200,000 values once its aliases"):
+        load_experiment(path)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 100_000  # KB: nothing was expanded

@@ -30,3 +30,24 @@ def test_same_named_scripts_and_an_edited_script_never_share_answers(tmp_path, m
     hash_c, res_c = _run(a, uri)
     assert not res_c.skipped and {r["prediction"] for r in res_c.rows} == {"edited"}
     assert len({hash_a, hash_b, hash_c}) == 3
+
+
+def test_an_endpoint_model_is_identified_by_what_the_server_serves(monkeypatch):
+    """Issue 58 item 2: an endpoint's identity was `openai:<model>@<url>`, so a server restarted on other
+    weights under the same name reused the cells and cached responses of the old ones."""
+    from dkilab.eval.experiment import ModelSpec
+    from dkilab.models import openai_client
+    from tests.fake_openai import Server
+
+    server = Server(models=("m",), roots={"m": "/weights/qwen-a"})
+    try:
+        spec = ModelSpec(spec=f"openai:m@{server.url}")
+        first = spec.identity()["weights"]
+        openai_client._SERVED.clear()  # a new process: reads /models again (its `created` stamp differs)
+        assert ModelSpec(spec=spec.spec).identity()["weights"] == first
+        server.roots["m"] = "/weights/qwen-b"  # restarted on other weights, same served name
+        openai_client._SERVED.clear()
+        assert ModelSpec(spec=spec.spec).identity()["weights"] != first
+        assert ModelSpec(spec=f"openai:nosuch@{server.url}").identity().get("weights") is None
+    finally:
+        server.close()

@@ -295,6 +295,12 @@ def test_error_rows_do_not_stop_the_run_and_finished_cells_are_read_back(tmp_pat
     assert notes[0].startswith("note: these cells come from 2 invocations")
     with pytest.raises(KeyError, match="no MLflow experiment named 'nope'"):
         report("nope", uri)
+    # issue 58 item 11: a stricter max_error_rate applies to cells that finished under a looser one
+    lines = []
+    stricter = run_experiment(strict, uri=uri, progress=False, echo=lines.append)
+    assert stricter[0].skipped and not stricter[1].skipped and stricter[1].status == "failed"
+    assert any("test_boom@fixtures: finished before, but 1 of 4 questions failed, over max_error_rate 0" in ln
+               for ln in lines)
 
 
 def test_dkilab_report_prints_intervals_pairs_and_the_detector(tmp_path, uri, capsys):
@@ -580,6 +586,24 @@ def test_a_cell_whose_endpoint_fails_mid_run_is_failed_not_good_and_reruns_whole
         [again] = run_experiment(cfg, uri=uri, progress=False, echo=lines.append)
         assert again.status == "finished" and again.metrics["errors"] == 0 and not again.skipped
         assert not any("skipped" in ln for ln in lines)
+    finally:
+        server.close()
+
+
+def test_an_endpoint_answering_null_content_gives_error_rows_not_empty_answers(tmp_path, uri):
+    """Issue 58 item 6: a 200 with `content: null` and no tool call was recorded as a real empty answer
+    (errors 0, FINISHED, hallucination 1.0); now every such question is an error row and the cell FAILED."""
+    from tests.fake_openai import Server
+
+    server = Server(null_content=True)
+    try:
+        path = _config(tmp_path, "nullcontent", model={"spec": f"openai:fake@{server.url}", "max_context": 2048,
+                                                       "max_retries": 0, "concurrency": 1},
+                       strategies=[{"name": "no_memory"}], datasets=[{"name": "fixtures", "limit": 1, "question_limit": 4}])
+        lines = []
+        [cell] = run_experiment(load_experiment(path), uri=uri, progress=False, echo=lines.append)
+        assert cell.status == "failed" and cell.metrics["errors"] == cell.metrics["questions"] > 0
+        assert all("empty content and no tool call" in str(r.get("error")) for r in cell.rows), cell.rows[0]
     finally:
         server.close()
 

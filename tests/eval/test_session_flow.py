@@ -101,3 +101,29 @@ def test_entity_f1():
     assert entity_f1(gold, gold) == 1.0
     assert entity_f1({"active_domain": ["system"], "business_object": None, "operation_stage": "审批"}, gold) == 0.8
     assert entity_f1({}, gold) == 0.0 and entity_f1({}, {"active_domain": []}) == 1.0
+
+
+def test_a_failed_dialogue_counts_every_turn_it_was_asked(tmp_path):
+    """Issue 58 item 3: a dialogue whose first turn failed was one error row, so 8 failed dialogues of 32 read
+    "85 of 93 answered" (within max_error_rate 0.1) and their other turns vanished from every metric. Each
+    turn of a failed dialogue is now an error row, and the budget compares failed turns with asked ones."""
+    from dkilab.eval.cell import score_cell
+    from dkilab.eval.experiment import expand_cells, experiment_from_dict
+    from dkilab.eval.runner import over_error_budget
+    from dkilab.eval.tracking import cell_metrics
+
+    cfg = experiment_from_dict({"name": "sf", "tracing": False, "datasets": [{"name": "session_flow"}],
+                                "strategies": [{"name": "session_l2", "params": {"rewriter": "rules",
+                                                                                  "extractor": "rules", "answer": False}}]})
+    cell = expand_cells(cfg)[0]
+    items = [(c, q) for c in load_session_flow() for q in c.questions]
+    failed = list(range(0, len(items), 4))  # 8 of 32 dialogues fail at once (an endpoint down for their first turn)
+    ok = Answer("", metadata={"turns": []})  # stands for an answered dialogue: scored as a single row here
+    rows = score_cell(cell, [(i, "EndpointError: down" if i in failed else ok, 1.0) for i in range(len(items))], items)
+    error_rows = [r for r in rows if r.get("error")]
+    turns = {i: len(items[i][1].metadata["gold"]["turns"]) for i in failed}
+    assert len(error_rows) == sum(turns.values()) > len(failed)
+    assert [r["qid"] for r in error_rows][:turns[0]] == [f"{items[0][1].qid}#{n}" for n in range(1, turns[0] + 1)]
+    metrics = cell_metrics(rows, 1.0, {})
+    assert metrics["errors"] == len(error_rows) and metrics["questions"] == len(rows)
+    assert over_error_budget(metrics, 0.1)  # well over a tenth of what was asked failed

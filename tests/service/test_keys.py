@@ -45,3 +45,34 @@ def test_serve_refuses_a_missing_store_or_an_empty_keys_file(tmp_path):
     with pytest.raises(ConfigError, match="does not exist.*dkilab ingest"):
         serve(str(tmp_path / "store"), str(tmp_path / "keys.yaml"))
     assert not (tmp_path / "store").exists()  # nothing created
+
+
+def _add(args):
+    path, user = args
+    return user, add_key(path, user)
+
+
+def _revoke(args):
+    from dkilab.service.keys import revoke_keys
+
+    path, user = args
+    return [e.user_id for e in revoke_keys(path, user)]
+
+
+def test_concurrent_adds_and_revokes_lose_nothing(tmp_path):
+    """Issue 58 item 4: `keys add` and `keys revoke` raced in separate processes lost revocations and printed
+    keys, and once corrupted the file. Each now holds the file's lock and writes a temp file of its own."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    path = tmp_path / "keys.yaml"
+    old = {f"old{i}": add_key(path, f"old{i}") for i in range(12)}
+    jobs = [(_add, (path, f"new{i}")) for i in range(12)] + [(_revoke, (path, u)) for u in old]
+    jobs = [j for pair in zip(jobs[:12], jobs[12:]) for j in pair]  # adds and revokes interleaved
+    with ProcessPoolExecutor(6, mp_context=multiprocessing.get_context("fork")) as pool:
+        results = [f.result() for f in [pool.submit(fn, a) for fn, a in jobs]]
+    added = dict(r for r in results if isinstance(r, tuple))
+    ring = KeyRing(read_keys(path))
+    assert all(ring.user_for(k) == u for u, k in added.items()) and len(added) == 12  # every printed key works
+    assert not any(ring.user_for(k) for k in old.values())  # every reported revocation holds
+    assert len(read_keys(path).keys) == 12 and not list(tmp_path.glob("*.tmp"))

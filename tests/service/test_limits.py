@@ -86,13 +86,13 @@ def small_service(tmp_path):
     from dkilab.memory import MemoryStore
     from dkilab.service.app import create_app
     from dkilab.service.keys import KeyRing
-    from dkilab.service.server import free_port
+    from dkilab.service.server import free_port, uvicorn_config
 
     store = MemoryStore.open(tmp_path / "store")
     key = add_key(tmp_path / "keys.yaml", "alice")
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(store, KeyRing.from_file(tmp_path / "keys.yaml"), body_timeout=0.5),
-                                           host="127.0.0.1", port=port, log_level="warning"))
+    server = uvicorn.Server(uvicorn_config(create_app(store, KeyRing.from_file(tmp_path / "keys.yaml"), body_timeout=0.5),
+                                           "127.0.0.1", port, header_timeout=0.5))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     for _ in range(200):
@@ -121,3 +121,31 @@ def test_a_request_body_that_never_arrives_gets_408_and_the_connection_is_closed
         assert reply.startswith(b"HTTP/1.1 408") and b"request body not received within 0.5 s" in reply
         s.close()
     assert httpx.get(url + "/v1/whoami", headers={"X-API-Key": key}).status_code == 200  # still serving
+
+
+def test_half_sent_headers_and_silent_connections_are_dropped(small_service):
+    """Issue 58 item 7: 200 connections with half-sent headers were still open after 35 s, no key needed.
+    Each request's headers now have a deadline (0.5 s here), on a new connection and on a kept-alive one."""
+    url, port, key = small_service
+    conns = [socket.create_connection(("127.0.0.1", port)) for _ in range(50)]
+    for i, s in enumerate(conns):
+        if i % 2:  # half send half a request line and headers, half send nothing at all
+            s.sendall(b"GET /v1/whoami HTTP/1.1\r\nHost: x\r\nX-Fo")
+    for s in conns:
+        s.settimeout(10)
+        assert s.recv(4096) == b""  # closed by the server, before the 10 s
+        s.close()
+    with httpx.Client(base_url=url, headers={"X-API-Key": key}) as client:  # a kept-alive client is unharmed
+        assert client.get("/v1/whoami").status_code == 200
+        time.sleep(0.8)  # an idle pause longer than the header deadline, shorter than the idle timeout
+        assert client.get("/v1/whoami").status_code == 200
+    keep = socket.create_connection(("127.0.0.1", port))  # the next request on a kept-alive connection, stalled
+    keep.sendall(f"GET /v1/whoami HTTP/1.1\r\nHost: x\r\nX-API-Key: {key}\r\n\r\n".encode())
+    keep.settimeout(10)
+    assert keep.recv(4096).startswith(b"HTTP/1.1 200")
+    keep.sendall(b"GET /v1/whoami HTTP/1.1\r\nHo")
+    t = time.monotonic()
+    while keep.recv(4096):
+        pass
+    assert time.monotonic() - t < 5
+    keep.close()

@@ -3,6 +3,7 @@ each, discovered) and cached as Hugging Face datasets (`normalized.py`); any fil
 format loads without code (`load_dataset(label, path=...)`)."""
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 from dkilab.eval.datasets.base import DATA_ENV, DatasetNotFoundError, data_dir, register_dataset
@@ -14,7 +15,7 @@ from dkilab.registry import DATASETS
 
 __all__ = ["DATA_ENV", "DatasetNotFoundError", "data_dir", "register_dataset", "load_locomo", "load_fixtures",
            "load_memdaily", "load_madial", "load_madial_en", "load_madial_zh", "load_dataset", "dataset_info",
-           "resolve_path", "dataset_available", "DATASETS"]
+           "resolve_path", "dataset_available", "source_digest", "DATASETS"]
 
 
 def resolve_path(path: str, data: str | None = None) -> Path:
@@ -53,6 +54,34 @@ def _source_files(meta: dict, data: str | None) -> list[Path]:
                 return []
             files += sorted(root.glob(pattern))
     return files
+
+
+_DIGESTS: dict[tuple, str] = {}
+
+
+def source_digest(name: str, path: str | None = None, data: str | None = None) -> str | None:
+    """A digest of what the dataset is read from (its source files' names and bytes), so a cell's identity
+    changes when a file is edited under the same name; None when the files are not there (bundled in code,
+    or missing: loading then says so). Cached per file size and mtime."""
+    if path is not None:
+        try:
+            files = [resolve_path(path, data)]
+        except DatasetNotFoundError:
+            return None
+    else:
+        files = _source_files(DATASETS.meta(name), data)
+    if not files:
+        return None
+    stats = tuple((str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files)
+    if stats not in _DIGESTS:
+        h = hashlib.sha1()
+        for f in files:
+            h.update(f.name.encode() + b"\0")
+            with open(f, "rb") as fh:
+                for block in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(block)
+        _DIGESTS[stats] = h.hexdigest()[:16]
+    return _DIGESTS[stats]
 
 
 def load_dataset(name: str, data_dir=None, limit: int | None = None, question_limit: int | None = None,

@@ -21,6 +21,18 @@ from dkilab.types import Answer, QAItem
 L2_RULES = ("new", "inherit", "overwrite_intent", "overwrite_object")
 
 
+def turn_items(item: QAItem) -> list[QAItem]:
+    """A dialogue's turns as questions of their own (`<qid>#<n>`, each with its gold); a question that is not
+    a dialogue: itself."""
+    golds = (item.metadata.get("gold") or {}).get("turns")
+    if not golds:
+        return [item]
+    user = (item.task or {}).get("user")
+    return [QAItem(turn, gold["answer"], gold["category"], list(gold["docs"]), True, item.question_date,
+                   qid=f"{item.qid}#{n}", metadata={"gold": gold, "user_id": user, "dialogue_id": item.qid})
+            for n, (turn, gold) in enumerate(zip((item.task or {}).get("turns") or [""] * len(golds), golds), 1)]
+
+
 def expand_turns(item: QAItem, answer: Answer) -> list[tuple[QAItem, Answer]]:
     """One (QAItem, Answer) per dialogue turn (an Answer without turns: itself)."""
     turns = answer.metadata.get("turns")
@@ -29,11 +41,9 @@ def expand_turns(item: QAItem, answer: Answer) -> list[tuple[QAItem, Answer]]:
         return [(item, answer)]
     if len(turns) != len(golds):
         raise ValueError(f"dialogue {item.qid}: {len(turns)} turns answered for {len(golds)} gold turns")
-    user = (item.task or {}).get("user")
     out = []
-    for n, (turn, gold) in enumerate(zip(turns, golds), 1):
-        sub = QAItem(turn["query"], gold["answer"], gold["category"], list(gold["docs"]), True, item.question_date,
-                     qid=f"{item.qid}#{n}", metadata={"gold": gold, "user_id": user, "dialogue_id": item.qid})
+    for sub, turn in zip(turn_items(item), turns):
+        sub.question = turn["query"]
         latency = stage_latencies(turn["latency_ms"])
         out.append((sub, Answer(turn["answer"], answer.strategy, prompt_tokens=turn["prompt_tokens"],
                                 generated_tokens=turn["generated_tokens"], recalled_ids=list(turn["doc_ids"]),
