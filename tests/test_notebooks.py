@@ -15,7 +15,10 @@ HAVE_DATA = bool(DATA) and (Path(DATA) / "locomo").is_dir()
 
 
 # as papermill injects: shorter slices of what each notebook runs (the checks below hold on them)
-PARAMS = {"03_sweep_threshold_budget": {"CONTEXT_QUESTIONS": 2},
+TWO_USERS = {"name": "fixtures", "first": 1, "limit": 2, "question_limit": 3}  # 2 users (en, zh): 6 questions, not 12
+PARAMS = {"02_compare_strategies": {"DATASET": TWO_USERS},  # 12 questions run by ci/fixtures_smoke.yaml
+          "03_sweep_threshold_budget": {"CONTEXT_QUESTIONS": 2, "DATASET": TWO_USERS},
+          "04_kv_injection_alpha": {"DATASET": TWO_USERS},
           "05_retrieval": {"DATASETS": [
               {"name": "locomo", "first": 5, "limit": 1, "categories": [1, 2, 3, 4], "question_limit": 30},
               {"name": "memdaily", "first": 150, "limit": 20}, {"name": "madial_bench_zh", "first": 80, "limit": 20}]}}

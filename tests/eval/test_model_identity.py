@@ -51,3 +51,35 @@ def test_an_endpoint_model_is_identified_by_what_the_server_serves(monkeypatch):
         assert ModelSpec(spec=f"openai:nosuch@{server.url}").identity().get("weights") is None
     finally:
         server.close()
+
+
+def test_a_tiny_model_trained_again_in_the_same_directory_is_another_model(tmp_path, monkeypatch):
+    """Issue 58 item 2: weights saved again at one path were the same model to the cell hash, the journal and
+    the response cache, so the second run recorded the first model's outputs."""
+    import torch
+
+    from dkilab.eval.runner import run_experiment
+    from tests.eval.test_placement import _save_tiny
+
+    monkeypatch.setenv("DKILAB_CACHE_DIR", str(tmp_path / "cache"))
+    path = tmp_path / "tiny"
+
+    def run(name="retrained"):
+        cfg = experiment_from_dict({"name": name, "tracing": False,
+                                    "model": {"spec": str(path), "max_context": 512, "cache": True},
+                                    "defaults": {"max_new_tokens": 4},
+                                    "datasets": [{"name": "scripted", "path": DIALOGUES}],
+                                    "strategies": [{"name": "no_memory"}]})
+        (res,) = run_experiment(cfg, uri=f"sqlite:///{tmp_path / 'm.db'}", progress=False, echo=lambda *a: None)
+        return expand_cells(cfg)[0].config_hash, res
+
+    torch.manual_seed(0)
+    _save_tiny(path)
+    hash_a, first = run()
+    torch.manual_seed(1)
+    _save_tiny(path)  # trained again into the same directory
+    hash_b, second = run()
+    assert hash_a != hash_b and not second.skipped
+    assert second.metrics.get("response_cache_hits", 0) == 0  # no answer of the old weights reused
+    _, third = run("retrained-again")  # the same weights in another experiment: the cache does answer
+    assert third.metrics["response_cache_hits"] == len(third.rows) > 0
