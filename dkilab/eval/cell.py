@@ -372,7 +372,7 @@ def _judged(item, answer) -> bool:
 
 def judge_texts(judge, answers, items) -> list[str]:
     """The prompts `judge_answer` will send for these answers (per turn for a dialogue)."""
-    from dkilab.eval.metrics.session import expand_turns, turn_items
+    from dkilab.eval.metrics.session import expand_turns
 
     texts = []
     for i, answer, _ in answers:

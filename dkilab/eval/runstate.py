@@ -228,13 +228,15 @@ def claim_heartbeat(experiment: str, config_hash: str, every_s: float | None = N
     every = claim_stale_s() / 10 if every_s is None else every_s
     stop = threading.Event()
     client = mlflow.MlflowClient()
+    held = client.get_experiment_by_name(claim_name(experiment, config_hash))
+    if held is None:
+        yield  # nothing to beat on (released meanwhile)
+        return
 
-    def beat():
+    def beat():  # on the claim this process holds, by id: a claim another machine took over is never stamped
         while not stop.wait(every):
             try:
-                exp = client.get_experiment_by_name(claim_name(experiment, config_hash))
-                if exp is not None:
-                    client.set_experiment_tag(exp.experiment_id, HEARTBEAT_TAG, f"{time.time():.0f}")
+                client.set_experiment_tag(held.experiment_id, HEARTBEAT_TAG, f"{time.time():.0f}")
             except Exception:  # noqa: BLE001 - a store briefly away: the next beat tries again
                 pass
 

@@ -74,13 +74,11 @@ def check_weights(spec: str) -> str | None:
 
 def check_endpoint(spec: str, timeout: float = 5.0) -> str | None:
     """A served model (`openai:<model>@<base_url>`): the server answers `/models` and lists the model."""
-    import json
-    import urllib.request
+    from dkilab.models.openai_client import served_models
 
     name, _, base = spec[len("openai:"):].partition("@")
     try:
-        with urllib.request.urlopen(base.rstrip("/") + "/models", timeout=timeout) as r:
-            listed = [m.get("id") for m in json.loads(r.read()).get("data", [])]
+        listed = [m.get("id") for m in served_models(base, timeout)]
     except Exception as e:  # noqa: BLE001
         return f"{spec}: {base} does not answer GET /models ({type(e).__name__}: {e}); start the server first (README-GPU)"
     return None if name in listed else f"{spec}: {base} serves {listed}, not {name!r}"

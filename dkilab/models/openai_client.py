@@ -23,31 +23,39 @@ class EndpointError(RuntimeError):
     """The server could not be reached, timed out, or answered an error after every retry."""
 
 
-_SERVED: dict[tuple[str, str], str] = {}
 VOLATILE = ("created",)  # vLLM stamps /models entries with the time of the request
+_SERVED: dict[tuple[str, str], tuple[str | None, float]] = {}
+RETRY_DOWN_S = 60.0  # a server that did not answer is asked again after this long, not on every cell's identity
+
+
+def served_models(base_url: str, timeout: float = 5.0) -> list[dict]:
+    """The entries of the server's `GET <base_url>/models` (raises what urllib raises when it does not answer)."""
+    import urllib.request
+
+    with urllib.request.urlopen(base_url.rstrip("/") + "/models", timeout=timeout) as r:
+        return [m for m in json.loads(r.read()).get("data") or [] if isinstance(m, dict)]
 
 
 def served_revision(base_url: str, name: str, timeout: float = 5.0) -> str | None:
     """What the server says it serves under `name` (its `/models` entry: id, root path, revision,
     max_model_len, owner, less the request time), as a digest: a server restarted on other weights
     under the same name is another model. None when it does not answer or does not list `name` (the
-    run then fails on it with its own error). Remembered per process once read."""
+    run then fails on it with its own error). Remembered per process (a None for RETRY_DOWN_S)."""
     import hashlib
-    import urllib.request
+    import time
 
     key = (base_url.rstrip("/"), name)
-    if key not in _SERVED:
-        try:
-            with urllib.request.urlopen(key[0] + "/models", timeout=timeout) as r:
-                listed = json.loads(r.read()).get("data") or []
-        except Exception:  # noqa: BLE001 - down or not OpenAI-compatible: nothing to record
-            return None
-        entry = next((m for m in listed if isinstance(m, dict) and m.get("id") == name), None)
-        if entry is None:
-            return None
-        card = {k: v for k, v in entry.items() if k not in VOLATILE}
-        _SERVED[key] = hashlib.sha1(json.dumps(card, sort_keys=True, default=str).encode()).hexdigest()[:16]
-    return _SERVED[key]
+    got = _SERVED.get(key)
+    if got is not None and (got[0] is not None or time.monotonic() - got[1] < RETRY_DOWN_S):
+        return got[0]
+    try:
+        entry = next((m for m in served_models(key[0], timeout) if m.get("id") == name), None)
+    except Exception:  # noqa: BLE001 - down or not OpenAI-compatible: nothing to record
+        entry = None
+    card = None if entry is None else {k: v for k, v in entry.items() if k not in VOLATILE}
+    digest = None if card is None else hashlib.sha1(json.dumps(card, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    _SERVED[key] = (digest, time.monotonic())
+    return digest
 
 
 def _api_messages(messages: list[dict]) -> list[dict]:

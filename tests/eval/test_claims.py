@@ -178,6 +178,22 @@ def test_a_live_claim_is_kept_by_its_heartbeat_however_long_the_cell_runs(tmp_pa
     assert client.get_experiment(exp).lifecycle_stage == "deleted"
 
 
+def test_a_heartbeat_never_stamps_a_claim_another_machine_took_over(tmp_path):
+    import mlflow
+
+    from dkilab.eval import runstate
+
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    client = mlflow.MlflowClient()
+    assert runstate.claim_cell("over", "h1") == (True, "this process")
+    with runstate.claim_heartbeat("over", "h1", every_s=0.1):
+        runstate.release_claim("over", "h1")  # our claim went stale and another machine took the cell
+        theirs = client.create_experiment(runstate.claim_name("over", "h1"), tags={
+            "dkilab.host": "another-machine", "dkilab.pid": "1", runstate.HEARTBEAT_TAG: "1"})
+        time.sleep(0.6)
+    assert client.get_experiment(theirs).tags[runstate.HEARTBEAT_TAG] == "1"
+
+
 def test_ctrl_c_in_a_claimed_cell_gives_the_claim_back(tmp_path, monkeypatch):
     import mlflow
 

@@ -51,6 +51,11 @@ def test_an_endpoint_model_is_identified_by_what_the_server_serves(monkeypatch):
         assert ModelSpec(spec=f"openai:nosuch@{server.url}").identity().get("weights") is None
     finally:
         server.close()
+    asked = []
+    real = openai_client.served_models
+    monkeypatch.setattr(openai_client, "served_models", lambda *a, **k: asked.append(a) or real(*a, **k))
+    down = f"openai:m@{server.url}-gone"  # a server that does not answer: asked once, not on every cell's identity
+    assert [ModelSpec(spec=down).identity().get("weights") for _ in range(3)] == [None] * 3 and len(asked) == 1
 
 
 def test_a_tiny_model_trained_again_in_the_same_directory_is_another_model(tmp_path, monkeypatch):

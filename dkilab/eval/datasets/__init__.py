@@ -56,13 +56,13 @@ def _source_files(meta: dict, data: str | None) -> list[Path]:
     return files
 
 
-_DIGESTS: dict[tuple, str] = {}
-
-
 def source_digest(name: str, path: str | None = None, data: str | None = None) -> str | None:
-    """A digest of what the dataset is read from (its source files' names and bytes), so a cell's identity
-    changes when a file is edited under the same name; None when the files are not there (bundled in code,
-    or missing: loading then says so). Cached per file size and mtime."""
+    """A digest of what the dataset is read from (each source file's name and bytes, by
+    memory.embedder.weights_digest, memoised per size and mtime), so a cell's identity changes when a file is
+    edited under the same name; None when the files are not there (bundled in code, or missing: loading then
+    says so)."""
+    from dkilab.memory.embedder import weights_digest
+
     if path is not None:
         try:
             files = [resolve_path(path, data)]
@@ -72,16 +72,8 @@ def source_digest(name: str, path: str | None = None, data: str | None = None) -
         files = _source_files(DATASETS.meta(name), data)
     if not files:
         return None
-    stats = tuple((str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files)
-    if stats not in _DIGESTS:
-        h = hashlib.sha1()
-        for f in files:
-            h.update(f.name.encode() + b"\0")
-            with open(f, "rb") as fh:
-                for block in iter(lambda: fh.read(1 << 20), b""):
-                    h.update(block)
-        _DIGESTS[stats] = h.hexdigest()[:16]
-    return _DIGESTS[stats]
+    parts = [weights_digest(str(f)) or "" for f in files]
+    return parts[0] if len(parts) == 1 else hashlib.sha1("|".join(parts).encode()).hexdigest()[:16]
 
 
 def load_dataset(name: str, data_dir=None, limit: int | None = None, question_limit: int | None = None,
