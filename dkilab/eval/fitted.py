@@ -4,8 +4,10 @@ training questions is refused when the config is read, naming the component and 
 A dataset's `dev` split is the first half of its conversations (LoCoMo: 0-4), `test` the second; `full`
 and `ablation` hold both halves, so they contain the fitted questions too. A config that tunes on dev by
 design says so (`purpose: tune`): its cells may use `split: dev`, never `full`, and its figures are not
-held-back results. The abstention detector is fitted on the project's own labelled replies
-(`datasets/fixtures/abstention/`), not on a dataset's questions, so it constrains no split here.
+held-back results. The abstention detector is fitted on phrasings the project wrote
+(`datasets/fixtures/abstention/`: hand-written, templated, hard negatives), never on replies to a dataset's
+questions: the quickstart model's replies to the fixtures are held back (bench/abstention_train.HELD_BACK), so
+it constrains no split (`DETECTOR_SOURCES` says which sources may train it; a test holds the weights to it).
 """
 from __future__ import annotations
 
@@ -56,6 +58,11 @@ COMPONENTS = (
     Fitted("the encoder adapter offline:minilm-locomo", {"locomo": 5}, _adapter,
            "embedder: {english: offline:minilm}"),
 )
+
+
+# the kinds of source the abstention detector may be fitted on (the prefix of each `trained_on` key of
+# dkilab/text/abstention_lr.json): phrasings written for it, none of them a reply to a dataset's question
+DETECTOR_SOURCES = ("handwritten", "templated:", "hard:")
 
 
 def asked(cell: Cell) -> tuple[int, int] | None:

@@ -332,7 +332,7 @@ def test_the_dev_sources_alone_choose_c_and_the_threshold():
     assert {"C", "threshold", "selection"} <= set(w) and w["threshold"] in at.GRID_THRESHOLD
 
 
-@pytest.mark.slow  # encodes the 839 fresh-check phrasings with e5 (about 40 s here)
+@pytest.mark.slow  # encodes the 839 fresh-check phrasings and 106 held-back replies with e5 (about 45 s here)
 def test_the_fresh_check_is_never_trained_on_and_its_figures_ship_with_the_weights():
     from dkilab.bench import abstention_train as at
 
@@ -343,6 +343,8 @@ def test_the_fresh_check_is_never_trained_on_and_its_figures_ship_with_the_weigh
     shipped = load_weights()["figures"]["fresh_check"]
     measured = at.fresh_figures(get_detector("hybrid"), fresh)["all"]
     assert shipped == measured  # the weights' card says what the shipped detector does on it today
+    # so do the figures on the held-back quickstart replies
+    assert load_weights()["figures"]["held_back_model_replies"] == at.held_back_figures(get_detector("hybrid"))
     assert all(m["precision"] >= 0.9 and m["recall"] >= 0.9 for m in measured.values())
     # nor are its subjects: the templates' subjects added after round 7 appear in no fresh row
     import importlib.util
@@ -425,3 +427,25 @@ def test_a_torn_vector_cache_is_encoded_again_not_fatal(monkeypatch, tmp_path, c
     with np.load(cache) as z:  # every distinct view of each text, whole
         assert len(z["keys"]) == len({v for t in texts for v in views(t)}) >= 4
     assert not list((tmp_path / "abstention").glob("*.tmp.npz"))
+
+
+def test_the_detector_is_fitted_on_written_phrasings_only_and_the_quickstart_replies_are_held_back(tmp_path):
+    from dkilab.bench import abstention_train as at
+    from dkilab.eval.fitted import DETECTOR_SOURCES
+
+    rows = at.load_sources()
+    held = at.load_held_back()
+    assert len(held) >= 100 and {r["abstains"] for r in held} == {True, False}
+    seen = {r["text"].strip() for r in rows}
+    assert not [r["id"] for r in held if r["text"].strip() in seen]  # the quickstart's replies are never fitted on
+    trained = load_weights()["trained_on"]
+    assert trained and all(s.startswith(DETECTOR_SOURCES) for s in trained)  # the shipped weights keep the declaration
+    assert sum(trained.values()) == len(rows)
+    assert set(load_weights()["figures"]["held_back_model_replies"]) == {"en", "zh"}
+    # a source that is not a written phrasing is refused, naming the file and the row
+    for name in ("phrasings.jsonl", "templated.jsonl"):
+        (tmp_path / name).write_text((at.FIXTURES / name).read_text(encoding="utf-8"), encoding="utf-8")
+    with (tmp_path / "templated.jsonl").open("a", encoding="utf-8") as f:
+        f.write('{"id": "m-1", "lang": "en", "text": "Luna.", "abstains": false, "source": "model:smollm2"}\n')
+    with pytest.raises(ValueError, match=r"row m-1 has source 'model:smollm2'"):
+        at.load_sources(tmp_path)
