@@ -199,6 +199,9 @@ class DatasetSpec(_Strict):
     split: Literal["full", "ablation", "dev", "test"] = "full"
     categories: list[Any] | None = None
     languages: list[Literal["en", "cn"]] | None = None  # keep the conversations in these languages
+    # the data's language where its files do not say it (it picks the store's encoder, `embedder: auto`):
+    # default what the dataset declares, or what a normalised file's records give
+    language: Literal["en", "cn", "mixed"] | None = Field(None, json_schema_extra={"off": None})
     answerable_only: bool = False
     scorer: str | None = None  # override the dataset's declared scorer (locomo, f1, zh_f1, choice, auto)
 
@@ -240,7 +243,8 @@ class DatasetSpec(_Strict):
         from dkilab.eval.datasets import dataset_info, source_digest
 
         meta = dataset_info(self.name, self.path)
-        return {"version": meta["version"], "language": meta["language"], "scorer": self.scorer or meta["scorer"],
+        return {"version": meta["version"], "language": self.language or meta["language"],
+                "scorer": self.scorer or meta["scorer"],
                 "content": source_digest(self.name, self.path)}
 
 

@@ -43,10 +43,7 @@ def _searches(cell: Cell) -> bool:
 
 
 def _adapter(cell: Cell) -> bool:
-    from dkilab.eval.datasets import dataset_info
-
-    language = dataset_info(cell.dataset.name, cell.dataset.path).get("language", "auto")
-    return _searches(cell) and cell.embedder.for_language(language).model == "offline:minilm-locomo"
+    return _searches(cell) and cell.embedder.model == "offline:minilm-locomo"  # resolved by the data's language
 
 
 # the dev splits of bench/fusion_train.py's DEV: LoCoMo 0-4, MemDaily's first 300 users' first half,

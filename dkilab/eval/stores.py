@@ -4,12 +4,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from pathlib import Path
 
 from dkilab.cache import cache_dir
 from dkilab.types import Conversation
 
 LOADER_VERSION = "2"  # bump when loaders change what they ingest
+PROGRESS_FROM = 1000  # messages still to embed from which a store build shows its progress
 
 
 def store_key(conversations: list[Conversation], encoder: str) -> str:
@@ -47,8 +49,14 @@ def store_for(conversations: list[Conversation], name: str, embedder=None, path:
     embedder = embedder or Embedder()
     path = path or store_path(conversations, name, embedder, index_text)
     store = MemoryStore.open(path, embedder=embedder, create=True, index_text=index_text)  # a cache: a lost one is rebuilt
-    if store.count() < sum(len(c.messages) for c in conversations):
-        for conv in conversations:
-            store.add_messages(conv.messages)
+    have, total = store.count(), sum(len(c.messages) for c in conversations)
+    if have < total:
+        from tqdm.auto import tqdm
+
+        # a build of thousands of messages shows what it embeds, its rate and ETA (on stderr, every 10 s in a log)
+        with tqdm(total=total, initial=have, unit="msg", desc=f"store {name} ({embedder.model_name})",
+                  disable=total - have < PROGRESS_FROM, mininterval=1 if sys.stderr.isatty() else 10) as bar:
+            for conv in conversations:
+                bar.update(store.add_messages(conv.messages))
         store.flush()
     return store

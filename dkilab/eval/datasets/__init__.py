@@ -3,6 +3,7 @@ each, discovered) and cached as Hugging Face datasets (`normalized.py`); any fil
 format loads without code (`load_dataset(label, path=...)`)."""
 from __future__ import annotations
 
+import functools
 import hashlib
 from pathlib import Path
 
@@ -34,11 +35,37 @@ def resolve_path(path: str, data: str | None = None) -> Path:
 
 
 def dataset_info(name: str, path: str | None = None) -> dict:
-    """What a dataset declares: language, scorer, version (a file in the normalised format: auto, auto, 1)."""
+    """What a dataset declares: language, scorer, version. A file in the normalised format: the language its
+    records give (`auto` ones detected from their text, as loading does: `file_language`), scorer auto,
+    version 1."""
     if path is not None:
-        return {"language": "auto", "scorer": "auto", "version": "1", "sources": (), "description": f"file {path}",
+        return {"language": file_language(path), "scorer": "auto", "version": "1", "sources": (),
+                "description": f"file {path}",
                 "preferences": True, "choices": True}  # a normalised file may carry them: not known before it is read
     return DATASETS.meta(name)
+
+
+def file_language(path: str, data: str | None = None) -> str:
+    """A normalised file's language as its conversations give it: en, cn, or mixed when they differ (records
+    saying `auto` are detected from their text, once per file version); `auto` when the file cannot be read
+    yet (loading it then names the problem)."""
+    try:
+        p = resolve_path(path, data)
+        st = p.stat()
+    except (DatasetNotFoundError, OSError):
+        return "auto"
+    return _file_language(str(p), st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=64)
+def _file_language(path: str, size: int, mtime: int) -> str:
+    from dkilab.eval.datasets.normalized import read_normalized
+
+    try:
+        languages = {c.language for c in read_normalized(Path(path))}
+    except (ValueError, OSError):
+        return "auto"
+    return languages.pop() if len(languages) == 1 else "mixed" if languages else "auto"
 
 
 def _source_files(meta: dict, data: str | None) -> list[Path]:
