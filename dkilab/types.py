@@ -312,6 +312,14 @@ class Memory(Protocol):
 
     def speakers(self) -> dict[str, set[str]]: ...
 
+    def count(self) -> int: ...
+
+    @property
+    def source(self) -> str:
+        """Where this memory lives (a store's path, or the service's URL): with `user_id` and `count`, the
+        key of anything cached from it, so no cache is shared across stores."""
+        ...
+
 
 @runtime_checkable
 class ChatModel(Protocol):

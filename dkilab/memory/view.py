@@ -124,6 +124,11 @@ class UserMemory:
         return self._user_id
 
     @property
+    def source(self) -> str:
+        """The store's directory and the open store object (a temporary directory's name may come back)."""
+        return f"{self._store.path}#{id(self._store)}"
+
+    @property
     def encoder_name(self) -> str:
         """The name of the store's sentence encoder (learned fusion picks its model part by it)."""
         return self._store.embedder.model_name

@@ -292,6 +292,10 @@ def create_app(store, keys: KeyRing, manager=None, gate: Gate | None = None,
                      uid: str = Depends(user)):
         return await run(uid, lambda mem: _json([message_json(m) for m in mem.recent(n, session_id)]))
 
+    @app.get("/v1/count", tags=["query tools"], summary="how many messages the caller has")
+    async def count(uid: str = Depends(user)):
+        return await run(uid, lambda mem: {"count": mem.count()}, light=True)
+
     @app.get("/v1/speakers", tags=["query tools"], summary="role -> speaker names in the caller's messages")
     async def speakers(uid: str = Depends(user)):
         return await run(uid, lambda mem: _json({role: sorted(names) for role, names in mem.speakers().items()}))

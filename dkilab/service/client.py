@@ -130,6 +130,13 @@ class Client:
     def speakers(self) -> dict[str, set[str]]:
         return {role: set(names) for role, names in self._call("GET", "/v1/speakers").items()}
 
+    def count(self) -> int:
+        return int(self._call("GET", "/v1/count")["count"])
+
+    @property
+    def source(self) -> str:
+        return self.url
+
     # --- history (seed session-l1-l2-memory §7.2) ---------------------------------------------------
     def session_list(self, limit: int = 50) -> list[dict[str, Any]]:
         return self._call("GET", "/api/session-list", params={"limit": limit})

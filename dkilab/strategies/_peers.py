@@ -64,9 +64,8 @@ class PeerRetriever(Strategy):
 
     def index_for(self, memory):
         """The user's index, built on first use (keyed by store, user and message count)."""
-        store = getattr(memory, "_store", None)
         count = memory.count()
-        key = (id(store), getattr(store, "path", None), memory.user_id, count)
+        key = (memory.source, memory.user_id, count)
         with self._lock:
             if key not in self._indexes:
                 msgs = memory.recent(count) if count else []

@@ -4,6 +4,8 @@ encoder in place of its bge-large (same encoder as recall_only; its cross-encode
 are not offline here). The question date feeds its temporal boost."""
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from dkilab.strategies.base import register
@@ -26,14 +28,32 @@ class PeerEngram(PeerRetriever):
     package = "engram-search==0.1.7"
     takes_task_inputs = True  # asked_at: its temporal boost needs the question date
 
+    def __init__(self, params=None, source: str = "<params>"):
+        super().__init__(params, source)
+        self._encoders: dict = {}
+        self._encoders_lock = threading.Lock()  # build() runs under the index lock
+
     def build(self, messages, memory):
         pipeline = need("engram.retrieval.pipeline", self.package)
         base = need("engram.backends.base", self.package)
         texts = [render(m) for m in messages]
-        vectors = memory.embedder.encode(texts)
+        encoder = self.encoder(memory)
+        vectors = encoder.encode(texts)
         docs = [base.Document(id=str(i), text=t, embedding=v, metadata={"timestamp": f"{m.timestamp:%Y-%m-%d}"})
                 for i, (t, v, m) in enumerate(zip(texts, vectors, messages))]
-        return pipeline.RetrievalPipeline(embedder=_Encoder(memory.embedder), use_reranker=False), docs
+        return pipeline.RetrievalPipeline(embedder=_Encoder(encoder), use_reranker=False), docs
+
+    def encoder(self, memory):
+        """The store's encoder: the view's own, or over the recall service (which encodes only its own
+        queries) the same encoder loaded here by the name the server reports, once per strategy."""
+        if memory.embedder is not None:
+            return memory.embedder
+        with self._encoders_lock:
+            if memory.encoder_name not in self._encoders:
+                from dkilab.memory import Embedder
+
+                self._encoders[memory.encoder_name] = Embedder(memory.encoder_name)
+            return self._encoders[memory.encoder_name]
 
     def rank(self, index, messages, question, asked_at):
         pipe, docs = index

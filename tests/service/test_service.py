@@ -230,3 +230,19 @@ def test_a_server_that_went_away_is_a_connection_error_naming_the_url():
     url = f"http://127.0.0.1:{_free_port()}"
     with pytest.raises(ConnectionError, match=url.replace(".", r"\.")):
         Client(url, "dk_x").lexical_search("cat")
+
+
+@pytest.mark.parametrize("name", ["peer_bm25", "peer_engram"])
+def test_the_peer_strategies_run_against_the_service_as_against_the_store(service, name):
+    from dkilab.registry import STRATEGIES
+    from dkilab.types import Memory
+
+    client, local = service.client("u_tom"), service.store.for_user("u_tom")
+    assert isinstance(client, Memory) and isinstance(local, Memory)
+    assert client.count() == local.count() > 0 and client.source != local.source
+    question = "Where did I say I was travelling?"
+    remote = STRATEGIES[name]({"max_results": 5})
+    over_http = remote.answer(question, client, None).recalled_ids
+    assert over_http and over_http == STRATEGIES[name]({"max_results": 5}).answer(question, local, None).recalled_ids
+    # the index is cached per source, user and count: the same strategy on the local view builds its own
+    assert remote.answer(question, local, None).recalled_ids == over_http and len(remote._indexes) == 2
