@@ -54,7 +54,7 @@ class RecallAgentStrategy(Strategy):
     # 2: a later, weaker statement no longer supersedes an explicit constraint (issue 32)
     # 3: the closed loop of §4 (own queries per hypothesis, narrowing, rewriting, coverage, both-side conflicts);
     #    the LLM policy reads the recall skill and raw tool results (issue 32)
-    version = "3"
+    version = "4"  # what each version changed: docs/agents.md
     Params = RecallAgentParams
     params: RecallAgentParams
     takes_task_inputs = True

@@ -104,3 +104,43 @@ def test_a_bad_conflict_case_is_refused_naming_it(tmp_path, bad):
     path.write_text(yaml.safe_dump({"version": 1, "cases": [case | bad]}))
     with pytest.raises(ConfigError, match=r"c.yaml.*conflict case 0"):
         load_cases(str(path))
+
+
+PROBES = [  # issue 60: an explicit constraint, a hedge a month later, and a question that does not name the item
+    ("pea", "I am severely allergic to peanuts and must never eat them.",
+     "Maybe I could try a little peanut sauce sometime, I guess?", "What are my dietary restrictions?"),
+    ("sea", PROBE_OLD, PROBE_NEW, "我有什么饮食禁忌？"),
+    ("red", "我绝对不坐红眼航班，晚上飞我根本睡不着。", "红眼航班好像也还行吧，也许可以试试。", "我订机票有什么要求？"),
+]
+
+
+@pytest.mark.parametrize("user,old,new,question", PROBES, ids=[p[0] for p in PROBES])
+def test_the_probe_pairs_keep_the_explicit_constraint_unsuperseded(store, user, old, new, question):
+    store.add_messages(chat(user, [(0, "user", old), (0, "assistant", "OK."), (30, "user", new), (30, "assistant", "OK.")]))
+    res = RecallAgent(store.for_user(user), default_days=None).recall(question, now=T0 + timedelta(days=40))
+    items = {i.statement: i for i in res.output.memory_view.items()}
+    assert old in items and items[old].active and items[old].superseded_by is None  # found, and not lifted
+    assert new in items and items[old].uncertain and items[new].uncertain  # the hedge beside it, flagged
+
+
+def test_a_later_statement_wins_only_when_more_explicit_or_announcing_a_change():
+    from dkilab.agents.recall_agent.reflect import candidate
+    from dkilab.agents.recall_agent.state import AgentState
+    from dkilab.agents.recall_agent.steps import hypotheses, narrow
+
+    def decide(question, older, newer):
+        now = T0 + timedelta(days=60)
+        hyps = hypotheses(question)
+        st = AgentState(question, now, hyps, narrow(question, None, now, hyps, None))
+        for m in chat("u", [(0, "user", older), (20, "user", newer)]):
+            st.seen[m.message_id] = m
+            st.candidates[m.message_id] = candidate(st, m, 0, 0.5, "lexical_search")
+        st.conflicts = find_conflicts(st.relevant())
+        return [(x.winner, x.reason) for x in adjudicate(st)]
+
+    assert decide("Do I like jazz?", "I like jazz.", "I don't like jazz.") == [(None, "equally_explicit")]
+    assert decide("我喜欢喝咖啡吗？", "我喜欢喝咖啡。", "我不喜欢喝咖啡。") == [(None, "equally_explicit")]
+    assert decide("Where do I live?", "I live in Boston.", "I moved to Denver, I live in Denver now.") == [("u#1", "time")]
+    assert decide("Do I like jazz?", "I like jazz.", "I absolutely never listen to jazz anymore, I hate it.")[0][0] == "u#1"
+    assert cues.is_request("Can you book me a flight?") and cues.is_request("Maybe you could book a flight?")
+    assert not cues.is_request("Maybe I could try a little peanut sauce sometime, I guess?")  # a tentative statement

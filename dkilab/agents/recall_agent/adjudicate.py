@@ -7,19 +7,18 @@ Two candidates of one hypothesis conflict when they share a term and disagree: o
   context  - one side is hypothetical, retracted or about someone else -> the other wins;
   source   - the user's own words beat the assistant's paraphrase;
   unresolved - both sides only hedge -> keep both, marked uncertain;
-  weaker_later - the later statement is less explicit than the earlier one by EXPLICIT_MARGIN, or
-             hedges against an explicit constraint ("我对海鲜过敏，绝对不能吃" then "我现在好像也许可以吃点
-             海鲜了吧") -> keep both, marked uncertain; the conflict stays open for a follow-up search
-             for a clearer statement (§4.6.1), which, if explicit, then wins on time;
-  time     - the later statement is as explicit (or more) -> it wins ("更晚、更明确的表述优先").
+  weaker_later - the later statement hedges or is less explicit than the earlier one ("我对海鲜过敏，绝对不能吃"
+             then "我现在好像也许可以吃点海鲜了吧") -> keep both, marked uncertain; the conflict stays open for a
+             follow-up search for a clearer statement (§4.6.1), which, if explicit, then wins on time;
+  equally_explicit - as explicit, with no change announced -> keep both, marked uncertain (a conflict);
+  time     - the later statement is more explicit, or as explicit and announces a change -> it wins
+             ("更晚、更明确的表述优先").
 """
 from __future__ import annotations
 
 from dkilab.agents.recall_agent import cues
 from dkilab.agents.recall_agent.state import AgentState, Candidate, Conflict
 from dkilab.types import Message
-
-EXPLICIT_MARGIN = 0.3  # a later statement this much less explicit does not supersede the earlier one
 
 RETRACTIONS = ["开玩笑", "说错了", "不对不对", "搞错了", "just kidding", "i was joking", "scratch that", "i misspoke",
                "that was wrong"]
@@ -72,11 +71,16 @@ def find_conflicts(candidates: list[Candidate]) -> list[Conflict]:
 
 
 def weaker_later(older: Candidate, newer: Candidate) -> bool:
-    """The newer statement may not supersede the older: it hedges against an explicit constraint, or it is
-    less explicit by EXPLICIT_MARGIN or more."""
-    if older.explicit_constraint and cues.hedges(newer.statement) > 0:
-        return True
-    return older.explicitness - newer.explicitness >= EXPLICIT_MARGIN
+    """The newer statement may not supersede the older (§4.6.2 "更晚、更明确的表述优先"): it carries an
+    epistemic hedge (可能, 好像, maybe, I guess), or it is less explicit. A closing 吧 alone lowers explicitness
+    but is no veto: it also softens a request ("以后用中文回复我吧")."""
+    return cues.count_cues(newer.statement, cues.EPISTEMIC) > 0 or newer.explicitness < older.explicitness
+
+
+def equally_explicit(older: Candidate, newer: Candidate) -> bool:
+    """As explicit as the older statement and announcing no change ("现在…", "moved to"): a contradiction
+    that time alone does not settle, shown with both sides. A stated change is the seed's 时间变化."""
+    return newer.explicitness == older.explicitness and not newer.changed
 
 
 def adjudicate(state: AgentState) -> list[Conflict]:
@@ -91,6 +95,8 @@ def adjudicate(state: AgentState) -> list[Conflict]:
             x.winner, x.reason = None, "unresolved"
         elif weaker_later(a, b):
             x.winner, x.reason = None, "weaker_later"
+        elif equally_explicit(a, b):
+            x.winner, x.reason = None, "equally_explicit"
         else:
             x.winner, x.reason = x.newer, "time"
     return state.conflicts

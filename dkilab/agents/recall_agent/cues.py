@@ -11,6 +11,7 @@ from dkilab.memory.view import TimeRange
 
 KIND_CUES = {
     "constraints": ["不能", "不要", "别给", "禁止", "必须", "一定要", "过敏", "忌口", "避免", "千万别", "不许", "不可以",
+                    "要求", "忌讳", "限制", "requirement",
                     "can't", "cannot", "must", "never", "avoid", "allergic", "allergy", "allergies", "forbidden", "not allowed",
                     "restriction", "rule", "rules"],
     "preferences": ["喜欢", "爱吃", "爱喝", "偏好", "口味", "喜好", "格式", "风格", "更愿意", "最爱", "讨厌", "饮食",
@@ -23,7 +24,7 @@ KIND_CUES = {
 TOPICS = [  # a question touching one term pulls in the whole list as evidence terms (synonyms, §4.1)
     ["饮食", "吃", "辣", "菜", "素", "肉", "海鲜", "甜", "咖啡", "茶", "酒", "过敏", "忌口", "口味", "花生", "牛奶",
      "乳糖", "外卖", "点菜", "餐厅", "food", "eat", "spicy", "vegetarian", "vegan", "meat", "seafood", "coffee", "tea",
-     "allergic", "dessert", "sugar", "dish", "cuisine", "diet", "peanut", "milk", "dairy", "lactose", "gluten", "drink",
+     "allergic", "dessert", "sugar", "dish", "cuisine", "diet", "dietary", "peanut", "milk", "dairy", "lactose", "gluten", "drink",
      "alcohol", "restaurant", "dinner", "lunch", "menu", "snack"],
     ["格式", "要点", "表格", "列表", "结论", "双语", "简洁", "详细", "总结", "markdown", "bullet", "table", "summary",
      "summaries", "summarise", "summarize", "format", "concise", "brief", "bilingual", "style", "length", "emoji"],
@@ -38,7 +39,8 @@ TOPICS = [  # a question touching one term pulls in the whole list as evidence t
     ["作息", "睡", "起床", "早起", "熬夜", "sleep", "wake", "morning", "night", "bedtime"],
     ["运动", "跑步", "健身", "游泳", "瑜伽", "exercise", "run", "running", "gym", "swim", "swimming", "yoga", "sport"],
     ["猫", "狗", "宠物", "cat", "cats", "dog", "dogs", "pet", "pets"],
-    ["旅行", "出差", "飞机", "航班", "高铁", "座位", "酒店", "travel", "flight", "flights", "seat", "train", "hotel", "trip"],
+    ["旅行", "出差", "飞机", "航班", "机票", "高铁", "座位", "酒店", "travel", "flight", "flights", "ticket", "seat", "train",
+     "hotel", "trip"],
 ]
 QUESTION_WORDS = {"记得", "记不记得", "还记得", "知道", "什么", "哪些", "哪里", "是不是", "有没有", "说过", "提过",
                   "吗", "呢", "一下", "告诉", "我", "你", "我们", "remember", "recall", "know", "what", "which", "did",
@@ -82,7 +84,7 @@ _EN_DATE = re.compile(r"\b(?:(\d{1,2})\s+)?(" + "|".join(_MONTHS) + r")(?:\s+(\d
 def _compiled(cues: tuple[str, ...]) -> tuple[re.Pattern | None, tuple[str, ...]]:
     ascii_ = [c.strip() for c in cues if c.isascii()]
     pattern = re.compile(r"(?<![a-z'])(?:" + "|".join(re.escape(c) for c in sorted(ascii_, key=len, reverse=True))
-                         + r")(?![a-z'])") if ascii_ else None
+                         + r")(?:e?s)?(?![a-z'])") if ascii_ else None  # a plural matches its cue: peanut(s)
     return pattern, tuple(c for c in cues if not c.isascii())
 
 
@@ -125,8 +127,8 @@ def is_request(statement: str) -> bool:
     text = statement.strip().lower()
     if has_cue(statement, STANDING) or has_cue(statement, KIND_CUES["constraints"]):
         return False
-    if text.endswith(("?", "？")):
-        return True
+    if text.endswith(("?", "？")):  # unless a hedged thought about oneself ("Maybe I could try it, I guess?")
+        return not (hedges(statement) and (has_cue(text, ["i", "i'm", "i'd"]) or "我" in text))
     return any(text.startswith(s) if s.isascii() else s in text[:12] for s in REQUEST_STARTS)
 
 
@@ -157,9 +159,11 @@ def is_constraint(statement: str) -> bool:
 
 
 def explicitness(statement: str, role: str = "user") -> float:
-    """How explicitly the statement commits, in [0, 1] (§4.6 "更明确的表述"): strong modality and a stated
-    constraint raise it; each hedge, a question and a paraphrase by the assistant lower it."""
+    """How explicitly the statement commits, in [0, 1] (§4.6 "更明确的表述"): strong modality, a stated
+    constraint and a stated change ("现在开始我不吃辣了", "no longer") raise it; each hedge, a question and a
+    paraphrase by the assistant lower it."""
     score = 0.5 + 0.2 * min(2, count_cues(statement, STRONG)) + (0.2 if is_constraint(statement) else 0.0)
+    score += 0.2 if has_cue(statement, CHANGE) else 0.0
     score -= 0.2 * min(3, hedges(statement))
     if statement.strip().endswith(("?", "？", "吗", "吗。")):
         score -= 0.2
