@@ -42,7 +42,7 @@ class UserBoundStore:
 @register
 class SemanticPointerStrategy(Strategy):
     name = "semantic_pointer"
-    version = "2"  # 2: ambiguity detected (two referents at the nearest level), levels combined (issue 32)
+    version = "3"  # what each version changed: docs/agents.md
     Params = SemanticPointerParams
     params: SemanticPointerParams
     takes_task_inputs = True

@@ -192,6 +192,30 @@ def test_two_referents_at_the_nearest_level_keep_the_original_flagged(store):
     assert not p.ambiguous and "L-7731" in p.resolved_desc
 
 
+def test_with_a_model_the_model_decides_ambiguity_and_the_rule_decides_only_without_a_usable_reply(store):
+    """Seed §3.1: with an LLM, pronoun ambiguity is the model's decision (the §3.4.2 prompt); no rule runs first."""
+    rows = [("root", None, "退款调度"), ("refund", "root", "退款处理"), ("check", "refund", "余额查询")]
+    t, tm = _tree_memory(store, rows, [("refund", "core", "今天有两笔退款：客户张伟（C-1029）和客户李娜（C-2077）。")], "gus")
+    prompts = []
+
+    def resolve(reply):
+        def llm(prompt):
+            prompts.append(prompt)
+            return reply
+        return TreeContextResolver(tm, t, llm=llm).resolve_semantic_pointers(
+            {"client_id": "该客户的ID"}, {"content": "查询该客户余额"}, "check", "gus")["client_id"]
+
+    picked = resolve('{"resolved_desc": "客户张伟（C-1029）的ID", "confidence": 0.8, "resolution_chain": ["退款处理"]}')
+    assert picked.method == "llm" and "C-1029" in picked.resolved_desc and not picked.ambiguous  # the model's pick stands
+    assert "C-2077" in prompts[-1]  # it was shown both referents
+    kept = resolve('{"resolved_desc": "该客户的ID", "confidence": 0.3, "resolution_chain": ["两个候选"]}')
+    assert kept.method == "llm" and kept.ambiguous and kept.fell_back  # its decision not to pick
+    unsure = resolve('{"resolved_desc": "客户张伟的ID", "confidence": 0.2, "resolution_chain": []}')
+    assert unsure.ambiguous and unsure.fell_back and unsure.method == "llm"  # below the threshold: the original
+    ruled = resolve("I think it is the first one.")  # unusable: the rules decide, and flag the two referents
+    assert ruled.method == "fallback" and ruled.ambiguous and ruled.fell_back
+
+
 def test_facts_from_two_levels_combine_and_the_chain_says_what_each_added(store):
     rows = [("root", None, "投诉中心"), ("complaint", "root", "投诉处理"), ("ship", "complaint", "物流核查")]
     t, tm = _tree_memory(store, rows, [("root", "core", "本次处理客户张强（客户号 C-6012）的投诉。"),

@@ -57,7 +57,9 @@ class SemanticPointer:
     confidence: float
     resolution_chain: list[str] = field(default_factory=list)
     method: str = "rule"  # rule | llm | fallback
-    ambiguous: bool = False  # two candidate referents at the nearest level that names one: not resolved
+    # not resolved because no referent could be singled out: two at the nearest level that names one (rules),
+    # or the model's own decision to keep the original description (method llm)
+    ambiguous: bool = False
 
     @property
     def fell_back(self) -> bool:
@@ -133,19 +135,29 @@ class TreeContextResolver:
     # --- synthesis ---------------------------------------------------------------------------
     def _synthesize_semantic_pointer(self, param_name: str, original_desc: str, ancestor_contexts: list[dict],
                                      current_context: dict[str, Any]) -> SemanticPointer:
-        pointer = None
+        """With a model, the model aligns and resolves pronoun ambiguity itself (seed §3.1 step 3, the §3.4.2
+        prompt): a reply that keeps the original description, or below the confidence threshold, is its
+        decision not to pick a referent (`ambiguous`, method `llm`). Without one, or when its reply is unusable,
+        the rules decide: two referents at the nearest level that names one keep the original (§3.5)."""
+        if self.llm is not None:
+            pointer = self._llm_pointer(param_name, original_desc, ancestor_contexts, current_context)
+            if pointer is not None:
+                low = pointer.confidence < self.config.min_confidence_threshold
+                if pointer.fell_back or (low and self.config.fallback_to_original):
+                    chain = [*pointer.resolution_chain, "the model kept the original description "
+                             f"(confidence {pointer.confidence:.2f})"]
+                    return SemanticPointer(param_name, original_desc, original_desc, [], pointer.confidence, chain,
+                                           "llm", ambiguous=True)
+                return pointer
         if self.config.enable_ambiguity_detection:
             rivals = ambiguity(original_desc, ancestor_contexts, current_context)
-            if rivals is not None:  # neither composer may pick one of two referents: keep the original (§3.5)
+            if rivals is not None:  # the composer may not pick one of two referents: keep the original (§3.5)
                 level, agent, names = rivals
                 chain = [f"level {level} ({agent}): two candidate referents, {' / '.join(names)}; the task does not "
                          "say which", "kept the original description (ambiguous)"]
                 return SemanticPointer(param_name, original_desc, original_desc, [], AMBIGUOUS_CONFIDENCE, chain,
                                        "fallback", ambiguous=True)
-        if self.llm is not None:
-            pointer = self._llm_pointer(param_name, original_desc, ancestor_contexts, current_context)
-        if pointer is None:
-            pointer = compose_pointer(param_name, original_desc, ancestor_contexts, current_context)
+        pointer = compose_pointer(param_name, original_desc, ancestor_contexts, current_context)
         if pointer.confidence < self.config.min_confidence_threshold and self.config.fallback_to_original:
             chain = [*pointer.resolution_chain, f"kept the original description (confidence {pointer.confidence:.2f})"]
             return SemanticPointer(param_name, original_desc, original_desc, [], pointer.confidence, chain, "fallback")
