@@ -86,7 +86,7 @@ def test_datasets_list_is_a_table_with_iso_language_codes(capsys):
 
 
 def test_the_run_hint_fits_the_store_used(monkeypatch):
-    from dkilab.cli import _open_hint
+    from dkilab.cli.experiments import _open_hint
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     assert _open_hint(None, "q") == "paired differences: `dkilab report q`; open it with `dkilab ui`"
