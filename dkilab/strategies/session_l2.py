@@ -31,7 +31,7 @@ class SessionL2Params(StrategyParams):
     extraction_tokens: int = Field(64, ge=1, le=1024)
     session_ttl: float = Field(SESSION_TTL, gt=0)
     l2_ttl: float = Field(L2_MEMORY_TTL, gt=0)
-    schema_path: str | None = None  # a domain schema YAML (default: dkilab/memory/flow/bank_credit.yaml)
+    schema_path: str | None = None  # a domain schema YAML (default: dkilab/agents/session_flow/bank_credit.yaml)
 
 
 @register
@@ -44,8 +44,8 @@ class SessionL2(Strategy):
 
     def __init__(self, params=None, source: str = "<params>"):
         super().__init__(params, source)
-        from dkilab.memory.flow import FlowConfig
-        from dkilab.memory.flow.schema import DomainSchema
+        from dkilab.agents.session_flow import FlowConfig
+        from dkilab.agents.session_flow.schema import DomainSchema
 
         p = self.params
         self.flow_config = FlowConfig(mode=p.mode, rewriter=p.rewriter, extractor=p.extractor, answer=p.answer,
@@ -72,7 +72,7 @@ class SessionL2(Strategy):
 
     def _answer(self, question, memory, model, *, session_id, preferences, stages, asked_at=None, task=None):
         from dkilab.memory import MemoryManager, MemoryStore
-        from dkilab.memory.flow import SessionFlow, stage_latencies
+        from dkilab.agents.session_flow import SessionFlow, stage_latencies
 
         # a dialogue (dataset session_flow: task inputs `turns`, `user`), or a lone question: a one-turn
         # dialogue of the memory's user over their own memory

@@ -10,7 +10,7 @@ import yaml
 from dkilab.eval.datasets.session_flow import DIALOGUES, KB, load_dialogues, load_documents, load_session_flow
 from dkilab.eval.metrics.session import entity_f1, expand_turns
 from dkilab.memory import MemoryManager, MemoryStore
-from dkilab.memory.flow.schema import DomainSchema
+from dkilab.agents.session_flow.schema import DomainSchema
 from dkilab.strategies import create_strategy
 from dkilab.types import Answer
 

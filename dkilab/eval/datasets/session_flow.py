@@ -101,7 +101,7 @@ def load_documents(path: Path = KB) -> dict[str, Document]:
 
 
 def load_dialogues(path: Path = DIALOGUES, docs: dict[str, Document] | None = None) -> list[Dialogue]:
-    from dkilab.memory.flow.schema import DomainSchema
+    from dkilab.agents.session_flow.schema import DomainSchema
 
     docs = docs if docs is not None else load_documents()
     out = _read_items(path, Dialogue, "dialogue", "They ship with the repository (datasets/fixtures/session/).")
@@ -126,7 +126,7 @@ def _gold(t: Turn, doc: Document, lang: str, schema) -> dict:
                   sources=(str(KB), str(DIALOGUES)))
 def load_session_flow(data=None, limit: int | None = None, question_limit: int | None = None,
                       path: str | Path | None = None) -> list[Conversation]:
-    from dkilab.memory.flow.schema import DomainSchema
+    from dkilab.agents.session_flow.schema import DomainSchema
 
     schema = DomainSchema.load()
     docs = load_documents()

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from dkilab.eval.metrics.base import Scored, metric
-from dkilab.memory.flow import stage_latencies
+from dkilab.agents.session_flow import stage_latencies
 from dkilab.types import Answer, QAItem
 
 L2_RULES = ("new", "inherit", "overwrite_intent", "overwrite_object")

@@ -15,7 +15,7 @@ import json
 import re
 from typing import Any
 
-from dkilab.memory.flow.schema import DomainSchema
+from dkilab.agents.session_flow.schema import DomainSchema
 from dkilab.prompts import INTENT_PROMPT as PROMPT  # prompt texts: dkilab/prompts.py
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from dkilab.memory.flow.schema import DomainSchema
+from dkilab.agents.session_flow.schema import DomainSchema
 from dkilab.recall.reference import ReferenceResolver, ReferenceType
 from dkilab.text.lang import has_cjk
 from dkilab.prompts import REWRITE_PROMPT as PROMPT  # prompt texts: dkilab/prompts.py

@@ -7,11 +7,11 @@ import threading
 import pytest
 
 from dkilab.memory import MemoryManager, MemoryStore
-from dkilab.memory.flow import SessionFlow
-from dkilab.memory.flow.intent import extract_by_rules, parse_extraction
-from dkilab.memory.flow.rewrite import check_rewrite, rewrite_by_rules
-from dkilab.memory.flow.routing import retrieve, route_filter
-from dkilab.memory.flow.schema import DomainSchema
+from dkilab.agents.session_flow import SessionFlow
+from dkilab.agents.session_flow.intent import extract_by_rules, parse_extraction
+from dkilab.agents.session_flow.rewrite import check_rewrite, rewrite_by_rules
+from dkilab.agents.session_flow.routing import retrieve, route_filter
+from dkilab.agents.session_flow.schema import DomainSchema
 from dkilab.recall import create_reference_resolver
 
 SCHEMA = DomainSchema.load()

@@ -1,16 +1,4 @@
-"""The session-memory flow (seed session-l1-l2-memory §5.1), one turn at a time:
-
-    user query -> write L1 (raw query) -> rewrite the query with L1 -> read L2 -> intent + key entities
-    (one call) -> update L2 (the four rules) -> route & retrieve (filtered by L2 domain/object)
-    -> answer -> write L1 (answer)
-
-`SessionFlow(manager, knowledge, model).turn(user, session_id, query) -> TurnResult`. Each step is a
-function of its own module (`rewrite`, `intent`, `routing`) and a traced, timed span here. What the flow
-uses is set by `FlowConfig`: `mode` query (no rewrite, no L2 filter: the query alone), rewrite (L1 rewrite,
-no L2 filter) or l2 (rewrite, L2 read before extraction, L2-filtered retrieval); `rewriter` and
-`extractor` llm (the seed) or rules. An LLM step whose output is unusable, or that raises, falls back to
-the rules and the turn records it (`rewrite_method` / `extraction_method` = `llm_fallback`, `notes`).
-"""
+"""The flow itself: FlowConfig, SessionFlow.turn and its timed steps (the package docstring says what runs)."""
 from __future__ import annotations
 
 import time
@@ -20,10 +8,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from dkilab.memory.flow.intent import extract_by_llm, extract_by_rules
-from dkilab.memory.flow.rewrite import rewrite_by_llm, rewrite_by_rules
-from dkilab.memory.flow.routing import retrieve, route_filter
-from dkilab.memory.flow.schema import DomainSchema
+from dkilab.agents.session_flow.intent import extract_by_llm, extract_by_rules
+from dkilab.agents.session_flow.rewrite import rewrite_by_llm, rewrite_by_rules
+from dkilab.agents.session_flow.routing import retrieve, route_filter
+from dkilab.agents.session_flow.schema import DomainSchema
 from dkilab.text.lang import detect_language
 from dkilab.tracing import documents, span
 from dkilab.prompts import FLOW_ANSWER as ANSWER  # prompt texts: dkilab/prompts.py
