@@ -40,6 +40,7 @@ quickstart: setup
 TEST_WORKERS ?= 2
 
 test: setup
+	$(BIN)/ruff check dkilab tests  # lint ([tool.ruff] in pyproject.toml): clean, or the tests do not start
 	$(BIN)/mypy  # the type check of dkilab/ ([tool.mypy] in pyproject.toml): clean, or the tests do not start
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal
 

@@ -127,9 +127,9 @@ def attention_rows(device: str, dtypes: list[str]) -> list[dict]:
         setattr(hf, STOCK_ATTR, "sdpa")
         ids = torch.tensor([tok(BATCH_PROMPTS[3], add_special_tokens=False)["input_ids"]], device=device)
 
-        def logits():
+        def logits(model=hf):
             with torch.inference_mode():
-                return hf(input_ids=ids).logits[0].float()
+                return model(input_ids=ids).logits[0].float()
 
         stock = logits()
         prepare_model(hf)

@@ -49,7 +49,7 @@ def _build(base_dir: str, adapter: Path, target: Path) -> None:
     from peft import PeftModel
     from sentence_transformers import SentenceTransformer
 
-    from dkilab.models.loading import quiet_loading
+    from dkilab.weights import quiet_loading
 
     with quiet_loading():
         model = SentenceTransformer(base_dir, device="cpu")

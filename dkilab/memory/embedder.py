@@ -164,7 +164,7 @@ class Embedder:
                     os.environ.setdefault("HF_HUB_OFFLINE", "1")
                 from sentence_transformers import SentenceTransformer
 
-                from dkilab.models.loading import quiet_loading
+                from dkilab.weights import quiet_loading
 
                 with quiet_loading():
                     self._model = SentenceTransformer(path, device=self.device)

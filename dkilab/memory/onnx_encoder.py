@@ -37,7 +37,7 @@ def build(model_dir: str, int8: bool = True) -> Path:
 
     tmp = target.with_name(target.name + f".tmp{os.getpid()}")
     tmp.mkdir(parents=True, exist_ok=True)
-    from dkilab.models.loading import quiet_loading
+    from dkilab.weights import quiet_loading
 
     with quiet_loading():
         tok, model = AutoTokenizer.from_pretrained(src), AutoModel.from_pretrained(src).eval()

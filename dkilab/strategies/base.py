@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from dkilab.config import refuse_bool_numbers, validate
 from dkilab.recall import MultiSignalRecall, RecallConfig, create_reference_resolver
 from dkilab.registry import STRATEGIES
-from dkilab.text.history import DEFAULT_FIELDS, ROLE_NAME, render_line
+from dkilab.text.history import DEFAULT_FIELDS, render_line
 from dkilab.text.lang import detect_language
 from dkilab import tracing
 from dkilab.tracing import span

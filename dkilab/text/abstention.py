@@ -25,7 +25,6 @@ import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
 
-from dkilab.prompts import ABSTAIN_PHRASE  # noqa: E402  # what prompts ask a model to reply (dkilab/prompts.py)
 
 # --- English -----------------------------------------------------------------------------------
 _MENTION = (r"(?:mention(?:ed|ing)?|sa(?:y|id|ying)|t(?:ell|old|elling)|shar(?:e|ed|ing)|discuss(?:ed|ing)?|"

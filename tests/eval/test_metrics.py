@@ -122,7 +122,8 @@ def test_abstention_detector_precision_and_recall_per_language(split):
 
 
 def test_abstention_detector_decides_on_the_whole_answer():
-    from dkilab.text.abstention import ABSTAIN_PHRASE, clauses
+    from dkilab.prompts import ABSTAIN_PHRASE
+    from dkilab.text.abstention import clauses
 
     assert all(is_abstention(p) for p in ABSTAIN_PHRASE.values())  # the phrase the prompts ask for
     assert is_abstention("Not mentioned.") and not is_abstention("Not mentioned. But probably Paris.")

@@ -1,6 +1,5 @@
 """The cursor result sets (`dkilab.memory.cursor.ResultSets`) and the strategies' K/V block cache: both
 cachetools caches now (issue 31 item 5), with the eviction rules they had by hand."""
-import pytest
 
 from dkilab.memory.cursor import ResultSets
 

@@ -325,7 +325,6 @@ def test_metadata_filter_keeps_matching_messages_in_both_searches(store):
 def test_the_default_minilm_is_an_onnx_build_with_the_pytorch_models_numbers():
     """offline:minilm runs an fp32 ONNX build of the same weights (onnxruntime): its vectors are the
     sentence-transformers model's (offline:minilm-torch), so stores and rankings do not move."""
-    import numpy as np
 
     from dkilab.memory import Embedder
 

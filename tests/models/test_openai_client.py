@@ -68,7 +68,7 @@ def test_an_unreachable_server_fails_clearly():
 
 def test_native_tool_calls_come_back_as_parseable_text(server):
     from dkilab.recall.formatters import create_formatter
-    from dkilab.models.tool_calls import RETRIEVE_FACT_TOOL
+    from dkilab.prompts import RETRIEVE_FACT_TOOL
 
     s = server(tool_call={"trace_id": "m7", "offset": 2})
     client = load_model(f"openai:m@{s.url}")

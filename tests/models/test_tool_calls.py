@@ -6,7 +6,8 @@ import json
 import pytest
 
 from dkilab.recall.formatters import DeepSeekFormatter, GLMFormatter, GenericFormatter, NativeToolFormatter
-from dkilab.models.tool_calls import RETRIEVE_FACT_TOOL, MalformedToolCall, parse_tool_calls, template_supports_tools
+from dkilab.models.tool_calls import MalformedToolCall, parse_tool_calls, template_supports_tools
+from dkilab.prompts import RETRIEVE_FACT_TOOL
 
 ARGS = {"trace_id": "s1#3", "offset": 2, "limit": 4}
 J = json.dumps(ARGS)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-from dkilab.prompts import POINTER_DETECT_PROMPT as DETECT_PROMPT, POINTER_SYNTH_PROMPT as SYNTH_PROMPT  # prompt texts: dkilab/prompts.py
 
 # reference -> entity kind; the longest match wins ("那笔贷款" before "那")
 REFERENCES = {

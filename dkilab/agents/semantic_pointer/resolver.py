@@ -18,7 +18,8 @@ from typing import Any, Callable
 from pydantic import BaseModel, ConfigDict, Field
 
 from dkilab.agents.semantic_pointer.memory import TreeMemory, shares_word
-from dkilab.agents.semantic_pointer.refs import (DETECT_PROMPT, ENTITY_WORDS, SYNTH_PROMPT, detect_references,
+from dkilab.prompts import POINTER_DETECT_PROMPT as DETECT_PROMPT, POINTER_SYNTH_PROMPT as SYNTH_PROMPT
+from dkilab.agents.semantic_pointer.refs import (ENTITY_WORDS, detect_references,
                                                  has_identifier, loose_json)
 from dkilab.agents.semantic_pointer.tree import AgentTree
 from dkilab.text.lang import has_cjk

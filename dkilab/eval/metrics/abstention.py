@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from dkilab.eval.metrics.base import Scored, metric
-from dkilab.text.abstention import ABSTAIN_PHRASE, DETECTOR, StructuralDetector, is_abstention
+from dkilab.prompts import ABSTAIN_PHRASE
+from dkilab.text.abstention import DETECTOR, StructuralDetector, is_abstention
 from dkilab.text.abstention_learned import DEFAULT_DETECTOR, DETECTOR_NAMES, get_detector
 
 PHRASINGS = Path(__file__).resolve().parents[3] / "datasets" / "fixtures" / "abstention" / "phrasings.jsonl"

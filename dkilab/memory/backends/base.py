@@ -155,7 +155,8 @@ class FallbackBackend:
             try:
                 return getattr(self.primary, method)(*args, fence=(self.fence_key, epoch))
             except self.errors as exc:
-                with_retry(lambda: self._locked(lambda c: self._fail_over(c, epoch, exc)))
+                failure = exc  # the except name is unbound when the block ends; the retries run inside it
+                with_retry(lambda: self._locked(lambda c: self._fail_over(c, epoch, failure)))
         return getattr(self.mirror, method)(*args)  # the mirror holds every acknowledged write
 
     def _locked(self, fn):

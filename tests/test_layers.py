@@ -1,0 +1,52 @@
+"""The layers of docs/architecture.md: a module imports only from its own layer and those below it, at the top
+of the file or inside a function alike (an import that waits for its call still ties the layers together)."""
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# lowest first, as docs/architecture.md lists them; a top-level name not listed is an entry point
+LAYERS = [("prompts",), ("types",), ("config", "registry", "cache", "tracing", "weights"), ("text",), ("memory",),
+          ("models",), ("recall",), ("agents",), ("strategies",), ("eval",)]
+ENTRY = len(LAYERS)
+
+
+def layer(module: str) -> int | None:
+    parts = module.split(".")
+    if parts[0] != "dkilab":
+        return None
+    if len(parts) == 1:
+        return ENTRY
+    return next((i for i, names in enumerate(LAYERS) if parts[1] in names), ENTRY)
+
+
+def imports(path: Path) -> list[str]:
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            # `from dkilab import prompts` imports dkilab.prompts
+            # (its metadata, `__version__`, belongs to no layer)
+            out += ([f"dkilab.{a.name}" for a in node.names if not a.name.startswith("__")] if node.module == "dkilab"
+                    else [node.module])
+    return out
+
+
+def test_no_module_imports_from_a_layer_above_its_own():
+    upward = []
+    for path in sorted((ROOT / "dkilab").rglob("*.py")):
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        mine = layer(module)
+        for name in imports(path):
+            other = layer(name)
+            if other is not None and other > mine and not (mine == ENTRY and other == ENTRY):
+                upward.append(f"{module} imports {name}")
+    assert upward == []
+
+
+def test_the_layers_are_the_ones_the_architecture_page_lists():
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    table = text[text.index("| layer | package |"):text.index("\n\n", text.index("| layer | package |"))]
+    rows = [r.split("|")[1].strip() for r in table.splitlines()[2:]]
+    assert rows == ["prompts", "types", "config", "text", "memory", "models", "recall", "agents", "strategies", "eval",
+                    "entry points"]
