@@ -114,10 +114,6 @@ class MultiSignalRecall:
             recent_turns_added=len(recent) // 2, ranked=ranked, keywords=keywords,
             reference_hits=len(lists.get("reference", [])), latency_ms=lat)
 
-    # how a question with no session id finds the turns its reference scope covers (in each recalling cell's
-    # identity): "2" = the conversation's latest turns up to the widest scope the resolver maps
-    SCOPE_WINDOW = "2"
-
     def _scope_turns(self) -> int:
         """Turns of the conversation's latest history a question with no session resolves its reference
         against: the widest scope the resolver maps a cue to ("最近" = the session's 50 turns, seed §2.2.2),

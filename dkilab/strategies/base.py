@@ -322,10 +322,6 @@ class RecallingStrategy(Strategy):
         version of the date rules where `temporal_focus` reads them, and, under learned fusion, the digest of the
         fusion model's weights, cue rule and date rules (retrained weights are another cell)."""
         out = super().identity(model_name) | {"reference_resolver": self._resolver.config.model_dump(mode="json")}
-        if self.params.recall.signals.reference_enabled:
-            from dkilab.recall.multi_signal import MultiSignalRecall
-
-            out["reference_window"] = MultiSignalRecall.SCOPE_WINDOW
         if self.params.recall.signals.temporal_focus > 0:  # the date rules decide its window (recall/temporal.py)
             from dkilab.recall.temporal import RULES
 
