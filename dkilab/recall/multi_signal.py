@@ -63,7 +63,7 @@ class MultiSignalRecall:
         sig = self.config.signals
         lat: dict[str, float] = {}
         history = self._timed(lat, "history", lambda: self.memory.session_messages(session_id) if session_id
-                              else self.memory.recent(2 * self._scope_turns()))
+                              else self.memory.recent(2 * self.config.default_recall_turns))
         lists: dict[str, list[tuple[Message, float]]] = {}
         ref = None
         if sig.reference_enabled and self.resolver is not None:
@@ -113,14 +113,6 @@ class MultiSignalRecall:
             vector_hits=len(lists.get("vector", [])), reference_scope=ref.scope.value if ref is not None else None,
             recent_turns_added=len(recent) // 2, ranked=ranked, keywords=keywords,
             reference_hits=len(lists.get("reference", [])), latency_ms=lat)
-
-    def _scope_turns(self) -> int:
-        """Turns of the conversation's latest history a question with no session resolves its reference
-        against: the widest scope the resolver maps a cue to ("最近" = the session's 50 turns, seed §2.2.2),
-        so each scope keeps its own window."""
-        c = self.resolver.config if self.resolver is not None else None
-        widest = max(c.last_few_turns * 2, c.recent_turns, c.session_max_turns) if c is not None else 0
-        return max(self.config.default_recall_turns, widest)
 
     # --- signals ----------------------------------------------------------------------------
     def _date_window(self, query: str, asked_at):
