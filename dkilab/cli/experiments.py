@@ -48,7 +48,7 @@ def _cmd_rescore(args: argparse.Namespace) -> int:
 def _print_results(cfg, results, uri: str | None, metrics: list[str] | None = None) -> int:
     """The table of a run (or re-scoring), the detector notes, where MLflow is; 1 if a cell failed or an
     expectation was missed."""
-    from dkilab.eval.report import tracking_uri
+    from dkilab.eval.store_uri import tracking_uri
     from dkilab.eval.runner import check_expectations
     from dkilab.eval.tables import INTERVAL_NOTE, format_table, results_table
 
@@ -203,7 +203,7 @@ def _report_runs(args) -> list[tuple[str, str]]:
 
 def _open_hint(given: str | None, experiment: str) -> str:
     """How to read back and open what a run wrote, for the store it used."""
-    from dkilab.eval.report import DEFAULT_TRACKING_URI, tracking_uri
+    from dkilab.eval.store_uri import DEFAULT_TRACKING_URI, tracking_uri
 
     uri = tracking_uri(given)
     flag = "" if uri == DEFAULT_TRACKING_URI or (not given and uri) else f" --tracking-uri {uri}"
@@ -212,7 +212,8 @@ def _open_hint(given: str | None, experiment: str) -> str:
 
 
 def _cmd_ui(args: argparse.Namespace) -> int:
-    from dkilab.eval.report import existing_store, tracking_uri
+    from dkilab.eval.report import existing_store
+    from dkilab.eval.store_uri import tracking_uri
 
     uri = tracking_uri(args.tracking_uri)
     if uri.startswith(("http://", "https://")):  # a server already serves its own UI

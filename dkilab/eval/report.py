@@ -9,20 +9,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from dkilab.eval.store_uri import tracking_uri
 from dkilab.eval.tables import metrics_frame, pairwise
-
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-DEFAULT_TRACKING_URI = f"sqlite:///{ROOT / 'mlflow' / 'mlflow.db'}"
-
-
-def tracking_uri(uri: str | None = None) -> str:
-    """The store to use: the one given, else $MLFLOW_TRACKING_URI, else mlflow/mlflow.db in the project."""
-    import os
-
-    return uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
 
 
 SCRIPTED_TAG = "dkilab.scripted"

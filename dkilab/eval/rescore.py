@@ -154,7 +154,8 @@ def stored_config(target: str, uri: str | None = None):
     import mlflow
 
     from dkilab.eval.experiment import experiment_from_dict, load_experiment
-    from dkilab.eval.report import experiment_runs, existing_store, tracking_uri
+    from dkilab.eval.report import experiment_runs, existing_store
+    from dkilab.eval.store_uri import tracking_uri
 
     if target.endswith((".yaml", ".yml")) or Path(target).is_file():
         return load_experiment(target), target

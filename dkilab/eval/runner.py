@@ -26,7 +26,7 @@ from typing import Any, Collection
 from dkilab.eval.cell import load_cell_data, make_judge, run_cell, score_cell
 from dkilab.eval.journal import Journal
 from dkilab.eval.experiment import Cell, ExperimentConfig, check_config
-from dkilab.eval.report import tracking_uri
+from dkilab.eval.store_uri import tracking_uri
 
 
 

@@ -53,7 +53,7 @@ def main(args, cli: Callable[[list[str]], int]) -> int:
         os.environ["DKILAB_DATA_DIR"] = args.data_dir
     configs = args.configs or [c for c in GPU_CONFIGS if Path(c).exists()]
     from dkilab.eval.experiment import parse_set
-    from dkilab.eval.report import tracking_uri
+    from dkilab.eval.store_uri import tracking_uri
 
     uri = tracking_uri(args.tracking_uri)
     report = Path(args.report_dir or f"reports/gpu-{time.strftime('%Y%m%d-%H%M%S')}")

@@ -201,16 +201,6 @@ class PromptFormatter(ABC):
         call = next((c for c in calls if c.name == "retrieve_fact"), None)
         return self._malformed() if call is None else self._request_from_args(call.arguments)
 
-    def _parse_json_args(self, text: str) -> FactRequest | None:
-        m = re.search(r"\{.*?\}", text, re.S)
-        if not m:
-            return self._malformed()
-        try:
-            args = json.loads(m.group(0))
-        except json.JSONDecodeError:
-            return self._malformed()
-        return self._request_from_args(args)
-
     def _request_from_args(self, args) -> FactRequest | None:
         if not isinstance(args, dict):
             return self._malformed()

@@ -9,7 +9,7 @@ import sys
 
 import mlflow
 
-from dkilab.eval.report import tracking_uri
+from dkilab.eval.store_uri import tracking_uri
 
 
 def main(experiment: str, cell: str) -> int:
