@@ -196,6 +196,7 @@ def test_a_ctrl_c_swallowed_as_a_command_ends_is_still_reported(monkeypatch, pyt
     """After the runner's last check (the comparison being logged) a swallowed Ctrl-C still makes the command
     exit 130, not 0: a script that runs `dkilab run` sees that the user stopped it."""
     from dkilab import cli
+    from dkilab.cli import datasets as datasets_command
 
     def work_then_ctrl_c(args):
         _PressesCtrlCWhileCollected()
@@ -203,10 +204,10 @@ def test_a_ctrl_c_swallowed_as_a_command_ends_is_still_reported(monkeypatch, pyt
 
     swallowed = []
     monkeypatch.setattr(sys, "unraisablehook", swallowed.append)
-    monkeypatch.setattr(cli, "_cmd_datasets", work_then_ctrl_c)
+    monkeypatch.setattr(datasets_command, "_cmd_datasets", work_then_ctrl_c)
     assert cli.main(["datasets", "list"]) == 130
     assert [type(u.exc_value) for u in swallowed] == [KeyboardInterrupt]
-    monkeypatch.setattr(cli, "_cmd_datasets", lambda args: 0)
+    monkeypatch.setattr(datasets_command, "_cmd_datasets", lambda args: 0)
     assert cli.main(["datasets", "list"]) == 0  # the next command in this process is not stopped by it
 
 
