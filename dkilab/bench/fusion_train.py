@@ -54,7 +54,7 @@ def _fine_tuned_on(model: str, dataset: str) -> bool:
 def _cells(embedder: dict | None = None, datasets: list[dict] | None = None):
     from dkilab.eval.experiment import expand_cells, experiment_from_dict
 
-    cfg = experiment_from_dict({"name": "fusion-train", "datasets": datasets or DEV, "tracing": False,
+    cfg = experiment_from_dict({"name": "fusion-train", "datasets": datasets or DEV, "tracing": False, "purpose": "tune",
                                 "embedder": embedder or {"model": "auto"},
                                 # weighted here so the cells build without a model; collect() switches to learned
                                 "strategies": [{"name": "recall_only", "label": "learned",
@@ -103,7 +103,7 @@ def collect(data_dir=None, embedder: dict | None = None, datasets: list[dict] | 
                     out.append({"dataset": cell.dataset.name, "user": conv.user_id, "qid": item.qid, "ids": got["ids"],
                                 "X": got["X"], "gold": set(item.evidence_ids), "index_text": cell.embedder.index_text,
                                 "family": learned.family(cell.embedder.model), "model": cell.embedder.model,
-                                "language": learned.language(question_text(item)),
+                                "language": learned.language(question_text(item)), "query": question_text(item),
                                 "kind": learned.cue_kind(question_text(item))})
     return out
 
@@ -244,6 +244,13 @@ def _out_of_fold_parts(rows: list[dict[str, Any]], echo=print) -> tuple[list[dic
     return keep, parts
 
 
+def default_part(models: dict[str, Any]) -> str:
+    """The part that ranks for an encoder of no known family: stock MiniLM's where fitted, else a MiniLM
+    question part, else the first."""
+    return "minilm" if "minilm" in models else next(
+        (k for k in models if k.startswith("minilm") and not k.endswith(":utterance")), next(iter(models)))
+
+
 def train(data_dir=None, out: Path | None = None, echo=print, with_previous_turn: bool | None = None,
           datasets: list[dict] | None = None, english_e5: bool = False, cue_parts: bool = True,
           english: str | None = None) -> dict[str, Any]:
@@ -290,11 +297,7 @@ def train(data_dir=None, out: Path | None = None, echo=print, with_previous_turn
                         "cross_validated": {k: round(v, 4) for k, v in cv[best].items()}}
         top = sorted(zip(learned.FEATURES, models[part]["coef"]), key=lambda x: -abs(x[1]))[:6]
         echo(f"  chose C={best}; heaviest: " + ", ".join(f"{n} {c:+.2f}" for n, c in top))
-    model = {"version": "lr2", "features": list(learned.FEATURES),
-             # the default part (an encoder of no known family): stock MiniLM's where fitted
-             "default": "minilm" if "minilm" in models else next(
-                 (k for k in models if k.startswith("minilm") and not k.endswith(":utterance")), next(iter(models))),
-             "models": models}
+    model = {"version": "lr2", "features": list(learned.FEATURES), "default": default_part(models), "models": models}
     path = out or learned.DEFAULT_MODEL
     path.write_text(json.dumps(model, indent=1) + "\n", encoding="utf-8")
     echo(f"wrote {path}")

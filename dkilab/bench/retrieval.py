@@ -6,6 +6,7 @@ and with `--peers` two third-party retrievers run in the same experiment (same s
 same encoder), compared on every retrieval metric with the dkilab/peer ratio.
 
     dkilab bench retrieval [--data-dir DIR] [--metric recall_at_10] [--peers] [--tracking-uri URI]
+    dkilab bench retrieval --leave-one-dataset-out   the fusion refitted without each dataset (bench/lodo.py)
 
 It runs the config like `dkilab run` (cached stores, finished cells read back), so a rerun is quick.
 """

@@ -40,8 +40,12 @@ def _cmd_bench_retrieval(args: argparse.Namespace) -> int:
                                         ("--no-cue-parts", args.no_cue_parts), ("--english", args.english)) if on]
     if train_only and not args.train:  # a model would not be fitted: say so rather than run the bench
         raise SystemExit(f"dkilab bench retrieval: {', '.join(train_only)} only with --train (fitting the fusion model)")
-    if args.train and args.peers:
-        raise SystemExit("dkilab bench retrieval: --peers runs the bench, --train fits the model: give one")
+    if sum(map(bool, (args.train, args.peers, args.leave_one_dataset_out))) > 1:
+        raise SystemExit("dkilab bench retrieval: --train, --peers and --leave-one-dataset-out are separate runs: give one")
+    if args.leave_one_dataset_out:
+        from dkilab.bench.lodo import main as lodo_main
+
+        return lodo_main(data_dir=args.data_dir, metric=args.metric, tracking_uri=args.tracking_uri)
     if args.train:
         from pathlib import Path
 
@@ -151,6 +155,9 @@ def add(sub) -> None:
     brt.add_argument("--peers", action="store_true",
                      help="also run engram-search and rank-bm25 on the same questions (pip install 'dkilab[peers]')")
     brt.add_argument("--tracking-uri", default=None)
+    brt.add_argument("--leave-one-dataset-out", action="store_true",
+                     help="refit the fusion without each dataset in turn and score that dataset's test split, paired "
+                          "against the previous defaults and the single signals")
     brt.add_argument("--train", action="store_true",
                      help="refit the learned fusion on the dev split only (dkilab/recall/fusion_lr.json), then stop")
     brt.add_argument("--out", default=None, help="with --train: write the model here instead")

@@ -99,7 +99,8 @@ def test_the_shipped_defaults_are_learned_fusion_over_the_dev_winner_and_each_ro
 
 @pytest.mark.parametrize("argv, named", [(["--no-cue-parts"], "--no-cue-parts"),
                                          (["--out", "m.json", "--english-e5-part"], "--out, --english-e5-part"),
-                                         (["--train", "--peers"], "--peers")])
+                                         (["--train", "--peers"], "--peers"),
+                                         (["--leave-one-dataset-out", "--peers"], "--leave-one-dataset-out")])
 def test_flags_that_belong_to_training_alone_are_refused_without_it_and_nothing_runs(argv, named, tmp_path, capsys):
     """A model-fitting flag without --train (or --train with --peers) is an error that names the flag; neither
     the bench nor the trainer starts, and no model file is written."""
@@ -109,3 +110,14 @@ def test_flags_that_belong_to_training_alone_are_refused_without_it_and_nothing_
         cli.main(["bench", "retrieval", "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}", *argv])
     assert named in str(exc.value) and "--train" in str(exc.value)
     assert not (tmp_path / "m.db").exists() and not list(tmp_path.iterdir())
+
+
+def test_fusion_training_is_a_declared_dev_study_so_its_config_is_not_refused():
+    """`--train` (and `--leave-one-dataset-out`) recall LoCoMo dev on the encoder fine-tuned on it: the
+    config says `purpose: tune`, so the fitted-split check lets its dev cells through (it refused them)."""
+    from dkilab.bench import fusion_train
+    from dkilab.memory.embedder import LOCOMO_EMBEDDER
+
+    cells = fusion_train._cells()
+    assert any(c.dataset.name == "locomo" and c.dataset.split == "dev" and c.embedder.model == LOCOMO_EMBEDDER
+               for c in cells)

@@ -1,0 +1,260 @@
+"""Leave-one-dataset-out retrieval figures (issue 59): how the learned fusion does on a dataset none of
+its fitting data came from.
+
+For each dataset source of the bench (LoCoMo, MemDaily, MADial-Bench: its English and Chinese halves are
+one source, one generator), the fusion model is refitted on the dev splits of the *other* sources only
+and scores the held-out source's test split. The candidates and their features are collected once
+(`fusion_train.collect`, the code recall runs) on the defaults' stores; every pipeline below reorders the
+same candidates, so the figures differ by the ordering alone:
+
+- `shipped`: the shipped model (fitted on every dev split: in distribution), as `defaults` recalls;
+- `weighted`: the hand-weighted fusion's own order (the `fused` list; `fusion: weighted`);
+- `lodo_parts`: the shipped model's structure (one part per encoder family and cue kind,
+  `fusion_train.parts`) refitted without the held-out source; a family or cue kind left with no part
+  falls back as `FusionModel.part_for` says;
+- `lodo_pooled`: one part over all the other sources' dev rows (every family and cue kind);
+- `lodo_hybrid`: reciprocal-rank fusion of `lodo_pooled`'s and `weighted`'s orders (k = `RRF_K`);
+- `lodo_guarded`: `lodo_pooled`, except for a question whose candidates lie outside the fitted range
+  (`_outside`: more of its feature values outside the training rows' 0.5-99.5 percentiles than
+  `GUARD_QUANTILE` of the training questions have), which gets `weighted`.
+
+Each is compared, paired by question, with the rows `dkilab bench retrieval` logs for the same questions:
+`previous_defaults`, `defaults` (which `shipped` must reproduce) and the single signals `bm25_only` and
+`dense_only` (run here when not finished yet; the same cells as the bench's).
+
+    dkilab bench retrieval --leave-one-dataset-out [--data-dir DIR] [--metric recall_at_10]
+
+Only the fusion model is refitted: the fine-tuned English encoder (`offline:minilm-locomo`) was fitted on
+LoCoMo dev, so on LoCoMo test its cosines are still in distribution (the table says so).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import pickle
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dkilab.bench.fusion_train import CS, DEV, STOCK
+
+RRF_K = 60
+GUARD_QUANTILE = 0.99
+TOP = 20  # the bench's max_results: metrics are read over the top 20, as a recall_only answer holds
+RUNNER = ("previous_defaults", "defaults", "bm25_only", "dense_only")
+PIPELINES = ("shipped", "weighted", "lodo_parts", "lodo_pooled", "lodo_hybrid", "lodo_guarded")
+LODO = "lodo_parts"  # the leave-one-dataset-out figure of the defaults' own structure (the README column)
+
+
+def source(dataset: str) -> str:
+    """The generator a dataset comes from: MADial-Bench's two languages are one source."""
+    return "madial_bench" if dataset.startswith("madial_bench") else dataset
+
+
+def test_datasets() -> list[dict[str, Any]]:
+    """The bench's held-back datasets (`experiments/retrieval_bench.yaml`), as config dicts."""
+    from dkilab.bench.retrieval import CONFIG
+    from dkilab.config import read_yaml
+
+    return list(read_yaml(CONFIG)["datasets"])
+
+
+def _cache_key(parts: list[Any]) -> str:
+    from dkilab.memory.embedder import LOCOMO_EMBEDDER, weights_digest
+    from dkilab.recall import learned, multi_signal
+
+    code = "".join(Path(m.__file__).read_text(encoding="utf-8") for m in (learned, multi_signal))
+    blob = json.dumps([parts, code, weights_digest(LOCOMO_EMBEDDER)], sort_keys=True, default=str)
+    return hashlib.sha1(blob.encode()).hexdigest()[:16]
+
+
+def collect_all(data_dir=None, echo=print) -> tuple[list[dict], list[dict]]:
+    """(dev rows, test rows): the dev rows as `--train` fits on them (the fine-tuned encoder's LoCoMo dev
+    rows left out, LoCoMo and MADial-Bench en dev on stock-MiniLM stores beside), the test rows on the
+    defaults' stores; cached under the cache dir by the code and data that make them."""
+    from dkilab.bench.fusion_train import collect
+    from dkilab.cache import cache_dir
+    from dkilab.eval.datasets import dataset_info
+
+    tests = test_datasets()
+    path = cache_dir() / "lodo" / f"rows-{_cache_key([DEV, tests, STOCK, str(data_dir)])}.pkl"
+    if path.is_file():
+        echo(f"candidate features read back from {path}")
+        return pickle.loads(path.read_bytes())
+    dev = [r for r in collect(data_dir, {"model": "auto"}, DEV, stand_ins=True) if not r.get("stand_in")]
+    english = [d for d in DEV if dataset_info(str(d["name"]))["language"] == "en"]
+    dev += collect(data_dir, dict(STOCK), english)
+    test = collect(data_dir, {"model": "auto"}, tests)
+    if not dev or not test:
+        raise ValueError("leave-one-dataset-out: no question with evidence (is $DKILAB_DATA_DIR set?)")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_bytes(pickle.dumps((dev, test)))
+    tmp.replace(path)
+    return dev, test
+
+
+def _fit_best(rows: list[dict], echo, name: str):
+    from dkilab.bench.fusion_train import _fit, _objective, cross_validate
+
+    cv = {C: _objective(cross_validate(rows, C)) for C in CS}
+    best = max(CS, key=lambda C: cv[C])
+    echo(f"  {name}: {len(rows)} questions, C={best} (cross-validated objective {cv[best]:.3f})")
+    return _fit(rows, best)
+
+
+def fit_parts(train: list[dict], echo=print):
+    """The shipped model's structure (`fusion_train.parts`) fitted on `train`: a `FusionModel`."""
+    from dkilab.bench.fusion_train import default_part, parts
+    from dkilab.recall import learned
+
+    models = {}
+    for name, mine in parts(train).items():
+        scaler, lr = _fit_best(mine, echo, name)
+        models[name] = {"mean": scaler.mean_.tolist(), "scale": scaler.scale_.tolist(), "coef": lr.coef_[0].tolist()}
+    return learned.FusionModel({"version": "lodo", "features": list(learned.FEATURES), "default": default_part(models),
+                                "models": models}, "<leave-one-dataset-out>")
+
+
+class Guard:
+    """Whether a question's candidates lie outside the rows a model was fitted on: the share of its feature
+    values outside the training rows' 0.5-99.5 percentiles, against the `GUARD_QUANTILE` quantile of that
+    share over the training questions."""
+
+    def __init__(self, train: list[dict]):
+        X = np.concatenate([r["X"] for r in train])
+        self.lo, self.hi = np.percentile(X, 0.5, axis=0), np.percentile(X, 99.5, axis=0)
+        self.limit = float(np.quantile([self.share(r["X"]) for r in train], GUARD_QUANTILE))
+
+    def share(self, X: np.ndarray) -> float:
+        return float(((X < self.lo) | (X > self.hi)).mean())
+
+    def outside(self, X: np.ndarray) -> bool:
+        return self.share(X) > self.limit
+
+
+def _order(scores: np.ndarray) -> np.ndarray:
+    return np.argsort(-scores, kind="stable")
+
+
+def weighted_order(X: np.ndarray) -> np.ndarray:
+    """The hand-weighted fusion's order of the candidates (its fused rank; neighbours it did not list last)."""
+    from dkilab.recall.learned import FEATURES
+
+    return np.argsort(X[:, FEATURES.index("log_fused_rank")], kind="stable")
+
+
+def rrf(*orders: np.ndarray, k: int = RRF_K) -> np.ndarray:
+    """Reciprocal-rank fusion of orders of the same candidates."""
+    score = np.zeros(len(orders[0]))
+    for order in orders:
+        score[order] += 1.0 / (k + 1 + np.arange(len(order)))
+    return _order(score)
+
+
+def metric_row(row: dict, order: np.ndarray) -> dict[str, Any]:
+    """The per-question retrieval metrics of `row`'s candidates in `order` (top `TOP`), keyed like the
+    runner's rows so `paired` matches them by question."""
+    from dkilab.eval.metrics.retrieval import any_hit, evidence_recall, ndcg, reciprocal_rank
+
+    ranked = [row["ids"][i] for i in order[:TOP]]
+    gold = list(row["gold"])
+    out = {"qid": row["qid"], "user_id": row["user"], "recall_at_10": evidence_recall(ranked, gold, 10),
+           "ndcg_at_10": ndcg(ranked, gold, 10), "mrr": reciprocal_rank(ranked, gold),
+           "any_hit_at_10": any_hit(ranked, gold, 10)}
+    for k in (1, 5, 20):
+        out[f"recall_at_{k}"] = evidence_recall(ranked, gold, k)
+    return out
+
+
+def score_held_out(dev: list[dict], test: list[dict], echo=print) -> dict[str, dict[str, list[dict]]]:
+    """{test dataset: {pipeline: metric rows}} for every pipeline of `PIPELINES`, each source held out in turn."""
+    from dkilab.recall.learned import load_model
+
+    shipped = load_model()
+    out: dict[str, dict[str, list[dict]]] = {}
+    for held in dict.fromkeys(source(r["dataset"]) for r in test):
+        train = [r for r in dev if source(r["dataset"]) != held]
+        names = ", ".join(dict.fromkeys(r["dataset"] for r in train))
+        echo(f"held out {held}: fitting on {names} dev")
+        model = fit_parts(train, echo)
+        scaler, lr = _fit_best(train, echo, "pooled")
+        guard = Guard(train)
+        for r in (r for r in test if source(r["dataset"]) == held):
+            by = out.setdefault(r["dataset"], {p: [] for p in PIPELINES})
+            weighted = weighted_order(r["X"])
+            pooled = _order(lr.decision_function(scaler.transform(r["X"])))
+            orders = {"shipped": _order(shipped.score(r["X"], shipped.part_for(r["model"], r["query"]))),
+                      "weighted": weighted,
+                      "lodo_parts": _order(model.score(r["X"], model.part_for(r["model"], r["query"]))),
+                      "lodo_pooled": pooled, "lodo_hybrid": rrf(pooled, weighted),
+                      "lodo_guarded": weighted if guard.outside(r["X"]) else pooled}
+            for p, order in orders.items():
+                by[p].append(metric_row(r, order))
+    return out
+
+
+def runner_rows(data_dir=None, tracking_uri: str | None = None) -> dict[str, dict[str, list[dict]]]:
+    """{test dataset: {label: rows}} of the bench's `RUNNER` strategies (run, or read back when finished)."""
+    from dkilab.bench.retrieval import load_config
+    from dkilab.eval.runner import run_experiment
+
+    cfg = load_config()
+    cfg = cfg.model_copy(update={"strategies": [s for s in cfg.strategies if s.key in RUNNER]})
+    results = run_experiment(cfg, data_dir=data_dir, uri=tracking_uri, progress=False,
+                             echo=lambda line: print(line) if "FAILED" in line else None)
+    failed = [r.cell.label for r in results if not r.done]
+    if failed:
+        raise RuntimeError(f"leave-one-dataset-out: bench cells failed: {', '.join(failed)}")
+    out: dict[str, dict[str, list[dict]]] = {}
+    for r in results:
+        out.setdefault(r.cell.dataset.name, {})[r.cell.strategy.key] = r.load_rows()
+    return out
+
+
+def table(held: dict[str, dict[str, list[dict]]], runner: dict[str, dict[str, list[dict]]],
+          metric: str = "recall_at_10") -> list[str]:
+    """The lines of the table: per dataset, each runner strategy and pipeline with its 95% interval, and the
+    paired difference of every pipeline against the previous defaults and the best single signal."""
+    from dkilab.eval.metrics.base import aggregate_metric
+    from dkilab.eval.metrics.bootstrap import metric_ci, paired
+    from dkilab.registry import METRICS
+
+    fn = METRICS[metric]
+    lines = [f"{metric} on each test split; lodo_* fitted without the dataset's source; "
+             "vs = paired difference [95% CI], * = real", ""]
+    for ds, mine in held.items():
+        theirs = runner.get(ds, {})
+        rows = {**theirs, **mine}
+        singles = {s: aggregate_metric(fn, theirs[s]) or 0.0 for s in ("bm25_only", "dense_only") if s in theirs}
+        best = max(singles, key=lambda s: singles[s]) if singles else None
+        lines.append(f"{ds} ({len(next(iter(mine.values())))} questions; best single signal: {best}):")
+        for name, rs in rows.items():
+            ci = metric_ci(fn, rs)
+            line = f"  {name:<18} {aggregate_metric(fn, rs) or 0.0:.3f}" + (f" ±{(ci[1] - ci[0]) / 2:.3f}" if ci else "")
+            for other in ("previous_defaults", best):
+                if other and other in theirs and name != other and name in mine:
+                    res = paired(fn, theirs[other], rs)
+                    if res is not None:
+                        line += (f"   vs {other} {res['diff']:+.3f} [{res['low']:+.3f}, {res['high']:+.3f}]"
+                                 f"{'*' if res['real'] else ''}")
+            lines.append(line)
+        if "defaults" in theirs:
+            res = paired(fn, theirs["defaults"], mine["shipped"])
+            if res is not None:
+                lines.append(f"  (shipped offline - defaults logged: {res['diff']:+.4f} over {int(res['n'])} questions)")
+        lines.append("")
+    means = {p: float(np.mean([aggregate_metric(fn, held[d][p]) or 0.0 for d in held]))
+             for p in PIPELINES if p.startswith("lodo")}
+    lines.append("mean over datasets, held out: " + ", ".join(f"{p} {v:.3f}" for p, v in means.items()))
+    lines.append(f"winner: {max(means, key=lambda p: means[p])}")
+    return lines
+
+
+def main(data_dir=None, metric: str = "recall_at_10", tracking_uri: str | None = None) -> int:
+    runner = runner_rows(data_dir, tracking_uri)
+    dev, test = collect_all(data_dir)
+    for line in table(score_held_out(dev, test), runner, metric):
+        print(line)
+    return 0
