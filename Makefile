@@ -42,7 +42,7 @@ TEST_WORKERS ?= 2
 test: setup
 	$(BIN)/ruff check dkilab tests  # lint ([tool.ruff] in pyproject.toml): clean, or the tests do not start
 	$(BIN)/mypy  # the type check of dkilab/ ([tool.mypy] in pyproject.toml): clean, or the tests do not start
-	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=15  # the 15 slowest, for the 8-minute target
 
 # the slow checks on the same workers as `make test` (one thread each): they spend their time in a small
 # model, in subprocesses and in servers, which two workers overlap better than one worker's two threads

@@ -253,7 +253,7 @@ def default_part(models: dict[str, Any]) -> str:
 
 def train(data_dir=None, out: Path | None = None, echo=print, with_previous_turn: bool | None = None,
           datasets: list[dict] | None = None, english_e5: bool = False, cue_parts: bool = True,
-          english: str | None = None) -> dict[str, Any]:
+          english: str | None = None, guard: bool = False) -> dict[str, Any]:
     """Collect the dev features, choose each encoder family's C by cross-validation, fit it on all of its dev
     data, write the model. `with_previous_turn`: True on stores that embed each turn with the one it replies
     to (index text v2) for every encoder (the ablation row of `experiments/retrieval_bench.yaml`); None (the
@@ -264,7 +264,9 @@ def train(data_dir=None, out: Path | None = None, echo=print, with_previous_turn
     and ranks a cue with them, as before the cue parts (the ablation model
     `experiments/models/fusion_lr_no_cue_parts.json`). `english` (`--english`): the encoder `auto` gives English
     data instead of the default (offline:minilm: the stock-MiniLM ablation models). The dev rows of an encoder
-    fine-tuned on them are never fitted on (`FITTED_OUT_OF_FOLD`)."""
+    fine-tuned on them are never fitted on (`FITTED_OUT_OF_FOLD`). `guard` (`--guard`): the model carries the
+    range guard of every dev row it was fitted on (`learned.RangeGuard`; `dkilab bench retrieval
+    --leave-one-dataset-out` measures it)."""
     from dkilab.recall import learned
 
     rows = collect(data_dir, {"model": "auto", "with_previous_turn": with_previous_turn, "english": english}, datasets,
@@ -298,6 +300,9 @@ def train(data_dir=None, out: Path | None = None, echo=print, with_previous_turn
         top = sorted(zip(learned.FEATURES, models[part]["coef"]), key=lambda x: -abs(x[1]))[:6]
         echo(f"  chose C={best}; heaviest: " + ", ".join(f"{n} {c:+.2f}" for n, c in top))
     model = {"version": "lr2", "features": list(learned.FEATURES), "default": default_part(models), "models": models}
+    if guard:  # the range of every row fitted on: a question outside it gets the weighted order (RangeGuard)
+        model["guard"] = learned.RangeGuard.fit([r["X"] for r in rows]).to_dict()
+        echo(f"guard: the ranges of {len(rows)} questions' candidates, limit {model['guard']['limit']:.4f}")
     path = out or learned.DEFAULT_MODEL
     path.write_text(json.dumps(model, indent=1) + "\n", encoding="utf-8")
     echo(f"wrote {path}")

@@ -8,6 +8,8 @@ and scores the held-out source's test split. The candidates and their features a
 same candidates, so the figures differ by the ordering alone:
 
 - `shipped`: the shipped model (fitted on every dev split: in distribution), as `defaults` recalls;
+- `shipped_guarded`: `shipped`, with the range guard below fitted on every dev row (what shipping the
+  guard would cost in distribution);
 - `weighted`: the hand-weighted fusion's own order (the `fused` list; `fusion: weighted`);
 - `lodo_parts`: the shipped model's structure (one part per encoder family and cue kind,
   `fusion_train.parts`) refitted without the held-out source; a family or cue kind left with no part
@@ -15,11 +17,12 @@ same candidates, so the figures differ by the ordering alone:
 - `lodo_pooled`: one part over all the other sources' dev rows (every family and cue kind);
 - `lodo_hybrid`: reciprocal-rank fusion of `lodo_pooled`'s and `weighted`'s orders (k = `RRF_K`);
 - `lodo_guarded`: `lodo_pooled`, except for a question whose candidates lie outside the fitted range
-  (`_outside`: more of its feature values outside the training rows' 0.5-99.5 percentiles than
-  `GUARD_QUANTILE` of the training questions have), which gets `weighted`.
+  (`learned.RangeGuard`: more of its feature values outside the training rows' 0.5-99.5 percentiles than
+  99% of the training questions have), which gets `weighted`.
 
 Each is compared, paired by question, with the rows `dkilab bench retrieval` logs for the same questions:
-`previous_defaults`, `defaults` (which `shipped` must reproduce) and the single signals `bm25_only` and
+`previous_defaults`, `defaults` (which `shipped` must reproduce), `guarded` (the bench's row of the
+guarded model, `experiments/models/fusion_lr_guarded.json`, which `shipped_guarded` must reproduce) and the single signals `bm25_only` and
 `dense_only` (run here when not finished yet; the same cells as the bench's).
 
     dkilab bench retrieval --leave-one-dataset-out [--data-dir DIR] [--metric recall_at_10]
@@ -38,12 +41,12 @@ from typing import Any
 import numpy as np
 
 from dkilab.bench.fusion_train import CS, DEV, STOCK
+from dkilab.bench.retrieval import SINGLE
 
 RRF_K = 60
-GUARD_QUANTILE = 0.99
 TOP = 20  # the bench's max_results: metrics are read over the top 20, as a recall_only answer holds
-RUNNER = ("previous_defaults", "defaults", "bm25_only", "dense_only")
-PIPELINES = ("shipped", "weighted", "lodo_parts", "lodo_pooled", "lodo_hybrid", "lodo_guarded")
+RUNNER = ("previous_defaults", "defaults", "guarded", "bm25_only", "dense_only")
+PIPELINES = ("shipped", "shipped_guarded", "weighted", "lodo_parts", "lodo_pooled", "lodo_hybrid", "lodo_guarded")
 LODO = "lodo_parts"  # the leave-one-dataset-out figure of the defaults' own structure (the README column)
 
 
@@ -64,7 +67,7 @@ def _cache_key(parts: list[Any]) -> str:
     from dkilab.memory.embedder import LOCOMO_EMBEDDER, weights_digest
     from dkilab.recall import learned, multi_signal
 
-    code = "".join(Path(m.__file__).read_text(encoding="utf-8") for m in (learned, multi_signal))
+    code = "".join(Path(str(m.__file__)).read_text(encoding="utf-8") for m in (learned, multi_signal))
     blob = json.dumps([parts, code, weights_digest(LOCOMO_EMBEDDER)], sort_keys=True, default=str)
     return hashlib.sha1(blob.encode()).hexdigest()[:16]
 
@@ -117,21 +120,11 @@ def fit_parts(train: list[dict], echo=print):
                                 "models": models}, "<leave-one-dataset-out>")
 
 
-class Guard:
-    """Whether a question's candidates lie outside the rows a model was fitted on: the share of its feature
-    values outside the training rows' 0.5-99.5 percentiles, against the `GUARD_QUANTILE` quantile of that
-    share over the training questions."""
+def guard_of(train: list[dict]):
+    """The range guard (`learned.RangeGuard`) of the candidate rows of `train`."""
+    from dkilab.recall.learned import RangeGuard
 
-    def __init__(self, train: list[dict]):
-        X = np.concatenate([r["X"] for r in train])
-        self.lo, self.hi = np.percentile(X, 0.5, axis=0), np.percentile(X, 99.5, axis=0)
-        self.limit = float(np.quantile([self.share(r["X"]) for r in train], GUARD_QUANTILE))
-
-    def share(self, X: np.ndarray) -> float:
-        return float(((X < self.lo) | (X > self.hi)).mean())
-
-    def outside(self, X: np.ndarray) -> bool:
-        return self.share(X) > self.limit
+    return RangeGuard.fit([r["X"] for r in train])
 
 
 def _order(scores: np.ndarray) -> np.ndarray:
@@ -173,6 +166,7 @@ def score_held_out(dev: list[dict], test: list[dict], echo=print) -> dict[str, d
     from dkilab.recall.learned import load_model
 
     shipped = load_model()
+    every = guard_of(dev)  # the guard the shipped model would carry: fitted on every dev row (in distribution)
     out: dict[str, dict[str, list[dict]]] = {}
     for held in dict.fromkeys(source(r["dataset"]) for r in test):
         train = [r for r in dev if source(r["dataset"]) != held]
@@ -180,18 +174,21 @@ def score_held_out(dev: list[dict], test: list[dict], echo=print) -> dict[str, d
         echo(f"held out {held}: fitting on {names} dev")
         model = fit_parts(train, echo)
         scaler, lr = _fit_best(train, echo, "pooled")
-        guard = Guard(train)
+        guard = guard_of(train)
         for r in (r for r in test if source(r["dataset"]) == held):
             by = out.setdefault(r["dataset"], {p: [] for p in PIPELINES})
             weighted = weighted_order(r["X"])
             pooled = _order(lr.decision_function(scaler.transform(r["X"])))
-            orders = {"shipped": _order(shipped.score(r["X"], shipped.part_for(r["model"], r["query"]))),
+            mine = _order(shipped.score(r["X"], shipped.part_for(r["model"], r["query"])))
+            orders = {"shipped": mine, "shipped_guarded": weighted if every.outside(r["X"]) else mine,
                       "weighted": weighted,
                       "lodo_parts": _order(model.score(r["X"], model.part_for(r["model"], r["query"]))),
                       "lodo_pooled": pooled, "lodo_hybrid": rrf(pooled, weighted),
                       "lodo_guarded": weighted if guard.outside(r["X"]) else pooled}
             for p, order in orders.items():
                 by[p].append(metric_row(r, order))
+            by["lodo_guarded"][-1]["to_weighted"] = guard.outside(r["X"])
+            by["shipped_guarded"][-1]["to_weighted"] = every.outside(r["X"])
     return out
 
 
@@ -227,8 +224,8 @@ def table(held: dict[str, dict[str, list[dict]]], runner: dict[str, dict[str, li
     for ds, mine in held.items():
         theirs = runner.get(ds, {})
         rows = {**theirs, **mine}
-        singles = {s: aggregate_metric(fn, theirs[s]) or 0.0 for s in ("bm25_only", "dense_only") if s in theirs}
-        best = max(singles, key=lambda s: singles[s]) if singles else None
+        singles: dict[str, float] = {s: aggregate_metric(fn, theirs[s]) or 0.0 for s in SINGLE if s in theirs}
+        best: str | None = max(singles, key=lambda s: singles[s]) if singles else None
         lines.append(f"{ds} ({len(next(iter(mine.values())))} questions; best single signal: {best}):")
         for name, rs in rows.items():
             ci = metric_ci(fn, rs)
@@ -240,10 +237,12 @@ def table(held: dict[str, dict[str, list[dict]]], runner: dict[str, dict[str, li
                         line += (f"   vs {other} {res['diff']:+.3f} [{res['low']:+.3f}, {res['high']:+.3f}]"
                                  f"{'*' if res['real'] else ''}")
             lines.append(line)
-        if "defaults" in theirs:
-            res = paired(fn, theirs["defaults"], mine["shipped"])
-            if res is not None:
-                lines.append(f"  (shipped offline - defaults logged: {res['diff']:+.4f} over {int(res['n'])} questions)")
+        for p in ("lodo_guarded", "shipped_guarded"):
+            sent = sum(bool(r.get("to_weighted")) for r in mine[p])
+            lines.append(f"  ({p}: the guard gave {sent} of {len(mine[p])} questions the weighted order)")
+        for offline, logged in (("shipped", "defaults"), ("shipped_guarded", "guarded")):
+            if logged in theirs and (res := paired(fn, theirs[logged], mine[offline])) is not None:
+                lines.append(f"  ({offline} offline - {logged} logged: {res['diff']:+.4f} over {int(res['n'])} questions)")
         lines.append("")
     means = {p: float(np.mean([aggregate_metric(fn, held[d][p]) or 0.0 for d in held]))
              for p in PIPELINES if p.startswith("lodo")}

@@ -37,7 +37,8 @@ def _cmd_bench_embedders(args: argparse.Namespace) -> int:
 def _cmd_bench_retrieval(args: argparse.Namespace) -> int:
     train_only = [flag for flag, on in (("--out", args.out), ("--with-previous-turn", args.with_previous_turn),
                                         ("--english-e5-part", args.english_e5_part),
-                                        ("--no-cue-parts", args.no_cue_parts), ("--english", args.english)) if on]
+                                        ("--no-cue-parts", args.no_cue_parts), ("--english", args.english),
+                                        ("--guard", args.guard)) if on]
     if train_only and not args.train:  # a model would not be fitted: say so rather than run the bench
         raise SystemExit(f"dkilab bench retrieval: {', '.join(train_only)} only with --train (fitting the fusion model)")
     if sum(map(bool, (args.train, args.peers, args.leave_one_dataset_out))) > 1:
@@ -53,7 +54,7 @@ def _cmd_bench_retrieval(args: argparse.Namespace) -> int:
 
         train(data_dir=args.data_dir, out=Path(args.out) if args.out else None,
               with_previous_turn=True if args.with_previous_turn else None, english_e5=args.english_e5_part,
-              cue_parts=not args.no_cue_parts, english=args.english)
+              cue_parts=not args.no_cue_parts, english=args.english, guard=args.guard)
         return 0
     from dkilab.bench.retrieval import main as bench_main
 
@@ -169,6 +170,9 @@ def add(sub) -> None:
                      help="with --train: no parts for conversational cues (leave MADial-Bench dev out): the ablation model")
     brt.add_argument("--english", default=None, metavar="ENCODER",
                      help="with --train: the encoder `auto` gives English data (offline:minilm: the stock ablation models)")
+    brt.add_argument("--guard", action="store_true",
+                     help="with --train: the model hands a question whose candidates lie outside its fitted range "
+                          "to the weighted fusion")
     brt.set_defaults(func=_cmd_bench_retrieval)
     bgen = bench_sub.add_parser("generation", help="tokens/s of batched greedy generation at several batch sizes")
     bgen.add_argument("--model", default="offline:smollm2")

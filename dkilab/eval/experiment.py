@@ -121,11 +121,6 @@ def model_weights_digest(spec: str) -> str | None:
     return weights_digest(path) if Path(path).exists() else None
 
 
-# English: MiniLM with the adapter fine-tuned on LoCoMo dev (issue 30, docs/retrieval.md); others (cn, mixed,
-# auto): offline:e5 (docs/models.md "Encoders")
-EMBEDDER_BY_LANGUAGE = {"en": "offline:minilm-locomo"}
-
-
 class EmbedderSpec(_Strict):
     """The sentence encoder of the dataset stores (semantic search): `auto` (by the dataset's language:
     MiniLM for English, multilingual-e5-small for Chinese and mixed data, measured by
@@ -152,7 +147,9 @@ class EmbedderSpec(_Strict):
     def for_language(self, language: str) -> "EmbedderSpec":
         if self.model != "auto":
             return self
-        model = self.english if language == "en" and self.english else EMBEDDER_BY_LANGUAGE.get(language, "offline:e5")
+        from dkilab.memory.embedder import auto_embedder  # English: MiniLM with the LoCoMo-dev adapter; else e5
+
+        model = self.english if language == "en" and self.english else auto_embedder(language)
         return self.model_copy(update={"model": model, "english": None})
 
     @property

@@ -8,7 +8,8 @@
 - `offline:minilm-int8`: the same MiniLM weights as int8 ONNX, run by onnxruntime (`onnx_encoder.py`).
 - `offline:minilm-locomo`: MiniLM with the shipped low-rank adapter fine-tuned on LoCoMo dev merged in
   (`adapter.py`), run as fp32 ONNX like `offline:minilm`; keyed by the adapter's digest (`weights_digest`);
-  what `auto` gives English data (`eval.experiment.EMBEDDER_BY_LANGUAGE`).
+  what `auto` gives English data (`AUTO_BY_LANGUAGE`), in experiments and for a new store opened without
+  an embedder.
 - anything else: a local sentence-transformers directory or a hub id (only where a hub is reachable).
 """
 from __future__ import annotations
@@ -26,6 +27,23 @@ INT8_EMBEDDER = "offline:minilm-int8"
 TORCH_EMBEDDER = "offline:minilm-torch"
 LOCOMO_EMBEDDER = "offline:minilm-locomo"
 OFFLINE_EMBEDDERS = (DEFAULT_EMBEDDER, E5_EMBEDDER, INT8_EMBEDDER, TORCH_EMBEDDER, LOCOMO_EMBEDDER)
+# what `embedder: auto` gives data of a language (experiments, and a new store opened without an embedder);
+# any other language (Chinese, mixed) gets multilingual-e5
+AUTO_BY_LANGUAGE = {"en": LOCOMO_EMBEDDER}
+AUTO_ENGLISH_SHARE = 0.95  # a store's first messages are English data when at least this share of them is
+
+
+def auto_embedder(language: str) -> str:
+    """The encoder `auto` gives data of `language` (en, cn, zh, mixed)."""
+    return AUTO_BY_LANGUAGE.get(language, E5_EMBEDDER)
+
+
+def language_of(texts: list[str]) -> str:
+    """`en` when at least `AUTO_ENGLISH_SHARE` of the texts are English (`detect_language`), else `mixed`."""
+    from dkilab.text.lang import detect_language
+
+    english = sum(detect_language(t) == "en" for t in texts)
+    return "en" if texts and english >= AUTO_ENGLISH_SHARE * len(texts) else "mixed"
 MINILM_BUILDS = (DEFAULT_EMBEDDER, INT8_EMBEDDER, TORCH_EMBEDDER, LOCOMO_EMBEDDER)
 
 

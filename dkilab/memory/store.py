@@ -12,7 +12,7 @@ from typing import Callable, Iterable
 import numpy as np
 
 from dkilab.memory.cursor import RESULT_SET_TTL, RESULT_SETS_PER_USER, RESULT_SETS_TOTAL, CursorCodec, ResultSets
-from dkilab.memory.embedder import DEFAULT_EMBEDDER, Embedder, index_text_for
+from dkilab.memory.embedder import DEFAULT_EMBEDDER, Embedder, auto_embedder, index_text_for, language_of
 from dkilab.memory.sqlite import connect, transaction, with_retry
 from dkilab.memory.rows import MSG_COLS, fts_table, row_to_message
 from dkilab.memory.vectors import VectorIndex
@@ -58,6 +58,7 @@ SLOT_BITS = 32
 
 
 TURN_ORDER_USERS = 256  # users whose turn order a store keeps (MemoryStore.turn_order)
+AUTO_SAMPLE = 200  # the first messages a new store opened without an embedder reads its language from
 
 # What a message's vector is computed from. v1: the turn alone (speaker and text). v2 adds the message it
 # replies to (the previous turn of its session) after its own text, so a bare reply ("Yes, we went
@@ -128,6 +129,9 @@ class MemoryStore:
         self._check_meta()
         self._init_meta()
         built_with = self._meta.get("embedder")  # a store opened without an embedder uses the one that built it
+        # a new store opened without one takes what `embedder: auto` gives its first messages' language
+        # (`_choose_embedder`); until then stock MiniLM answers queries (of a store with no vectors)
+        self._auto = embedder is None and not built_with and "embedding_dim" not in self._meta
         self.embedder = embedder or Embedder(built_with or DEFAULT_EMBEDDER)
         if built_with and self.embedder.model_name != built_with:
             self.conn.close()
@@ -334,6 +338,7 @@ class MemoryStore:
             return []
         fresh = [msgs[i] for i in fresh_idx]
         if embeddings is None:
+            self._choose_embedder(fresh)
             version = self._index_text_version()
             prev = self._previous_turns(msgs, fresh) if version != "1" else {}
             texts = [index_text(m, prev.get(m.message_id), version) for m in fresh]
@@ -347,6 +352,17 @@ class MemoryStore:
             extra = _extra_text(m.speaker, m.topic, m.metadata)
             rows.append((m, v.tobytes(), " ".join(segment(m.content)), " ".join(segment(extra))))
         return rows
+
+    def _choose_embedder(self, msgs: list[Message]) -> None:
+        """A new store opened without an embedder gets the one experiments' `embedder: auto` gives its data,
+        read from the first messages it embeds (`language_of`): MiniLM with the LoCoMo-dev adapter
+        (`offline:minilm-locomo`) for English, multilingual-e5 for Chinese and mixed."""
+        with self._lock:
+            if not self._auto:
+                return
+            self._auto = False
+            built = self.conn.execute("SELECT value FROM meta WHERE key = 'embedder'").fetchone()  # another writer's
+            self.embedder = Embedder(built[0] if built else auto_embedder(language_of([m.content for m in msgs[:AUTO_SAMPLE]])))
 
     @staticmethod
     def _conflict(m: Message) -> ValueError:

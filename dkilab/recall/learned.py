@@ -24,7 +24,8 @@ fits them on the declared dev split only (MiniLM: LoCoMo conversations 0-4; mult
 MemDaily's first 300 trajectories; the cue parts: the first half of MADial-Bench's dialogues in English
 (MiniLM) and Chinese (e5): dkilab/bench/fusion_train.py; the fine-tuned English encoder `minilm-locomo`
 has parts of its own, its LoCoMo one fitted out of fold by its study), through this module's own `candidates`, so
-training and recall read the same numbers.
+training and recall read the same numbers. A model may carry a range guard (`RangeGuard`, `--train --guard`):
+a question whose candidates lie outside the rows it was fitted on keeps the weighted fusion's order.
 """
 from __future__ import annotations
 
@@ -63,6 +64,46 @@ _ZH_ASKS = re.compile(r"吗\s*(?:[。.，,…~～]|$)")  # a clause ending in �
 _Z = {"z_cos": "cos", "z_lex": "lex", "z_fused": "fused", "z_prev_cos": "prev_cos", "z_next_cos": "next_cos"}
 
 
+class RangeGuard:
+    """Whether a question's candidates lie outside the feature rows a model was fitted on (issue 59: a
+    learned fusion fitted on other datasets fell below the hand weights on a dataset it had not seen): the
+    share of the candidates' feature values outside the fitted rows' `LOW`-`HIGH` percentiles, against the
+    `QUANTILE` quantile of that share over the fitted questions. A model with a guard gives such a question
+    the weighted fusion's order (`MultiSignalRecall._learned`)."""
+    LOW, HIGH, QUANTILE = 0.5, 99.5, 0.99
+
+    def __init__(self, lo: np.ndarray, hi: np.ndarray, limit: float):
+        self.lo, self.hi, self.limit = lo, hi, float(limit)
+
+    @classmethod
+    def fit(cls, questions: list[np.ndarray]) -> "RangeGuard":
+        """The guard of the feature rows of `questions` (one array per question)."""
+        X = np.concatenate(questions)
+        guard = cls(np.percentile(X, cls.LOW, axis=0), np.percentile(X, cls.HIGH, axis=0), 0.0)
+        guard.limit = float(np.quantile([guard.share(q) for q in questions], cls.QUANTILE))
+        return guard
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str) -> "RangeGuard":
+        try:
+            lo, hi = (np.asarray(data[k], dtype=np.float64) for k in ("lo", "hi"))
+            limit = float(data["limit"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{source}: its guard is malformed ({exc}): it needs lo, hi and limit") from None
+        if lo.shape != hi.shape or lo.shape != (len(FEATURES),) or not 0.0 <= limit <= 1.0:
+            raise ValueError(f"{source}: its guard needs lo and hi of {len(FEATURES)} numbers and a limit in [0, 1]")
+        return cls(lo, hi, limit)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"lo": self.lo.tolist(), "hi": self.hi.tolist(), "limit": self.limit}
+
+    def share(self, X: np.ndarray) -> float:
+        return float(((X < self.lo) | (X > self.hi)).mean()) if len(X) else 0.0
+
+    def outside(self, X: np.ndarray) -> bool:
+        return self.share(X) > self.limit
+
+
 class FusionModel:
     """Standardised logistic regressions over `FEATURES`, one per encoder family (`minilm`, `e5`), or per family
     and question language (`e5:en`, `e5:zh`: the ablation model `experiments/models/fusion_lr_e5_english.json`):
@@ -94,10 +135,14 @@ class FusionModel:
         if self.default not in self.parts:
             raise ValueError(f"{source}: default model {self.default!r} is not among {sorted(self.parts)}")
         self.version = str(data.get("version", "?"))
+        self.guard = RangeGuard.from_dict(data["guard"], source) if data.get("guard") is not None else None
         weights = {k: {f: models[k][f] for f in ("mean", "scale", "coef")} for k in sorted(models)}
-        # the cue rule picks the part, the date rules feed the date features: both decide the ranking
-        self.digest = hashlib.sha1(json.dumps({"features": names, "routing": ROUTING, "dates": DATE_RULES,
-                                               "models": weights}, sort_keys=True).encode()).hexdigest()[:12]
+        # the cue rule picks the part, the date rules feed the date features, the guard may hand the order
+        # back to the weighted fusion: each decides the ranking
+        decides = {"features": names, "routing": ROUTING, "dates": DATE_RULES, "models": weights}
+        if self.guard is not None:
+            decides["guard"] = self.guard.to_dict()
+        self.digest = hashlib.sha1(json.dumps(decides, sort_keys=True).encode()).hexdigest()[:12]
 
     def part_for(self, encoder: str | None, query: str) -> str:
         """Which part scores a query: the one fitted on the store's encoder family and the query's language

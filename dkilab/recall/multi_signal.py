@@ -203,6 +203,8 @@ class MultiSignalRecall:
         if self.on_candidates is not None:
             self.on_candidates(messages, X)
         model = learned.load_model(self.config.signals.fusion_model)
+        if model.guard is not None and model.guard.outside(X):  # outside what it was fitted on: the hand weights
+            return ranked
         encoder = self.embedder.model_name if self.embedder is not None else getattr(self.memory, "encoder_name", None)
         part = model.part_for(encoder, query)
         return learned.rerank(model, messages, X, ranked, part)

@@ -391,3 +391,34 @@ def test_the_cue_kinds_script_counts_every_question_of_a_dataset(tmp_path):
                          text=True, check=True, cwd=tmp_path).stdout
     assert out.splitlines()[0] == f"cue rule {learned.ROUTING}"
     assert out.splitlines()[2].split() == ["fixtures", "48", "0"]
+
+
+def test_the_guarded_model_is_the_shipped_one_with_a_guard_that_hands_back_the_weighted_order(memory, tmp_path):
+    """experiments/models/fusion_lr_guarded.json (`--train --guard`) holds the shipped parts to the last digit
+    and a range guard. A question whose candidates lie outside a guard gets the weighted fusion's order (same
+    ids, same scores, no `learned` score); inside it, the model's. The guard is in the model's digest."""
+    shipped = json.loads(learned.DEFAULT_MODEL.read_text())
+    guarded = json.loads((learned.ROOT / "experiments" / "models" / "fusion_lr_guarded.json").read_text())
+    assert {k: v["coef"] for k, v in guarded["models"].items()} == {k: v["coef"] for k, v in shipped["models"].items()}
+    assert 0.0 < guarded["guard"]["limit"] < 1.0 and learned.load_model().guard is None
+
+    def ranked(model: dict, question="What did Ben cook for dinner?", **signals):
+        path = tmp_path / f"{len(list(tmp_path.iterdir()))}.json"
+        path.write_text(json.dumps(model))
+        return features(memory, question, fusion_model=str(path), **signals)[1].ranked
+
+    n = len(learned.FEATURES)
+    never = {**shipped, "guard": {"lo": [-1e9] * n, "hi": [1e9] * n, "limit": 0.0}}
+    always = {**shipped, "guard": {"lo": [1e9] * n, "hi": [1e9] * n, "limit": 0.0}}
+    plain = ranked(shipped)
+    assert [(r.message.message_id, r.score) for r in ranked(never)] == [(r.message.message_id, r.score) for r in plain]
+    weighted = ranked(shipped, fusion="weighted")
+    handed = ranked(always)
+    assert [(r.message.message_id, r.score) for r in handed] == [(r.message.message_id, r.score) for r in weighted]
+    assert all("learned" not in r.signals for r in handed) and all("learned" in r.signals for r in plain)
+    digests = {learned.FusionModel(m).digest for m in (shipped, never, always)}
+    assert len(digests) == 3
+    with pytest.raises(ValueError, match="guard is malformed"):
+        learned.FusionModel({**shipped, "guard": {"lo": [0.0] * n}}, "m.json")
+    with pytest.raises(ValueError, match="limit in"):
+        learned.FusionModel({**shipped, "guard": {"lo": [0.0] * n, "hi": [0.0] * n, "limit": 2}}, "m.json")
