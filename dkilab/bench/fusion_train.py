@@ -299,10 +299,12 @@ def train(data_dir=None, out: Path | None = None, echo=print, with_previous_turn
                         "cross_validated": {k: round(v, 4) for k, v in cv[best].items()}}
         top = sorted(zip(learned.FEATURES, models[part]["coef"]), key=lambda x: -abs(x[1]))[:6]
         echo(f"  chose C={best}; heaviest: " + ", ".join(f"{n} {c:+.2f}" for n, c in top))
-    model = {"version": "lr2", "features": list(learned.FEATURES), "default": default_part(models), "models": models}
+    model: dict[str, Any] = {"version": "lr2", "features": list(learned.FEATURES), "default": default_part(models),
+                             "models": models}
     if guard:  # the range of every row fitted on: a question outside it gets the weighted order (RangeGuard)
-        model["guard"] = learned.RangeGuard.fit([r["X"] for r in rows]).to_dict()
-        echo(f"guard: the ranges of {len(rows)} questions' candidates, limit {model['guard']['limit']:.4f}")
+        fitted = learned.RangeGuard.fit([r["X"] for r in rows])
+        model["guard"] = fitted.to_dict()
+        echo(f"guard: the ranges of {len(rows)} questions' candidates, limit {fitted.limit:.4f}")
     path = out or learned.DEFAULT_MODEL
     path.write_text(json.dumps(model, indent=1) + "\n", encoding="utf-8")
     echo(f"wrote {path}")
