@@ -327,3 +327,27 @@ def test_skewed_intervals_print_as_low_high_not_plus_minus():
                           "latency_total_p50_ms_high": [3459.0]}, index=["a@x"])
     shown = with_pm(frame)
     assert shown.at["a@x", "score"] == "0.500 ±0.055" and "[" in shown.at["a@x", "latency_total_p50_ms"]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_percentile_intervals_resample_exactly_as_concatenating_each_draw(seed, monkeypatch):
+    """The p50/p95 intervals' resampling (one sort, cumulative counts, in blocks of draws) gives numpy's
+    nearest-rank percentile of each draw's concatenated clusters, value for value: with ties, clusters of
+    unequal size, one cluster, and blocks smaller than the draws."""
+    import numpy as np
+
+    from dkilab.eval.metrics import bootstrap
+
+    rng = np.random.default_rng(seed)
+    size = int(rng.integers(2, 60))
+    n = int(rng.integers(1, size + 1))
+    groups = np.concatenate([np.arange(n), rng.integers(0, n, size - n)])
+    rng.shuffle(groups)
+    values = np.round(rng.exponential(10, size), 0)  # rounded: ties
+    draws = bootstrap._draws(n, seed)[:64]
+    members = [values[groups == g] for g in range(n)]
+    if seed % 2:
+        monkeypatch.setattr(bootstrap, "CELLS", 7 * size)  # blocks of 7 draws
+    for q in (50, 95):
+        want = [np.percentile(np.concatenate([members[g] for g in d]), q, method="nearest") for d in draws]
+        assert bootstrap._resampled_percentiles(values, groups, n, draws, q).tolist() == want
