@@ -34,6 +34,7 @@ import hashlib
 import json
 import math
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -84,15 +85,21 @@ class RangeGuard:
         return guard
 
     @classmethod
-    def from_dict(cls, data: Any, source: str) -> "RangeGuard":
+    def from_dict(cls, data: Any, source: str, names: list[str] | None = None) -> "RangeGuard":
+        """The guard of a model file whose rows have the features `names` (default `FEATURES`); a feature
+        it was not fitted with is never outside."""
+        names = list(FEATURES) if names is None else names
         try:
             lo, hi = (np.asarray(data[k], dtype=np.float64) for k in ("lo", "hi"))
             limit = float(data["limit"])
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{source}: its guard is malformed ({exc}): it needs lo, hi and limit") from None
-        if lo.shape != hi.shape or lo.shape != (len(FEATURES),) or not 0.0 <= limit <= 1.0:
-            raise ValueError(f"{source}: its guard needs lo and hi of {len(FEATURES)} numbers and a limit in [0, 1]")
-        return cls(lo, hi, limit)
+        if lo.shape != hi.shape or lo.shape != (len(names),) or not 0.0 <= limit <= 1.0:
+            raise ValueError(f"{source}: its guard needs lo and hi of {len(names)} numbers and a limit in [0, 1]")
+        at = [FEATURES.index(f) for f in names]
+        full = np.array([np.full(len(FEATURES), -np.inf), np.full(len(FEATURES), np.inf)])
+        full[:, at] = (lo, hi)
+        return cls(full[0], full[1], limit)
 
     def to_dict(self) -> dict[str, Any]:
         return {"lo": self.lo.tolist(), "hi": self.hi.tolist(), "limit": self.limit}
@@ -114,10 +121,16 @@ class FusionModel:
 
     def __init__(self, data: dict[str, Any], source: str = "<dict>"):
         names = list(data.get("features", []))
-        if names != list(FEATURES):
-            missing = [f for f in FEATURES if f not in names]
-            raise ValueError(f"{source}: its features do not match dkilab's ({', '.join(missing) or 'order differs'}); "
-                             "refit with `dkilab bench retrieval --train`")
+        unknown = [f for f in names if f not in FEATURES]
+        if unknown or len(set(names)) != len(names) or not names:
+            what = f"features dkilab does not compute: {', '.join(unknown)}" if unknown else "no features, or one twice"
+            raise ValueError(f"{source}: {what}; refit with `dkilab bench retrieval --train`")
+        # a feature the model was not fitted with (a signal added since) gets zero weight, and the card says so
+        self.unfitted = [f for f in FEATURES if f not in names]
+        if self.unfitted:
+            warnings.warn(f"{source} was not fitted with the features {', '.join(self.unfitted)}: they get zero "
+                          "weight until it is refitted (`dkilab bench retrieval --train`)", stacklevel=2)
+        at = np.array([FEATURES.index(f) for f in names])
         models = data.get("models")
         if not isinstance(models, dict) or not models:
             raise ValueError(f"{source}: no 'models' (one per encoder family)")
@@ -128,14 +141,17 @@ class FusionModel:
                 mean, scale, coef = (np.asarray(part[k], dtype=np.float64) for k in ("mean", "scale", "coef"))
             except (KeyError, TypeError, ValueError) as exc:
                 raise ValueError(f"{source}: model {lang!r} is malformed ({exc})") from None
-            if not (mean.shape == scale.shape == coef.shape == (len(FEATURES),)) or not np.all(scale > 0):
-                raise ValueError(f"{source}: model {lang!r} needs mean, scale (> 0) and coef of {len(FEATURES)} numbers")
-            self.parts[lang] = (mean, scale, coef)
+            if not (mean.shape == scale.shape == coef.shape == (len(names),)) or not np.all(scale > 0):
+                raise ValueError(f"{source}: model {lang!r} needs mean, scale (> 0) and coef of {len(names)} numbers")
+            full = np.zeros((3, len(FEATURES)))
+            full[1] = 1.0
+            full[:, at] = (mean, scale, coef)
+            self.parts[lang] = (full[0], full[1], full[2])
         self.default = str(data.get("default", next(iter(models))))
         if self.default not in self.parts:
             raise ValueError(f"{source}: default model {self.default!r} is not among {sorted(self.parts)}")
         self.version = str(data.get("version", "?"))
-        self.guard = RangeGuard.from_dict(data["guard"], source) if data.get("guard") is not None else None
+        self.guard = RangeGuard.from_dict(data["guard"], source, names) if data.get("guard") is not None else None
         weights = {k: {f: models[k][f] for f in ("mean", "scale", "coef")} for k in sorted(models)}
         # the cue rule picks the part, the date rules feed the date features, the guard may hand the order
         # back to the weighted fusion: each decides the ranking
@@ -167,8 +183,9 @@ class FusionModel:
 
     def card(self) -> dict[str, Any]:
         """What a cell records of the model: version, digest and what each part was trained on."""
-        return {"version": self.version, "digest": self.digest,
+        card = {"version": self.version, "digest": self.digest,
                 "trained_on": {k: v.get("trained_on", "") for k, v in self.data["models"].items()}}
+        return card | ({"unfitted_features": list(self.unfitted)} if self.unfitted else {})
 
 
 @functools.lru_cache(maxsize=8)

@@ -126,7 +126,7 @@ def test_the_model_of_the_stores_encoder_scores_and_a_bad_file_names_itself(tmp_
         "minilm-locomo", "minilm", "minilm"]
     assert model.part_for("offline:minilm-locomo", "What do I like?") == "minilm"  # a model without its part
     bad = {"missing.json": None, "garbled.json": "{not json", "no_models.json": {"features": list(learned.FEATURES)},
-           "features.json": {"features": ["cos"], "models": {"en": part(1.0)}},
+           "features.json": {"features": ["cos", "made_up"], "models": {"en": part(1.0)}},
            "shape.json": {"features": list(learned.FEATURES), "models": {"en": {"mean": [0], "scale": [1], "coef": [1]}}}}
     for name, content in bad.items():
         path = tmp_path / name
@@ -422,3 +422,29 @@ def test_the_guarded_model_is_the_shipped_one_with_a_guard_that_hands_back_the_w
         learned.FusionModel({**shipped, "guard": {"lo": [0.0] * n}}, "m.json")
     with pytest.raises(ValueError, match="limit in"):
         learned.FusionModel({**shipped, "guard": {"lo": [0.0] * n, "hi": [0.0] * n, "limit": 2}}, "m.json")
+
+
+def test_a_model_without_a_feature_gives_it_zero_weight_and_says_so():
+    """A model fitted before a feature existed (a new recall signal) still loads: that feature gets zero weight,
+    a warning names it and the card lists it; its guard never calls that feature outside. A feature dkilab does
+    not compute is refused, naming it."""
+    shipped = json.loads(learned.DEFAULT_MODEL.read_text())
+    gone = ("keyword_share", "z_next_cos")
+    keep = [i for i, f in enumerate(learned.FEATURES) if f not in gone]
+    old = {**shipped, "features": [learned.FEATURES[i] for i in keep],
+           "models": {k: {**v, **{f: [v[f][i] for i in keep] for f in ("mean", "scale", "coef")}}
+                      for k, v in shipped["models"].items()},
+           "guard": {"lo": [0.0] * len(keep), "hi": [0.0] * len(keep), "limit": 0.5}}
+    with pytest.warns(UserWarning, match="keyword_share, z_next_cos: they get zero weight"):
+        model = learned.FusionModel(old, "old.json")
+    assert model.card()["unfitted_features"] == list(gone)
+    zeroed = json.loads(json.dumps(shipped))
+    for part in zeroed["models"].values():
+        for f in gone:
+            part["coef"][learned.FEATURES.index(f)] = 0.0
+    X = np.random.default_rng(0).normal(size=(12, len(learned.FEATURES)))
+    for part in model.parts:
+        assert np.allclose(model.score(X, part), learned.FusionModel(zeroed).score(X, part))
+    assert model.guard is not None and model.guard.share(np.zeros((1, len(learned.FEATURES)))) == 0.0
+    with pytest.raises(ValueError, match="does not compute: made_up"):
+        learned.FusionModel({**shipped, "features": [*learned.FEATURES, "made_up"]}, "new.json")
