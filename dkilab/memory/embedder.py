@@ -27,6 +27,7 @@ INT8_EMBEDDER = "offline:minilm-int8"
 TORCH_EMBEDDER = "offline:minilm-torch"
 LOCOMO_EMBEDDER = "offline:minilm-locomo"
 OFFLINE_EMBEDDERS = (DEFAULT_EMBEDDER, E5_EMBEDDER, INT8_EMBEDDER, TORCH_EMBEDDER, LOCOMO_EMBEDDER)
+MINILM_BUILDS = (DEFAULT_EMBEDDER, INT8_EMBEDDER, TORCH_EMBEDDER, LOCOMO_EMBEDDER)
 # what `embedder: auto` gives data of a language (experiments, and a new store opened without an embedder);
 # any other language (Chinese, mixed) gets multilingual-e5
 AUTO_BY_LANGUAGE = {"en": LOCOMO_EMBEDDER}
@@ -44,7 +45,6 @@ def language_of(texts: list[str]) -> str:
 
     english = sum(detect_language(t) == "en" for t in texts)
     return "en" if texts and english >= AUTO_ENGLISH_SHARE * len(texts) else "mixed"
-MINILM_BUILDS = (DEFAULT_EMBEDDER, INT8_EMBEDDER, TORCH_EMBEDDER, LOCOMO_EMBEDDER)
 
 
 def index_text_for(model: str) -> str:

@@ -362,7 +362,8 @@ class MemoryStore:
                 return
             self._auto = False
             built = self.conn.execute("SELECT value FROM meta WHERE key = 'embedder'").fetchone()  # another writer's
-            self.embedder = Embedder(built[0] if built else auto_embedder(language_of([m.content for m in msgs[:AUTO_SAMPLE]])))
+            language = language_of([m.content for m in msgs[:AUTO_SAMPLE]])
+            self.embedder = Embedder(built[0] if built else auto_embedder(language))
 
     @staticmethod
     def _conflict(m: Message) -> ValueError:
