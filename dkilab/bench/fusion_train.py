@@ -207,6 +207,12 @@ def cross_validate(rows, C: float, folds: int = FOLDS) -> dict[str, float]:
     return {k: sum(v) / sum(pooled[k + "#n"]) for k, v in pooled.items() if not k.endswith("#n")}
 
 
+def choose_c(rows) -> tuple[float, dict[float, dict[str, float]]]:
+    """The C of `CS` with the best cross-validated `_objective` on `rows`, and every C's figures."""
+    cv = {C: cross_validate(rows, C) for C in CS}
+    return max(CS, key=lambda C: _objective(cv[C])), cv
+
+
 def _out_of_fold_parts(rows: list[dict[str, Any]], echo=print) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """`rows` without those of an encoder fine-tuned on their dev dataset (`FITTED_OUT_OF_FOLD`; `collect`'s
     stand-ins for such cells among them), and the parts that stand in for them: the question part its study
@@ -287,11 +293,10 @@ def train(data_dir=None, out: Path | None = None, echo=print, with_previous_turn
         if part in models:
             raise ValueError(f"fusion training: part {part!r} would be fitted on dev data besides its out-of-fold fit")
         names = ", ".join(dict.fromkeys(r["dataset"] for r in mine))
-        cv = {C: cross_validate(mine, C) for C in CS}
+        best, cv = choose_c(mine)
         echo(f"{part} ({names}, {len(mine)} questions):")
         for C, fig in cv.items():
             echo(f"  C={C:<5} cross-validated: " + ", ".join(f"{k} {v:.3f}" for k, v in sorted(fig.items())))
-        best = max(CS, key=lambda C: _objective(cv[C]))
         scaler, lr = _fit(mine, best)
         models[part] = {"mean": scaler.mean_.tolist(), "scale": scaler.scale_.tolist(), "coef": lr.coef_[0].tolist(),
                         "intercept": float(lr.intercept_[0]), "C": best, "questions": len(mine),

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from dkilab.bench.fusion_train import CS, DEV, STOCK
+from dkilab.bench.fusion_train import DEV, STOCK
 from dkilab.bench.retrieval import SINGLE
 
 RRF_K = 60
@@ -99,11 +99,10 @@ def collect_all(data_dir=None, echo=print) -> tuple[list[dict], list[dict]]:
 
 
 def _fit_best(rows: list[dict], echo, name: str):
-    from dkilab.bench.fusion_train import _fit, _objective, cross_validate
+    from dkilab.bench.fusion_train import _fit, _objective, choose_c
 
-    cv = {C: _objective(cross_validate(rows, C)) for C in CS}
-    best = max(CS, key=lambda C: cv[C])
-    echo(f"  {name}: {len(rows)} questions, C={best} (cross-validated objective {cv[best]:.3f})")
+    best, cv = choose_c(rows)  # as `--train` chooses it
+    echo(f"  {name}: {len(rows)} questions, C={best} (cross-validated objective {_objective(cv[best]):.3f})")
     return _fit(rows, best)
 
 
@@ -118,13 +117,6 @@ def fit_parts(train: list[dict], echo=print):
         models[name] = {"mean": scaler.mean_.tolist(), "scale": scaler.scale_.tolist(), "coef": lr.coef_[0].tolist()}
     return learned.FusionModel({"version": "lodo", "features": list(learned.FEATURES), "default": default_part(models),
                                 "models": models}, "<leave-one-dataset-out>")
-
-
-def guard_of(train: list[dict]):
-    """The range guard (`learned.RangeGuard`) of the candidate rows of `train`."""
-    from dkilab.recall.learned import RangeGuard
-
-    return RangeGuard.fit([r["X"] for r in train])
 
 
 def _order(scores: np.ndarray) -> np.ndarray:
@@ -163,10 +155,10 @@ def metric_row(row: dict, order: np.ndarray) -> dict[str, Any]:
 
 def score_held_out(dev: list[dict], test: list[dict], echo=print) -> dict[str, dict[str, list[dict]]]:
     """{test dataset: {pipeline: metric rows}} for every pipeline of `PIPELINES`, each source held out in turn."""
-    from dkilab.recall.learned import load_model
+    from dkilab.recall.learned import RangeGuard, load_model
 
     shipped = load_model()
-    every = guard_of(dev)  # the guard the shipped model would carry: fitted on every dev row (in distribution)
+    every = RangeGuard.fit([r["X"] for r in dev])  # the guard the shipped model would carry: fitted on every dev row (in distribution)
     out: dict[str, dict[str, list[dict]]] = {}
     for held in dict.fromkeys(source(r["dataset"]) for r in test):
         train = [r for r in dev if source(r["dataset"]) != held]
@@ -174,7 +166,7 @@ def score_held_out(dev: list[dict], test: list[dict], echo=print) -> dict[str, d
         echo(f"held out {held}: fitting on {names} dev")
         model = fit_parts(train, echo)
         scaler, lr = _fit_best(train, echo, "pooled")
-        guard = guard_of(train)
+        guard = RangeGuard.fit([r["X"] for r in train])
         for r in (r for r in test if source(r["dataset"]) == held):
             by = out.setdefault(r["dataset"], {p: [] for p in PIPELINES})
             weighted = weighted_order(r["X"])

@@ -70,7 +70,7 @@ def test_rank_fusion_and_the_range_guard():
     assert list(lodo.rrf(a, a)) == [0, 1, 2, 3]
     assert set(lodo.rrf(a, b)[:2]) == {0, 3}  # both ends tie: each is first in one order
     train = _rows("locomo", "dev", 5, 1.0, 7)
-    guard = lodo.guard_of(train)
+    guard = learned.RangeGuard.fit([r["X"] for r in train])
     assert sum(guard.outside(r["X"]) for r in train) <= 2  # ~1% of 30 training questions
     assert guard.outside(train[0]["X"] * 50)
 
