@@ -259,7 +259,7 @@ def default_part(models: dict[str, Any]) -> str:
 
 def train(data_dir=None, out: Path | None = None, echo=print, with_previous_turn: bool | None = None,
           datasets: list[dict] | None = None, english_e5: bool = False, cue_parts: bool = True,
-          english: str | None = None, guard: bool = False) -> dict[str, Any]:
+          english: str | None = None, guard: bool = True) -> dict[str, Any]:
     """Collect the dev features, choose each encoder family's C by cross-validation, fit it on all of its dev
     data, write the model. `with_previous_turn`: True on stores that embed each turn with the one it replies
     to (index text v2) for every encoder (the ablation row of `experiments/retrieval_bench.yaml`); None (the
@@ -270,9 +270,9 @@ def train(data_dir=None, out: Path | None = None, echo=print, with_previous_turn
     and ranks a cue with them, as before the cue parts (the ablation model
     `experiments/models/fusion_lr_no_cue_parts.json`). `english` (`--english`): the encoder `auto` gives English
     data instead of the default (offline:minilm: the stock-MiniLM ablation models). The dev rows of an encoder
-    fine-tuned on them are never fitted on (`FITTED_OUT_OF_FOLD`). `guard` (`--guard`): the model carries the
-    range guard of every dev row it was fitted on (`learned.RangeGuard`; `dkilab bench retrieval
-    --leave-one-dataset-out` measures it)."""
+    fine-tuned on them are never fitted on (`FITTED_OUT_OF_FOLD`). `guard` (the default; `--no-guard` leaves it out): the model
+    carries the range guard of every dev row it was fitted on (`learned.RangeGuard`), which won `dkilab bench
+    retrieval --leave-one-dataset-out`."""
     from dkilab.recall import learned
 
     rows = collect(data_dir, {"model": "auto", "with_previous_turn": with_previous_turn, "english": english}, datasets,

@@ -7,13 +7,16 @@ and scores the held-out source's test split. The candidates and their features a
 (`fusion_train.collect`, the code recall runs) on the defaults' stores; every pipeline below reorders the
 same candidates, so the figures differ by the ordering alone:
 
-- `shipped`: the shipped model (fitted on every dev split: in distribution), as `defaults` recalls;
-- `shipped_guarded`: `shipped`, with the range guard below fitted on every dev row (what shipping the
-  guard would cost in distribution);
+- `shipped`: the shipped model (fitted on every dev split: in distribution), with its range guard, as
+  `defaults` recalls;
+- `shipped_unguarded`: its parts alone (`experiments/models/fusion_lr_unguarded.json`, the bench's
+  `unguarded` row: what the guard costs in distribution);
 - `weighted`: the hand-weighted fusion's own order (the `fused` list; `fusion: weighted`);
 - `lodo_parts`: the shipped model's structure (one part per encoder family and cue kind,
   `fusion_train.parts`) refitted without the held-out source; a family or cue kind left with no part
   falls back as `FusionModel.part_for` says;
+- `lodo_parts_guarded`: `lodo_parts` with the range guard below fitted on the same rows (the shipped
+  model's structure as it ships: parts and guard);
 - `lodo_pooled`: one part over all the other sources' dev rows (every family and cue kind);
 - `lodo_hybrid`: reciprocal-rank fusion of `lodo_pooled`'s and `weighted`'s orders (k = `RRF_K`);
 - `lodo_guarded`: `lodo_pooled`, except for a question whose candidates lie outside the fitted range
@@ -21,11 +24,16 @@ same candidates, so the figures differ by the ordering alone:
   99% of the training questions have), which gets `weighted`.
 
 Each is compared, paired by question, with the rows `dkilab bench retrieval` logs for the same questions:
-`previous_defaults`, `defaults` (which `shipped` must reproduce), `guarded` (the bench's row of the
-guarded model, `experiments/models/fusion_lr_guarded.json`, which `shipped_guarded` must reproduce) and the single signals `bm25_only` and
+`previous_defaults`, `defaults` (which `shipped` must reproduce), `unguarded` (which `shipped_unguarded`
+must reproduce) and the single signals `bm25_only` and
 `dense_only` (run here when not finished yet; the same cells as the bench's).
 
-    dkilab bench retrieval --leave-one-dataset-out [--data-dir DIR] [--metric recall_at_10]
+    dkilab bench retrieval --leave-one-dataset-out [--data-dir DIR] [--metric recall_at_10] [--with-previous-turn]
+
+`--with-previous-turn` (issue 59 item 4) collects everything again on stores that embed each turn with the
+one it replies to, refits every held-out pipeline there and pairs it with the same pipeline on the defaults'
+stores (`previous_turn_table`): the choice between one vector per turn and the turn with its context is
+made by held-out figures, not in distribution.
 
 Only the fusion model is refitted: the fine-tuned English encoder (`offline:minilm-locomo`) was fitted on
 LoCoMo dev, so on LoCoMo test its cosines are still in distribution (the table says so).
@@ -34,6 +42,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import pickle
 from pathlib import Path
 from typing import Any
@@ -43,11 +52,14 @@ import numpy as np
 from dkilab.bench.fusion_train import DEV, STOCK
 from dkilab.bench.retrieval import SINGLE
 
+# dev data fitted here but not (yet) by `--train`: the generated long-message working sessions (issue 59),
+# a source of their own; the shipped model has never seen them, so their test split is held out for it too
+DEV_ONLY_HERE: list[dict[str, Any]] = [{"name": "worksessions", "split": "dev"}]
 RRF_K = 60
 TOP = 20  # the bench's max_results: metrics are read over the top 20, as a recall_only answer holds
-RUNNER = ("previous_defaults", "defaults", "guarded", "bm25_only", "dense_only")
-PIPELINES = ("shipped", "shipped_guarded", "weighted", "lodo_parts", "lodo_pooled", "lodo_hybrid", "lodo_guarded")
-LODO = "lodo_parts"  # the leave-one-dataset-out figure of the defaults' own structure (the README column)
+RUNNER = ("previous_defaults", "defaults", "unguarded", "bm25_only", "dense_only")
+PIPELINES = ("shipped", "shipped_unguarded", "weighted", "lodo_parts", "lodo_parts_guarded", "lodo_pooled", "lodo_hybrid",
+             "lodo_guarded")
 
 
 def source(dataset: str) -> str:
@@ -72,29 +84,45 @@ def _cache_key(parts: list[Any]) -> str:
     return hashlib.sha1(blob.encode()).hexdigest()[:16]
 
 
-def collect_all(data_dir=None, echo=print) -> tuple[list[dict], list[dict]]:
-    """(dev rows, test rows): the dev rows as `--train` fits on them (the fine-tuned encoder's LoCoMo dev
-    rows left out, LoCoMo and MADial-Bench en dev on stock-MiniLM stores beside), the test rows on the
-    defaults' stores; cached under the cache dir by the code and data that make them."""
+def collected(data_dir, embedder: dict, spec: dict, echo=print, **kw: Any) -> list[dict]:
+    """`fusion_train.collect` of one dataset spec on `embedder`'s stores, cached under the cache dir by the
+    recall code, the adapter, the spec and the digest of the dataset's files (a file edited under the same
+    name is collected again); a cache file that cannot be read is collected again, with a line saying so."""
     from dkilab.bench.fusion_train import collect
     from dkilab.cache import cache_dir
+    from dkilab.eval.datasets import source_digest
+
+    digest = source_digest(str(spec["name"]), data=data_dir)
+    path = cache_dir() / "lodo" / f"{spec['name']}-{_cache_key([spec, embedder, kw, str(data_dir), digest])}.pkl"
+    if path.is_file():
+        try:
+            return pickle.loads(path.read_bytes())
+        except Exception as exc:  # a truncated or foreign file: the features are collected again
+            echo(f"{path}: unreadable ({type(exc).__name__}: {exc}); collecting its features again")
+    rows = collect(data_dir, embedder, [spec], **kw)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_bytes(pickle.dumps(rows))
+    tmp.replace(path)
+    return rows
+
+
+def collect_all(data_dir=None, echo=print, with_previous_turn: bool | None = None) -> tuple[list[dict], list[dict]]:
+    """(dev rows, test rows): the dev rows as `--train` fits on them (the fine-tuned encoder's LoCoMo dev
+    rows left out, the English dev data on stock-MiniLM stores beside) plus `DEV_ONLY_HERE`, the test rows
+    on the defaults' stores; each dataset's cached (`collected`). `with_previous_turn`: True on stores that
+    embed each turn with the one it replies to (None: each encoder's default, `index_text_for`)."""
     from dkilab.eval.datasets import dataset_info
 
-    tests = test_datasets()
-    path = cache_dir() / "lodo" / f"rows-{_cache_key([DEV, tests, STOCK, str(data_dir)])}.pkl"
-    if path.is_file():
-        echo(f"candidate features read back from {path}")
-        return pickle.loads(path.read_bytes())
-    dev = [r for r in collect(data_dir, {"model": "auto"}, DEV, stand_ins=True) if not r.get("stand_in")]
-    english = [d for d in DEV if dataset_info(str(d["name"]))["language"] == "en"]
-    dev += collect(data_dir, dict(STOCK), english)
-    test = collect(data_dir, {"model": "auto"}, tests)
+    auto = {"model": "auto", "with_previous_turn": with_previous_turn}
+    dev: list[dict] = []
+    for spec in DEV + DEV_ONLY_HERE:
+        dev += [r for r in collected(data_dir, auto, spec, echo, stand_ins=True) if not r.get("stand_in")]
+        if dataset_info(str(spec["name"]))["language"] == "en":
+            dev += collected(data_dir, {**STOCK, "with_previous_turn": with_previous_turn}, spec, echo)
+    test = [r for spec in test_datasets() for r in collected(data_dir, auto, spec, echo)]
     if not dev or not test:
         raise ValueError("leave-one-dataset-out: no question with evidence (is $DKILAB_DATA_DIR set?)")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_bytes(pickle.dumps((dev, test)))
-    tmp.replace(path)
     return dev, test
 
 
@@ -158,7 +186,8 @@ def score_held_out(dev: list[dict], test: list[dict], echo=print) -> dict[str, d
     from dkilab.recall.learned import RangeGuard, load_model
 
     shipped = load_model()
-    every = RangeGuard.fit([r["X"] for r in dev])  # the guard the shipped model would carry: fitted on every dev row (in distribution)
+    if shipped.guard is None:
+        raise ValueError("dkilab/recall/fusion_lr.json: the shipped fusion model has no range guard (fitted with --no-guard?)")
     out: dict[str, dict[str, list[dict]]] = {}
     for held in dict.fromkeys(source(r["dataset"]) for r in test):
         train = [r for r in dev if source(r["dataset"]) != held]
@@ -170,17 +199,20 @@ def score_held_out(dev: list[dict], test: list[dict], echo=print) -> dict[str, d
         for r in (r for r in test if source(r["dataset"]) == held):
             by = out.setdefault(r["dataset"], {p: [] for p in PIPELINES})
             weighted = weighted_order(r["X"])
+            parts = _order(model.score(r["X"], model.part_for(r["model"], r["query"])))
             pooled = _order(lr.decision_function(scaler.transform(r["X"])))
             mine = _order(shipped.score(r["X"], shipped.part_for(r["model"], r["query"])))
-            orders = {"shipped": mine, "shipped_guarded": weighted if every.outside(r["X"]) else mine,
+            orders = {"shipped": weighted if shipped.guard.outside(r["X"]) else mine, "shipped_unguarded": mine,
                       "weighted": weighted,
-                      "lodo_parts": _order(model.score(r["X"], model.part_for(r["model"], r["query"]))),
+                      "lodo_parts": parts,
+                      "lodo_parts_guarded": weighted if guard.outside(r["X"]) else parts,
                       "lodo_pooled": pooled, "lodo_hybrid": rrf(pooled, weighted),
                       "lodo_guarded": weighted if guard.outside(r["X"]) else pooled}
             for p, order in orders.items():
                 by[p].append(metric_row(r, order))
-            by["lodo_guarded"][-1]["to_weighted"] = guard.outside(r["X"])
-            by["shipped_guarded"][-1]["to_weighted"] = every.outside(r["X"])
+            for p in ("lodo_guarded", "lodo_parts_guarded"):
+                by[p][-1]["to_weighted"] = guard.outside(r["X"])
+            by["shipped"][-1]["to_weighted"] = shipped.guard.outside(r["X"])
     return out
 
 
@@ -229,23 +261,67 @@ def table(held: dict[str, dict[str, list[dict]]], runner: dict[str, dict[str, li
                         line += (f"   vs {other} {res['diff']:+.3f} [{res['low']:+.3f}, {res['high']:+.3f}]"
                                  f"{'*' if res['real'] else ''}")
             lines.append(line)
-        for p in ("lodo_guarded", "shipped_guarded"):
+        for p in ("shipped", "lodo_parts_guarded", "lodo_guarded"):
             sent = sum(bool(r.get("to_weighted")) for r in mine[p])
             lines.append(f"  ({p}: the guard gave {sent} of {len(mine[p])} questions the weighted order)")
-        for offline, logged in (("shipped", "defaults"), ("shipped_guarded", "guarded")):
+        for offline, logged in (("shipped", "defaults"), ("shipped_unguarded", "unguarded")):
             if logged in theirs and (res := paired(fn, theirs[logged], mine[offline])) is not None:
                 lines.append(f"  ({offline} offline - {logged} logged: {res['diff']:+.4f} over {int(res['n'])} questions)")
         lines.append("")
     means = {p: float(np.mean([aggregate_metric(fn, held[d][p]) or 0.0 for d in held]))
              for p in PIPELINES if p.startswith("lodo")}
     lines.append("mean over datasets, held out: " + ", ".join(f"{p} {v:.3f}" for p, v in means.items()))
-    lines.append(f"winner: {max(means, key=lambda p: means[p])}")
+    winner = max(means, key=lambda p: means[p])
+    lines.append(f"winner: {winner}")
+    lines.append("against the winner, paired by question (a pipeline with no real loss on any dataset ties it):")
+    for p in means:
+        if p == winner:
+            continue
+        diffs = {d: paired(fn, held[d][winner], held[d][p]) for d in held}
+        tie = all(r is None or not (r["real"] and r["diff"] < 0) for r in diffs.values())
+        lines.append(f"  {p:<18} " + "   ".join(f"{d} {r['diff']:+.3f} [{r['low']:+.3f}, {r['high']:+.3f}]"
+                                               f"{'*' if r['real'] else ''}" for d, r in diffs.items() if r)
+                     + ("   ties" if tie else ""))
     return lines
 
 
-def main(data_dir=None, metric: str = "recall_at_10", tracking_uri: str | None = None) -> int:
+def previous_turn_table(alone: dict[str, dict[str, list[dict]]], paired_with: dict[str, dict[str, list[dict]]],
+                        metric: str = "recall_at_10") -> list[str]:
+    """Issue 59 item 4: each held-out pipeline on stores that embed a turn with the one it replies to, paired
+    by question with the same pipeline on the defaults' stores (each turn alone), and the choice it makes."""
+    from dkilab.eval.metrics.base import aggregate_metric
+    from dkilab.eval.metrics.bootstrap import paired
+    from dkilab.registry import METRICS
+
+    fn = METRICS[metric]
+    lines = [f"{metric} held out, each turn embedded alone (the defaults) vs with the turn it replies to "
+             "(English stores; e5 stores keep it already): with - alone [95% CI], * = real", ""]
+    means: dict[str, list[float]] = {}
+    for ds in alone:
+        lines.append(f"{ds}:")
+        for p in ("lodo_parts_guarded", "lodo_guarded", "lodo_parts", "lodo_pooled"):
+            a, w = aggregate_metric(fn, alone[ds][p]) or 0.0, aggregate_metric(fn, paired_with[ds][p]) or 0.0
+            means.setdefault(p, []).append(w - a)
+            res = paired(fn, alone[ds][p], paired_with[ds][p])
+            diff = f"{res['diff']:+.3f} [{res['low']:+.3f}, {res['high']:+.3f}]{'*' if res['real'] else ''}" if res else "-"
+            lines.append(f"  {p:<18} alone {a:.3f}   with previous turn {w:.3f}   {diff}")
+    shipped = means["lodo_parts_guarded"]
+    lines += ["", "mean difference over datasets: " + ", ".join(f"{p} {np.mean(v):+.3f}" for p, v in means.items()),
+              f"choice for the defaults' structure (lodo_parts_guarded): "
+              f"{'with the previous turn' if np.mean(shipped) > 0 else 'each turn alone'}"]
+    return lines
+
+
+def main(data_dir=None, metric: str = "recall_at_10", tracking_uri: str | None = None,
+         with_previous_turn: bool = False) -> int:
     runner = runner_rows(data_dir, tracking_uri)
     dev, test = collect_all(data_dir)
-    for line in table(score_held_out(dev, test), runner, metric):
+    held = score_held_out(dev, test)
+    for line in table(held, runner, metric):
         print(line)
+    if with_previous_turn:
+        print()
+        dev, test = collect_all(data_dir, with_previous_turn=True)
+        for line in previous_turn_table(held, score_held_out(dev, test, echo=lambda _: None), metric):
+            print(line)
     return 0

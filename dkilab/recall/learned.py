@@ -24,8 +24,9 @@ fits them on the declared dev split only (MiniLM: LoCoMo conversations 0-4; mult
 MemDaily's first 300 trajectories; the cue parts: the first half of MADial-Bench's dialogues in English
 (MiniLM) and Chinese (e5): dkilab/bench/fusion_train.py; the fine-tuned English encoder `minilm-locomo`
 has parts of its own, its LoCoMo one fitted out of fold by its study), through this module's own `candidates`, so
-training and recall read the same numbers. A model may carry a range guard (`RangeGuard`, `--train --guard`):
-a question whose candidates lie outside the rows it was fitted on keeps the weighted fusion's order.
+training and recall read the same numbers. The shipped model carries a range guard (`RangeGuard`; `--train
+--no-guard` leaves it out): a question whose candidates lie outside the rows it was fitted on keeps the
+weighted fusion's order. It won `dkilab bench retrieval --leave-one-dataset-out` (docs/retrieval.md).
 """
 from __future__ import annotations
 

@@ -81,3 +81,42 @@ def test_the_metric_row_reads_the_top_twenty_as_an_answer_holds():
     assert got["recall_at_10"] == 0.5 and got["mrr"] == 0.5 and got["recall_at_20"] == 0.5
     assert got["qid"] == "q" and got["user_id"] == "u"
     assert lodo.metric_row(row, np.arange(30)[::-1])["recall_at_10"] == pytest.approx(0.5)  # m25 is 5th
+
+
+def test_collected_features_are_cached_per_dataset_file_version_and_a_bad_cache_file_is_collected_again(
+        tmp_path, monkeypatch):
+    """The feature cache is keyed by the dataset's files: editing a normalised file under the same name
+    collects again; a truncated cache file is collected again with a line saying so, never raised."""
+    from dkilab.bench import fusion_train
+
+    monkeypatch.setenv("DKILAB_CACHE_DIR", str(tmp_path / "cache"))
+    data = tmp_path / "data"
+    (data / "locomo").mkdir(parents=True)
+    src = data / "locomo" / "locomo10.json"
+    src.write_text("[1]")
+    calls: list[int] = []
+    monkeypatch.setattr(fusion_train, "collect", lambda *a, **k: calls.append(1) or [{"qid": f"q{len(calls)}"}])
+    said: list[str] = []
+    spec = {"name": "locomo", "split": "test"}
+    first = lodo.collected(str(data), {"model": "auto"}, spec, said.append)
+    assert lodo.collected(str(data), {"model": "auto"}, spec, said.append) == first and len(calls) == 1
+    src.write_text("[1, 2]")  # the dataset changed under the same name
+    assert lodo.collected(str(data), {"model": "auto"}, spec, said.append) == [{"qid": "q2"}]
+    (cached,) = [p for p in (tmp_path / "cache" / "lodo").iterdir() if p.stat().st_mtime_ns == max(
+        q.stat().st_mtime_ns for q in (tmp_path / "cache" / "lodo").iterdir())]
+    cached.write_bytes(cached.read_bytes()[:5])
+    assert lodo.collected(str(data), {"model": "auto"}, spec, said.append) == [{"qid": "q3"}]
+    assert len(calls) == 3 and any("unreadable" in s and cached.name in s for s in said)
+
+
+def test_the_previous_turn_table_pairs_each_pipeline_and_chooses_by_the_defaults_structure():
+    def rows(hits):
+        return [{"qid": f"q{i}", "user_id": "u", "recall_at_10": h} for i, h in enumerate(hits)]
+
+    pipes = ("lodo_parts_guarded", "lodo_guarded", "lodo_parts", "lodo_pooled")
+    alone = {"a": {p: rows([1.0] * 10 + [0.0] * 10) for p in pipes}}
+    better = {"a": {p: rows([1.0] * 18 + [0.0] * 2) for p in pipes}}
+    lines = lodo.previous_turn_table(alone, better)
+    assert any(line.startswith("  lodo_parts_guarded alone 0.500   with previous turn 0.900") for line in lines)
+    assert lines[-1].endswith("with the previous turn")
+    assert lodo.previous_turn_table(better, alone)[-1].endswith("each turn alone")

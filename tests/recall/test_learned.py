@@ -337,6 +337,7 @@ def test_the_trainer_fits_a_model_recall_can_load(tmp_path, monkeypatch):
     assert any("cross-validated" in line for line in lines) and f"wrote {out}" in lines[-1]
     loaded = learned.load_model(out)
     assert loaded.digest != learned.load_model().digest
+    assert loaded.guard is not None and any(line.startswith("guard: the ranges of") for line in lines)  # by default
     rows = fusion_train.collect(None, datasets=[{"name": "fixtures"}])
     assert rows and all(r["X"].shape == (len(r["ids"]), len(learned.FEATURES)) for r in rows)
     assert sum(bool(r["gold"] & set(r["ids"])) for r in rows) >= 0.8 * len(rows)  # evidence is among the candidates
@@ -393,14 +394,14 @@ def test_the_cue_kinds_script_counts_every_question_of_a_dataset(tmp_path):
     assert out.splitlines()[2].split() == ["fixtures", "48", "0"]
 
 
-def test_the_guarded_model_is_the_shipped_one_with_a_guard_that_hands_back_the_weighted_order(memory, tmp_path):
-    """experiments/models/fusion_lr_guarded.json (`--train --guard`) holds the shipped parts to the last digit
-    and a range guard. A question whose candidates lie outside a guard gets the weighted fusion's order (same
+def test_the_shipped_model_carries_a_guard_that_hands_back_the_weighted_order(memory, tmp_path):
+    """The shipped model carries a range guard (`--train`); experiments/models/fusion_lr_unguarded.json
+    (`--train --no-guard`) holds its parts to the last digit and no guard. A question whose candidates lie outside a guard gets the weighted fusion's order (same
     ids, same scores, no `learned` score); inside it, the model's. The guard is in the model's digest."""
-    shipped = json.loads(learned.DEFAULT_MODEL.read_text())
-    guarded = json.loads((learned.ROOT / "experiments" / "models" / "fusion_lr_guarded.json").read_text())
+    guarded = json.loads(learned.DEFAULT_MODEL.read_text())
+    shipped = json.loads((learned.ROOT / "experiments" / "models" / "fusion_lr_unguarded.json").read_text())
     assert {k: v["coef"] for k, v in guarded["models"].items()} == {k: v["coef"] for k, v in shipped["models"].items()}
-    assert 0.0 < guarded["guard"]["limit"] < 1.0 and learned.load_model().guard is None
+    assert 0.0 < guarded["guard"]["limit"] < 1.0 and learned.load_model().guard is not None and "guard" not in shipped
 
     def ranked(model: dict, question="What did Ben cook for dinner?", **signals):
         path = tmp_path / f"{len(list(tmp_path.iterdir()))}.json"
