@@ -120,3 +120,24 @@ def test_the_previous_turn_table_pairs_each_pipeline_and_chooses_by_the_defaults
     assert any(line.startswith("  lodo_parts_guarded alone 0.500   with previous turn 0.900") for line in lines)
     assert lines[-1].endswith("with the previous turn")
     assert lodo.previous_turn_table(better, alone)[-1].endswith("each turn alone")
+
+
+def test_the_feature_study_holds_a_feature_at_its_mean_and_counts_neighbours_first():
+    """experiments/bench/fusion_features_dev.py: holding the one feature that marks the gold candidate at
+    its mean takes away what it ranks by; a wrong first candidate next to the evidence is counted."""
+    import importlib.util
+
+    path = learned.ROOT / "experiments" / "bench" / "fusion_features_dev.py"
+    spec = importlib.util.spec_from_file_location("fusion_features_dev", path)
+    study = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(study)
+    coef = np.zeros(N)
+    coef[GOOD] = 1.0
+    model = learned.FusionModel({"version": "t", "features": list(learned.FEATURES),
+                                 "models": {"minilm": {"mean": [0.0] * N, "scale": [1.0] * N, "coef": coef.tolist()}}})
+    rows = _rows("worksessions", "dev", 3, 1.0, 11)
+    assert study._metrics(rows, model, [])[1] == 1.0  # `cos` marks the gold: first every time
+    assert study._metrics(rows, model, ["cos"])[1] < 0.5  # held at its mean: the order is arbitrary
+    r = dict(rows[0], ids=["u:s1#3", "u:s1#4", "u:s2#0"], X=np.zeros((3, N)), gold={"u:s1#4"})
+    r["X"][:, GOOD] = [3.0, 1.0, 0.0]
+    assert study._first_wrong([r], model) == (1, 1)
