@@ -14,12 +14,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from dkilab.eval.datasets.worksessions import USERS as WORK_USERS
+
 Cell = Any  # dkilab.eval.experiment.Cell (which imports this module)
 
 SEARCHING = ("recall_agent", "semantic_pointer", "peer_engram", "peer_bm25")  # search the store, not through recall
 # conversations (users, dialogues) of each registered dataset, in loader order: a split is a half of the
 # first `limit` of them (dkilab.eval.cell._questions)
-SIZES = {"locomo": 10, "memdaily": 3000, "madial_bench_en": 160, "madial_bench_zh": 160, "worksessions": 24}
+SIZES = {"locomo": 10, "memdaily": 3000, "madial_bench_en": 160, "madial_bench_zh": 160, "worksessions": WORK_USERS}
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,6 @@ def test_every_answer_is_in_its_evidence_sessions_earlier_and_not_in_the_questio
             assert all(m.session_id != last for m in said), q.qid  # stated sessions before the question
             assert q.answer in said[-1].content, q.qid  # the latest statement holds the current value
             assert q.answer not in q.question, q.qid
-            assert said[-1].content.count(q.answer) >= 1
 
 
 def test_a_changed_fact_has_both_statements_as_evidence(convs):

@@ -118,6 +118,12 @@ UPDATE = {"port": "Change of plan: the {s} moves to port {v}; the proxy team nee
           "schedule": "Change of plan: the {s} nightly run moves to {v} UTC."}
 
 
+def _function(name: str) -> tuple[str, str]:
+    """(what it does, to what) of a generated function's name: `batch_webhook_payloads` -> group, webhook payloads."""
+    verb, noun = name.split("_", 1)
+    return PURPOSE[verb], noun.replace("_", " ")
+
+
 def _code(r: random.Random, s: str, fn: str | None, purpose: str) -> str:
     """A code block of 10-18 lines for service `s`; `fn`: the function it defines (with its purpose)."""
     name = fn or f"{r.choice(VERBS)}_{r.choice(NOUNS)}"
@@ -139,15 +145,16 @@ def _code(r: random.Random, s: str, fn: str | None, purpose: str) -> str:
     return "```python\n" + "\n".join(lines) + "\n```"
 
 
-def _answer(r: random.Random, s: str, others: list[str], fact: str | None, fn: tuple[str, str] | None) -> str:
-    """A long assistant answer about service `s`: plan, code, explanation; `fact` one sentence of it."""
+def _answer(r: random.Random, s: str, others: list[str], fact: str | None, fn: str | None) -> str:
+    """A long assistant answer about service `s`: plan, code, explanation; `fact` one sentence of it, `fn` the
+    name of the function its code defines."""
     steps = [t.format(s=r.choice([s, s, r.choice(others)])) for t in r.sample(STEPS, r.randrange(5, 8))]
     if fact:
         steps.insert(r.randrange(1, len(steps)), fact)
     plan = "\n".join(f"{i}. {t}" for i, t in enumerate(steps, 1))
     why = " ".join(t.format(s=r.choice([s, r.choice(others)])) for t in r.sample(EXPLAIN, r.randrange(3, 5)))
-    purpose = f"{PURPOSE[fn[0].split('_')[0]]} the {fn[1]}" if fn else f"clean up the {r.choice(NOUNS).replace('_', ' ')}"
-    code = _code(r, s, fn[0] if fn else None, purpose)
+    purpose = "{} the {}".format(*_function(fn)) if fn else f"clean up the {r.choice(NOUNS).replace('_', ' ')}"
+    code = _code(r, s, fn, purpose)
     intro = r.choice([f"Here is how I would approach the {s}.", f"Sure. A plan for the {s}, then the code.",
                       f"Good question. For the {s} I see three parts: the plan, the code, and the risks."])
     return f"{intro}\n\n{plan}\n\n{code}\n\n{why}"
@@ -190,9 +197,7 @@ def _conversation(u: int) -> Conversation:
                 turns += [("user", f"{request} {FACTS[f['kind']][1].format(s=s, v=f['v'])}", i),
                           ("assistant", _answer(r, s, others, None, None), None)]
             elif f and f["kind"] == "function":
-                verb, noun = f["v"].split("_", 1)
-                f["p"], f["n"] = PURPOSE[verb], noun.replace("_", " ")
-                turns += [("user", request, None), ("assistant", _answer(r, s, others, None, (f["v"], f["n"])), i)]
+                turns += [("user", request, None), ("assistant", _answer(r, s, others, None, f["v"]), i)]
             elif f:
                 turns += [("user", request, None),
                           ("assistant", _answer(r, s, others, FACTS[f["kind"]][1].format(s=s, v=f["v"]), None), i)]
@@ -207,7 +212,8 @@ def _conversation(u: int) -> Conversation:
     last = msgs[-1].session_id
     questions = []
     for i, f in enumerate(facts):
-        q = r.choice(FACTS[f["kind"]][2]).format(s=f["s"], p=f.get("p", ""), n=f.get("n", ""))
+        does, what = _function(f["v"]) if f["kind"] == "function" else ("", "")
+        q = r.choice(FACTS[f["kind"]][2]).format(s=f["s"], p=does, n=what)
         answer = f.get("update", {}).get("v", f["v"])
         questions.append(QAItem(q, answer, f["kind"], evidence[i], True, asked, qid=f"{uid}:q{i}", session_id=last))
     return Conversation(uid, uid, msgs, questions, language="en", speakers={"user": "User", "assistant": "Assistant"})
