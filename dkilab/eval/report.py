@@ -130,21 +130,29 @@ def existing_store(uri: str) -> str:
     return uri
 
 
-def check_server(uri: str, timeout: float = 5.0) -> None:
-    """Fail within `timeout` seconds, in one line, when a tracking server does not answer."""
-    import urllib.error
-    import urllib.request
+def check_server(uri: str, timeout: float = 5.0, answer_timeout: float = 60.0) -> None:
+    """Fail in one line when a tracking server does not answer: within `timeout` seconds when nothing
+    accepts the connection, within `answer_timeout` when a server accepts it but is busy (workers still
+    starting on a loaded machine answer late, not never)."""
+    import http.client
+    from urllib.parse import urlsplit
 
+    parts = urlsplit(uri)
+    conn_cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    conn = conn_cls(parts.hostname or "127.0.0.1", parts.port, timeout=timeout)
     try:
-        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout) as resp:
-            resp.read(64)
-    except urllib.error.HTTPError as e:
-        if e.code >= 500:
-            raise TrackingStoreError(f"MLflow tracking server {uri} answered {e.code} on /health") from None
-    except (urllib.error.URLError, OSError) as e:
-        reason = getattr(e, "reason", e)
-        raise TrackingStoreError(f"MLflow tracking server {uri} is not reachable ({reason}); start it, or pass "
-                                 "--tracking-uri / set MLFLOW_TRACKING_URI to one that is") from None
+        conn.connect()
+        conn.sock.settimeout(answer_timeout)
+        conn.request("GET", parts.path.rstrip("/") + "/health")
+        resp = conn.getresponse()
+        resp.read(64)
+    except (OSError, http.client.HTTPException) as e:
+        raise TrackingStoreError(f"MLflow tracking server {uri} is not reachable ({e or type(e).__name__}); "
+                                 "start it, or pass --tracking-uri / set MLFLOW_TRACKING_URI to one that is") from None
+    finally:
+        conn.close()
+    if resp.status >= 500:
+        raise TrackingStoreError(f"MLflow tracking server {uri} answered {resp.status} on /health")
 
 
 def config_ordered(runs) -> list:

@@ -195,6 +195,37 @@ def test_an_unreachable_tracking_server_is_one_clear_line():
     assert ui.returncode == 2 and "not reachable" in ui.stderr
 
 
+def test_a_busy_server_is_waited_for_and_a_silent_one_is_one_clear_line():
+    """A server that accepts the connection but answers late (its workers still starting on a loaded
+    machine) is reachable; one that never answers within the answer timeout is not."""
+    import http.server
+    import threading
+    import time
+
+    from dkilab.eval.report import TrackingStoreError, check_server
+
+    class Slow(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            time.sleep(1.0)
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"OK")
+
+        def log_message(self, *a):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    server.handle_error = lambda *a: None  # the client that gave up closed its end
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    uri = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        check_server(uri, timeout=0.3, answer_timeout=5)
+        with pytest.raises(TrackingStoreError, match=r"is not reachable \(timed out\)"):
+            check_server(uri, timeout=0.3, answer_timeout=0.3)
+    finally:
+        server.shutdown()
+
+
 @pytest.mark.slow
 def test_a_run_over_http_to_a_local_mlflow_server(tmp_path):
     """The same run against `mlflow server` over HTTP (artifacts served by the server): traces with their
