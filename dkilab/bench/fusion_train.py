@@ -1,11 +1,12 @@
 """Fit the learned fusion's weights (issue 30) on the declared dev split only: LoCoMo conversations 0-4
 (categories 1-4), the first half of MemDaily's first 300 trajectories (`experiments/retrieval_tune_dev.yaml`'s
-data) and the first half of MADial-Bench's dialogues in each language (80 each). Each dev question is
+data), the first half of MADial-Bench's dialogues in each language (80 each) and the generated work sessions'
+users 0-11 (long user-assistant sessions, English). Each dev question is
 recalled as `fusion: learned` recalls it, and the feature rows of its candidates
 (`recall/learned.candidates`, the same code recall runs) are labelled by the gold evidence. One standardised
 logistic regression per encoder family: `minilm` from LoCoMo dev on the MiniLM stores `auto` gives it (the
 fine-tuned `offline:minilm-locomo`, trained on those very questions: so that part is not fitted here but taken
-from its study, which fitted it out of fold, `FITTED_OUT_OF_FOLD`; `--english offline:minilm` fits it here on
+from its study, which fitted it out of fold, together with the work sessions' dev rows, `FITTED_OUT_OF_FOLD`; `--english offline:minilm` fits it here on
 stock-MiniLM stores), `e5` from MemDaily dev (e5, as `auto` picks), so English asked of an e5 store (the bilingual fixtures) is ranked
 by the Chinese-fitted part. MADial-Bench's cues are conversational turns, not questions (`learned.cue_kind`):
 they fit each family's `utterance` part (`minilm:utterance` from English, `e5:utterance` from Chinese), which
@@ -22,7 +23,10 @@ mean of its recall@10 and NDCG@10. The held-back data (`dkilab bench retrieval`)
 """
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import pickle
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -32,7 +36,8 @@ import numpy as np
 from dkilab.recall.learned import QUESTION
 
 DEV: list[dict[str, Any]] = [{"name": "locomo", "categories": [1, 2, 3, 4], "split": "dev"}, {"name": "memdaily", "limit": 300, "split": "dev"},
-       {"name": "madial_bench_en", "split": "dev"}, {"name": "madial_bench_zh", "split": "dev"}]
+       {"name": "madial_bench_en", "split": "dev"}, {"name": "madial_bench_zh", "split": "dev"},
+       {"name": "worksessions", "split": "dev"}]
 # the dev data collected again on another encoder's stores, for a part `auto` does not give (`english_e5`)
 EXTRA = [({"model": "offline:e5"}, [{"name": "locomo", "categories": [1, 2, 3, 4], "split": "dev"}])]
 CS = (0.01, 0.1, 1.0)
@@ -106,6 +111,38 @@ def collect(data_dir=None, embedder: dict | None = None, datasets: list[dict] | 
                                 "language": learned.language(question_text(item)), "query": question_text(item),
                                 "kind": learned.cue_kind(question_text(item))})
     return out
+
+
+def _cache_key(parts: list[Any]) -> str:
+    from dkilab.memory.embedder import LOCOMO_EMBEDDER, weights_digest
+    from dkilab.recall import config, learned, multi_signal
+
+    code = "".join(Path(str(m.__file__)).read_text(encoding="utf-8") for m in (learned, multi_signal, config))
+    blob = json.dumps([parts, code, weights_digest(LOCOMO_EMBEDDER)], sort_keys=True, default=str)
+    return hashlib.sha1(blob.encode()).hexdigest()[:16]
+
+
+def collected(data_dir, embedder: dict, spec: dict, echo=print, **kw: Any) -> list[dict[str, Any]]:
+    """`collect` of one dataset spec on `embedder`'s stores, cached under the cache dir by the recall code
+    (its config's defaults included), the adapter, the spec and the digest of the dataset's files (a file
+    edited under the same name is collected again); a cache file that cannot be read is collected again,
+    with a line saying so. `--train` and `--leave-one-dataset-out` share it."""
+    from dkilab.cache import cache_dir
+    from dkilab.eval.datasets import source_digest
+
+    digest = source_digest(str(spec["name"]), data=data_dir)
+    path = cache_dir() / "features" / f"{spec['name']}-{_cache_key([spec, embedder, kw, str(data_dir), digest])}.pkl"
+    if path.is_file():
+        try:
+            return pickle.loads(path.read_bytes())
+        except Exception as exc:  # a truncated or foreign file: the features are collected again
+            echo(f"{path}: unreadable ({type(exc).__name__}: {exc}); collecting its features again")
+    rows = collect(data_dir, embedder, [spec], **kw)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_bytes(pickle.dumps(rows))
+    tmp.replace(path)
+    return rows
 
 
 def _majority(rows: list[dict[str, Any]], key: str, default: str) -> dict[str, str]:
@@ -275,24 +312,30 @@ def train(data_dir=None, out: Path | None = None, echo=print, with_previous_turn
     retrieval --leave-one-dataset-out`."""
     from dkilab.recall import learned
 
-    rows = collect(data_dir, {"model": "auto", "with_previous_turn": with_previous_turn, "english": english}, datasets,
-                   stand_ins=True)
+    wanted: list[dict[str, Any]] = datasets or DEV
+    auto = {"model": "auto", "with_previous_turn": with_previous_turn, "english": english}
+    rows = [r for spec in wanted for r in collected(data_dir, auto, spec, echo, stand_ins=True)]
     if english is None:  # the English dev data again on stock-MiniLM stores: its parts serve `Embedder()`'s stores
         from dkilab.eval.datasets import dataset_info
 
-        wanted: list[dict[str, Any]] = datasets or DEV
-        english_dev = [d for d in wanted if dataset_info(str(d["name"]))["language"] == "en"]
-        rows += collect(data_dir, {**STOCK, "with_previous_turn": with_previous_turn}, english_dev) if english_dev else []
+        stock = {**STOCK, "with_previous_turn": with_previous_turn}
+        rows += [r for spec in wanted if dataset_info(str(spec["name"]))["language"] == "en"
+                 for r in collected(data_dir, stock, spec, echo)]
     if english_e5:
         for embedder, extra in EXTRA:
-            rows += collect(data_dir, {**embedder, "with_previous_turn": with_previous_turn}, extra)
+            rows += [r for spec in extra for r in collected(data_dir, {**embedder, "with_previous_turn": with_previous_turn},
+                                                           spec, echo)]
     if not rows:
         raise ValueError("fusion training: no question with evidence (is $DKILAB_DATA_DIR set?)")
     rows, models = _out_of_fold_parts(rows, echo)
     for part, mine in parts(rows, cue_parts=cue_parts).items():
-        if part in models:
-            raise ValueError(f"fusion training: part {part!r} would be fitted on dev data besides its out-of-fold fit")
         names = ", ".join(dict.fromkeys(r["dataset"] for r in mine))
+        if part in models:  # its study fitted it on these datasets' rows too (and on the out-of-fold ones)
+            if not {r["dataset"] for r in mine} <= set(models[part].get("datasets", ())):
+                raise ValueError(f"fusion training: part {part!r} would be fitted on dev data ({names}) besides "
+                                 f"its study's fit ({models[part].get('trained_on')})")
+            echo(f"{part}: {names} dev are in its study's fit too")
+            continue
         best, cv = choose_c(mine)
         echo(f"{part} ({names}, {len(mine)} questions):")
         for C, fig in cv.items():

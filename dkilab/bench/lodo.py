@@ -40,21 +40,13 @@ LoCoMo dev, so on LoCoMo test its cosines are still in distribution (the table s
 """
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-import pickle
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from dkilab.bench.fusion_train import DEV, STOCK
+from dkilab.bench.fusion_train import DEV, STOCK, collected
 from dkilab.bench.retrieval import SINGLE
 
-# dev data fitted here but not (yet) by `--train`: the generated long-message working sessions (issue 59),
-# a source of their own; the shipped model has never seen them, so their test split is held out for it too
-DEV_ONLY_HERE: list[dict[str, Any]] = [{"name": "worksessions", "split": "dev"}]
 RRF_K = 60
 TOP = 20  # the bench's max_results: metrics are read over the top 20, as a recall_only answer holds
 RUNNER = ("previous_defaults", "defaults", "unguarded", "bm25_only", "dense_only")
@@ -75,48 +67,16 @@ def test_datasets() -> list[dict[str, Any]]:
     return list(read_yaml(CONFIG)["datasets"])
 
 
-def _cache_key(parts: list[Any]) -> str:
-    from dkilab.memory.embedder import LOCOMO_EMBEDDER, weights_digest
-    from dkilab.recall import learned, multi_signal
-
-    code = "".join(Path(str(m.__file__)).read_text(encoding="utf-8") for m in (learned, multi_signal))
-    blob = json.dumps([parts, code, weights_digest(LOCOMO_EMBEDDER)], sort_keys=True, default=str)
-    return hashlib.sha1(blob.encode()).hexdigest()[:16]
-
-
-def collected(data_dir, embedder: dict, spec: dict, echo=print, **kw: Any) -> list[dict]:
-    """`fusion_train.collect` of one dataset spec on `embedder`'s stores, cached under the cache dir by the
-    recall code, the adapter, the spec and the digest of the dataset's files (a file edited under the same
-    name is collected again); a cache file that cannot be read is collected again, with a line saying so."""
-    from dkilab.bench.fusion_train import collect
-    from dkilab.cache import cache_dir
-    from dkilab.eval.datasets import source_digest
-
-    digest = source_digest(str(spec["name"]), data=data_dir)
-    path = cache_dir() / "lodo" / f"{spec['name']}-{_cache_key([spec, embedder, kw, str(data_dir), digest])}.pkl"
-    if path.is_file():
-        try:
-            return pickle.loads(path.read_bytes())
-        except Exception as exc:  # a truncated or foreign file: the features are collected again
-            echo(f"{path}: unreadable ({type(exc).__name__}: {exc}); collecting its features again")
-    rows = collect(data_dir, embedder, [spec], **kw)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_bytes(pickle.dumps(rows))
-    tmp.replace(path)
-    return rows
-
-
 def collect_all(data_dir=None, echo=print, with_previous_turn: bool | None = None) -> tuple[list[dict], list[dict]]:
     """(dev rows, test rows): the dev rows as `--train` fits on them (the fine-tuned encoder's LoCoMo dev
-    rows left out, the English dev data on stock-MiniLM stores beside) plus `DEV_ONLY_HERE`, the test rows
+    rows left out, the English dev data on stock-MiniLM stores beside), the test rows
     on the defaults' stores; each dataset's cached (`collected`). `with_previous_turn`: True on stores that
     embed each turn with the one it replies to (None: each encoder's default, `index_text_for`)."""
     from dkilab.eval.datasets import dataset_info
 
     auto = {"model": "auto", "with_previous_turn": with_previous_turn}
     dev: list[dict] = []
-    for spec in DEV + DEV_ONLY_HERE:
+    for spec in DEV:
         dev += [r for r in collected(data_dir, auto, spec, echo, stand_ins=True) if not r.get("stand_in")]
         if dataset_info(str(spec["name"]))["language"] == "en":
             dev += collected(data_dir, {**STOCK, "with_previous_turn": with_previous_turn}, spec, echo)

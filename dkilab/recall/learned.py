@@ -8,7 +8,8 @@ to a hit (the answer to a question, or the question to an answer). For each cand
 - the query's cosine with the candidate's stored vector, with those of the turns before and after it
   (a turn embedded alone is found through the turn it replies to), their gap to the best and their rank;
 - its BM25 score (the keyword signal) and rank, and those of its neighbours;
-- whether it is the speaker the question names, a question itself, how long it is;
+- whether it is the speaker the question names, a question itself, how long it is against the other
+  candidates (the share of them shorter: a length that transfers between chat turns and long answers);
 - how strongly its session is hit (best fused score, rank among sessions, hits in the top 50);
 - the share of the question's keywords it contains;
 - whether the question carries a date cue (recall/temporal.py) and how far the message lies from its window;
@@ -20,7 +21,8 @@ one wide `semantic_search`. Nothing here sees gold evidence or answers.
 The weights ship in `fusion_lr.json`, one model per encoder family, with the figures they were chosen by,
 and per family a second one for conversational cues (`cue_kind`: a turn that is not a question, for which
 the related memories are wanted; the signals weigh differently there). `dkilab bench retrieval --train`
-fits them on the declared dev split only (MiniLM: LoCoMo conversations 0-4; multilingual-e5: the first half of
+fits them on the declared dev split only (MiniLM: LoCoMo conversations 0-4 and the work sessions' users
+0-11; multilingual-e5: the first half of
 MemDaily's first 300 trajectories; the cue parts: the first half of MADial-Bench's dialogues in English
 (MiniLM) and Chinese (e5): dkilab/bench/fusion_train.py; the fine-tuned English encoder `minilm-locomo`
 has parts of its own, its LoCoMo one fitted out of fold by its study), through this module's own `candidates`, so
@@ -50,7 +52,7 @@ NEIGHBOR_TOP = 10  # the fused hits whose session neighbours join the candidates
 SESSION_TOP = 50  # the fused hits that say how strongly a session is hit
 WIDE = 1000  # semantic_search's cap: the cosine floor beyond it, where the memory has no `similarities`
 FEATURES = ("fused", "log_fused_rank", "cos", "cos_gap", "log_cos_rank", "lex", "log_lex_rank", "speaker",
-            "is_question", "log_chars", "prev_fused", "prev_cos", "prev_lex", "next_fused", "next_cos", "next_lex",
+            "is_question", "chars_share", "prev_fused", "prev_cos", "prev_lex", "next_fused", "next_cos", "next_lex",
             "max_cos_prev", "max_cos_next", "session_best", "log_session_rank", "session_hits", "keyword_share",
             "date_cue", "in_window", "log_days_off", "z_cos", "z_lex", "z_fused", "z_prev_cos", "z_next_cos")
 QUESTION, UTTERANCE = "question", "utterance"  # `cue_kind`; an `utterance` part serves conversational cues
@@ -305,7 +307,7 @@ def candidates(query: str, ranked: list[RecalledMessage], memory: Memory, *, key
             fused.get(i, 0.0) / top_f, math.log1p(f_rank.get(i, len(ranked))), c, c - top_c, math.log1p(c_rank[i]),
             lex.get(i, 0.0) / top_l, math.log1p(l_rank[i] if lex.get(i, 0.0) > 0 else len(ids)),
             0.0 if focus_role is None else (1.0 if m.role == focus_role else -1.0),
-            float(m.content.rstrip().endswith(("?", "？"))), math.log1p(len(m.content)),
+            float(m.content.rstrip().endswith(("?", "？"))), float(len(m.content)),
             fused.get(prev, 0.0) / top_f if prev else 0.0, pc, lex.get(prev, 0.0) / top_l if prev else 0.0,
             fused.get(nxt, 0.0) / top_f if nxt else 0.0, nc, lex.get(nxt, 0.0) / top_l if nxt else 0.0,
             max(c, pc), max(c, nc),
@@ -315,6 +317,8 @@ def candidates(query: str, ranked: list[RecalledMessage], memory: Memory, *, key
             *temporal, 0.0, 0.0, 0.0, 0.0, 0.0])
     X = np.asarray(rows, dtype=np.float64)
     col = {n: k for k, n in enumerate(FEATURES)}
+    chars = X[:, col["chars_share"]]
+    X[:, col["chars_share"]] = np.searchsorted(np.sort(chars), chars, side="left") / len(chars)
     for z, src in _Z.items():
         v = X[:, col[src]]
         X[:, col[z]] = (v - v.mean()) / (v.std() + 1e-6)

@@ -15,14 +15,18 @@ then embedded by its fold's model (each turn alone, as MiniLM stores are) and
 `--write` (with `--lora`) then fits the adapter on all five conversations into
 dkilab/memory/adapters/minilm-locomo/ (the `offline:minilm-locomo` encoder) and writes
 experiments/models/fusion_lr_minilm_locomo.json: the shipped fusion model with its `minilm-locomo` part fitted
-on the out-of-fold features of step 2, so the fusion weights never see the cosines of questions an encoder was
-trained on (`dkilab bench retrieval --train` takes that part from there, checked against the adapter's digest).
+on the out-of-fold features of step 2 and on the other English dev data of questions the encoder never saw
+(`OTHER_DEV`: the work sessions' dev half, on the fine-tuned stores), so the fusion weights never see the
+cosines of questions an encoder was trained on (`dkilab bench retrieval --train` takes that part from there,
+checked against the adapter's digest). `--fusion-only` (with the shipped `--lora` and `--lr`) writes that fusion
+model alone, for the shipped adapter, which it leaves as it is: what a change to the fusion features needs.
 
 The fold models and their stores live in a temporary directory and are deleted at the end; the stock
 stores come from the usual cache. About 25 minutes with the defaults on 2 cores, 30 with `--write`.
 
     python experiments/bench/finetune_encoder_dev.py [--data-dir DIR] [--epochs 3] [--lr 3e-5]
     python experiments/bench/finetune_encoder_dev.py --lora 8 --lr 2e-4 --write     (what ships)
+    python experiments/bench/finetune_encoder_dev.py --lora 8 --lr 2e-4 --fusion-only   (its fusion part alone)
 """
 from __future__ import annotations
 
@@ -41,6 +45,8 @@ import recall_levers_dev as levers  # noqa: E402  (its LoCoMo dev loader and out
 ROOT = Path(__file__).resolve().parents[2]
 ADAPTER = ROOT / "dkilab" / "memory" / "adapters" / "minilm-locomo"
 FUSION_MODEL = ROOT / "experiments" / "models" / "fusion_lr_minilm_locomo.json"
+# English dev data whose questions the encoder was not fine-tuned on: its fusion part is fitted on them as well
+OTHER_DEV = [{"name": "worksessions", "split": "dev"}]
 CARD = """# minilm-locomo: a low-rank adapter for all-MiniLM-L6-v2
 
 The encoder `offline:minilm-locomo` of dkilab (dkilab/memory/adapter.py merges it into MiniLM at load).
@@ -138,10 +144,20 @@ def paired_interval(before: dict, after: dict) -> dict:
     return paired(Metric("recall_at_10", "r"), rows(before), rows(after))
 
 
+def other_dev(data_dir) -> list[dict]:
+    """The features of `OTHER_DEV` on the shipped adapter's stores."""
+    from dkilab.bench import fusion_train
+
+    rows = fusion_train.collect(data_dir, datasets=OTHER_DEV, embedder={"model": "offline:minilm-locomo"})
+    print(f"   {', '.join(d['name'] for d in OTHER_DEV)} dev on the shipped adapter's stores: {len(rows)} questions")
+    return rows
+
+
 def write_fusion_model(rows, out: Path, echo=print) -> None:
     """The shipped fusion model with its `minilm-locomo` part (the fine-tuned encoder's, for questions) fitted on
-    `rows` (the out-of-fold features of the fine-tuned stores), C chosen as `dkilab bench retrieval --train`
-    chooses it; `--train` takes that part from here (`fusion_train.FITTED_OUT_OF_FOLD`)."""
+    `rows` (the out-of-fold features of the fine-tuned stores, and `OTHER_DEV` on them), C chosen as `dkilab
+    bench retrieval --train` chooses it; `--train` takes that part from here (`fusion_train.FITTED_OUT_OF_FOLD`)
+    in place of fitting one on those datasets' rows (`datasets`)."""
     from dkilab.bench import fusion_train
     from dkilab.recall import learned
 
@@ -149,18 +165,22 @@ def write_fusion_model(rows, out: Path, echo=print) -> None:
     best = max(fusion_train.CS, key=lambda C: fusion_train._objective(cv[C]))
     scaler, lr = fusion_train._fit(rows, best)
     model = json.loads(learned.DEFAULT_MODEL.read_text(encoding="utf-8"))
+    names = list(dict.fromkeys(r["dataset"] for r in rows))
+    model["features"] = list(learned.FEATURES)
     model["models"]["minilm-locomo"] = {
         "mean": scaler.mean_.tolist(), "scale": scaler.scale_.tolist(), "coef": lr.coef_[0].tolist(),
         "intercept": float(lr.intercept_[0]), "C": best, "questions": len(rows),
-        "trained_on": f"locomo dev ({len(rows)} questions), out of fold on offline:minilm-locomo stores "
-                      f"(experiments/bench/finetune_encoder_dev.py), index text v{rows[0]['index_text']}",
+        "trained_on": f"{', '.join(names)} dev ({len(rows)} questions), locomo out of fold, on offline:minilm-locomo "
+                      f"stores (experiments/bench/finetune_encoder_dev.py), index text v{rows[0]['index_text']}",
+        "datasets": names,
         "cross_validated": {k: round(v, 4) for k, v in cv[best].items()}}
     from dkilab.memory.embedder import LOCOMO_EMBEDDER, weights_digest
 
     # `--train` checks both: the adapter it was fitted for, and the stores' index text
     model["models"]["minilm-locomo"].update(adapter=weights_digest(LOCOMO_EMBEDDER), index_text=rows[0]["index_text"])
     out.write_text(json.dumps(model, indent=1) + "\n", encoding="utf-8")
-    echo(f"wrote {out} (minilm-locomo part: C={best}, cross-validated recall@10 {cv[best]['locomo recall@10']:.3f})")
+    echo(f"wrote {out} (minilm-locomo part: C={best}, cross-validated " + ", ".join(
+        f"{k} {v:.3f}" for k, v in sorted(cv[best].items())) + ")")
 
 
 def main() -> None:
@@ -172,6 +192,8 @@ def main() -> None:
     p.add_argument("--write", action="store_true",
                    help="also fit on all five dev conversations and write the shipped adapter "
                         f"({ADAPTER}) and the fusion model of its stores ({FUSION_MODEL})")
+    p.add_argument("--fusion-only", action="store_true",
+                   help=f"write {FUSION_MODEL} alone, for the shipped adapter (left as it is)")
     a = p.parse_args()
     import torch
 
@@ -224,7 +246,11 @@ def main() -> None:
     d = paired_interval(recall_by_question(base_rows), recall_by_question(tuned_rows))
     print(f"   fine-tuned - stock: {d['diff']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}] over {int(d['n'])} questions "
           f"(out of fold; {d['resampled']} resampled)")
-    if a.write:
+    if a.fusion_only:
+        if not a.lora:
+            raise SystemExit("--fusion-only fits the part of the shipped low-rank adapter's stores: give its --lora R")
+        write_fusion_model(tuned_rows + other_dev(a.data_dir), FUSION_MODEL)
+    elif a.write:
         if not a.lora:
             raise SystemExit("--write ships a low-rank adapter: give --lora R")
         with tempfile.TemporaryDirectory(prefix="dkilab-finetune-all-") as tmp:
@@ -237,7 +263,7 @@ def main() -> None:
         (ADAPTER / "README.md").write_text(CARD.format(pairs=len(pairs), epochs=a.epochs, lr=a.lr, rank=a.lora),
                                            encoding="utf-8")  # in place of peft's empty model card
         print(f"wrote {ADAPTER} (fitted on all {len(pairs)} dev pairs)")
-        write_fusion_model(tuned_rows, FUSION_MODEL)
+        write_fusion_model(tuned_rows + other_dev(a.data_dir), FUSION_MODEL)  # on the stores of the adapter just written
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ first ranks (docs/retrieval.md). This study reads the dev rows that `dkilab benc
 - recall@10 and MRR with each feature in `--features` held at the part's fitted mean (its effect removed),
   on every dev dataset, so the cost elsewhere is seen beside the gain.
 
-    python experiments/bench/fusion_features_dev.py [--features log_chars speaker session_best]
+    python experiments/bench/fusion_features_dev.py [--features chars_share speaker session_best]
 
 A dev study (`purpose: tune` data only); it chooses nothing by itself.
 """
@@ -54,7 +54,7 @@ def main() -> None:
     from dkilab.recall.learned import FEATURES, load_model
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--features", nargs="+", default=["log_chars", "speaker", "session_best"], choices=FEATURES)
+    ap.add_argument("--features", nargs="+", default=["chars_share", "speaker", "session_best"], choices=FEATURES)
     ap.add_argument("--data-dir", default=None)
     args = ap.parse_args()
     model = load_model()

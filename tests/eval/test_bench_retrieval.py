@@ -59,13 +59,11 @@ def test_the_shipped_defaults_are_learned_fusion_over_the_dev_winner_and_each_ro
         0.3, "full", "learned", None)
     bench = yaml.safe_load(CONFIG.read_text())
     # held-back data only: the dev halves fit the fusion model (dkilab/bench/fusion_train.py's DEV)
-    # (and the long-message work sessions' dev half fits leave-one-dataset-out's models: dkilab/bench/lodo.py)
     from dkilab.bench.fusion_train import DEV
-    from dkilab.bench.lodo import DEV_ONLY_HERE
 
     assert all(d.get("split") == "test" for d in bench["datasets"])
-    assert {d["name"] for d in bench["datasets"]} == {d["name"] for d in DEV + DEV_ONLY_HERE}
-    assert all(d["split"] == "dev" for d in DEV + DEV_ONLY_HERE)
+    assert {d["name"] for d in bench["datasets"]} == {d["name"] for d in DEV}
+    assert all(d["split"] == "dev" for d in DEV)
     rows = {s.get("label"): s for s in bench["strategies"]}
     assert set(rows["defaults"]) == {"name", "label"}  # the shipped defaults, nothing set
     assert rows["weighted"]["params"] == {"recall": {"signals": {"fusion": "weighted"}}} and "embedder" not in rows["weighted"]
@@ -94,9 +92,10 @@ def test_the_shipped_defaults_are_learned_fusion_over_the_dev_winner_and_each_ro
     parts = shipped_model["models"]
     assert set(parts) == {"minilm", "minilm:utterance", "minilm-locomo", "minilm-locomo:utterance", "e5", "e5:utterance"}
     assert parts["minilm-locomo"] == study["models"]["minilm-locomo"]
-    assert "out of fold on offline:minilm-locomo stores" in parts["minilm-locomo"]["trained_on"]
+    assert "locomo out of fold, on offline:minilm-locomo stores" in parts["minilm-locomo"]["trained_on"]
+    assert parts["minilm-locomo"]["datasets"] == ["locomo", "worksessions"]  # the work sessions: in sample, never trained on
     assert parts["minilm-locomo"]["adapter"] == weights_digest(LOCOMO_EMBEDDER)  # this adapter's
-    assert parts["minilm"]["trained_on"].startswith("locomo (") and parts["minilm"] != parts["minilm-locomo"]
+    assert parts["minilm"]["trained_on"].startswith("locomo, worksessions (") and parts["minilm"] != parts["minilm-locomo"]
     assert rows["previous_defaults"]["params"] == rows["weighted"]["params"]
     assert rows["previous_defaults"]["embedder"] == rows["with_previous_turn"]["embedder"]
     seed = next(s for s in tune["strategies"] if s.get("label") == "previous_defaults")["params"]["recall"]["signals"]

@@ -98,14 +98,14 @@ def test_collected_features_are_cached_per_dataset_file_version_and_a_bad_cache_
     monkeypatch.setattr(fusion_train, "collect", lambda *a, **k: calls.append(1) or [{"qid": f"q{len(calls)}"}])
     said: list[str] = []
     spec = {"name": "locomo", "split": "test"}
-    first = lodo.collected(str(data), {"model": "auto"}, spec, said.append)
-    assert lodo.collected(str(data), {"model": "auto"}, spec, said.append) == first and len(calls) == 1
+    first = fusion_train.collected(str(data), {"model": "auto"}, spec, said.append)
+    assert fusion_train.collected(str(data), {"model": "auto"}, spec, said.append) == first and len(calls) == 1
     src.write_text("[1, 2]")  # the dataset changed under the same name
-    assert lodo.collected(str(data), {"model": "auto"}, spec, said.append) == [{"qid": "q2"}]
-    (cached,) = [p for p in (tmp_path / "cache" / "lodo").iterdir() if p.stat().st_mtime_ns == max(
-        q.stat().st_mtime_ns for q in (tmp_path / "cache" / "lodo").iterdir())]
+    assert fusion_train.collected(str(data), {"model": "auto"}, spec, said.append) == [{"qid": "q2"}]
+    (cached,) = [p for p in (tmp_path / "cache" / "features").iterdir() if p.stat().st_mtime_ns == max(
+        q.stat().st_mtime_ns for q in (tmp_path / "cache" / "features").iterdir())]
     cached.write_bytes(cached.read_bytes()[:5])
-    assert lodo.collected(str(data), {"model": "auto"}, spec, said.append) == [{"qid": "q3"}]
+    assert fusion_train.collected(str(data), {"model": "auto"}, spec, said.append) == [{"qid": "q3"}]
     assert len(calls) == 3 and any("unreadable" in s and cached.name in s for s in said)
 
 
@@ -141,3 +141,29 @@ def test_the_feature_study_holds_a_feature_at_its_mean_and_counts_neighbours_fir
     r = dict(rows[0], ids=["u:s1#3", "u:s1#4", "u:s2#0"], X=np.zeros((3, N)), gold={"u:s1#4"})
     r["X"][:, GOOD] = [3.0, 1.0, 0.0]
     assert study._first_wrong([r], model) == (1, 1)
+
+
+def test_the_length_study_sets_each_variant_from_the_messages_own_lengths():
+    """experiments/bench/fusion_length_dev.py: each variant of the length column is computed from the
+    messages' lengths (not from what the column held), and the held-out figures come out per dev dataset."""
+    import importlib.util
+    import math
+
+    path = learned.ROOT / "experiments" / "bench" / "fusion_length_dev.py"
+    spec = importlib.util.spec_from_file_location("fusion_length_dev", path)
+    study = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(study)
+    col = learned.FEATURES.index("chars_share")
+    r = dict(_rows("worksessions", "dev", 1, 1.0, 3)[0])
+    r["ids"], r["X"] = ["a", "b", "c", "d"], np.full((4, N), 9.0)
+    msgs = {"a": ("u", "user", math.log1p(10)), "b": ("u", "assistant", math.log1p(900)),
+            "c": ("u", "user", math.log1p(40)), "d": ("u", "assistant", math.log1p(1500))}
+    means = study.store_means(msgs)
+    got = {v: study.with_variant([r], v, msgs, means)[0]["X"][:, col] for v in study.VARIANTS}
+    assert got["question_pct"].tolist() == [0.0, 0.5, 0.25, 0.75]
+    assert got["absolute"].tolist() == pytest.approx([math.log1p(n) for n in (10, 900, 40, 1500)])
+    assert got["role_candidates"][0] == pytest.approx(-got["role_candidates"][2])  # against the other user turn
+    assert got["none"].tolist() == [0.0] * 4 and r["X"][0, col] == 9.0  # the rows themselves are not changed
+    rows = _rows("locomo", "dev", 3, 1.0, 5) + _rows("worksessions", "dev", 3, 1.0, 6)
+    held = study.held_out(rows)
+    assert set(held) == {"locomo (minilm)", "worksessions (minilm)"} and all(v[0] == 1.0 for v in held.values())

@@ -47,6 +47,17 @@ def test_the_neighbours_of_the_top_hits_join_the_candidates_with_their_cosines(m
     assert rows["m1"][COL["lex"]] == 1.0 and rows["m2"][COL["lex"]] == 0.0 and rows["m2"][COL["prev_lex"]] == 1.0
 
 
+def test_length_is_a_share_of_the_other_candidates_not_an_absolute(memory):
+    """`chars_share`: the share of the question's candidates shorter than the message (0 for the shortest),
+    so the same message reads long among short turns and short among long answers."""
+    rows, _ = features(memory, "What did we cook for dinner?")
+    by_len = {i: len(m.content) for i, m in ((m.message_id, m) for m in HISTORY) if i in rows}
+    for i, row in rows.items():
+        assert row[COL["chars_share"]] == sum(v < by_len[i] for v in by_len.values()) / len(by_len)
+    shortest = min(by_len, key=by_len.get)
+    assert rows[shortest][COL["chars_share"]] == 0.0 and max(r[COL["chars_share"]] for r in rows.values()) < 1.0
+
+
 def test_the_named_speaker_and_a_date_cue_are_features(memory):
     rows, _ = features(memory, "What did Ben cook for dinner?")
     assert rows["m3"][COL["speaker"]] == 1.0 and rows["m4"][COL["speaker"]] == -1.0
@@ -183,7 +194,7 @@ def test_recall_ranks_a_cue_with_the_utterance_part_and_a_question_with_the_ques
     cue part puts short turns first orders the same candidates the two ways, by what is asked."""
     n = len(learned.FEATURES)
     part = lambda c: {"mean": [0.0] * n, "scale": [1.0] * n,  # noqa: E731
-                      "coef": [c if f == "log_chars" else 0.0 for f in learned.FEATURES]}
+                      "coef": [c if f == "chars_share" else 0.0 for f in learned.FEATURES]}
     path = tmp_path / "cues.json"
     path.write_text(json.dumps({"features": list(learned.FEATURES), "default": "minilm",
                                 "models": {"minilm": part(1.0), "minilm:utterance": part(-1.0)}}))
