@@ -167,3 +167,35 @@ def test_the_length_study_sets_each_variant_from_the_messages_own_lengths():
     rows = _rows("locomo", "dev", 3, 1.0, 5) + _rows("worksessions", "dev", 3, 1.0, 6)
     held = study.held_out(rows)
     assert set(held) == {"locomo (minilm)", "worksessions (minilm)"} and all(v[0] == 1.0 for v in held.values())
+
+
+def test_two_processes_collecting_the_same_features_both_get_them_and_leave_one_cache_file(tmp_path, monkeypatch):
+    """`fusion_train.collected` from two processes at once (a `--train` beside a `--leave-one-dataset-out`):
+    each gets the rows, the cache ends as one whole file that a third call reads, and no temporary file stays."""
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "collect.py"
+    script.write_text(
+        "import sys, time\n"
+        "from dkilab.bench import fusion_train\n"
+        "def slow(*a, **k):\n"
+        "    time.sleep(1.0)\n"
+        "    return [{'qid': 'q', 'n': list(range(50000))}]\n"
+        "fusion_train.collect = slow\n"
+        "rows = fusion_train.collected(None, {'model': 'auto'}, {'name': 'fixtures', 'split': 'test'}, print)\n"
+        "print('rows', len(rows), len(rows[0]['n']))\n")
+    env = {**os.environ, "DKILAB_CACHE_DIR": str(tmp_path / "cache")}
+    procs = [subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs) and all("rows 1 50000" in o for o in outs)
+    files = list((tmp_path / "cache" / "features").iterdir())
+    assert len(files) == 1 and files[0].suffix == ".pkl"
+    from dkilab.bench import fusion_train
+
+    monkeypatch.setenv("DKILAB_CACHE_DIR", str(tmp_path / "cache"))
+    got = fusion_train.collected(None, {"model": "auto"}, {"name": "fixtures", "split": "test"},
+                                 lambda line: pytest.fail(line))
+    assert len(got[0]["n"]) == 50000
