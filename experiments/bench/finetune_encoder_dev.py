@@ -148,7 +148,7 @@ def other_dev(data_dir) -> list[dict]:
     """The features of `OTHER_DEV` on the shipped adapter's stores."""
     from dkilab.bench import fusion_train
 
-    rows = fusion_train.collect(data_dir, datasets=OTHER_DEV, embedder={"model": "offline:minilm-locomo"})
+    rows = [r for spec in OTHER_DEV for r in fusion_train.collected(data_dir, {"model": "offline:minilm-locomo"}, spec)]
     print(f"   {', '.join(d['name'] for d in OTHER_DEV)} dev on the shipped adapter's stores: {len(rows)} questions")
     return rows
 
@@ -161,8 +161,7 @@ def write_fusion_model(rows, out: Path, echo=print) -> None:
     from dkilab.bench import fusion_train
     from dkilab.recall import learned
 
-    cv = {C: fusion_train.cross_validate(rows, C) for C in fusion_train.CS}
-    best = max(fusion_train.CS, key=lambda C: fusion_train._objective(cv[C]))
+    best, cv = fusion_train.choose_c(rows)
     scaler, lr = fusion_train._fit(rows, best)
     model = json.loads(learned.DEFAULT_MODEL.read_text(encoding="utf-8"))
     names = list(dict.fromkeys(r["dataset"] for r in rows))
@@ -195,6 +194,8 @@ def main() -> None:
     p.add_argument("--fusion-only", action="store_true",
                    help=f"write {FUSION_MODEL} alone, for the shipped adapter (left as it is)")
     a = p.parse_args()
+    if (a.write or a.fusion_only) and not a.lora:
+        p.error("--write and --fusion-only are for the shipped low-rank adapter: give its --lora R")
     import torch
 
     from dkilab.bench import fusion_train
@@ -247,12 +248,8 @@ def main() -> None:
     print(f"   fine-tuned - stock: {d['diff']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}] over {int(d['n'])} questions "
           f"(out of fold; {d['resampled']} resampled)")
     if a.fusion_only:
-        if not a.lora:
-            raise SystemExit("--fusion-only fits the part of the shipped low-rank adapter's stores: give its --lora R")
         write_fusion_model(tuned_rows + other_dev(a.data_dir), FUSION_MODEL)
     elif a.write:
-        if not a.lora:
-            raise SystemExit("--write ships a low-rank adapter: give --lora R")
         with tempfile.TemporaryDirectory(prefix="dkilab-finetune-all-") as tmp:
             pairs = [(q["text"], texts[(q["user"], g)]) for q in questions for g in q["gold"]
                      if (q["user"], g) in texts]

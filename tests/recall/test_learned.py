@@ -460,3 +460,16 @@ def test_a_model_without_a_feature_gives_it_zero_weight_and_says_so():
     assert model.guard is not None and model.guard.share(np.zeros((1, len(learned.FEATURES)))) == 0.0
     with pytest.raises(ValueError, match="does not compute: made_up"):
         learned.FusionModel({**shipped, "features": [*learned.FEATURES, "made_up"]}, "new.json")
+
+
+def test_the_encoder_study_refuses_writing_without_the_adapters_rank_before_any_work(tmp_path):
+    """`finetune_encoder_dev.py --fusion-only` (or `--write`) without `--lora` stops at once with one line,
+    not after its 20-minute folds."""
+    import subprocess
+    import sys
+
+    script = learned.ROOT / "experiments" / "bench" / "finetune_encoder_dev.py"
+    for flag in ("--fusion-only", "--write"):
+        out = subprocess.run([sys.executable, str(script), flag], capture_output=True, text=True, cwd=tmp_path,
+                             timeout=120)
+        assert out.returncode == 2 and "give its --lora R" in out.stderr.strip().splitlines()[-1]
