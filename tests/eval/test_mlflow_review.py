@@ -197,7 +197,7 @@ def test_an_unreachable_tracking_server_is_one_clear_line():
 
 def test_a_busy_server_is_waited_for_and_a_silent_one_is_one_clear_line():
     """A server that accepts the connection but answers late (its workers still starting on a loaded
-    machine) is reachable; one that never answers within the answer timeout is not."""
+    machine) is reachable; one that never answers within the answer timeout, or hangs up, is not."""
     import http.server
     import threading
     import time
@@ -224,6 +224,18 @@ def test_a_busy_server_is_waited_for_and_a_silent_one_is_one_clear_line():
             check_server(uri, timeout=0.3, answer_timeout=0.3)
     finally:
         server.shutdown()
+    import socket
+
+    with socket.socket() as gone:  # a server that accepts the connection and goes away without answering
+        gone.bind(("127.0.0.1", 0))
+        gone.listen()
+
+        def hang_up():
+            conn, _ = gone.accept()
+            conn.close()
+        threading.Thread(target=hang_up, daemon=True).start()
+        with pytest.raises(TrackingStoreError, match="is not reachable"):
+            check_server(f"http://127.0.0.1:{gone.getsockname()[1]}", timeout=1, answer_timeout=5)
 
 
 @pytest.mark.slow

@@ -473,3 +473,40 @@ def test_the_encoder_study_refuses_writing_without_the_adapters_rank_before_any_
         out = subprocess.run([sys.executable, str(script), flag], capture_output=True, text=True, cwd=tmp_path,
                              timeout=120)
         assert out.returncode == 2 and "give its --lora R" in out.stderr.strip().splitlines()[-1]
+
+
+def test_train_takes_a_studys_part_for_the_datasets_it_lists_and_refuses_fitting_it_on_any_other(tmp_path, monkeypatch):
+    """A part borrowed from an encoder's study (`FITTED_OUT_OF_FOLD`) is never refitted by `--train`: dev rows
+    of a dataset its `datasets` lists are in its fit already (a line says so); rows of any other dataset that
+    would fit that part are refused, naming both."""
+    import numpy as np
+
+    from dkilab.bench import fusion_train
+    from dkilab.memory.embedder import LOCOMO_EMBEDDER, weights_digest
+
+    n = len(learned.FEATURES)
+    part = {"mean": [0.0] * n, "scale": [1.0] * n, "coef": [0.5] * n, "adapter": weights_digest(LOCOMO_EMBEDDER),
+            "index_text": "1", "trained_on": "locomo, worksessions dev", "datasets": ["locomo", "worksessions"]}
+    study = tmp_path / "study.json"
+    study.write_text(json.dumps({"models": {"minilm-locomo": part}}))
+    monkeypatch.setattr(fusion_train, "FITTED_OUT_OF_FOLD", {LOCOMO_EMBEDDER: ("locomo", str(study))})
+    rng = np.random.default_rng(0)
+
+    def rows(dataset):
+        return [{"dataset": dataset, "model": LOCOMO_EMBEDDER, "family": "minilm-locomo", "index_text": "1",
+                 "user": f"u{k}", "qid": f"{dataset}{k}", "ids": [f"m{i}" for i in range(6)], "X": rng.normal(size=(6, n)),
+                 "gold": {"m0"}, "language": "en", "kind": learned.QUESTION, "query": "Which port?"} for k in range(3)]
+    stand_in = {"dataset": "locomo", "model": LOCOMO_EMBEDDER, "stand_in": True, "index_text": "1", "family": "minilm-locomo"}
+    for dataset, ok in (("worksessions", True), ("other_en", False)):
+        monkeypatch.setattr(fusion_train, "collected", lambda d, emb, spec, echo=print, dataset=dataset, **kw: (
+            [stand_in] if spec["name"] == "locomo" else rows(dataset)) if emb.get("english") is None else [])
+        monkeypatch.setattr("dkilab.eval.datasets.dataset_info", lambda name, path=None: {"language": "zh"})
+        said: list[str] = []
+        specs = [{"name": "locomo"}, {"name": dataset}]
+        if ok:
+            model = fusion_train.train(out=tmp_path / "m.json", echo=said.append, datasets=specs)
+            assert model["models"]["minilm-locomo"] == part
+            assert "minilm-locomo: worksessions dev are in its study's fit too" in said
+        else:
+            with pytest.raises(ValueError, match=r"'minilm-locomo' would be fitted on dev data \(other_en\)"):
+                fusion_train.train(out=tmp_path / "m.json", echo=said.append, datasets=specs)
