@@ -512,7 +512,8 @@ class Cell:
     def instance(self):
         """A fresh strategy object for this cell (never shared between cells)."""
         inst = STRATEGIES[self.strategy.name](self.params)
-        inst.context_only = not self.model.generate
+        # a strategy that needs no model (a ranking) is the same cell in a context-only config
+        inst.context_only = not self.model.generate and inst.requires_model()
         return inst
 
     def inert_params(self) -> dict[str, str]:

@@ -17,6 +17,9 @@ class SignalsConfig(_Strict):
     keyword_enabled: bool = True  # keyword + weight retrieval (BM25 over jieba keywords)
     keyword_topk: int = Field(8, ge=1, le=50)  # keywords extracted from the query (seed: 5)
     keyword_method: Literal["tfidf", "textrank"] = "tfidf"
+    # the parts of speech a Chinese keyword may be: dkilab's (the seed's plus English words and numbers inside
+    # Chinese text) or the seed's own n/nr/ns/nt/nz/v/vn (§5.1.2)
+    keyword_pos: Literal["dkilab", "seed"] = Field("dkilab", json_schema_extra={"off": "dkilab"})
     vector_enabled: bool = True  # vector similarity retrieval
     vector_top_k: int = Field(50, ge=1, le=1000)  # (seed: 10)
     # minimum cosine similarity (seed: 0.5, which drops most relevant MiniLM / e5 cosines; the fused rank decides)
@@ -28,8 +31,9 @@ class SignalsConfig(_Strict):
     lexical_query: Literal["keywords", "full"] = "full"  # BM25 over the whole query (stopwords dropped) or the keywords
     lexical_top_k: int = Field(50, ge=1, le=200)
     # weighted min-max scores, reciprocal-rank fusion, or `learned`: the weighted fusion's list and the session
-    # neighbours of its top hits, ordered by a logistic regression over their features (recall/learned.py)
-    fusion: Literal["rrf", "weighted", "learned"] = "learned"  # (before issue 30's learned fusion: weighted)
+    # neighbours of its top hits, ordered by a logistic regression over their features (recall/learned.py);
+    # `seed`: the seed's own ranking (§2.2.2-2.2.3, recall/seed_ranking.py): keyword-weight sum + cosine
+    fusion: Literal["rrf", "weighted", "learned", "seed"] = "learned"
     # the learned fusion's weights: a JSON file (None = the shipped dkilab/recall/fusion_lr.json); its digest
     # is part of a cell's identity (added after cells were logged: `off` keeps it out while unset)
     fusion_model: str | None = Field(None, json_schema_extra={"off": None})
@@ -103,7 +107,29 @@ class FactCallConfig(_Strict):
         return self.enabled and self.max_rounds > 0
 
 
+# `recall: {preset: seed}`: the recall stage as seed recall-v4 §2.2 and §6 state it. Keys given beside the
+# preset override it (a sweep moves one value off the seed's). The budget, summary and fact-call defaults
+# are already §6's values, but for generation_reserve, which dkilab derives from what is generated.
+PRESETS: dict[str, dict[str, Any]] = {
+    "seed": {"signals": {
+        "keyword_enabled": True, "keyword_topk": 5, "keyword_method": "tfidf", "keyword_pos": "seed",
+        "vector_enabled": True, "vector_top_k": 10, "vector_threshold": 0.5, "reference_enabled": True,
+        "fusion": "seed", "lexical_query": "keywords", "speaker_focus": 0.0, "temporal_focus": 0.0,
+        "prf_docs": 0, "neighbor_expansion": 0, "session_boost": 0.0}},
+}
+
+
+def _under(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """`over` on top of `base`, nested mappings merged key by key."""
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _under(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
 class RecallConfig(_Strict):
+    # a named set of values (PRESETS) under the keys given with it; None: dkilab's defaults
+    preset: Literal["seed"] | None = Field(None, json_schema_extra={"off": None})
     enabled: bool = True
     strategy: Literal["summary_with_fact_call", "flat_history"] = "summary_with_fact_call"
     signals: SignalsConfig = Field(default_factory=SignalsConfig)
@@ -112,6 +138,13 @@ class RecallConfig(_Strict):
     fact_call: FactCallConfig = Field(default_factory=FactCallConfig)
     prompt_formatter: str = "auto"  # auto | a registered formatter: generic | deepseek | glm
     default_recall_turns: int = Field(5, ge=0)  # used when the resolver finds no reference
+
+    @model_validator(mode="before")
+    @classmethod
+    def _preset(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("preset") in PRESETS:
+            return _under(PRESETS[data["preset"]], data)
+        return data
 
     @field_validator("prompt_formatter")
     @classmethod

@@ -11,6 +11,7 @@ temporal focus (a date cue searches its window first: recall/temporal.py), sessi
 of the top hits and a boost for messages whose session holds many of the hits.
 - `learned`: the weighted fusion's list and the session neighbours of its top hits, ordered by a logistic
   regression over their features (recall/learned.py).
+- `seed`: the seed's own ranking, keyword weight + cosine in the reference's range (recall/seed_ranking.py).
 Nothing here sees gold evidence or answers.
 """
 from __future__ import annotations
@@ -22,10 +23,11 @@ from collections import Counter
 from functools import lru_cache
 from typing import Any, Callable
 
+from dkilab.recall import seed_ranking
 from dkilab.recall.config import RecallConfig
 from dkilab.recall.reference import ReferenceResolver, ReferenceType
 from dkilab.recall.temporal import date_window
-from dkilab.text.keywords import extract_keywords
+from dkilab.text.keywords import ALLOW_POS, extract_keywords
 from dkilab.text.segment import segment
 from dkilab.types import Memory, Message, RecallResult, RecalledMessage, to_utc
 
@@ -62,6 +64,8 @@ class MultiSignalRecall:
         """`asked_at`: when the question is asked (date cues resolve against it; else the newest message)."""
         sig = self.config.signals
         lat: dict[str, float] = {}
+        if sig.fusion == "seed":
+            return self._seed_recall(query, session_id, max_results, lat)
         history = self._timed(lat, "history", lambda: self.memory.session_messages(session_id) if session_id
                               else self.memory.recent(2 * self.config.default_recall_turns))
         lists: dict[str, list[tuple[Message, float]]] = {}
@@ -98,14 +102,18 @@ class MultiSignalRecall:
             ranked = self._timed(lat, "learned", lambda: self._learned(query, ranked, keywords, focus, asked_at))
         if sig.neighbor_expansion and ranked:
             ranked = self._timed(lat, "neighbors", lambda: self._expand(ranked))
-        ranked = ranked[:max_results]
+        return self._result(ranked[:max_results], history if session_id else [], ref, lists, keywords, max_results, lat)
 
+    def _result(self, ranked: list[RecalledMessage], session_history: list[Message], ref, lists, keywords,
+                max_results: int, lat: dict) -> RecallResult:
+        """The recent-turn supplement of a session (seed §2.2.2 step 7: min-max recent turns, the reference's
+        own count within them) first, then the ranked messages it does not hold."""
         recent: list[Message] = []
-        if session_id:
+        if session_history:
             b = self.config.budget
             turns = (ref.recall_turns if ref is not None and ref.recall_turns else b.min_recent_turns)
             turns = max(b.min_recent_turns, min(b.max_recent_turns, turns))
-            recent = history[-2 * turns:] if turns else []
+            recent = session_history[-2 * turns:] if turns else []
         seen = {m.message_id for m in recent}
         final = list(recent) + [r.message for r in ranked if r.message.message_id not in seen]
         return RecallResult(
@@ -113,6 +121,27 @@ class MultiSignalRecall:
             vector_hits=len(lists.get("vector", [])), reference_scope=ref.scope.value if ref is not None else None,
             recent_turns_added=len(recent) // 2, ranked=ranked, keywords=keywords,
             reference_hits=len(lists.get("reference", [])), latency_ms=lat)
+
+    def _seed_recall(self, query: str, session_id: str | None, max_results: int, lat: dict) -> RecallResult:
+        """The seed's ranking (recall/seed_ranking.py): keywords matched in the reference's range, vectors over
+        the memory, keyword weight + cosine."""
+        sig = self.config.signals
+        history = self._timed(lat, "history", lambda: seed_ranking.history(self.memory, session_id))
+        resolver = self.resolver if sig.reference_enabled else None
+        scope = self._timed(lat, "reference", lambda: seed_ranking.keyword_range(query, history, resolver))
+        lists: dict[str, list[tuple[Message, float]]] = {}
+        keywords: list[tuple[str, float]] = []
+        if sig.keyword_enabled:
+            pos = seed_ranking.SEED_POS if sig.keyword_pos == "seed" else ALLOW_POS
+            keywords = self._timed(lat, "keywords", lambda: extract_keywords(query, sig.keyword_topk, sig.keyword_method, pos))
+            lists["keyword"] = self._timed(lat, "lexical", lambda: seed_ranking.keyword_hits(scope.messages, keywords, _contains))
+        if sig.vector_enabled:
+            lists["vector"] = self._timed(lat, "vector", lambda: self._vector_hits(query))
+        if scope.reference is not None and scope.reference.reference_type != ReferenceType.NONE:
+            lists["reference"] = [(m, 1.0) for m in scope.messages]
+        ranked = self._timed(lat, "fusion", lambda: seed_ranking.rank(lists.get("keyword", []), lists.get("vector", [])))
+        return self._result(ranked[:max_results], history if session_id else [], scope.reference, lists, keywords,
+                            max_results, lat)
 
     # --- signals ----------------------------------------------------------------------------
     def _date_window(self, query: str, asked_at):
