@@ -100,13 +100,16 @@ def _questions(cell: Cell, data_dir):
     if d.split == "ablation":
         convs = ablation_split(convs)
     cats = None if d.categories is None else {str(c) for c in d.categories}
+    refers = _reference_filter() if d.with_reference else None
     out = []
     half = (len(convs) + 1) // 2
     asked = convs[:half] if d.split == "dev" else convs[half:] if d.split == "test" else convs
     for conv in asked:
         qs = [q for q in conv.questions if (cats is None or str(q.category) in cats)
-              and (q.answerable or not d.answerable_only)]
+              and (q.answerable or not d.answerable_only) and (refers is None or refers(q.question))]
         out += [(conv, q) for q in (stratified(qs, d.question_limit) if d.sample == "stratified" else qs[:d.question_limit])]
+    if refers is not None and not out:
+        raise ConfigError(f"datasets ({d.key}): with_reference: no question of it carries a reference the resolver maps")
     if cats is not None and not out:
         known = sorted({str(q.category) for c in asked for q in c.questions})
         raise ConfigError(f"datasets ({d.key}): categories: {d.categories} matches no question "
@@ -119,6 +122,14 @@ def _questions(cell: Cell, data_dir):
         raise ValueError(f"dataset {d.name!r}: question {listed.qid} has choices, but the dataset is registered "
                          "without choices=True (register_dataset): its cells' identity would miss the CHOOSE prompt")
     return convs, out
+
+
+def _reference_filter():
+    """Whether a question carries a reference the default resolver maps to a scope."""
+    from dkilab.recall.reference import ReferenceResolver, ReferenceType
+
+    resolver = ReferenceResolver()
+    return lambda text: resolver.resolve(text).reference_type != ReferenceType.NONE
 
 
 def _mark_evidence_sessions(items: list) -> None:

@@ -200,6 +200,9 @@ class DatasetSpec(_Strict):
     # default what the dataset declares, or what a normalised file's records give
     language: Literal["en", "cn", "mixed"] | None = Field(None, json_schema_extra={"off": None})
     answerable_only: bool = False
+    # keep the questions that carry a reference ("刚才", "recently", "你之前说的"), as the default reference
+    # resolver reads them: the questions the recall scope can change (experiments/reference_scope.yaml)
+    with_reference: bool = Field(False, json_schema_extra={"off": False})
     scorer: str | None = None  # override the dataset's declared scorer (locomo, f1, zh_f1, choice, auto)
 
     @field_validator("scorer")

@@ -66,8 +66,9 @@ class MultiSignalRecall:
         lat: dict[str, float] = {}
         if sig.fusion == "seed":
             return self._seed_recall(query, session_id, max_results, lat)
+        turns = self._scope_turns() if sig.reference_window == "scope" else self.config.default_recall_turns
         history = self._timed(lat, "history", lambda: self.memory.session_messages(session_id) if session_id
-                              else self.memory.recent(2 * self.config.default_recall_turns))
+                              else self.memory.recent(2 * turns))
         lists: dict[str, list[tuple[Message, float]]] = {}
         ref = None
         if sig.reference_enabled and self.resolver is not None:
@@ -142,6 +143,13 @@ class MultiSignalRecall:
         ranked = self._timed(lat, "fusion", lambda: seed_ranking.rank(lists.get("keyword", []), lists.get("vector", [])))
         return self._result(ranked[:max_results], history if session_id else [], scope.reference, lists, keywords,
                             max_results, lat)
+
+    def _scope_turns(self) -> int:
+        """Turns of the conversation's latest history a question with no session resolves its reference
+        against under `reference_window: scope`: the widest scope the resolver maps a cue to ("最近" = 50)."""
+        c = self.resolver.config if self.resolver is not None else None
+        widest = max(c.last_few_turns * 2, c.recent_turns, c.session_max_turns) if c is not None else 0
+        return max(self.config.default_recall_turns, widest)
 
     # --- signals ----------------------------------------------------------------------------
     def _date_window(self, query: str, asked_at):
