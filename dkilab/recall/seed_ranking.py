@@ -28,9 +28,12 @@ class SeedRange:
     reference: ResolvedReference | None
 
 
+HISTORY_CAP = 10_000  # the most messages the recall service returns in one `recent` call
+
+
 def history(memory: Memory, session_id: str | None) -> list[Message]:
-    """The session's messages, or the user's whole memory, oldest first."""
-    return memory.session_messages(session_id) if session_id else memory.recent(memory.count())
+    """The session's messages, or the user's whole memory (its latest `HISTORY_CAP` messages), oldest first."""
+    return memory.session_messages(session_id) if session_id else memory.recent(min(memory.count(), HISTORY_CAP))
 
 
 def keyword_range(query: str, messages: list[Message], resolver: ReferenceResolver | None) -> SeedRange:

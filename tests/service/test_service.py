@@ -213,14 +213,17 @@ def test_recall_v4_strategy_over_http_recalls_what_it_recalls_in_process(service
     from dkilab.strategies import create_strategy
 
     strategy = create_strategy("recall_only", {"max_results": 10})
+    seed = create_strategy("recall_only", {"max_results": 10, "recall": {"preset": "seed"}})  # its whole-memory range
     # learned fusion picks the model part of the store's encoder, which the client learns from /v1/whoami
     assert service.client("u_maya").encoder_name == service.store.embedder.model_name
     for conv in load_dataset("fixtures"):
         for q in conv.questions[:4]:
-            sid = q.session_id
-            local = strategy.answer(q.question, service.store.for_user(conv.user_id), None, session_id=sid)
-            remote = strategy.answer(q.question, service.client(conv.user_id), None, session_id=sid)
-            assert remote.recalled_ids == local.recalled_ids and remote.recalled_ids, q.question
+            for s in (strategy, seed):
+                for sid in (q.session_id, None):
+                    local = s.answer(q.question, service.store.for_user(conv.user_id), None, session_id=sid)
+                    remote = s.answer(q.question, service.client(conv.user_id), None, session_id=sid)
+                    assert remote.recalled_ids == local.recalled_ids, q.question
+                    assert remote.recalled_ids or s is seed, q.question  # the seed's may be empty: no keyword, no cosine >= 0.5
 
 
 def test_a_server_that_went_away_is_a_connection_error_naming_the_url():
