@@ -104,6 +104,17 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
+def merge_nested(base: dict, over: dict) -> dict:
+    """A copy of `over` on top of `base`, nested mappings merged key by key (`{"signals": {"x": 1}}` changes
+    that one key of a `signals` block in `base`)."""
+    import copy
+
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        out[k] = merge_nested(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else copy.deepcopy(v)
+    return out
+
+
 def set_dotted(data: dict, dotted: str, value: Any, *, create: bool = True, where: str = "") -> None:
     """Set `a.b.c` in nested mappings, in place. `create`: make missing sections (a config being written);
     otherwise every section and the key must exist already (updates to a validated block). Errors name

@@ -44,7 +44,7 @@ from typing import Any, ClassVar, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from dkilab.config import ConfigError, read_yaml, refuse_bool_numbers, set_dotted, validate
+from dkilab.config import ConfigError, merge_nested, read_yaml, refuse_bool_numbers, set_dotted, validate
 from dkilab.registry import DATASETS, SCORERS, STRATEGIES, did_you_mean
 
 
@@ -639,15 +639,6 @@ def identity_params(params) -> dict[str, Any]:
     return walk(params, params.model_dump(mode="json"))
 
 
-def _merge(base: dict, over: dict) -> dict:
-    """`over` on top of `base`, nested mappings merged key by key (a strategy's `recall.signals.x`
-    changes that one key of a `recall:` block given in `defaults`)."""
-    out = copy.deepcopy(base)
-    for k, v in over.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else copy.deepcopy(v)
-    return out
-
-
 def _has_param(strategy_name: str, dotted: str) -> bool:
     return dotted.split(".")[0] in STRATEGIES[strategy_name].Params.model_fields
 
@@ -663,8 +654,8 @@ def expand_cells(cfg: ExperimentConfig, source: str = "<config>") -> list[Cell]:
             if s.datasets is not None and ds.key not in s.datasets:
                 continue
             for point in grid:
-                params = _merge({k: v for k, v in cfg.defaults.items() if _has_param(s.name, k)}, s.params)
-                model, embedder = cfg.model.model_dump(), _merge(cfg.embedder.model_dump(), s.embedder or {})
+                params = merge_nested({k: v for k, v in cfg.defaults.items() if _has_param(s.name, k)}, s.params)
+                model, embedder = cfg.model.model_dump(), merge_nested(cfg.embedder.model_dump(), s.embedder or {})
                 applied = {}
                 for key, value in point.items():
                     root, rest = key.split(".", 1)

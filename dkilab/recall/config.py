@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from dkilab.config import read_yaml, validate
+from dkilab.config import merge_nested, read_yaml, validate
 
 
 class _Strict(BaseModel):
@@ -123,14 +123,6 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-def _under(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    """`over` on top of `base`, nested mappings merged key by key."""
-    out = dict(base)
-    for k, v in over.items():
-        out[k] = _under(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
-
-
 class RecallConfig(_Strict):
     # a named set of values (PRESETS) under the keys given with it; None: dkilab's defaults
     preset: Literal["seed"] | None = Field(None, json_schema_extra={"off": None})
@@ -147,7 +139,7 @@ class RecallConfig(_Strict):
     @classmethod
     def _preset(cls, data: Any) -> Any:
         if isinstance(data, dict) and data.get("preset") in PRESETS:
-            return _under(PRESETS[data["preset"]], data)
+            return merge_nested(PRESETS[data["preset"]], data)
         return data
 
     @field_validator("prompt_formatter")
