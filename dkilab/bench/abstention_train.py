@@ -140,12 +140,12 @@ def select(rows: list[dict] | None = None, X=None, y=None) -> dict[str, Any]:
     sources serve as training rows of the dev folds, and the fresh check is never read."""
     import numpy as np
 
-    from dkilab.text.abstention_rules import rule_decision
+    from dkilab.text.abstention_commit import sure_decision
 
     rows = rows if rows is not None else load_sources()
     if X is None or y is None:
         X, y = _design([r["text"] for r in rows]), np.asarray([r["abstains"] for r in rows])
-    sure = [rule_decision(r["text"]) for r in rows]
+    sure = [sure_decision(r["text"]) for r in rows]
     dev = [i for i, r in enumerate(rows) if r["source"] in DEV_SOURCES]
     if not dev:
         raise ValueError(f"none of the dev sources {DEV_SOURCES} is among the labelled rows")
@@ -170,7 +170,7 @@ def validate(rows: list[dict] | None = None, C: float | None = None, threshold: 
 
     from dkilab.text.abstention import StructuralDetector
     from dkilab.text.abstention_learned import load_weights
-    from dkilab.text.abstention_rules import rule_decision
+    from dkilab.text.abstention_commit import sure_decision
 
     if C is None or threshold is None:
         w = load_weights()
@@ -180,7 +180,7 @@ def validate(rows: list[dict] | None = None, C: float | None = None, threshold: 
         X, y = _design([r["text"] for r in rows]), np.asarray([r["abstains"] for r in rows])
     structural = StructuralDetector()
     rules = [structural.is_abstention(r["text"]) for r in rows]
-    sure = [rule_decision(r["text"]) for r in rows]
+    sure = [sure_decision(r["text"]) for r in rows]
     loso = _hybrid(sure, _loso_probabilities(rows, X, y, C), threshold)
     per_source = {}
     for source in sorted({r["source"] for r in rows}):

@@ -91,7 +91,7 @@ def _cmd_bench_abstention(args: argparse.Namespace) -> int:
     if args.shapes:
         from dkilab.bench.abstention_shapes import main as shapes_main
 
-        return shapes_main(show_errors=args.errors)
+        return shapes_main(show_errors=args.errors, judge=args.judge)
     if args.label_sheet:
         from dkilab.bench.abstention_external import label_sheet
 
@@ -207,5 +207,6 @@ def add(sub) -> None:
     ba.add_argument("--second-reader", default=None, metavar="FILE", help="with the external check: another reader's "
                     "label file (a filled --label-sheet); prints the agreement and the figures under those labels")
     ba.add_argument("--shapes", action="store_true", help="only the reply-shapes check (issue 61): the held-back third "
-                    "of datasets/fixtures/abstention/reply_shapes.jsonl per language and shape (with --errors: its errors)")
+                    "of datasets/fixtures/abstention/reply_shapes.jsonl per language and shape (with --errors: its errors; with "
+                    "--judge MODEL: that LLM judge on the same rows)")
     ba.set_defaults(func=_cmd_bench_abstention)

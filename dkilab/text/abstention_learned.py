@@ -2,7 +2,8 @@
 logistic regression over multilingual-e5 vectors decides the rest, and every decision says which path
 made it.
 
-Sure for the rules (`abstention_rules.rule_decision`, whose docstring lists every rules version): the protocol phrase ("Not
+Sure for the rules (`abstention_commit.sure_decision`: a reply that commits to a value answers, rules version 14; then
+`abstention_rules.rule_decision`, whose docstring lists every rules version): the protocol phrase ("Not
 mentioned." / "没有提到。") or a bare fragment abstains; a hedge that offers a value, a person in the story who
 did not know, the user's own words reported back, a parrot of the prompt, or an answer with no word of
 absence outside quotes and titles answers. Everything else goes to the learned component: the e5 vectors
@@ -27,10 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from dkilab.text.abstention import StructuralDetector, _normalise, clauses
+from dkilab.text.abstention_commit import reply_kind, sure_decision
 from dkilab.text.abstention_rules import RULES_VERSION, masked, rule_decision
 
 __all__ = ["DEFAULT_DETECTOR", "DETECTOR_NAMES", "HybridDetector", "RULES_VERSION", "get_detector", "load_weights",
-           "rule_decision"]
+           "rule_decision", "sure_decision"]
 
 WEIGHTS = Path(__file__).with_name("abstention_lr.json")
 DETECTOR_NAMES = ("hybrid", "structural")
@@ -149,7 +151,7 @@ class HybridDetector:
         with self._lock:
             todo = list(dict.fromkeys(a for a in answers if a not in self._decisions))
         if todo:
-            sure = [rule_decision(a) for a in todo]
+            sure = [sure_decision(a) for a in todo]
             rest = [a for a, s in zip(todo, sure) if s is None]
             probs = iter(self.probability(rest).tolist() if rest else [])
             thr = float(self.weights["threshold"])
@@ -160,7 +162,7 @@ class HybridDetector:
             return [self._decisions.get(a) or self._decide_uncached(a) for a in answers]
 
     def _decide_uncached(self, answer: str) -> tuple[bool, str]:  # evicted between the two locks: rare
-        s = rule_decision(answer)
+        s = sure_decision(answer)
         return (s, "rules") if s is not None else (bool(self.probability([answer])[0] >= self.weights["threshold"]),
                                                    "learned")
 
@@ -169,6 +171,10 @@ class HybridDetector:
 
     def is_abstention(self, answer: str) -> bool:
         return self.decide(answer)[0]
+
+    def kind(self, answer: str) -> str:
+        """abstain, answer, or hedged_guess (a decline, then a guess: it answers)."""
+        return reply_kind(answer, self.decide(answer)[0])
 
 
 @lru_cache(maxsize=None)

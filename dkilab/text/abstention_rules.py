@@ -166,7 +166,7 @@ _ZH_ABOUT_KNOWING = re.compile(r"知道|清楚|记得|记住|了解|印象|确�
 # a topic, then "don't know", then only questions back ("这个不清楚，你知道导演是谁吗？", "这就不知道了，你知道他是哪里人吗？")
 _ZH_TOPIC_UNKNOWN = re.compile(r"^(?:这个|这|那个|那|这事|那事)?(?:就|我)?(?:也|真|还真是?|实在|确实)?(?:不知道|不清楚|不记得|不了解|说不上来)"
                                r"(?:了|呢|啊|呀)?$")
-RULES_VERSION = "13"
+RULES_VERSION = "14"  # 14: `abstention_commit.commitment` decides first (a reply that commits to a value answers)
 
 
 @lru_cache(maxsize=1)
@@ -457,7 +457,10 @@ def rule_decision(answer: str) -> bool | None:
     - rules version 13 (from the Chinese dev part): a Chinese answer that speaks of the answerer with no word of
       absence and no word of knowing answers ("我看过好几遍，能不知道嘛"); wondering about the listener ("不知道你会
       不会喜欢") is masked; 是啊 is an answer word; a topic not known followed only by questions back ("这个不清楚，
-      你知道导演是谁吗？") and a question then "一时想不起来了" abstain."""
+      你知道导演是谁吗？") and a question then "一时想不起来了" abstain;
+    - rules version 14 (issue 61), applied before these by `abstention_commit.sure_decision`: a reply with a segment that
+      commits to a value answers ("You didn't say the exact day, but you mentioned ...", "不用担心，你的血型是...",
+      "No, it wasn't cancelled", a guess after a decline)."""
     text = _PREFIX.sub("", _normalise(answer)).strip()
     every = clauses(answer)
     if _PROTOCOL.match(text) and len(every) == 1:

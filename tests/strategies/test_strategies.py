@@ -114,11 +114,16 @@ def test_recall_v4_fallbacks(memory, model):
     assert ans.summary_ids and not ans.fact_calls_offered and ans.budget.reserved == {}
 
 
-def test_recall_v4_prompt_is_far_below_full_history_on_a_long_history(embedder, tmp_path, model):
+def test_recall_v4_prompt_is_far_below_full_history_on_a_long_history(embedder, tmp_path):
     """A history longer than what recall returns (the two sessions + 80 days of chat): recall_v4 shows the
     recalled messages (the long one as a summary), full_history all of them. On the 8-message history alone
-    recall returns every message, so there the constraint makes recall_v4's prompt the longer one."""
+    recall returns every message, so there the constraint makes recall_v4's prompt the longer one. What is under
+    test is the prompt, so a scripted model answers (SmolLM2's prefill of the long prompt took most of a minute)."""
     from dkilab.memory import MemoryStore
+    from dkilab.models.scripted import ScriptedModel
+
+    (tmp_path / "script.yaml").write_text("default: Pixel.\n", encoding="utf-8")
+    model = ScriptedModel(tmp_path / "script.yaml")
 
     filler = [Message(f"u1:f{i}", "u1", f"d{i}", 0, "user" if i % 2 == 0 else "assistant",
                       f"On day {i} we talked about the weather and the tram timetable, nothing else.",

@@ -18,6 +18,7 @@ from typing import Any
 from dkilab.eval.metrics.base import Scored, metric
 from dkilab.prompts import ABSTAIN_PHRASE
 from dkilab.text.abstention import DETECTOR, StructuralDetector, is_abstention
+from dkilab.text.abstention_commit import reply_kind
 from dkilab.text.abstention_learned import DEFAULT_DETECTOR, DETECTOR_NAMES, get_detector
 
 PHRASINGS = Path(__file__).resolve().parents[3] / "datasets" / "fixtures" / "abstention" / "phrasings.jsonl"
@@ -45,6 +46,13 @@ def _by_learned(q: Scored):
         depends_on="abstention", description="unanswerable questions answered anyway (abstention detector)")
 def _hallucinated(q: Scored):
     return None if q.item.answerable else float(not q.abstained)
+
+
+@metric("hedged_guess_rate", field="hedged_guess", subset="unanswerable", higher_is_better=False, rate=True,
+        depends_on="abstention", description="unanswerable questions answered with a guess after a decline (\"I don't "
+        "know, but I'd guess Leeds\"): part of hallucination_rate, reported apart")
+def _hedged_guess(q: Scored):
+    return None if q.item.answerable else float(reply_kind(q.answer.text, q.abstained) == "hedged_guess")
 
 
 def load_phrasings(path: str | Path | None = None) -> list[dict]:
