@@ -54,9 +54,9 @@ def main(split: str = "test", judge: str | None = None, show_errors: bool = Fals
     v = fit() if train else validate(rows)
     if train:
         get_detector.cache_clear()
-        from dkilab.text import abstention_learned
+        from dkilab.text.abstention import learned
 
-        abstention_learned.load_weights.cache_clear()
+        learned.load_weights.cache_clear()
         from dkilab.eval.metrics.abstention import detector_card
 
         detector_card.cache_clear()
@@ -66,7 +66,7 @@ def main(split: str = "test", judge: str | None = None, show_errors: bool = Fals
         for g in sel["grid"]:
             print(f"    C={g['C']:<4g} threshold {g['threshold']:<5g} dev minimum {g['dev_min']:.4f}  " + "  ".join(
                 f"{lang} P {m['precision']:.3f} R {m['recall']:.3f}" for lang, m in g["dev"].items()))
-        print("  weights written to dkilab/text/abstention_lr.json")
+        print("  weights written to dkilab/text/abstention/lr.json")
     hybrid = get_detector("hybrid")
     _line(f"{DETECTOR.name}-v{DETECTOR.version} (rules), all rows", v["rules"])
     _line(f"{hybrid.name}-v{hybrid.version}, leave-one-source-out", v["leave_one_source_out"])

@@ -12,7 +12,7 @@ Validation that does not flatter: leave-one-source-out (train on every other sou
 one; the predictions of all folds pooled) beside a pooled 5-fold split by row, and the fresh check
 (`fresh_check.jsonl`: phrasings written after the weights were frozen, never trained or tuned on).
 `select()` chooses C and the threshold on the declared dev sources; `train()` fits on every source and writes
-the weights with all the figures into `dkilab/text/abstention_lr.json`."""
+the weights with all the figures into `dkilab/text/abstention/lr.json`."""
 from __future__ import annotations
 
 import hashlib
@@ -65,7 +65,7 @@ def _design(texts: list[str]):
     import numpy as np
 
     from dkilab.cache import cache_dir
-    from dkilab.text import abstention_learned as al
+    from dkilab.text.abstention import learned as al
 
     from importlib.metadata import version
 
@@ -140,7 +140,7 @@ def select(rows: list[dict] | None = None, X=None, y=None) -> dict[str, Any]:
     sources serve as training rows of the dev folds, and the fresh check is never read."""
     import numpy as np
 
-    from dkilab.text.abstention_commit import sure_decision
+    from dkilab.text.abstention.commit import sure_decision
 
     rows = rows if rows is not None else load_sources()
     if X is None or y is None:
@@ -169,8 +169,8 @@ def validate(rows: list[dict] | None = None, C: float | None = None, threshold: 
     from sklearn.model_selection import StratifiedKFold
 
     from dkilab.text.abstention import StructuralDetector
-    from dkilab.text.abstention_learned import load_weights
-    from dkilab.text.abstention_commit import sure_decision
+    from dkilab.text.abstention.learned import load_weights
+    from dkilab.text.abstention.commit import sure_decision
 
     if C is None or threshold is None:
         w = load_weights()
@@ -227,16 +227,14 @@ def load_held_back(path: Path = HELD_BACK) -> list[dict]:
 def held_back_figures(detector, rows: list[dict] | None = None) -> dict[str, dict[str, float]]:
     """A detector's figures on the held-back model replies (HELD_BACK)."""
     rows = rows if rows is not None else load_held_back()
-    decide = getattr(detector, "decide_many", None)
-    pred = [d[0] for d in decide([r["text"] for r in rows])] if decide else [detector.is_abstention(r["text"]) for r in rows]
+    pred = [d[0] for d in detector.decide_many([r["text"] for r in rows])]
     return _figures(rows, pred)
 
 
 def fresh_figures(detector, rows: list[dict] | None = None) -> dict[str, dict[str, dict[str, float]]]:
     """A detector's figures on the fresh check: per round and over all rounds."""
     rows = rows if rows is not None else load_fresh_check()
-    decide = getattr(detector, "decide_many", None)
-    pred = [d[0] for d in decide([r["text"] for r in rows])] if decide else [detector.is_abstention(r["text"]) for r in rows]
+    pred = [d[0] for d in detector.decide_many([r["text"] for r in rows])]
     out = {"all": _figures(rows, pred)}
     for rnd in sorted({r["round"] for r in rows}):
         idx = [i for i, r in enumerate(rows) if r["round"] == rnd]
@@ -249,8 +247,8 @@ def train(out: Path | None = None, version: str = "2") -> dict[str, Any]:
     weights with the validation figures and the selection grid (the detector's card)."""
     import numpy as np
 
-    from dkilab.text.abstention_learned import WEIGHTS
-    from dkilab.text.abstention_rules import RULES_VERSION
+    from dkilab.text.abstention.learned import WEIGHTS
+    from dkilab.text.abstention.rules import RULES_VERSION
 
     rows = load_sources()
     X, y = _design([r["text"] for r in rows]), np.asarray([r["abstains"] for r in rows])
@@ -265,7 +263,7 @@ def train(out: Path | None = None, version: str = "2") -> dict[str, Any]:
                "coef": [round(float(c), 6) for c in model.coef_[0]], "intercept": round(float(model.intercept_[0]), 6),
                "trained_on": {s: sum(r["source"] == s for r in rows) for s in sorted({r["source"] for r in rows})},
                "figures": {k: figures[k] for k in ("rows", "sources", "rules", "leave_one_source_out", "pooled_5fold")}}
-    from dkilab.text.abstention_learned import HybridDetector
+    from dkilab.text.abstention.learned import HybridDetector
 
     weights["figures"]["fresh_check"] = fresh_figures(HybridDetector(weights=weights))["all"]
     weights["figures"]["held_back_model_replies"] = held_back_figures(HybridDetector(weights=weights))

@@ -329,11 +329,10 @@ def score_cell(cell: Cell, answers, items: list, judge=None, trace_ids: dict | N
     rows: list[dict[str, Any]] = []
     if judge is not None:  # every judge prompt of the cell generated in batches first, not one call per row
         judge.prefetch(judge_texts(judge, answers, items), batch_size=judge_batch)
-    from dkilab.text.abstention_learned import get_detector
+    from dkilab.text.abstention.learned import get_detector
 
     detector = get_detector(cell.detector)
-    if hasattr(detector, "decide_many"):  # the learned detector encodes the cell's answers in one batch
-        detector.decide_many([a.text for _, a, _ in answers if not isinstance(a, str)])
+    detector.decide_many([a.text for _, a, _ in answers if not isinstance(a, str)])  # the learned one: one batch
     for i, answer, wall in answers:
         conv, item = items[i]
         first = len(rows)

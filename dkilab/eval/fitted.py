@@ -60,7 +60,7 @@ COMPONENTS = (
 
 
 # the kinds of source the abstention detector may be fitted on (the prefix of each `trained_on` key of
-# dkilab/text/abstention_lr.json): phrasings written for it, none of them a reply to a dataset's question
+# dkilab/text/abstention/lr.json): phrasings written for it, none of them a reply to a dataset's question
 DETECTOR_SOURCES = ("handwritten", "templated:", "hard:")
 
 

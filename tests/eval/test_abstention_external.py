@@ -93,7 +93,7 @@ def test_the_shipped_labels_fit_the_datasets_and_hold_no_text():
 
 def test_the_external_check_without_a_data_dir_is_an_error_not_a_skip(monkeypatch, capsys):
     from dkilab.bench import abstention as bench
-    from dkilab.text.abstention_learned import get_detector
+    from dkilab.text.abstention.learned import get_detector
 
     monkeypatch.delenv("DKILAB_DATA_DIR", raising=False)
     assert bench._external(get_detector("hybrid"), get_detector("structural"), None, False) is False
@@ -130,7 +130,7 @@ def test_a_second_reader_labels_a_blind_sheet_and_the_agreement_is_counted(tmp_p
     with pytest.raises(ValueError, match=r"sheet\.jsonl:1: label '' of "):  # a sheet not filled in is no label file
         ext.load(data, sheet)
     from dkilab.bench import abstention as bench
-    from dkilab.text.abstention_learned import get_detector
+    from dkilab.text.abstention.learned import get_detector
 
     capsys.readouterr()
     assert not bench._external(get_detector("hybrid"), get_detector("structural"), str(data), False, str(sheet))

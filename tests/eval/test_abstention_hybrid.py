@@ -5,8 +5,8 @@ import json
 import pytest
 
 from dkilab.bench.abstention import PROBES
-from dkilab.text.abstention_learned import HybridDetector, get_detector, load_weights, rule_decision
-from dkilab.text.abstention_rules import RULES_VERSION
+from dkilab.text.abstention.learned import HybridDetector, get_detector, load_weights, rule_decision
+from dkilab.text.abstention.rules import RULES_VERSION
 
 
 def test_the_phrasings_issue_33_quoted_are_right_without_being_trained_on():
@@ -396,7 +396,7 @@ def test_the_judge_is_measured_on_the_fresh_check_and_cells_log_both_figures(mon
 
 def test_weights_fitted_under_other_rules_and_a_bad_fresh_row_say_which_file(tmp_path):
     from dkilab.bench.abstention_train import load_fresh_check
-    from dkilab.text.abstention_rules import RULES_VERSION
+    from dkilab.text.abstention.rules import RULES_VERSION
 
     stale = tmp_path / "stale.json"
     stale.write_text(json.dumps(dict(load_weights()) | {"rules_version": "0"}))
@@ -422,7 +422,7 @@ def test_a_torn_vector_cache_is_encoded_again_not_fatal(monkeypatch, tmp_path, c
     cache.write_bytes(cache.read_bytes()[:100])  # torn
     again = at._design(texts)
     assert "unreadable" in capsys.readouterr().out and np.allclose(again, want)
-    from dkilab.text.abstention_learned import views
+    from dkilab.text.abstention.learned import views
 
     with np.load(cache) as z:  # every distinct view of each text, whole
         assert len(z["keys"]) == len({v for t in texts for v in views(t)}) >= 4

@@ -63,7 +63,7 @@ SHAPED = {
 
 def test_the_five_shapes_in_both_languages_and_the_quoted_replies_are_decided_by_what_they_commit_to():
     from dkilab.eval.metrics.abstention import get_detector
-    from dkilab.text.abstention_commit import commitment
+    from dkilab.text.abstention.commit import commitment
 
     hybrid = get_detector("hybrid")
     for shape, texts in SHAPED.items():
@@ -83,7 +83,7 @@ def test_the_commitment_rule_turns_no_labelled_abstention_into_an_answer():
     """Rules version 14 runs before every other rule: on every labelled, fresh-check and held-back abstention it must
     find no value."""
     from dkilab.bench.abstention_train import load_fresh_check, load_held_back
-    from dkilab.text.abstention_commit import commitment
+    from dkilab.text.abstention.commit import commitment
 
     rows = [r for r in load_sources() + load_fresh_check() + load_held_back() if r["abstains"]]
     assert len(rows) > 1500 and [r["text"] for r in rows if commitment(r["text"])] == []

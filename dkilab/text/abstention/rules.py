@@ -1,6 +1,6 @@
 """The sure rules of the hybrid abstention detector (issue 33; `RULES_VERSION`): what an answer's wording settles
 without the learned component. `rule_decision` returns True (abstains), False (answers) or None (the learned
-component in `abstention_learned` decides); `masked` is the view both read, with quotes, titles and names
+component in `learned` decides); `masked` is the view both read, with quotes, titles and names
 masked. Each rule, with the phrasings that prompted it, is listed in `rule_decision`'s docstring and in
 docs/hallucination.md."""
 from __future__ import annotations
@@ -8,10 +8,10 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from dkilab.text.abstention import (_EN_FILLER, _PREFIX, _PROTOCOL, _QUOTED, _ZH_FILLER, _is_third, _normalise,
-                                    _strip_fillers, clauses)
+from dkilab.text.abstention.clauses import (EN_FILLER, PREFIX, PROTOCOL, QUOTED, ZH_FILLER, is_third, normalise,
+                                    strip_fillers, clauses)
 
-_CUES = re.compile(r"\b(?:not?|n't|never|none|nothing|nobody|nowhere|neither|nor|unknown|unclear|unsure|uncertain|"
+CUES = re.compile(r"\b(?:not?|n't|never|none|nothing|nobody|nowhere|neither|nor|unknown|unclear|unsure|uncertain|"
                    r"lack\w*|missing|without|unable|can'?t|cannot|couldn'?t|won'?t|don'?t|didn'?t|doesn'?t|isn'?t|"
                    r"wasn'?t|haven'?t|hasn'?t|hadn'?t|forg[eo]t\w*|blank|idea|sorry|afraid|guess\w*|rather|"
                    r"record\w*|mention\w*|told|tell|recall|remember|ring a bell|came up|discuss\w*|"
@@ -34,7 +34,7 @@ _GUESS = re.compile(r"\b(?:i think it was|i believe it was|probably|maybe|perhap
 _HEDGE = re.compile(r"^(?:probably|maybe|perhaps|possibly|likely|i think|i believe|i guess|my guess|if i had to|可能|也许|大概|"
                     r"估计|我觉得|我猜|我认为|应该)", re.I)
 _CONTRAST = re.compile(r"^(?:but|however|though|although|still|yet|但是?|不过|可是|后来才?|最后)\s*[,，]?\s*", re.I)
-_SPEAKER = re.compile(r"\b(?:i|i'm|i've|i'd|me|my|mine|we|we've|us|our)\b|我", re.I)
+SPEAKER = re.compile(r"\b(?:i|i'm|i've|i'd|me|my|mine|we|we've|us|our)\b|我", re.I)
 _ZH_ATTRIBUTIVE = re.compile(r"^不[\u4e00-\u9fff]{1,4}的[\u4e00-\u9fff]")
 _ZH_FIRST_PERSON_ABSENCE = re.compile(r"我(?:们)?(?:一点儿?(?:也|都)|完全|真的|实在|确实|也|还|都|根本|压根儿?)*"
                                       r"(?:无法|不|没|记不|想不|答不|说不)")
@@ -68,7 +68,7 @@ _TO_US = re.compile(r"\b(?:to|with) (?:me|us)\b|\b(?:told|tell|shared|mentioned|
                     r"(?:跟|和|对|向|给)(?:我|我们)|告诉(?:我|我们)", re.I)
 # idioms that only sound like absence: "不知道为什么，你那天特别开心" (for some reason, you were happy)
 _IDIOM = re.compile(r"^不知(?:道)?(?:为什么|为何|怎么(?:的|回事)?)[，,]|^for some reason\b", re.I)
-_WH = re.compile(r"\b(?:why|what|where|when|which|who|whose|how|whether)\b|什么|哪|谁|几|多少|为什么|怎么", re.I)
+WH = re.compile(r"\b(?:why|what|where|when|which|who|whose|how|whether)\b|什么|哪|谁|几|多少|为什么|怎么", re.I)
 # the user's own words reported back: "You said you don't eat pork", "You don't drive at night, you told me",
 # "你说过你不吃猪肉", "你不喝咖啡，你跟我说过": a fact about the user, whatever its negation
 _REPORTED_USER = re.compile(
@@ -149,7 +149,7 @@ _TOPIC_OPENER = re.compile(r"^(?:关于|至于|对于|说到)|^(?:about|regardin
 # rules version 12 (written from the English dev part of the check on replies by other people): words of knowing,
 # telling, records and the answerer's role. A clause without one of them, and without a word of absence, tells
 # something other than what the answerer lacks
-_EN_ABOUT_KNOWING = re.compile(
+EN_ABOUT_KNOWING = re.compile(
     r"\b(?:know\w*|(?:un)?aware|familiar|info\w*|detail\w*|specific\w*|record\w*|notes?|noted|memor\w*|remember\w*|"
     r"recall\w*|mention\w*|t[eo]ll\w*|told|sa(?:y|id|ys)|shar\w*|discuss\w*|talk\w*|conversation\w*|chat\w*|histor\w*|"
     r"c[oa]me up|hear\w*|heard|sure|certain\w*|idea|clue\w*|guess\w*|speculat\w*|assum\w*|fill (?:me|us) in|remind\w*|"
@@ -161,12 +161,12 @@ _EN_ABOUT_KNOWING = re.compile(
 # rules version 13 (written from the Chinese dev part of the check on replies by other people): words of knowing,
 # telling and records in Chinese; a Chinese answer that speaks of the answerer without one of them, and without a
 # word of absence, answers
-_ZH_ABOUT_KNOWING = re.compile(r"知道|清楚|记得|记住|了解|印象|确定|信息|记录|资料|内容|聊|提|说过|讲过|告诉|问|答|猜|想起|想不|忘|听说|"
+ZH_ABOUT_KNOWING = re.compile(r"知道|清楚|记得|记住|了解|印象|确定|信息|记录|资料|内容|聊|提|说过|讲过|告诉|问|答|猜|想起|想不|忘|听说|"
                                r"范围|超出|以外|之外|空白|头绪|数据|知识|懂|明白|查")
 # a topic, then "don't know", then only questions back ("这个不清楚，你知道导演是谁吗？", "这就不知道了，你知道他是哪里人吗？")
 _ZH_TOPIC_UNKNOWN = re.compile(r"^(?:这个|这|那个|那|这事|那事)?(?:就|我)?(?:也|真|还真是?|实在|确实)?(?:不知道|不清楚|不记得|不了解|说不上来)"
                                r"(?:了|呢|啊|呀)?$")
-RULES_VERSION = "14"  # 14: `abstention_commit.commitment` decides first (a reply that commits to a value answers)
+RULES_VERSION = "14"  # 14: `commit.commitment` decides first (a reply that commits to a value answers)
 
 
 @lru_cache(maxsize=1)
@@ -206,14 +206,14 @@ def echoes_the_prompt(answer: str) -> bool:
         if gram in grams:
             covered[i:i + n] = [True] * n
     rest = " ".join(t for t, c in zip(tokens, covered) if not c)
-    return sum(covered) >= 0.6 * len(tokens) and not _SPEAKER.search(rest)
+    return sum(covered) >= 0.6 * len(tokens) and not SPEAKER.search(rest)
 
 
 def masked(text: str) -> str:
     """The answer with quoted speech, 《titles》 and capitalised runs (titles, names) replaced by a placeholder:
     a word of absence inside them is not the answerer's; and (rules version 11) without the negations that
     say nothing is missing (`_NOT_ABSENCE`: "can't wait", "不错", "怎么可能不知道", "了解不？")."""
-    return _NOT_ABSENCE.sub(" ", _IDIOM.sub(" ", _TITLE_RUN.sub(_title, _QUOTED.sub(" QUOTE ", text))))
+    return _NOT_ABSENCE.sub(" ", _IDIOM.sub(" ", _TITLE_RUN.sub(_title, QUOTED.sub(" QUOTE ", text))))
 
 
 def _title(m: re.Match) -> str:
@@ -227,7 +227,7 @@ def _someone_else(core: str) -> bool:
     """An English clause whose subject is a person in the story ("Your boss ...", "Tom ...", "She ..."), after
     an opener such as "Honestly," (not a wh-word: "Where you parked ...")."""
     core = _EN_LEAD.sub("", core)
-    return bool(_EN_PERSON.match(core) or (_is_third(core) and not _WH.match(core)))
+    return bool(_EN_PERSON.match(core) or (is_third(core) and not WH.match(core)))
 
 
 def _reported_other(bare: str) -> bool:
@@ -248,20 +248,20 @@ def _person_does_not_know(parts) -> bool:
         return False
     first = parts[0].text
     if re.search(r"[\u4e00-\u9fff]", first):
-        core = _strip_fillers(first, _ZH_FILLER)
+        core = strip_fillers(first, ZH_FILLER)
         if _ZH_FIRST_PERSON_ABSENCE.search(core):
             return False  # "你儿子在哪个学校我无法确定": the answerer cannot say
         m = _ZH_PERSON.match(core)
         person = m is not None
     else:
-        core = _strip_fillers(first, _EN_FILLER)
+        core = strip_fillers(first, EN_FILLER)
         if re.search(r"\b(?:i|we|i'm|i've|we've)\b", core, re.I):
             return False
         m = _EN_PERSON.match(core)
-        person = m is not None or (_is_third(core) and not _WH.match(core))  # "Tom never told anyone ..."
+        person = m is not None or (is_third(core) and not WH.match(core))  # "Tom never told anyone ..."
     after = core[m.end():].strip() if m else core  # "你老板说了什么 ...": what the boss said is the topic, not the boss
     whole = " ".join(c.text for c in parts)
-    wh, neg = _WH.search(after), _CUES.search(after)
+    wh, neg = WH.search(after), CUES.search(after)
     if wh and (wh.start() == 0 or neg is None or wh.start() < neg.start()):
         return False  # "电工发现了什么问题不在我们聊过的内容里": an embedded question is the topic (rules version 8)
     return bool(person and _KNOWING.search(first) and not _TO_US.search(whole))
@@ -300,20 +300,20 @@ def _someone_in_the_story_did_not(bare: str, parts) -> bool:
     replied to the invitation", "中介那边一直没回你消息", "水管工也不确定漏水的原因"), or what the user told or did not
     tell someone else ("You didn't mention the party to your boss", "You told your sister you couldn't make
     it"): a fact of the story, when the answer never speaks of the answerer (I, me, we, 我) or to it."""
-    if not parts or _SPEAKER.search(bare) or _TO_US.search(bare):  # _SPEAKER: the answerer (I, I'll, we're, 我)
+    if not parts or SPEAKER.search(bare) or _TO_US.search(bare):  # SPEAKER: the answerer (I, I'll, we're, 我)
         return False
     first = parts[0].text
     if re.search(r"[\u4e00-\u9fff]", first):
-        core = _strip_fillers(first, _ZH_FILLER)
+        core = strip_fillers(first, ZH_FILLER)
         if _ZH_TOLD_OTHER.match(core):
             return True
         return bool(_ZH_NOUN_PERSON.match(core) and not _ZH_SAYING.search(core))
-    core = _EN_LEAD.sub("", _strip_fillers(masked(first), _EN_FILLER).strip())
+    core = _EN_LEAD.sub("", strip_fillers(masked(first), EN_FILLER).strip())
     if _EN_TOLD_OTHER.match(core):
         return True
     m = _EN_NOUN_PERSON.match(core)
     after = core[m.end():].strip() if m else ""
-    return bool(m and not _WH.match(after) and not _EN_SAYING.search(after))
+    return bool(m and not WH.match(after) and not _EN_SAYING.search(after))
 
 
 def _answerer_does_not_know(bare: str, parts, text: str = "") -> bool:
@@ -321,10 +321,10 @@ def _answerer_does_not_know(bare: str, parts, text: str = "") -> bool:
     "What your boss said doesn't ring a bell", "That falls outside what we've talked about", "关于你的新地址，
     我一无所知", "这个我毫无头绪". Not when a person in the story is the subject ("Your boss drew a blank",
     "她对这件事一无所知") or the one it is for ("The name didn't ring a bell for her")."""
-    whole = _strip_fillers(bare, _EN_FILLER).strip()  # `bare`: the answer as `masked` gives it
+    whole = strip_fillers(bare, EN_FILLER).strip()  # `bare`: the answer as `masked` gives it
 
     def after_a_value(k: int) -> bool:  # rules version 11: "Pad thai. I've got nothing on the price": a value first
-        return any(p.kind == "content" and not _CUES.search(masked(p.text)) and not _WH.search(p.text)
+        return any(p.kind == "content" and not CUES.search(masked(p.text)) and not WH.search(p.text)
                    and not _TOPIC_OPENER.match(p.text)  # a topic ("你女儿的老师叫什么", "关于那次搬家") is no value,
                    and not re.search(re.escape(p.text) + r"\s*[?？]", text) for p in parts[:k])  # nor one asked back
 
@@ -336,7 +336,7 @@ def _answerer_does_not_know(bare: str, parts, text: str = "") -> bool:
         if after_a_value(k) and not re.search(r"[\u4e00-\u9fff]", c.text):  # Chinese opens with its topic: "你换工作的事，我..."
             continue
         if re.search(r"[\u4e00-\u9fff]", c.text):
-            core = _ZH_SOURCE_ADVERBIAL.sub("", _strip_fillers(c.text, _ZH_FILLER))  # "从聊天记录里推不出"
+            core = _ZH_SOURCE_ADVERBIAL.sub("", strip_fillers(c.text, ZH_FILLER))  # "从聊天记录里推不出"
             m = _ZH_IDIOM.search(core)
             if not m:
                 continue
@@ -345,7 +345,7 @@ def _answerer_does_not_know(bare: str, parts, text: str = "") -> bool:
                     _ZH_TOPIC_START.match(core) or m.start() == 0)):
                 return True
             continue
-        core = _strip_fillers(masked(c.text), _EN_FILLER).strip()
+        core = strip_fillers(masked(c.text), EN_FILLER).strip()
         m = _EN_IDIOM_TOPIC.search(core)
         if m and not _someone_else(core) and not _EN_FOR_SOMEONE.search(core[m.end():]) and not re.match(r"^you\b", core, re.I):
             return True
@@ -359,7 +359,7 @@ def _offers_a_value(parts, k: int) -> bool:
     followed by a refusal."""
     c = parts[k]
     body = _CONTRAST.sub("", c.text)
-    if c.kind != "content" or _CUES.search(body) or not re.search(r"[A-Za-z0-9\u4e00-\u9fff]", body):
+    if c.kind != "content" or CUES.search(body) or not re.search(r"[A-Za-z0-9\u4e00-\u9fff]", body):
         return False  # a bare "yet" split off "We haven't covered that yet" offers nothing
     if _EN_IDIOM_I.search(body) or _EN_IDIOM_TOPIC.search(body) or _ZH_IDIOM.search(body):
         return False  # "but that falls outside what we've talked about": an idiom of not knowing (rules version 7)
@@ -373,7 +373,7 @@ def _value_first(parts) -> bool:
     if len(parts) < 2 or parts[0].kind != "content":
         return False
     first = masked(parts[0].text).strip()
-    if _CUES.search(first) or _SPEAKER.search(first):
+    if CUES.search(first) or SPEAKER.search(first):
         return False
     return bool(_ANSWER_WORD.match(first) or re.search(r"\d|TITLE|QUOTE", first))
 
@@ -382,7 +382,7 @@ def _tells_something_else(text: str, every: list) -> bool:
     """Rules version 12: an English answer that tells something other than what the answerer lacks ("Nope, never
     been to something like that. I'm more into reading fantasy novels", "Yay! Next month I'm having an art show
     with my paintings - can't wait!"): no clause the structure calls absence, no clause with a word of absence
-    beside a word of knowing, telling or records (`_EN_ABOUT_KNOWING`: "not something I'm able to answer"), and
+    beside a word of knowing, telling or records (`EN_ABOUT_KNOWING`: "not something I'm able to answer"), and
     at least one clause of four words or more that is not a question back and holds neither. `every`: all the
     answer's clauses, fillers included."""
     if re.search(r"[\u4e00-\u9fff]", text):
@@ -390,21 +390,21 @@ def _tells_something_else(text: str, every: list) -> bool:
     parts = every
     if any(c.kind == "absence" for c in parts):
         return False
-    if any(_CUES.search(m) and _EN_ABOUT_KNOWING.search(m) for m in (masked(c.text) for c in parts)):
+    if any(CUES.search(m) and EN_ABOUT_KNOWING.search(m) for m in (masked(c.text) for c in parts)):
         return False
     for c in parts:
         if c.kind != "content" or re.search(re.escape(c.text) + r"\s*\?", text):
             continue
-        body = _strip_fillers(masked(c.text), _EN_FILLER).strip()
-        if (len(re.findall(r"[A-Za-z']+", body)) >= 4 and not _CUES.search(body) and not _EN_ABOUT_KNOWING.search(body)
-                and not _WH.match(body)):
+        body = strip_fillers(masked(c.text), EN_FILLER).strip()
+        if (len(re.findall(r"[A-Za-z']+", body)) >= 4 and not CUES.search(body) and not EN_ABOUT_KNOWING.search(body)
+                and not WH.match(body)):
             return True
     return False
 
 
 def _topic_unknown_then_asked_back(parts, text: str) -> bool:
     """Rules version 13: "这个不清楚，你知道导演是谁吗？": the topic is not known, and every clause after asks back."""
-    if len(parts) < 2 or not _ZH_TOPIC_UNKNOWN.match(_strip_fillers(parts[0].text, _ZH_FILLER)):
+    if len(parts) < 2 or not _ZH_TOPIC_UNKNOWN.match(strip_fillers(parts[0].text, ZH_FILLER)):
         return False
     return all(re.search(re.escape(c.text) + r"\s*[?？]", text) or re.search(r"[吗呢]$", c.text) for c in parts[1:])
 
@@ -458,12 +458,12 @@ def rule_decision(answer: str) -> bool | None:
       absence and no word of knowing answers ("我看过好几遍，能不知道嘛"); wondering about the listener ("不知道你会
       不会喜欢") is masked; 是啊 is an answer word; a topic not known followed only by questions back ("这个不清楚，
       你知道导演是谁吗？") and a question then "一时想不起来了" abstain;
-    - rules version 14 (issue 61), applied before these by `abstention_commit.sure_decision`: a reply with a segment that
+    - rules version 14 (issue 61), applied before these by `commit.sure_decision`: a reply with a segment that
       commits to a value answers ("You didn't say the exact day, but you mentioned ...", "不用担心，你的血型是...",
       "No, it wasn't cancelled", a guess after a decline)."""
-    text = _PREFIX.sub("", _normalise(answer)).strip()
+    text = PREFIX.sub("", normalise(answer)).strip()
     every = clauses(answer)
-    if _PROTOCOL.match(text) and len(every) == 1:
+    if PROTOCOL.match(text) and len(every) == 1:
         return True
     if _FRAGMENT.fullmatch(text.rstrip(" .。!！")):
         return True
@@ -472,19 +472,19 @@ def rule_decision(answer: str) -> bool | None:
         return False
     last = parts[-1].text if parts else ""
     cannot_say = (len(parts) >= 2 and _DONT_KNOW_LAST.match(last)) or _ZH_CANNOT_SAY.match(_ZH_SOURCE_ADVERBIAL.sub("", last))
-    if cannot_say and all(_WH.search(c.text) for c in parts[:-1]):
+    if cannot_say and all(WH.search(c.text) for c in parts[:-1]):
         return True
     bare = masked(text)
-    if _answerer_does_not_know(bare, parts, _QUOTED.sub(" QUOTE ", text)):
+    if _answerer_does_not_know(bare, parts, QUOTED.sub(" QUOTE ", text)):
         return True
     if _tells_something_else(text, every):
         return False
     if _topic_unknown_then_asked_back(parts, text):
         return True
-    if not _CUES.search(bare):
-        if _SPEAKER.search(bare) and re.search(r"[\u4e00-\u9fff]", bare) and not _ZH_ABOUT_KNOWING.search(bare):
+    if not CUES.search(bare):
+        if SPEAKER.search(bare) and re.search(r"[\u4e00-\u9fff]", bare) and not ZH_ABOUT_KNOWING.search(bare):
             return False  # rules version 13: "我看过好几遍，能不知道嘛": the answerer speaks, of nothing it lacks
-        return None if _SPEAKER.search(bare) else False
+        return None if SPEAKER.search(bare) else False
     if _ZH_ATTRIBUTIVE.match(text) and not _ZH_FIRST_PERSON_ABSENCE.search(text):
         return False
     if (_person_does_not_know(parts) or _REPORTED_USER.match(bare.strip()) or _reported_other(bare.strip())
