@@ -1,4 +1,4 @@
-"""Every prompt text dkilab sends to a model, in one place (issue 31). Strategies, formatters, summaries,
+"""Every prompt text dkilab sends to a model, in one place. Strategies, formatters, summaries,
 the harness's multiple-choice line, the judge, the agents' policies and the session flow import their texts
 from here; a cell's identity hashes every text it can reach (`Strategy.prompts`, `Cell.harness_prompts`,
 the judge block), so editing one here runs again exactly the cells that send it

@@ -1,7 +1,7 @@
-"""Abstention-detector benchmark (issue 33): on every labelled source of `datasets/fixtures/abstention/`
+"""Abstention-detector benchmark: on every labelled source of `datasets/fixtures/abstention/`
 (the hand-written phrasings and the templated sources), the rules alone and the hybrid detector, the
 latter validated leave-one-source-out (each source predicted by a model trained on the others) beside a
-pooled 5-fold split; the figures per held-out source; the phrasings issue 33 quoted and the fresh check
+pooled 5-fold split; the figures per held-out source; the quoted probe phrasings and the fresh check
 (both never trained on);
 and, with `--judge MODEL`, an LLM judge on a per-source sample. `--train` refits the shipped weights.
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-PROBES = [  # issue 33: misses and false alarms of structural-v2 on phrasings written outside the project
+PROBES = [  # misses and false alarms of structural-v2 on phrasings written outside the project
     ("I have no record of that.", True), ("This isn't something you've told me.", True),
     ("I lack the details to answer that.", True), ("Not something we talked about.", True),
     ("Unknown Pleasures by Joy Division.", False), ("不清楚的地方她都问了客户经理。", False),

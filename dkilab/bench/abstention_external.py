@@ -16,7 +16,7 @@ external_labels.jsonl` holds the reply's key, a digest of its text and the label
   are counted apart;
 - `other`: not a reply to the question, or no reading is sure. Left out.
 
-Split as issue 30 splits data: KdConv film and LoCoMo conversations 0-4 are the dev part (its errors may be
+Split as the recall bench splits data: KdConv film and LoCoMo conversations 0-4 are the dev part (its errors may be
 read), KdConv music and travel and LoCoMo conversations 5-9 the held-out part (measured, never read for rules).
 A digest that no longer matches the dataset's text is an error that names the key: the labels are of that text.
 

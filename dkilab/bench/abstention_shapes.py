@@ -1,4 +1,4 @@
-"""The reply-shapes check of the abstention detector (issue 61; `dkilab bench abstention --shapes`): on the
+"""The reply-shapes check of the abstention detector (`dkilab bench abstention --shapes`): on the
 held-back third of `datasets/fixtures/abstention/reply_shapes.jsonl` (replies in the five shapes 7B-class
 models write, each written to its label, never fitted on), precision and recall of abstention per language,
 the share decided as labelled per shape, and the share of hedged guesses decided as answers."""

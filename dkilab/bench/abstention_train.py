@@ -1,4 +1,4 @@
-"""Train and validate the learned part of the hybrid abstention detector (issue 33).
+"""Train and validate the learned part of the hybrid abstention detector.
 
 The labelled rows come from distinct sources (`datasets/fixtures/abstention/`): the hand-written set
 (`phrasings.jsonl`, one author), a second hand-written round (`phrasings_round2.jsonl`), the templated

@@ -1,4 +1,4 @@
-"""Store benchmark parts for issue 12: concurrent writers and readers, and open time with many users.
+"""Store benchmark parts: concurrent writers and readers, and open time with many users.
 
 Concurrency: `writers` processes each add `messages` messages for their own user with the *same* ids
 (msg-0, msg-1, ...; ids are per user), 10 per call, while `readers` threads in this process run

@@ -1,4 +1,4 @@
-"""Fit the learned fusion's weights (issue 30) on the declared dev split only: LoCoMo conversations 0-4
+"""Fit the learned fusion's weights on the declared dev split only: LoCoMo conversations 0-4
 (categories 1-4), the first half of MemDaily's first 300 trajectories (`experiments/retrieval_tune_dev.yaml`'s
 data), the first half of MADial-Bench's dialogues in each language (80 each) and the generated work sessions'
 users 0-11 (long user-assistant sessions, English). Each dev question is

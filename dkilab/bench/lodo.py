@@ -1,4 +1,4 @@
-"""Leave-one-dataset-out retrieval figures (issue 59): how the learned fusion does on a dataset none of
+"""Leave-one-dataset-out retrieval figures: how the learned fusion does on a dataset none of
 its fitting data came from.
 
 For each dataset source of the bench (LoCoMo, MemDaily, MADial-Bench: its English and Chinese halves are
@@ -30,7 +30,7 @@ must reproduce) and the single signals `bm25_only` and
 
     dkilab bench retrieval --leave-one-dataset-out [--data-dir DIR] [--metric recall_at_10] [--with-previous-turn]
 
-`--with-previous-turn` (issue 59 item 4) collects everything again on stores that embed each turn with the
+`--with-previous-turn` collects everything again on stores that embed each turn with the
 one it replies to, refits every held-out pipeline there and pairs it with the same pipeline on the defaults'
 stores (`previous_turn_table`): the choice between one vector per turn and the turn with its context is
 made by held-out figures, not in distribution.

@@ -1,4 +1,4 @@
-"""Retrieval benchmark (issue 30): the recall candidates of `experiments/retrieval_bench.yaml` on data
+"""Retrieval benchmark: the recall candidates of `experiments/retrieval_bench.yaml` on data
 they were not tuned on, as one table: dataset split x method, the metric with its 95% interval, the
 paired difference of each method against the previous defaults, every category where a candidate loses
 against them or the shipped defaults falls below the best single signal by more than its interval,

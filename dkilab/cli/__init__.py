@@ -33,7 +33,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
 
 # loggers whose INFO lines are noise on a console: MLflow's "Flushing the async trace logging queue ... This may
-# take a while" after the summary (issue 34 item 12); warnings and errors still show
+# take a while" after the summary; warnings and errors still show
 QUIET_LOGGERS = ("mlflow.tracing.export.async_export_queue",)
 
 

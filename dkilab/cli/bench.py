@@ -206,7 +206,7 @@ def add(sub) -> None:
                     "a second reader to label (a path outside the project: it holds dataset text), and stop")
     ba.add_argument("--second-reader", default=None, metavar="FILE", help="with the external check: another reader's "
                     "label file (a filled --label-sheet); prints the agreement and the figures under those labels")
-    ba.add_argument("--shapes", action="store_true", help="only the reply-shapes check (issue 61): the held-back third "
+    ba.add_argument("--shapes", action="store_true", help="only the reply-shapes check: the held-back third "
                     "of datasets/fixtures/abstention/reply_shapes.jsonl per language and shape (with --errors: its errors; with "
                     "--judge MODEL: that LLM judge on the same rows)")
     ba.set_defaults(func=_cmd_bench_abstention)

@@ -50,7 +50,7 @@ def language_of(texts: list[str]) -> str:
 def index_text_for(model: str) -> str:
     """The index text a new store embeds with by default for encoder `model` (store.index_text): "1", each
     turn alone, for MiniLM (learned fusion reads the neighbouring turns itself, and the turn alone ingests
-    at twice the rate: issue 30's >= 300 msg/s); "2", each turn with the one it replies to, for the others
+    at twice the rate: the >= 300 msg/s ingest target); "2", each turn with the one it replies to, for the others
     (multilingual-e5: on MADial-Bench zh the turn alone lost 0.024 recall@10, a real difference, and no rate
     target asks e5 for speed). `dkilab bench retrieval` has the ablation rows."""
     return "1" if model in MINILM_BUILDS else "2"

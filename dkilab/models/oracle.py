@@ -1,4 +1,4 @@
-"""`scripted:oracle`: the persona that reads perfectly what a strategy shows it (issue 57). It gives
+"""`scripted:oracle`: the persona that reads perfectly what a strategy shows it. It gives
 every strategy an answer-level upper bound on full data, on CPU, without a language model.
 
 Before each question the runner tells it the gold (`expect`: the answer and the evidence messages).

@@ -31,7 +31,7 @@ class SignalsConfig(_Strict):
     reference_window: Literal["recent", "scope"] = Field("recent", json_schema_extra={"off": "recent"})
     # --- dkilab additions (not in the seed): how the signals are fused --------------------
     # The defaults are the dev-split winner (experiments/retrieval_tune_dev.yaml), checked on held-back data
-    # by `dkilab bench retrieval` (issue 30); the seed's own values are noted where they differ.
+    # by `dkilab bench retrieval`; the seed's own values are noted where they differ.
     lexical_query: Literal["keywords", "full"] = "full"  # BM25 over the whole query (stopwords dropped) or the keywords
     lexical_top_k: int = Field(50, ge=1, le=200)
     # weighted min-max scores, reciprocal-rank fusion, or `learned`: the weighted fusion's list and the session

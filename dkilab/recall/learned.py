@@ -1,4 +1,4 @@
-"""Learned fusion (issue 30, `signals.fusion: learned`): a logistic regression over features of each
+"""Learned fusion (`signals.fusion: learned`): a logistic regression over features of each
 recall candidate decides the final order, instead of hand weights.
 
 The candidates are everything the signals found (the weighted fusion's whole list) plus the session
@@ -69,7 +69,7 @@ _Z = {"z_cos": "cos", "z_lex": "lex", "z_fused": "fused", "z_prev_cos": "prev_co
 
 
 class RangeGuard:
-    """Whether a question's candidates lie outside the feature rows a model was fitted on (issue 59: a
+    """Whether a question's candidates lie outside the feature rows a model was fitted on (a
     learned fusion fitted on other datasets fell below the hand weights on a dataset it had not seen): the
     share of the candidates' feature values outside the fitted rows' `LOW`-`HIGH` percentiles, against the
     `QUANTILE` quantile of that share over the fitted questions. A model with a guard gives such a question

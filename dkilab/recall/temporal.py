@@ -1,5 +1,5 @@
 """Date cues in a question, resolved to a time window against a reference time (when the question is
-asked, else the newest message): the `temporal_focus` lever of multi-signal recall (issue 30).
+asked, else the newest message): the `temporal_focus` lever of multi-signal recall.
 
     date_window("What did Ana cook last week?", now)      -> (Monday of last week, Monday of this week)
     date_window("我们五月份去了哪里？", now)                 -> (the latest 1 May before now, 1 June)

@@ -51,9 +51,9 @@ def view_text(output, lang: str) -> str:
 @register
 class RecallAgentStrategy(Strategy):
     name = "recall_agent"
-    # 2: a later, weaker statement no longer supersedes an explicit constraint (issue 32)
+    # 2: a later, weaker statement no longer supersedes an explicit constraint
     # 3: the closed loop of §4 (own queries per hypothesis, narrowing, rewriting, coverage, both-side conflicts);
-    #    the LLM policy reads the recall skill and raw tool results (issue 32)
+    #    the LLM policy reads the recall skill and raw tool results
     version = "4"  # what each version changed: docs/agents.md
     Params = RecallAgentParams
     params: RecallAgentParams

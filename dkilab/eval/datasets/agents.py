@@ -26,7 +26,7 @@ DIR = Path(__file__).resolve().parents[3] / "datasets" / "fixtures" / "agents"
 RECALL, POINTERS = DIR / "recall_cases.yaml", DIR / "pointer_cases.yaml"
 # written after the rules were frozen on the sets above, never used to tune them
 RECALL_HELDOUT, POINTERS_HELDOUT = DIR / "recall_cases_heldout.yaml", DIR / "pointer_cases_heldout.yaml"
-# issue 32: ambiguous referents and facts spread over several levels; the held-out half was written with the
+# ambiguous referents and facts spread over several levels; the held-out half was written with the
 # dev half, before the composer changes were run on either, and is never used to tune them
 POINTERS_HARD, POINTERS_HARD_HELDOUT = DIR / "pointer_cases_hard.yaml", DIR / "pointer_cases_hard_heldout.yaml"
 

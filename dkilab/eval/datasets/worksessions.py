@@ -2,7 +2,7 @@
 working sessions in English, with questions about what was instructed or answered many sessions earlier.
 
 The public dev data (LoCoMo persona chat, MemDaily, MADial-Bench snippets) has short turns. This set has the
-other kind (issue 59): each of `USERS` users works with an assistant on a software project over
+other kind: each of `USERS` users works with an assistant on a software project over
 `SESSIONS` sessions, a day or more apart. The user's turns are requests and instructions (a port, a
 timeout, a reviewer, a schedule, a convention); the assistant's are long answers (a numbered plan, a code
 block, an explanation: 250-500 words) in which the answer to a later question is one sentence or one line.

@@ -1,4 +1,4 @@
-"""Metrics of the agents (issue 11): the recall agent's memory view against gold statements and evidence,
+"""Metrics of the agents: the recall agent's memory view against gold statements and evidence,
 and semantic pointers against gold entity facts, distractors and the cases that must fall back.
 
 A view item counts for a gold statement when it is active (not superseded) and cites one of the

@@ -1,4 +1,4 @@
-"""Metrics of the session-memory flow (issue 14), one row per dialogue turn.
+"""Metrics of the session-memory flow, one row per dialogue turn.
 
 A strategy that runs whole dialogues (`session_l2`) returns one Answer holding every turn
 (`metadata["turns"]`); `expand_turns` turns it into one (QAItem, Answer) pair per turn, so each turn is a

@@ -1,4 +1,4 @@
-"""Does a reply commit to a value for what was asked? (abstention rules version 14, issue 61)
+"""Does a reply commit to a value for what was asked? (abstention rules version 14)
 
 A reply abstains only when no part of it commits to an answer. Real chat models often open a committed answer
 with a concession, a hedge or a negation ("You didn't say the exact day, but you mentioned the trip was in early

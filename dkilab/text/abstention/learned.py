@@ -1,4 +1,4 @@
-"""The hybrid abstention detector (issue 33): the structural rules decide what they are sure of, a
+"""The hybrid abstention detector: the structural rules decide what they are sure of, a
 logistic regression over multilingual-e5 vectors decides the rest, and every decision says which path
 made it.
 

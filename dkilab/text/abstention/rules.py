@@ -1,4 +1,4 @@
-"""The sure rules of the hybrid abstention detector (issue 33; `RULES_VERSION`): what an answer's wording settles
+"""The sure rules of the hybrid abstention detector (`RULES_VERSION`): what an answer's wording settles
 without the learned component. `rule_decision` returns True (abstains), False (answers) or None (the learned
 component in `learned` decides); `masked` is the view both read, with quotes, titles and names
 masked. Each rule, with the phrasings that prompted it, is listed in `rule_decision`'s docstring and in
@@ -458,7 +458,7 @@ def rule_decision(answer: str) -> bool | None:
       absence and no word of knowing answers ("我看过好几遍，能不知道嘛"); wondering about the listener ("不知道你会
       不会喜欢") is masked; 是啊 is an answer word; a topic not known followed only by questions back ("这个不清楚，
       你知道导演是谁吗？") and a question then "一时想不起来了" abstain;
-    - rules version 14 (issue 61), applied before these by `commit.sure_decision`: a reply with a segment that
+    - rules version 14, applied before these by `commit.sure_decision`: a reply with a segment that
       commits to a value answers ("You didn't say the exact day, but you mentioned ...", "不用担心，你的血型是...",
       "No, it wasn't cancelled", a guess after a decline)."""
     text = PREFIX.sub("", normalise(answer)).strip()
