@@ -1,0 +1,290 @@
+"""The experiment YAML's schema: the model, embedder, dataset, judge and strategy blocks, and the config."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from dkilab.config import refuse_bool_numbers
+from dkilab.registry import DATASETS, SCORERS, did_you_mean
+
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, data):
+        return refuse_bool_numbers(cls, data)
+
+
+class ModelSpec(_Strict):
+    spec: str = "offline:smollm2"
+    max_context: int | None = Field(2048, ge=256, le=10_000_000)
+    dtype: Literal["auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16"] = "auto"
+    # cpu | auto (one GPU per process: data-parallel under accelerate) | shard (one model over every GPU,
+    # one process) | cuda | cuda:N | mps
+    device: str = Field("cpu", pattern=r"^(cpu|auto|shard|mps|cuda(:\d+)?)$")
+    # false = context-only cells: every strategy builds exactly the prompt and K/V blocks it would give
+    # the model, then stops (no forward pass; the tokenizer alone is loaded unless a strategy generates
+    # while assembling): coverage, tokens and latency measured on full datasets on a CPU
+    generate: bool = True
+    # how it runs, not what it computes (batched = unbatched; kernels agree within fp tolerance): not
+    # part of a cell's identity, so a finished cell is reused when only these change
+    attn_implementation: Literal["auto", "sdpa", "eager", "flash_attention_2"] = "auto"  # flash: text cells only
+    batch_size: int = Field(1, ge=1, le=512)  # questions decoded together (text strategies)
+    concurrency: int = Field(4, ge=1, le=512)  # requests in flight to an OpenAI-compatible server
+    max_retries: int = Field(4, ge=0, le=20)  # 429 / 5xx / connection retries, with backoff
+    timeout: float = Field(120.0, gt=0)  # seconds per request try
+    kv_cache_mb: int = Field(2048, ge=0)  # cached K/V blocks per cell (LRU by bytes), freed when the cell ends
+    # reuse greedy responses from $DKILAB_CACHE_DIR/responses.sqlite (keyed by model, messages, tools,
+    # K/V memories and settings), as inspect's --cache: a repeated run does not generate again
+    cache: bool = False
+    # a served model's tokenizer (hub id or local directory, loaded locally): token budgets and prompt
+    # counts then use the served model's own tokens instead of the offline heuristic (1.24x on LoCoMo)
+    tokenizer: str | None = None
+
+    RUNTIME: ClassVar[set[str]] = {"attn_implementation", "batch_size", "concurrency", "max_retries", "timeout",
+                                   "kv_cache_mb", "cache"}
+
+    def identity(self) -> dict:
+        """The fields that decide results (what a cell's hash and params record); an unset tokenizer is
+        left out (the model's own is used), so configs without one keep their hashes."""
+        out = self.model_dump(mode="json", exclude=self.RUNTIME)
+        if out.get("tokenizer") is None:
+            out.pop("tokenizer", None)
+        weights = model_weights_digest(self.spec)
+        if weights:  # weights trained again at the same path, or an edited script, make another cell
+            out["weights"] = weights
+        return out
+
+    def load_kwargs(self) -> dict:
+        """Everything `load_model(spec, **...)` takes from this block."""
+        return self.model_dump(exclude={"spec", "generate", "kv_cache_mb", "cache"})
+
+
+def model_weights_digest(spec: str) -> str | None:
+    """What a model spec's path holds, as a digest: a local model directory's files, a .gguf file, a
+    `scripted:` answers file, an endpoint's `/models` entry for the model (dkilab.models.openai_client.
+    served_revision). None for hub ids, offline builds (their names fix their weights) and the oracle."""
+    from dkilab.memory.embedder import weights_digest
+
+    path = spec[len("scripted:"):] if spec.startswith("scripted:") else spec
+    if spec.startswith("openai:"):
+        from dkilab.models.openai_client import served_revision
+
+        name, _, url = spec[len("openai:"):].partition("@")
+        return served_revision(url, name) if url else None
+    from dkilab.models.oracle import SPEC as ORACLE
+
+    if spec.startswith("offline:") or spec == ORACLE:
+        return None
+    return weights_digest(path) if Path(path).exists() else None
+
+
+class EmbedderSpec(_Strict):
+    """The sentence encoder of the dataset stores (semantic search): `auto` (by the dataset's language:
+    MiniLM for English, multilingual-e5-small for Chinese and mixed data, measured by
+    experiments/embedders.yaml; for English, MiniLM with the LoCoMo-dev adapter, `offline:minilm-locomo`),
+    `offline:minilm`, `offline:e5`, a local directory or a hub id.
+    Stores record which encoder built them; each encoder gets its own cached store."""
+    model: str = "auto"
+    batch_size: int = Field(64, ge=1, le=4096)
+    # what a stored turn's vector is computed from: the turn with the one it replies to (index text v2, ~2x
+    # the tokens to encode) or the turn alone (v1); None = the encoder's default (memory.embedder.index_text_for:
+    # the turn alone for MiniLM, with the previous turn for e5); each choice gets its own cached store
+    with_previous_turn: bool | None = None
+    # the encoder `auto` gives English data instead of offline:minilm-locomo (e.g. offline:minilm, the stock
+    # ablation of `dkilab bench retrieval`); other languages keep theirs; None = the default
+    english: str | None = None
+
+    @model_validator(mode="after")
+    def _english_with_auto(self) -> "EmbedderSpec":
+        if self.english is not None and self.model != "auto":
+            raise ValueError(f"embedder.english ({self.english!r}) picks the encoder `auto` gives English data; "
+                             f"with model {self.model!r} it would be ignored: drop one of them")
+        return self
+
+    def for_language(self, language: str) -> "EmbedderSpec":
+        if self.model != "auto":
+            return self
+        from dkilab.memory.embedder import auto_embedder  # English: MiniLM with the LoCoMo-dev adapter; else e5
+
+        model = self.english if language == "en" and self.english else auto_embedder(language)
+        return self.model_copy(update={"model": model, "english": None})
+
+    @property
+    def index_text(self) -> str:
+        """The store's index-text version (dkilab.memory.store.index_text)."""
+        if self.with_previous_turn is None:
+            from dkilab.memory.embedder import index_text_for
+
+            return index_text_for(self.model)
+        return "2" if self.with_previous_turn else "1"
+
+    def identity(self) -> dict:
+        """What a cell's hash records: the index text it resolves to, as `with_previous_turn: false` for the
+        turn alone and left out for the turn with its predecessor (the only choice before the knob existed,
+        so those cells keep their hashes). A local model directory adds `weights`, the digest of its files: a
+        cell of weights trained again at the same path is another cell."""
+        from dkilab.memory.embedder import weights_digest
+
+        out = self.model_dump(mode="json")
+        out.pop("with_previous_turn", None)
+        if out.get("english") is None:  # unset (and always once resolved): the hash of a cell before the knob
+            out.pop("english", None)
+        weights = weights_digest(self.model)
+        if weights:
+            out["weights"] = weights
+        return out if self.index_text == "2" else out | {"with_previous_turn": False}
+
+
+class DatasetSpec(_Strict):
+    name: str
+    label: str | None = Field(None, exclude=True)  # how cells and `expect` name it (default: name); not hashed
+    path: str | None = None  # a file in the normalised format (then `name` is its label)
+    limit: int | None = Field(None, ge=1)  # conversations (MADial: dialogues)
+    # the first conversation kept, in loader order (before `limit`): a small held-back slice past the
+    # conversations a component was fitted on (dkilab.eval.fitted), e.g. {name: locomo, first: 5, limit: 1}
+    first: int = Field(0, ge=0, json_schema_extra={"off": 0})
+    question_limit: int | None = Field(None, ge=1)  # questions per conversation
+    # which questions a question_limit keeps: the first ones, or `stratified`: round-robin over the kinds of
+    # question (answerable or not x category), so a small sample still holds every kind (`--limit` uses it)
+    sample: Literal["first", "stratified"] = Field("first", json_schema_extra={"off": "first"})
+    # full | ablation (evidence removed) | dev / test: the questions of the first / second half of the
+    # conversations, in loader order (LoCoMo: 0-4 / 5-9); the store still holds every conversation, so
+    # the halves share one cached store. Tune recall on dev, report on test (experiments/retrieval_*.yaml)
+    split: Literal["full", "ablation", "dev", "test"] = "full"
+    categories: list[Any] | None = None
+    languages: list[Literal["en", "cn"]] | None = None  # keep the conversations in these languages
+    # the data's language where its files do not say it (it picks the store's encoder, `embedder: auto`):
+    # default what the dataset declares, or what a normalised file's records give
+    language: Literal["en", "cn", "mixed"] | None = Field(None, json_schema_extra={"off": None})
+    answerable_only: bool = False
+    # keep the questions that carry a reference ("刚才", "recently", "你之前说的"), as the default reference
+    # resolver reads them: the questions the recall scope can change (experiments/reference_scope.yaml)
+    with_reference: bool = Field(False, json_schema_extra={"off": False})
+    scorer: str | None = None  # override the dataset's declared scorer (locomo, f1, zh_f1, choice, auto)
+
+    @field_validator("scorer")
+    @classmethod
+    def _scorer(cls, v):
+        if v is not None and v not in SCORERS:
+            raise ValueError(f"unknown scorer {v!r}{did_you_mean(v, SCORERS)}; known: {', '.join(SCORERS.names())}")
+        return v
+
+    @model_validator(mode="after")
+    def _dataset(self):
+        if self.path is None and self.name not in DATASETS:
+            raise ValueError(f"unknown dataset {self.name!r}{did_you_mean(self.name, DATASETS)}; known: "
+                             f"{', '.join(DATASETS.names())} (or give `path:` to a file in the normalised format)")
+        return self
+
+    @property
+    def key(self) -> str:
+        return self.label or self.name
+
+    def conversations(self, data_dir=None) -> list:
+        """The conversations this spec keeps, in loader order: `first`, then `limit` of them."""
+        from dkilab.eval.datasets import load_dataset
+
+        limit = self.limit and self.first + self.limit
+        return load_dataset(self.name, data_dir=data_dir, limit=limit, path=self.path)[self.first:]
+
+    @property
+    def has_preferences(self) -> bool:
+        """Whether the dataset declares user profiles (a preference block for K/V strategies)."""
+        from dkilab.eval.datasets import dataset_info
+
+        return bool(dataset_info(self.name, self.path).get("preferences"))
+
+    def info(self) -> dict[str, Any]:
+        """Version, language and scorer as declared, and `content`: the digest of the source files as they are
+        now in $DKILAB_DATA_DIR (dkilab.eval.datasets.source_digest), so an edited file is a new cell."""
+        from dkilab.eval.datasets import dataset_info, source_digest
+
+        meta = dataset_info(self.name, self.path)
+        return {"version": meta["version"], "language": self.language or meta["language"],
+                "scorer": self.scorer or meta["scorer"],
+                "content": source_digest(self.name, self.path)}
+
+
+class JudgeSpec(_Strict):
+    """Optional LLM judge (dkilab.eval.metrics.judge): a model spec as for `model.spec` (offline:smollm2,
+    a hub id or directory, a .gguf, openai:<model>@<base_url>) and an optional prompt template.
+    `abstention: true` also has it label every answer DECLINES/ANSWERS, which then decides abstention
+    (hallucination_rate) instead of the structural rules (the rules decide where its reply is unclear)."""
+    model: str = "offline:smollm2"
+    prompt: str | None = None  # needs {question}, {gold}, {prediction}; default JUDGE_PROMPT
+    abstention: bool = False
+    abstention_prompt: str | None = None  # needs {question}, {prediction}; default ABSTENTION_PROMPT
+    max_new_tokens: int = Field(6, ge=1, le=64)
+    max_context: int | None = Field(2048, ge=256)
+    # where and how the judge loads; unset = like the model under test (its dtype and device), so a GPU
+    # run judges on the GPU in bf16, not on the CPU in fp32
+    dtype: str | None = None
+    device: str | None = Field(None, pattern=r"^(cpu|auto|shard|mps|cuda(:\d+)?)$")
+    # judge prompts generated together before scoring (greedy: the same replies as one by one), so the
+    # main process spends less time judging while the others wait; not part of a cell's identity
+    batch_size: int = Field(8, ge=1, le=512)
+
+    @model_validator(mode="after")
+    def _placeholders(self):
+        from dkilab.eval.metrics.judge import check_prompt
+
+        if self.prompt is not None:
+            check_prompt(self.prompt)
+        if self.abstention_prompt is not None:
+            check_prompt(self.abstention_prompt, ("{question}", "{prediction}"))
+        return self
+
+    def resolved(self) -> dict[str, Any]:
+        from dkilab import prompts as text
+
+        unset = {k for k in ("dtype", "device") if getattr(self, k) is None} | {"batch_size"}  # not identity
+        return self.model_dump(exclude=unset) | {"prompt": self.prompt or text.JUDGE_PROMPT,
+                                    "abstention_prompt": (self.abstention_prompt or text.ABSTENTION_PROMPT)
+                                    if self.abstention else None}
+
+
+class StrategySpec(_Strict):
+    name: str
+    label: str | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+    datasets: list[str] | None = None  # the dataset labels (or names) it runs on; default: all
+    # keys of the experiment's `embedder:` this strategy runs with instead (e.g. {with_previous_turn: true}:
+    # an ablation row on stores that embed each turn with the one it replies to); it gets its own stores
+    embedder: dict[str, Any] | None = None
+
+    @property
+    def key(self) -> str:
+        return self.label or self.name
+
+
+class ExperimentConfig(_Strict):
+    name: str = Field(min_length=1)
+    description: str = ""
+    seed: int = 0
+    model: ModelSpec = Field(default_factory=ModelSpec)
+    embedder: EmbedderSpec = Field(default_factory=EmbedderSpec)
+    defaults: dict[str, Any] = Field(default_factory=dict)
+    datasets: list[DatasetSpec] = Field(min_length=1)
+    strategies: list[StrategySpec] = Field(min_length=1)
+    sweep: dict[str, list[Any]] = Field(default_factory=dict)
+    expect: dict[str, dict[str, tuple[float, float]]] = Field(default_factory=dict)
+    tracing: bool = True
+    judge: JudgeSpec | None = None
+    # which abstention detector scores hallucination when no judge labels it: `hybrid` (rules where sure, a
+    # logistic regression over e5 vectors elsewhere) or `structural` (the rules alone); in the scoring hash
+    abstention_detector: Literal["hybrid", "structural"] = "hybrid"
+    # share of a cell's questions allowed to fail (an exception, an endpoint that stayed down) before the
+    # cell counts as FAILED and runs again; a judgement on the result, not part of a cell's identity
+    max_error_rate: float = Field(0.0, ge=0.0, le=1.0)
+    # evaluate: no cell may run a fitted component on the split it was fitted on (dkilab.eval.fitted); tune:
+    # a dev study of its own (split: dev allowed), whose figures are not held-back results
+    purpose: Literal["evaluate", "tune"] = "evaluate"
+
+
+SWEEP_ROOTS = ("params", "model", "embedder")
