@@ -3,84 +3,16 @@ finished cells (the newest complete run per cell, in config order), their metric
 and the report built from them, with notes on the detector and on cells from different invocations."""
 from __future__ import annotations
 
-import functools
 import json
-import re
 from pathlib import Path
 from typing import Any
 
-from dkilab.eval.store_uri import tracking_uri
+from dkilab.eval.store_uri import (SCRIPTED_TAG, TrackingStoreError, check_server,
+                                   read_metrics, run_rows, tracking_uri)
 from dkilab.eval.tables import metrics_frame, pairwise
 
 
-SCRIPTED_TAG = "dkilab.scripted"
-
-
-_OLD_CI = re.compile(r"^ci95/(.+?)(?:/|_)(low|high)$")
-
-
-METRICS_TABLE = "metrics.json"  # every metric of a cell with its interval and n (tracking.log_cell_metrics)
-METRICS_TABLE_TAG = "dkilab.metrics_table"
-
-
-def read_metrics(run, uri: str | None = None) -> dict[str, float]:
-    """A run's metrics under today's names, intervals as `<metric>_ci95_low|high`: its metrics.json table
-    where it has one (cells log only their headline metrics as MLflow metrics), else its MLflow metrics
-    (runs logged before the table; those before the interval keys became `<metric>_ci95_low|high` had
-    `ci95/<metric>/low|high`)."""
-    import mlflow
-
-    name = run.data.tags.get(METRICS_TABLE_TAG)
-    out = dict(_table_of(uri or mlflow.get_tracking_uri(), run.info.run_id, name)) if name else {}
-    for k, v in run.data.metrics.items():  # exact where both have it (the table's JSON keeps 10 decimals)
-        m = _OLD_CI.match(k)
-        out[f"{m.group(1)}_ci95_{m.group(2)}" if m else k] = v
-    return out
-
-
-@functools.lru_cache(maxsize=256)
-def _table_of(uri: str, run_id: str, name: str) -> tuple[tuple[str, float], ...]:
-    """Keyed by store, run and file: a logged artifact never changes once written."""
-    import math
-    import os
-
-    import mlflow
-
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    path = Path(mlflow.MlflowClient(uri).download_artifacts(run_id, name))
-    data = json.loads(path.read_text(encoding="utf-8"))
-    out: list[tuple[str, float]] = []
-    for row in data["data"]:
-        rec = dict(zip(data["columns"], row))
-        for key, col in ((rec["metric"], "value"), (f"{rec['metric']}_ci95_low", "ci95_low"),
-                         (f"{rec['metric']}_ci95_high", "ci95_high")):
-            v = rec.get(col)
-            if isinstance(v, (int, float)) and not (isinstance(v, float) and math.isnan(v)):
-                out.append((key, float(v)))
-    return tuple(out)
-
-
 # --- reading back ------------------------------------------------------------------------------
-def run_rows(run_id: str) -> list[dict[str, Any]]:
-    """The per-question rows a cell logged (predictions.jsonl); a fresh copy each call (the report's
-    pairs, its category table and its plots read the same runs once)."""
-    import mlflow
-
-    return [dict(r) for r in _rows_of(mlflow.get_tracking_uri(), run_id)]
-
-
-@functools.lru_cache(maxsize=256)
-def _rows_of(uri: str, run_id: str) -> tuple[dict[str, Any], ...]:
-    """Keyed by store and run: a logged artifact of a run never changes once written."""
-    import os
-
-    import mlflow
-
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    path = Path(mlflow.MlflowClient(uri).download_artifacts(run_id, "predictions.jsonl"))
-    return tuple(json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
-
-
 def detector_notes(params_per_cell: list[dict[str, str]]) -> list[str]:
     """One line per abstention detector the cells used: name, version and measured test-half figures."""
     seen: dict[str, dict[str, str]] = {}
@@ -109,10 +41,6 @@ class UnknownExperimentError(KeyError):
         return str(self.args[0]) if self.args else ""
 
 
-class TrackingStoreError(ValueError):
-    """A tracking URI that names no existing store (a typo would otherwise create an empty one)."""
-
-
 def existing_store(uri: str) -> str:
     """`uri` if it names an existing store: a SQLite file or file: folder that exists, or a server that
     answers (`/health`, 5 s timeout). Raises TrackingStoreError with one line otherwise."""
@@ -128,31 +56,6 @@ def existing_store(uri: str) -> str:
     if uri.startswith(("http://", "https://")):
         check_server(uri)
     return uri
-
-
-def check_server(uri: str, timeout: float = 5.0, answer_timeout: float = 60.0) -> None:
-    """Fail in one line when a tracking server does not answer: within `timeout` seconds when nothing
-    accepts the connection, within `answer_timeout` when a server accepts it but is busy (workers still
-    starting on a loaded machine answer late, not never)."""
-    import http.client
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(uri)
-    conn_cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-    conn = conn_cls(parts.hostname or "127.0.0.1", parts.port, timeout=timeout)
-    try:
-        conn.connect()
-        conn.sock.settimeout(answer_timeout)
-        conn.request("GET", parts.path.rstrip("/") + "/health")
-        resp = conn.getresponse()
-        resp.read(64)
-    except (OSError, http.client.HTTPException) as e:
-        raise TrackingStoreError(f"MLflow tracking server {uri} is not reachable ({e or type(e).__name__}); "
-                                 "start it, or pass --tracking-uri / set MLFLOW_TRACKING_URI to one that is") from None
-    finally:
-        conn.close()
-    if resp.status >= 500:
-        raise TrackingStoreError(f"MLflow tracking server {uri} answered {resp.status} on /health")
 
 
 def config_ordered(runs) -> list:

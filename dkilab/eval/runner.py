@@ -53,7 +53,7 @@ class CellResult:
     def load_rows(self) -> list[dict[str, Any]]:
         """The per-question rows (for a skipped cell, read from its predictions.jsonl artifact)."""
         if not self.rows and self.run_id and not self.error:
-            from dkilab.eval.report import run_rows
+            from dkilab.eval.store_uri import run_rows
 
             self.rows = run_rows(self.run_id)
         return self.rows
@@ -127,7 +127,7 @@ def run_experiment(cfg: ExperimentConfig, *, data_dir=None, uri: str | None = No
     uri = tracking_uri(uri)
     if main:
         if uri.startswith(("http://", "https://")):  # one line within seconds, not minutes of retries
-            from dkilab.eval.report import check_server
+            from dkilab.eval.store_uri import check_server
 
             check_server(uri)
         runstate.open_store(uri)
@@ -148,7 +148,7 @@ def _run_cells(cfg, cells, state, exp_id, data_dir, config_path, progress, echo,
                rescore_all=False) -> list[CellResult]:
     import mlflow
 
-    from dkilab.eval import interrupt, report, runstate, tracking
+    from dkilab.eval import interrupt, runstate, store_uri, tracking
 
     main = state.is_main_process
     results: list[CellResult] = []
@@ -173,13 +173,13 @@ def _run_cells(cfg, cells, state, exp_id, data_dir, config_path, progress, echo,
             cell = cells[i]
             done = (runstate.finished_runs(exp_id).get(cell.config_hash) if main and not rescore_all
                     else None)  # re-checked per cell
-            if done is not None and (over := over_error_budget(report.read_metrics(done), cfg.max_error_rate)):
+            if done is not None and (over := over_error_budget(store_uri.read_metrics(done), cfg.max_error_rate)):
                 echo(f"[{n}/{len(cells)}] {cell.label}: finished before, but {over}: running it again")
                 done = None
             skip = _broadcast(state, None if done is None else done.info.run_id)
             if skip is not None:
                 by_index[i] = CellResult(cell, skipped=True, run_id=skip,
-                                         metrics=report.read_metrics(done) if main else {})
+                                         metrics=store_uri.read_metrics(done) if main else {})
                 echo(f"[{n}/{len(cells)}] {cell.label}: finished before (config {cell.config_hash}), skipped")
             elif claim and (holder := _broadcast(state, _claim(exp_id, cfg, cell) if main else None)) is not None:
                 by_index[i] = CellResult(cell, claimed_by=holder)
@@ -249,23 +249,23 @@ def _claim(exp_id: str, cfg, cell: Cell) -> str | None:
 def _finished_since(exp_id: str, cfg, cell: Cell) -> tuple[str, dict] | None:
     """Just claimed: whether another machine finished the cell between our check and our claim (it then
     released its claim). (run id, metrics) of that run, with our claim given back; None otherwise."""
-    from dkilab.eval import report, runstate
+    from dkilab.eval import runstate, store_uri
 
     done = runstate.finished_runs(exp_id).get(cell.config_hash)
-    if done is None or over_error_budget(report.read_metrics(done), cfg.max_error_rate):
+    if done is None or over_error_budget(store_uri.read_metrics(done), cfg.max_error_rate):
         return None
     runstate.release_claim(cfg.name, cell.config_hash)
-    return done.info.run_id, report.read_metrics(done)
+    return done.info.run_id, store_uri.read_metrics(done)
 
 
 def _cell_tags(cell: Cell, n: int) -> dict[str, str]:
-    from dkilab.eval import report, rescore, runstate, tracking
+    from dkilab.eval import rescore, runstate, store_uri, tracking
 
     return {"dkilab.kind": "cell", "dkilab.config_hash": cell.config_hash, "dkilab.cell_index": str(n),
             rescore.GENERATION_TAG: cell.generation_hash, rescore.SCORING_TAG: cell.scoring_hash,
             "strategy": cell.strategy.key, "dataset": cell.dataset.name, **tracking.provenance_tags(),
             **runstate.process_tags(),
-            **({report.SCRIPTED_TAG: "1"} if cell.needs_model and cell.model.spec.startswith("scripted:") else {})}
+            **({store_uri.SCRIPTED_TAG: "1"} if cell.needs_model and cell.model.spec.startswith("scripted:") else {})}
 
 
 def _answered(exp_id: str, cell: Cell, any_scoring: bool) -> str | None:
@@ -293,7 +293,7 @@ def _rescore_one(cfg, cell: Cell, n: int, total: int, state, source: str, data_d
     judge is, if the config has one). None when the answers no longer fit the questions: generate instead."""
     import mlflow
 
-    from dkilab.eval import report, rescore, runstate, tables, tracking
+    from dkilab.eval import rescore, store_uri, tables, tracking
     from dkilab.eval.cell import load_cell_questions
 
     if not state.is_main_process:
@@ -315,14 +315,11 @@ def _rescore_one(cfg, cell: Cell, n: int, total: int, state, source: str, data_d
         errors, counters = list(header.get("errors") or []), dict(header.get("counters") or {})
         result.metrics = tracking.log_cell(cell, result.rows, errors, float(header["wall_s"]), counters)
         rescore.log_answers(cell, answers, items, trace_ids, errors, float(header["wall_s"]), counters)
-        over = over_error_budget(result.metrics, cfg.max_error_rate)
+        over = _close(cfg, result)
         if over:
-            _end_failed(result, over)
             echo(f"[{n}/{total}] {cell.label}: FAILED ({over})")
             return result
-        mlflow.set_tag(runstate.COMPLETE_TAG, "1")
-        mlflow.end_run(status="FINISHED")
-        before = report.read_metrics(mlflow.get_run(source))
+        before = store_uri.read_metrics(mlflow.get_run(source))
         changed, new, gone = rescore.changed_metrics(before, result.metrics)
         what = ("; ".join(p for p in (f"changed: {', '.join(changed)}" if changed else "",
                                       f"new: {', '.join(new)}" if new else "", f"gone: {', '.join(gone)}" if gone else "")
@@ -341,7 +338,7 @@ def _rescore_one(cfg, cell: Cell, n: int, total: int, state, source: str, data_d
 def _run_one(cfg, cell: Cell, n: int, total: int, state, data_dir, datasets, progress, echo) -> CellResult:
     import mlflow
 
-    from dkilab.eval import rescore, runstate, tables, tracking
+    from dkilab.eval import rescore, tables, tracking
 
     main = state.is_main_process
     child = None
@@ -375,14 +372,11 @@ def _run_one(cfg, cell: Cell, n: int, total: int, state, data_dir, datasets, pro
             rescore.log_answers(cell, answers, data.items, trace_ids, errors, wall_s, extra)  # re-scored from later
             if any(r.get("trace_id") for r in result.rows):  # written after the cells (log_pending_assessments)
                 mlflow.set_tag(tracking.ASSESSMENTS_TAG, "pending")
-            over = over_error_budget(result.metrics, cfg.max_error_rate)
+            over = _close(cfg, result)
             if over:  # partial failure is failure: never skipped as done, redone by the next run
-                _end_failed(result, over)
                 echo(f"{tables.cell_line(cell, result.metrics, n, total, time.perf_counter() - t)}: FAILED ({over}; "
                      "the error rows are kept in predictions.jsonl and errors.txt); the next run asks those questions again")
             else:
-                mlflow.set_tag(runstate.COMPLETE_TAG, "1")  # after every metric and artifact
-                mlflow.end_run(status="FINISHED")
                 journal.clear()
                 echo(tables.cell_line(cell, result.metrics, n, total, time.perf_counter() - t))
     except (KeyboardInterrupt, SystemExit):
@@ -398,6 +392,22 @@ def _run_one(cfg, cell: Cell, n: int, total: int, state, data_dir, datasets, pro
         _end_failed(result, f"{type(exc).__name__}: {exc}", traceback.format_exc())
         echo(f"[{n}/{total}] {cell.label}: FAILED ({result.error}); the next run retries it")
     return result
+
+
+def _close(cfg, result: CellResult) -> str | None:
+    """End the active cell run, generated or re-scored, after every metric and artifact: FAILED when its error
+    rows are over the config's budget (-> the reason), else tagged complete and FINISHED (-> None)."""
+    import mlflow
+
+    from dkilab.eval import runstate
+
+    over = over_error_budget(result.metrics, cfg.max_error_rate)
+    if over:
+        _end_failed(result, over)
+        return over
+    mlflow.set_tag(runstate.COMPLETE_TAG, "1")
+    mlflow.end_run(status="FINISHED")
+    return None
 
 
 def _end_failed(result: CellResult, error: str, trace: str | None = None) -> None:

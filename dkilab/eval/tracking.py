@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from dkilab.eval.metrics.bootstrap import aggregate_by_category, ci_keys, with_intervals
-from dkilab.eval.report import run_rows
+from dkilab.eval.store_uri import run_rows
 from dkilab.eval.runstate import on_conflict_retry
 from dkilab.eval.tables import (category_table, format_table, metric_counts, overview_markdown, paired_csv, pairwise,
                                 results_table)
@@ -147,11 +147,11 @@ def log_cell_metrics(metrics: dict[str, float], rows: list[dict]) -> None:
     """A few charts, everything in a table: the cell's headline metrics (`headline_metrics`: its headline,
     the declared narrow ones, questions and errors) are MLflow metrics, so its run page and the runs chart
     view open on them; every metric with its interval and n is the `metrics.json` table (85 interval charts
-    in alphabetical order buried the answer). `report.read_metrics` reads both back."""
+    in alphabetical order buried the answer). `store_uri.read_metrics` reads both back."""
     import mlflow
 
     from dkilab.eval.metrics.base import headline_metrics
-    from dkilab.eval.report import METRICS_TABLE, METRICS_TABLE_TAG
+    from dkilab.eval.store_uri import METRICS_TABLE, METRICS_TABLE_TAG
 
     mlflow.log_metrics({k: metrics[k] for k in headline_metrics(metrics)})
     mlflow.log_table(metrics_table(metrics, rows), METRICS_TABLE)
