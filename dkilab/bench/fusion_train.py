@@ -114,7 +114,7 @@ def collect(data_dir=None, embedder: dict | None = None, datasets: list[dict] | 
 
 
 def _cache_key(parts: list[Any]) -> str:
-    from dkilab.memory.embedder import LOCOMO_EMBEDDER, weights_digest
+    from dkilab.encoders.embedder import LOCOMO_EMBEDDER, weights_digest
     from dkilab.recall import config, learned, multi_signal
 
     code = "".join(Path(str(m.__file__)).read_text(encoding="utf-8") for m in (learned, multi_signal, config))
@@ -255,7 +255,7 @@ def _out_of_fold_parts(rows: list[dict[str, Any]], echo=print) -> tuple[list[dic
     stand-ins for such cells among them), and the parts that stand in for them: the question part its study
     fitted out of fold, which must have been fitted for the adapter that is here now (same digest), else an
     error that says how to refit it."""
-    from dkilab.memory.embedder import weights_digest
+    from dkilab.encoders.embedder import weights_digest
     from dkilab.recall import learned
 
     keep, parts = [], {}
@@ -300,7 +300,7 @@ def train(data_dir=None, out: Path | None = None, echo=print, with_previous_turn
     """Collect the dev features, choose each encoder family's C by cross-validation, fit it on all of its dev
     data, write the model. `with_previous_turn`: True on stores that embed each turn with the one it replies
     to (index text v2) for every encoder (the ablation row of `experiments/retrieval_bench.yaml`); None (the
-    default) on each encoder's default stores (`memory.embedder.index_text_for`). `datasets` defaults to the
+    default) on each encoder's default stores (`encoders.embedder.index_text_for`). `datasets` defaults to the
     dev split (`DEV`); each encoder family found there gets its part (`parts`). `english_e5`: also LoCoMo dev
     over e5 stores (`EXTRA`), for the `e5:en` part of the ablation model. `cue_parts=False` (`--no-cue-parts`):
     leave out the datasets of conversational cues (MADial-Bench dev), so the model has its question parts only

@@ -30,7 +30,7 @@ def store_key(conversations: list[Conversation], encoder: str) -> str:
 def store_path(conversations: list[Conversation], name: str, embedder, index_text: str | None = None) -> Path:
     """Where the cached store of `conversations` for `embedder` lives: keyed by the data, the encoder (a local
     model directory by its files too, `Embedder.weights`) and the index text."""
-    from dkilab.memory.embedder import index_text_for
+    from dkilab.encoders.embedder import index_text_for
 
     # v2 stores were cached without a suffix (v2 was the default then); the key never depends on the default
     version = index_text or index_text_for(embedder.model_name)
@@ -43,7 +43,7 @@ def store_for(conversations: list[Conversation], name: str, embedder=None, path:
               index_text: str | None = None):
     """A MemoryStore holding `conversations` (idempotent: a cached store only ingests what it lacks);
     `index_text` "1" embeds each turn alone, "2" with the turn it replies to (default: by encoder,
-    `memory.embedder.index_text_for`)."""
+    `encoders.embedder.index_text_for`)."""
     from dkilab.memory import Embedder, MemoryStore
 
     embedder = embedder or Embedder()

@@ -1,6 +1,6 @@
 """Memory: the message store and its user-bound query API, sessions, L1 and L2 memory (the session flow that
 joins them is an agent: `dkilab.agents.session_flow`)."""
-from dkilab.memory.embedder import Embedder
+from dkilab.encoders.embedder import Embedder
 from dkilab.memory.l1 import L1Memory
 from dkilab.memory.l2 import L2Memory
 from dkilab.memory.manager import MemoryManager

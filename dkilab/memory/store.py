@@ -12,7 +12,7 @@ from typing import Callable, Iterable
 import numpy as np
 
 from dkilab.memory.cursor import RESULT_SET_TTL, RESULT_SETS_PER_USER, RESULT_SETS_TOTAL, CursorCodec, ResultSets
-from dkilab.memory.embedder import DEFAULT_EMBEDDER, Embedder, auto_embedder, index_text_for, language_of
+from dkilab.encoders.embedder import DEFAULT_EMBEDDER, Embedder, auto_embedder, index_text_for, language_of
 from dkilab.memory.sqlite import connect, transaction, with_retry
 from dkilab.memory.rows import MSG_COLS, fts_table, row_to_message
 from dkilab.memory.vectors import VectorIndex

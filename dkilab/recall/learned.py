@@ -367,7 +367,7 @@ def family(encoder: str | None) -> str | None:
     fitted out of fold), `e5`, else the name itself."""
     if encoder is None:
         return None
-    from dkilab.memory.embedder import E5_EMBEDDER, LOCOMO_EMBEDDER, MINILM_BUILDS
+    from dkilab.encoders.embedder import E5_EMBEDDER, LOCOMO_EMBEDDER, MINILM_BUILDS
 
     if encoder == LOCOMO_EMBEDDER:
         return "minilm-locomo"

@@ -5,7 +5,7 @@ LoCoMo test.
 For each dev conversation, all-MiniLM-L6-v2 (sentence-transformers, torch) is fine-tuned on the other four:
 each (question, gold evidence turn) pair is a positive, the other turns of its batch of 32 the negatives
 (softmax over cosines / 0.05), AdamW, `--epochs` passes at `--lr`, seed 0; every weight, or with `--lora R`
-a low-rank adapter of rank R only (peft, `dkilab.memory.adapter.lora_config`), rounded to fp16 as it ships. The held-out conversation is
+a low-rank adapter of rank R only (peft, `dkilab.encoders.adapter.lora_config`), rounded to fp16 as it ships. The held-out conversation is
 then embedded by its fold's model (each turn alone, as MiniLM stores are) and
 1. dense only: recall@10 of the cosine ranking, before and after;
 2. learned fusion: the dev candidates recalled on stores built by each conversation's own fold model, the
@@ -13,7 +13,7 @@ then embedded by its fold's model (each turn alone, as MiniLM stores are) and
    the same on the shipped MiniLM stores, with the project's paired 95% interval (`bootstrap.paired`:
    conversations resampled).
 `--write` (with `--lora`) then fits the adapter on all five conversations into
-dkilab/memory/adapters/minilm-locomo/ (the `offline:minilm-locomo` encoder) and writes
+dkilab/encoders/adapters/minilm-locomo/ (the `offline:minilm-locomo` encoder) and writes
 experiments/models/fusion_lr_minilm_locomo.json: the shipped fusion model with its `minilm-locomo` part fitted
 on the out-of-fold features of step 2 and on the other English dev data of questions the encoder never saw
 (`OTHER_DEV`: the work sessions' dev half, on the fine-tuned stores), so the fusion weights never see the
@@ -47,6 +47,8 @@ ADAPTER = ROOT / "dkilab" / "memory" / "adapters" / "minilm-locomo"
 FUSION_MODEL = ROOT / "experiments" / "models" / "fusion_lr_minilm_locomo.json"
 # English dev data whose questions the encoder was not fine-tuned on: its fusion part is fitted on them as well
 OTHER_DEV = [{"name": "worksessions", "split": "dev"}]
+# the card keeps the path it was written with (now dkilab/encoders/adapter.py): its bytes are in the digest that keys
+# the stores, the cells and the fusion part fitted on this encoder
 CARD = """# minilm-locomo: a low-rank adapter for all-MiniLM-L6-v2
 
 The encoder `offline:minilm-locomo` of dkilab (dkilab/memory/adapter.py merges it into MiniLM at load).
@@ -81,12 +83,12 @@ def fine_tune(pairs: list[tuple[str, str]], out: Path, epochs: int, lr: float, b
     import torch
     from sentence_transformers import SentenceTransformer
 
-    from dkilab.memory.embedder import resolve_model_path
+    from dkilab.encoders.embedder import resolve_model_path
 
     torch.manual_seed(0)
     model = SentenceTransformer(resolve_model_path("offline:minilm"), device="cpu")
     if lora:
-        from dkilab.memory.adapter import lora_config
+        from dkilab.encoders.adapter import lora_config
         from peft import get_peft_model
 
         peft_model = get_peft_model(model[0].auto_model, lora_config(lora))  # injected into MiniLM in place
@@ -173,7 +175,7 @@ def write_fusion_model(rows, out: Path, echo=print) -> None:
                       f"stores (experiments/bench/finetune_encoder_dev.py), index text v{rows[0]['index_text']}",
         "datasets": names,
         "cross_validated": {k: round(v, 4) for k, v in cv[best].items()}}
-    from dkilab.memory.embedder import LOCOMO_EMBEDDER, weights_digest
+    from dkilab.encoders.embedder import LOCOMO_EMBEDDER, weights_digest
 
     # `--train` checks both: the adapter it was fitted for, and the stores' index text
     model["models"]["minilm-locomo"].update(adapter=weights_digest(LOCOMO_EMBEDDER), index_text=rows[0]["index_text"])

@@ -104,7 +104,7 @@ def out_of_fold(users, questions, lam: float):
 def fusion_rows(data_dir, adapted: dict[str, np.ndarray] | None):
     """The learned fusion's dev candidates, recalled with the given query vectors (by question text)."""
     from dkilab.bench import fusion_train
-    from dkilab.memory import embedder as E
+    from dkilab.encoders import embedder as E
 
     original = E.Embedder.encode_query
     if adapted is not None:

