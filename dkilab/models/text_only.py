@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+from dkilab.models.specs import ModelNotAvailableError, resolve_spec
 from dkilab.text.tokens import HeuristicTokenCounter
 from dkilab.types import Generation
 
@@ -65,8 +66,6 @@ class TextOnlyModel:
 
 def _load_tokenizer(name: str):
     from transformers import AutoTokenizer
-
-    from dkilab.models.loading import ModelNotAvailableError, resolve_spec
 
     try:
         return AutoTokenizer.from_pretrained(resolve_spec(name))

@@ -8,7 +8,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from dkilab.models import ModelNotAvailableError, load_model
-from dkilab.models.loading import _gguf_cache, offline_gguf
+from dkilab.models.specs import _gguf_cache, offline_gguf
 from tests.conftest import ROOT
 
 

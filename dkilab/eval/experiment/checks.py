@@ -163,7 +163,7 @@ def check_model_spec(spec, key: str, fail) -> None:
         fail(key, f"{spec!r}: no answers file {spec[len('scripted:'):]!r} (relative to {Path.cwd()}; "
                   "or scripted:oracle, the built-in persona)")
     elif m and m.group(1) == "offline" and not Path(spec).exists():
-        from dkilab.models.loading import OFFLINE_SPECS  # a dict: importing it loads no model and no torch
+        from dkilab.models.specs import OFFLINE_SPECS  # a dict: importing it loads no model and no torch
 
         if spec not in OFFLINE_SPECS:
             fail(key, f"unknown offline model {spec!r}{did_you_mean(spec, list(OFFLINE_SPECS))}; "

