@@ -139,4 +139,6 @@ DATASETS: Registry[Callable] = Registry("dataset", discover="dkilab.eval.dataset
 METRICS: Registry[Any] = Registry("metric", discover="dkilab.eval.metrics")
 SCORERS: Registry[Callable] = Registry("scorer", discover="dkilab.eval.metrics")
 FORMATTERS: Registry[Any] = Registry("prompt formatter", discover="dkilab.recall.formatters")
-MODELS: Registry[Callable] = Registry("model loader", discover="dkilab.models.loading")
+# each model backend registers its own loader; none of these modules imports torch
+MODELS: Registry[Callable] = Registry("model loader", discover=("dkilab.models.loading", "dkilab.models.openai_client",
+                                                                "dkilab.models.scripted"))

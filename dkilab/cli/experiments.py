@@ -115,6 +115,13 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from dkilab.eval.report import report, run_rows
     from dkilab.eval.tables import INTERVAL_NOTE, category_table, fmt_interval, format_table, with_pm
 
+    if args.card:
+        from dkilab.eval.card import markdown
+        from dkilab.eval.report import methodology
+
+        card = methodology(args.experiment, args.tracking_uri)
+        print(json.dumps(card, ensure_ascii=False, indent=1) if args.format == "json" else markdown(card))
+        return 0
     metrics = [m.strip() for m in args.metrics.split(",") if m.strip()] if args.metrics else None
     table, pairs, notes = report(args.experiment, args.tracking_uri, by_category=args.by == "category", metrics=metrics,
                                  allow_scripted=args.allow_scripted)
@@ -293,7 +300,8 @@ def add(sub) -> None:
                              "examples:\n  dkilab report quickstart\n"
                              "  dkilab report quickstart --by category --metrics score,hallucination_rate\n"
                              "  dkilab report ci-session-flow --format markdown --plots plots/\n"
-                             "  dkilab report sweep --format json --tracking-uri http://127.0.0.1:5000"))
+                             "  dkilab report sweep --format json --tracking-uri http://127.0.0.1:5000\n"
+                             "  dkilab report quickstart --card"))
     rep.add_argument("experiment", help="experiment name (the YAML's `name`)")
     rep.add_argument("--tracking-uri", default=None)
     rep.add_argument("--by", choices=["none", "category"], default="none",
@@ -304,6 +312,9 @@ def add(sub) -> None:
     rep.add_argument("--format", choices=["text", "markdown", "csv", "json"], default="text", help="output format")
     rep.add_argument("--plots", metavar="DIR", default=None,
                      help="also write comparison.png and comparison_by_category.png (the parent run's plots) to DIR")
+    rep.add_argument("--card", action="store_true", help="the methodology card of the experiment's latest run instead "
+                     "(models and prompt digests, data, budgets, calls and tokens per question, hardware, version; "
+                     "--format json for all of it)")
     rep.add_argument("--allow-scripted", action="store_true",
                      help="report cells that ran on a scripted: model (pipeline tests; refused by default)")
     rep.set_defaults(func=_cmd_report)

@@ -93,6 +93,25 @@ def experiment_runs(experiment: str, uri: str | None = None) -> list:
     return config_ordered(newest_per_cell(runstate.finished_runs(exp.experiment_id).values()))
 
 
+def methodology(experiment: str, uri: str | None = None) -> dict[str, Any]:
+    """The methodology card (`dkilab.eval.card`) of the experiment's latest run that logged one; a one-line error
+    when the experiment is unknown or no run of it has a card."""
+    import mlflow
+
+    from dkilab.eval.card import CARD_FILE
+
+    experiment_runs(experiment, uri)  # the store and the name, checked with their one-line errors
+    exp = mlflow.get_experiment_by_name(experiment)
+    assert exp is not None  # experiment_runs refused an unknown name
+    parents = mlflow.search_runs(experiment_ids=[exp.experiment_id], filter_string="tags.`dkilab.kind` = 'experiment'",
+                                 order_by=["start_time DESC"], output_format="list")
+    for run in parents:
+        if any(a.path == CARD_FILE for a in mlflow.MlflowClient().list_artifacts(run.info.run_id)):
+            return mlflow.artifacts.load_dict(f"runs:/{run.info.run_id}/{CARD_FILE}")
+    raise UnknownExperimentError(f"experiment {experiment!r}: no run has a methodology card ({CARD_FILE}); runs logged "
+                                 "before cards existed have none: `dkilab run` it again")
+
+
 def provenance_notes(runs) -> list[str]:
     """Say when the cells of a comparison come from different invocations, machines or code: scores still
     compare (same questions, same config hash), latencies and throughput only within one run."""

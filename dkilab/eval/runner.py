@@ -216,6 +216,7 @@ def _run_cells(cfg, cells, state, exp_id, data_dir, config_path, progress, echo,
             if n:
                 echo(f"feedback on the traces of {n_cells} cell(s): {n} assessments ({time.perf_counter() - t:.0f} s, "
                      "after the cells so no process waits on it)")
+            tracking.log_card(cfg, results)
             tracking.log_comparison(results)
             for note in sweep_notes(results):
                 echo(f"note: {note}")

@@ -214,6 +214,25 @@ def _dataset_key(cell) -> str:
     return f"{d.name}:{d.split}" + (f":{d.path}" if d.path else "")
 
 
+def log_card(cfg, results) -> dict:
+    """The methodology card (`dkilab.eval.card`) on the parent run: `methodology.json`, and at the top of its
+    Overview, after the experiment's description (the comparison follows it there). -> the card."""
+    import mlflow
+
+    from dkilab.eval.card import CARD_FILE, markdown, methodology_card
+
+    card = methodology_card(cfg, results, provenance_tags())
+    mlflow.log_dict(card, CARD_FILE)
+    run = mlflow.active_run()
+    assert run is not None  # the parent run, started by the runner
+    intro = (mlflow.get_run(run.info.run_id).data.tags.get("mlflow.note.content") or "").split("\n### Methodology")[0]
+    body, room = markdown(card), max(400, NOTE_LIMIT // 4 - len(intro) - 40)  # the Overview keeps that much of its head
+    if len(body) > room:
+        body = body[:room].rsplit("\n", 1)[0] + f"\n\n(every cell: `{CARD_FILE}`)"
+    mlflow.set_tag("mlflow.note.content", (intro.rstrip() + "\n" if intro.strip() else "") + "\n### Methodology\n\n" + body)
+    return card
+
+
 def log_comparison(results) -> None:
     """On the parent run: the comparison table with intervals, its plot, and the paired differences."""
     import mlflow

@@ -70,7 +70,6 @@ def load_model(spec: str = DEFAULT_MODEL, *, dtype: str = "auto", device: str = 
     `concurrency`, `max_retries`, `timeout` and `tokenizer` (the served model's, for exact token
     budgets) are for OpenAI-compatible servers.
     """
-    _backends()
     scheme = spec.split(":", 1)[0] if ":" in spec else ""
     loader = MODELS[scheme] if scheme in MODELS else MODELS["transformers"]
     return loader(spec, dtype=dtype, device=device, max_context=max_context, api_key=api_key,
@@ -78,22 +77,9 @@ def load_model(spec: str = DEFAULT_MODEL, *, dtype: str = "auto", device: str = 
                   max_retries=max_retries, timeout=timeout, tokenizer=tokenizer)
 
 
-BACKENDS = ("dkilab.models.openai_client", "dkilab.models.scripted")  # each registers its `MODELS` loader
-
-
-def _backends() -> None:
-    """Import the model backends that register themselves (none imports torch): a new backend is its own module,
-    named here."""
-    from importlib import import_module
-
-    for name in BACKENDS:
-        import_module(name)
-
-
 def load_tokenizer_model(spec: str = DEFAULT_MODEL, *, max_context: int | None = None, **kwargs):
     """What a context-only cell needs of `spec`: for a local transformers model its tokenizer, chat
     template and window, no weights (`TokenizerOnlyModel`); any other kind loads as `load_model` does."""
-    _backends()
     scheme = spec.split(":", 1)[0] if ":" in spec else ""
     if scheme in MODELS and scheme not in ("offline", "transformers"):
         return load_model(spec, max_context=max_context, **kwargs)
