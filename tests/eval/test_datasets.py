@@ -136,3 +136,44 @@ def test_madial_loader_matches_the_dataset_card():
         assert len(convs) == 160 and len(qs) == 160 and sum(len(q.evidence_ids) for q in qs) == 405
         mem = {m.message_id for c in convs for m in c.messages if m.metadata["kind"] == "memory"}
         assert len(mem) == {"zh": 171, "en": 160}[lang]
+
+
+def test_longmemeval_loads_its_published_format_one_conversation_per_question():
+    from dkilab.eval.datasets.longmemeval import TYPES
+    from dkilab.registry import DATASETS
+    from tests.conftest import ROOT
+
+    convs = DATASETS["longmemeval_s"](str(ROOT / "tests" / "data"))
+    assert [c.conversation_id for c in convs] == ["q_user_1", "q_time_1", "q_update_1_abs"]
+    user, time, abstain = (c.questions[0] for c in convs)
+    assert {q.category for q in (user, time, abstain)} <= set(TYPES)
+    assert user.evidence_ids == ["q_user_1:sess_b:0"] and user.answer == "a beagle" and user.answerable
+    assert user.metadata["answer_session_ids"] == ["q_user_1:sess_b"]
+    assert [m.message_id for m in convs[0].messages][:2] == ["q_user_1:sess_a:0", "q_user_1:sess_a:1"]
+    assert convs[0].messages[2].session_id == "q_user_1:sess_b" and convs[0].messages[1].role == "assistant"
+    assert str(user.question_date) == "2023-06-02 10:00:00+00:00"
+    assert time.evidence_ids == ["q_time_1:s1:0", "q_time_1:s2:0"]
+    assert not abstain.answerable and abstain.answer is None and "never mentioned" in abstain.metadata["explanation"]
+    assert len(DATASETS["longmemeval_s"](str(ROOT / "tests" / "data"), limit=1)) == 1
+
+
+def test_longmemeval_errors_name_the_file_the_question_and_the_key(tmp_path):
+    import json
+
+    import pytest
+
+    from dkilab.eval.datasets.longmemeval import LongMemEvalError
+    from dkilab.registry import DATASETS
+
+    (tmp_path / "longmemeval").mkdir()
+    bad = {"question_id": "q9", "question_type": "multi-session", "question": "?", "answer": "x",
+           "haystack_sessions": [[{"role": "user", "content": "hi"}]], "haystack_dates": ["20 May 2023"]}
+    (tmp_path / "longmemeval" / "longmemeval_oracle.json").write_text(json.dumps([bad]), encoding="utf-8")
+    with pytest.raises(LongMemEvalError, match=r"longmemeval_oracle.json: question q9: haystack_dates\[0\]: date"):
+        DATASETS["longmemeval_oracle"](str(tmp_path))
+    del bad["haystack_dates"]
+    (tmp_path / "longmemeval" / "longmemeval_oracle.json").write_text(json.dumps([bad]), encoding="utf-8")
+    with pytest.raises(LongMemEvalError, match="question q9: key 'haystack_dates' is missing"):
+        DATASETS["longmemeval_oracle"](str(tmp_path))
+    with pytest.raises(Exception, match="longmemeval_m"):
+        DATASETS["longmemeval_m"](str(tmp_path))  # not there: says how to get it
