@@ -175,5 +175,11 @@ def test_longmemeval_errors_name_the_file_the_question_and_the_key(tmp_path):
     (tmp_path / "longmemeval" / "longmemeval_oracle.json").write_text(json.dumps([bad]), encoding="utf-8")
     with pytest.raises(LongMemEvalError, match="question q9: key 'haystack_dates' is missing"):
         DATASETS["longmemeval_oracle"](str(tmp_path))
+    (tmp_path / "longmemeval" / "longmemeval_oracle.json").write_text("[{", encoding="utf-8")
+    with pytest.raises(LongMemEvalError, match="longmemeval_oracle.json: not JSON"):
+        DATASETS["longmemeval_oracle"](str(tmp_path))
+    (tmp_path / "longmemeval" / "longmemeval_oracle.json").write_text("{}", encoding="utf-8")
+    with pytest.raises(LongMemEvalError, match="expected a list of question records"):
+        DATASETS["longmemeval_oracle"](str(tmp_path))
     with pytest.raises(Exception, match="longmemeval_m"):
         DATASETS["longmemeval_m"](str(tmp_path))  # not there: says how to get it

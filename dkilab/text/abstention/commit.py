@@ -77,7 +77,7 @@ def _segments(text: str) -> list[str]:
     return out
 
 
-def _is_value(seg: str) -> bool:
+def _is_value(seg: str, min_words: int = 2) -> bool:
     """No word of absence, of knowing or telling, not the answerer of itself, not a question, not a topic."""
     body = _LEAD.sub("", masked(seg)).strip()
     if not body or CUES.search(body) or WH.search(body) or _TOPIC.match(body):
@@ -87,7 +87,7 @@ def _is_value(seg: str) -> bool:
         return (named or len(_CJK.findall(body)) >= 2) and not ZH_ABOUT_KNOWING.search(body) \
             and not re.search(r"[我吗呢]|对话|的话", body) and not body.startswith("的")
     words = re.findall(r"[A-Za-z0-9']+", body)
-    return (named or len(words) >= 2) and not EN_ABOUT_KNOWING.search(body) and not SPEAKER.search(body) \
+    return (named or len(words) >= min_words) and not EN_ABOUT_KNOWING.search(body) and not SPEAKER.search(body) \
         and not re.match(r"^(?:if|please|feel free)\b", body, re.I)
 
 
@@ -112,17 +112,16 @@ def _topic_then_decline(segs: list[str], k: int) -> bool:
     return bool(CUES.search(masked(nxt))) and bool(SPEAKER.search(nxt))
 
 
-def _guess(segs: list[str], text: str) -> int | None:
-    """The index of the segment that carries a guess with a value (its own rest, or the next segment)."""
+def _guess(segs: list[str]) -> tuple[int, int] | None:
+    """(segment, where its guess marker starts) of the first guess with a value: the marker's own rest, or the next
+    segment ("If I had to guess, I'd say Leeds"); a guess may be one word ("I'd guess blue")."""
     for k, seg in enumerate(segs):
         m = (_ZH_GUESS if _CJK.search(seg) else _EN_GUESS).search(seg)
         if not m:
             continue
-        value = m.group("v").strip(" ：:，,")
-        if not value and k + 1 < len(segs):
-            value = segs[k + 1]
-        if value and _is_value(value if _CJK.search(value) else f"it {value}" if len(value.split()) < 2 else value):
-            return k
+        value = m.group("v").strip(" ：:，,") or (segs[k + 1] if k + 1 < len(segs) else "")
+        if value and _is_value(value, min_words=1):
+            return k, m.start()
     return None
 
 
@@ -133,11 +132,10 @@ def commitment(answer: str) -> Kind | None:
     segs = _segments(text)
     if not segs:
         return None
-    g = _guess(segs, text)
-    if g is not None:  # a decline before the guess makes it a hedged guess
-        marker = (_ZH_GUESS if _CJK.search(segs[g]) else _EN_GUESS).search(segs[g])
-        before = " ".join(segs[:g]) + " " + segs[g][:marker.start() if marker else 0]
-        return "hedged_guess" if _DECLINE.search(masked(before)) else "answer"
+    guess = _guess(segs)
+    if guess is not None:  # a decline before the guess makes it a hedged guess
+        k, start = guess
+        return "hedged_guess" if _DECLINE.search(masked(" ".join(segs[:k]) + " " + segs[k][:start])) else "answer"
     yes_no = bool(_YES_NO.match(segs[0]))
     for k, seg in enumerate(segs):
         if _topic_then_decline(segs, k):
