@@ -110,15 +110,17 @@ def read_answers(run_id: str, items: list) -> tuple[list, dict[int, str], dict[s
     return out, trace_ids, header
 
 
-def answered_runs(experiment_id: str) -> dict[str, Any]:
-    """generation hash -> the newest completed cell run that stored its answers."""
+def answered_runs(experiment_id: str, generation_hash: str | None = None) -> dict[str, Any]:
+    """generation hash -> the newest completed cell run that stored its answers (only `generation_hash`'s when
+    given)."""
     import mlflow
 
     from dkilab.eval.runstate import COMPLETE_TAG
 
+    only = f" and tags.`{GENERATION_TAG}` = '{generation_hash}'" if generation_hash else ""
     runs = mlflow.MlflowClient().search_runs(
         [experiment_id], f"tags.`dkilab.kind` = 'cell' and attributes.status = 'FINISHED' and tags.`{COMPLETE_TAG}` = '1' "
-                         f"and tags.`{ANSWERS_TAG}` = '1'", order_by=["attributes.start_time DESC"], max_results=50000)
+                         f"and tags.`{ANSWERS_TAG}` = '1'{only}", order_by=["attributes.start_time DESC"], max_results=50000)
     out: dict[str, Any] = {}
     for r in runs:
         out.setdefault(r.data.tags.get(GENERATION_TAG, ""), r)

@@ -171,7 +171,7 @@ def _run_cells(cfg, cells, state, exp_id, data_dir, config_path, progress, echo,
         for n, i in enumerate(order, 1):
             interrupt.check()  # a Ctrl-C that Python swallowed stops the sweep before the next cell
             cell = cells[i]
-            done = (runstate.finished_runs(exp_id).get(cell.config_hash) if main and not rescore_all
+            done = (runstate.finished_runs(exp_id, cell.config_hash).get(cell.config_hash) if main and not rescore_all
                     else None)  # re-checked per cell
             if done is not None and (over := over_error_budget(store_uri.read_metrics(done), cfg.max_error_rate)):
                 echo(f"[{n}/{len(cells)}] {cell.label}: finished before, but {over}: running it again")
@@ -252,7 +252,7 @@ def _finished_since(exp_id: str, cfg, cell: Cell) -> tuple[str, dict] | None:
     released its claim). (run id, metrics) of that run, with our claim given back; None otherwise."""
     from dkilab.eval import runstate, store_uri
 
-    done = runstate.finished_runs(exp_id).get(cell.config_hash)
+    done = runstate.finished_runs(exp_id, cell.config_hash).get(cell.config_hash)
     if done is None or over_error_budget(store_uri.read_metrics(done), cfg.max_error_rate):
         return None
     runstate.release_claim(cfg.name, cell.config_hash)
@@ -274,7 +274,7 @@ def _answered(exp_id: str, cell: Cell, any_scoring: bool) -> str | None:
     run`) a different scoring part; None when the cell has to generate."""
     from dkilab.eval import rescore
 
-    run = rescore.answered_runs(exp_id).get(cell.generation_hash)
+    run = rescore.answered_runs(exp_id, cell.generation_hash).get(cell.generation_hash)
     if run is None or (not any_scoring and run.data.tags.get("dkilab.config_hash") == cell.config_hash):
         return None
     return run.info.run_id

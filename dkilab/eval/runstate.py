@@ -92,13 +92,15 @@ def mark_dead_runs_killed(experiment_id: str) -> list[str]:
     return killed
 
 
-def finished_runs(experiment_id: str) -> dict[str, Any]:
-    """config hash -> the newest completed cell run (FINISHED and tagged complete)."""
+def finished_runs(experiment_id: str, config_hash: str | None = None) -> dict[str, Any]:
+    """config hash -> the newest completed cell run (FINISHED and tagged complete); only that hash's run when
+    `config_hash` is given (one cell's check reads one run, not every run of the experiment)."""
     import mlflow
 
     client = mlflow.MlflowClient()
+    only = f" and tags.`dkilab.config_hash` = '{config_hash}'" if config_hash else ""
     runs = client.search_runs([experiment_id], f"tags.`dkilab.kind` = 'cell' and attributes.status = 'FINISHED' "
-                                               f"and tags.`{COMPLETE_TAG}` = '1'",
+                                               f"and tags.`{COMPLETE_TAG}` = '1'{only}",
                               order_by=["attributes.start_time DESC"], max_results=50000)
     out: dict[str, object] = {}
     for r in runs:

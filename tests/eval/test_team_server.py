@@ -54,43 +54,31 @@ def test_runs_resume_and_report_against_the_postgres_backed_server():
             assert [c["cell"] for c in json.loads(rep.stdout)["cells"]] == ["recall_v4@scripted", "native@scripted"]
         assert server.mlflow.poll() is not None and not (root / "team" / "pgdata" / "postmaster.pid").exists()
 
-        with TeamServer(root / "team", _free_port(), _free_port()) as again:  # a restart keeps everything
-            mlflow.set_tracking_uri(again.url)
-            exp = mlflow.get_experiment_by_name("ci-scripted-fact-calls")
-            assert len(mlflow.search_runs([exp.experiment_id], output_format="list")) == len(runs)
-    finally:
-        mlflow.set_tracking_uri(None)
-        shutil.rmtree(root, ignore_errors=True)
+        # a restart keeps everything, here as `dkilab tracking-server --backend-store-uri postgresql://...
+        # --workers 4`: the database is someone else's (a managed one; here the same data dir started apart),
+        # used, never started or stopped by dkilab
+        import psutil
 
+        from dkilab.eval.team_server import Postgres, _redacted
 
-@pytest.mark.slow
-def test_an_external_postgres_and_more_workers(capsys):
-    """`dkilab tracking-server --backend-store-uri postgresql://... --workers 4`: the database is someone
-    else's (a managed one; here a Postgres started apart): used, never started or stopped by dkilab."""
-    import mlflow
-
-    from dkilab.eval.team_server import Postgres, TeamServer, _redacted
-
-    root = Path(tempfile.mkdtemp(prefix="dkilab-ext-"))
-    root.chmod(0o755)
-    db = Postgres(root / "pgdata", _free_port(), root / "postgres.log").start()
-    try:
-        with TeamServer(root / "team", _free_port(), backend_store_uri=db.uri, workers=4) as server:
-            assert server.postgres is None and not (root / "team" / "pgdata").exists()
-            out = dkilab("run", CONFIG, "--tracking-uri", server.url)
-            assert out.returncode == 0, out.stderr[-1500:]
-            mlflow.set_tracking_uri(server.url)
-            assert mlflow.get_experiment_by_name("ci-scripted-fact-calls") is not None
-            import psutil
-
-            cmdline = " ".join(psutil.Process(server.mlflow.pid).cmdline())
-            assert "--workers 4" in cmdline and db.uri in cmdline
-            assert len(psutil.Process(server.mlflow.pid).children(recursive=True)) >= 4  # the worker processes
-        assert db._running()  # stopping the MLflow server left the external database alone
+        db = Postgres(root / "team" / "pgdata", _free_port(), root / "team" / "external.log").start()
+        try:
+            with TeamServer(root / "team", _free_port(), backend_store_uri=db.uri, workers=4) as again:  # its artifacts
+                assert again.postgres is None
+                mlflow.set_tracking_uri(again.url)
+                exp = mlflow.get_experiment_by_name("ci-scripted-fact-calls")
+                assert len(mlflow.search_runs([exp.experiment_id], output_format="list")) == len(runs)
+                resumed = dkilab("run", CONFIG, "--tracking-uri", again.url)
+                assert resumed.returncode == 0 and resumed.stdout.count("finished before") == 2, resumed.stdout
+                cmdline = " ".join(psutil.Process(again.mlflow.pid).cmdline())
+                assert "--workers 4" in cmdline and db.uri in cmdline
+                assert len(psutil.Process(again.mlflow.pid).children(recursive=True)) >= 4  # the worker processes
+            assert db._running()  # stopping the MLflow server left the external database alone
+        finally:
+            db.stop()
         assert _redacted("postgresql://me:secret@db:5432/mlflow") == "postgresql://me:***@db:5432/mlflow"
     finally:
         mlflow.set_tracking_uri(None)
-        db.stop()
         shutil.rmtree(root, ignore_errors=True)
 
 
