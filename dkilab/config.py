@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 
 class ConfigError(ValueError):
@@ -102,6 +102,22 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                     None, None, f"duplicate key {key!r} (first at line {seen[key] + 1})", key_node.start_mark)
             seen[key] = key_node.start_mark.line
         return super().construct_mapping(node, deep)
+
+
+def knob(default: Any, *, off: Any, **field: Any) -> Any:
+    """A field for a lever added to a params model after cells were logged: `off` is the value at which it
+    does nothing, and the default. A cell's identity leaves the field out while it is off
+    (`identity_params`), so adding the lever changes no finished cell's hash; switched on, it is in."""
+    if default != off:
+        raise TypeError(f"a knob defaults to its off value ({off!r}), not {default!r}: otherwise every finished "
+                        "cell's identity would change")
+    return Field(default, json_schema_extra={"off": off}, **field)
+
+
+def knob_setting(lever: str, default: Any, **field: Any) -> Any:
+    """A field that only matters while its sibling `lever` (a `knob`) is on: out of a cell's identity while
+    the lever is off."""
+    return Field(default, json_schema_extra={"off_with": lever}, **field)
 
 
 def merge_nested(base: dict, over: dict) -> dict:

@@ -1,12 +1,16 @@
-"""One typed registry for every pluggable component: strategies, datasets, metrics, scorers, prompt
-formatters and model loaders.
+"""The registry every pluggable component registers in: strategies, datasets, metrics, scorers, prompt
+formatters and model loaders. Each registry lives with the interface it holds (`STRATEGIES` in
+`dkilab.strategies`, `DATASETS` in `dkilab.eval.datasets`, `METRICS` and `SCORERS` in
+`dkilab.eval.metrics`, `FORMATTERS` in `dkilab.recall.formatters`, `MODELS` in `dkilab.models`), is typed
+by it, and refuses a component that is not one (`kind=`: a subclass of the interface, an instance of it,
+or a callable).
 
 A component registers itself with a decorator and carries its declarations as metadata:
 
-    @STRATEGIES.register()                       # name from the class's `name`
+    @register                                    # a Strategy subclass; name from the class's `name`
     class MyStrategy(Strategy): ...
 
-    @DATASETS.register("mydata", language="en", scorer="f1", version="1")
+    @register_dataset("mydata", language="en", scorer="f1", version="1")
     def load_mydata(data_dir, limit=None, question_limit=None): ...
 
 A registry with `discover=` imports every module of that package the first time it is read, so a
@@ -39,8 +43,14 @@ def did_you_mean(name: str, known) -> str:
 class Registry(Generic[T]):
     """name -> component, with per-name metadata (the component's declarations)."""
 
-    def __init__(self, kind: str, discover: str | tuple[str, ...] | None = None):
+    def __init__(self, kind: str, discover: str | tuple[str, ...] | None = None, *, subclass_of: type | None = None,
+                 instance_of: type | None = None):
+        """`subclass_of`: the registry holds classes deriving from it; `instance_of`: instances of it;
+        neither: callables."""
+        if subclass_of is not None and instance_of is not None:
+            raise TypeError("a registry holds subclasses or instances of its interface, not both")
         self.kind = kind
+        self.subclass_of, self.instance_of = subclass_of, instance_of
         self._items: dict[str, T] = {}
         self._meta: dict[str, dict[str, Any]] = {}
         self._discover = (discover,) if isinstance(discover, str) else tuple(discover or ())
@@ -60,12 +70,23 @@ class Registry(Generic[T]):
     def add(self, name: str | None, obj: T, **meta: Any) -> T:
         if not name or not isinstance(name, str):
             raise TypeError(f"a {self.kind} needs a non-empty name, got {name!r} for {obj!r}")
+        self._check(name, obj)
         with self._lock:
             if name in self._items and self._items[name] is not obj and not _same_definition(self._items[name], obj):
                 raise ValueError(f"{self.kind} {name!r} is registered twice ({self._items[name]!r}, {obj!r})")
             self._items[name] = obj
             self._meta[name] = dict(meta)
         return obj
+
+    def _check(self, name: str, obj: Any) -> None:
+        if self.subclass_of is not None:
+            ok, want = isinstance(obj, type) and issubclass(obj, self.subclass_of), f"a subclass of {self.subclass_of.__name__}"
+        elif self.instance_of is not None:
+            ok, want = isinstance(obj, self.instance_of), f"an instance of {self.instance_of.__name__}"
+        else:
+            ok, want = callable(obj), "callable"
+        if not ok:
+            raise TypeError(f"{self.kind} {name!r} must be {want}, got {obj!r}")
 
     def remove(self, name: str) -> None:
         with self._lock:
@@ -132,13 +153,3 @@ def _same_definition(a: Any, b: Any) -> bool:
     """A module imported twice (e.g. as __main__ and by name) re-registers the same definition."""
     return (getattr(a, "__qualname__", None) == getattr(b, "__qualname__", object())
             and getattr(a, "__module__", None) == getattr(b, "__module__", object()))
-
-
-STRATEGIES: Registry[Any] = Registry("strategy", discover="dkilab.strategies")
-DATASETS: Registry[Callable] = Registry("dataset", discover="dkilab.eval.datasets")
-METRICS: Registry[Any] = Registry("metric", discover="dkilab.eval.metrics")
-SCORERS: Registry[Callable] = Registry("scorer", discover="dkilab.eval.metrics")
-FORMATTERS: Registry[Any] = Registry("prompt formatter", discover="dkilab.recall.formatters")
-# each model backend registers its own loader; none of these modules imports torch
-MODELS: Registry[Callable] = Registry("model loader", discover=("dkilab.models.loading", "dkilab.models.openai_client",
-                                                                "dkilab.models.scripted"))

@@ -1,7 +1,8 @@
 """The documentation's examples work as written (the "one file each" examples, the recall agent's)."""
 import re
 
-from dkilab.registry import METRICS, STRATEGIES
+from dkilab.eval.metrics import METRICS
+from dkilab.strategies import STRATEGIES
 from tests.conftest import ROOT
 
 
@@ -21,7 +22,7 @@ def test_the_readme_strategy_and_metric_examples_run(model, tmp_path, embedder):
     from dkilab.strategies import create_strategy
     from dkilab.eval.datasets import load_fixtures
 
-    strategy_code, _dataset_code, metric_code = _blocks("Extending: one file each")
+    strategy_code, _dataset_code, metric_code, _signal_code = _blocks("Extending: one file each")
     try:
         exec(compile(strategy_code, "README:strategy", "exec"), {})
         exec(compile(metric_code, "README:metric", "exec"), {})
@@ -39,6 +40,23 @@ def test_the_readme_strategy_and_metric_examples_run(model, tmp_path, embedder):
     finally:
         STRATEGIES.remove("echo_last")
         METRICS.remove("answer_length")
+
+
+def test_the_recall_signal_example_runs_and_its_signal_is_fused(store):
+    from dkilab.recall import MultiSignalRecall, RecallConfig
+    from dkilab.recall.signals import SIGNALS
+    from tests.recall.test_levers import HISTORY
+
+    *_, code = _blocks("Extending: one file each")
+    exec(compile(code, "docs:signal", "exec"), {})
+    try:
+        store.add_messages(HISTORY)
+        cfg = RecallConfig().with_updates({"signals.plugins": {"longest": 0.5}, "signals.fusion": "weighted"})
+        result = MultiSignalRecall(cfg, None, store.for_user("alice")).recall("What did we cook?")
+        longest = max(HISTORY, key=lambda m: len(m.content)).message_id
+        assert next(r for r in result.ranked if r.message.message_id == longest).signals["longest"] > 0
+    finally:
+        SIGNALS.remove("longest")
 
 
 def test_the_readme_recall_agent_example_runs(store):

@@ -1,12 +1,17 @@
-"""One registry for strategies, datasets, metrics, scorers, formatters and models; a new component is
-one file that registers itself."""
+"""One registry type for strategies, datasets, metrics, scorers, formatters and models, each typed by the
+interface it holds; a new component is one file that registers itself."""
 import pkgutil
 import sys
 import textwrap
 
 import pytest
 
-from dkilab.registry import DATASETS, FORMATTERS, METRICS, MODELS, SCORERS, STRATEGIES, Registry, UnknownNameError
+from dkilab.eval.datasets import DATASETS
+from dkilab.eval.metrics import METRICS, SCORERS
+from dkilab.models.specs import MODELS
+from dkilab.recall.formatters import FORMATTERS
+from dkilab.strategies import STRATEGIES
+from dkilab.registry import Registry, UnknownNameError
 
 
 def test_a_new_component_is_one_file_in_a_discovered_package(tmp_path, monkeypatch):
@@ -29,8 +34,34 @@ def test_a_new_component_is_one_file_in_a_discovered_package(tmp_path, monkeypat
     with pytest.raises(KeyError):
         PLUGINS["ecko"]  # a KeyError and a ValueError (pydantic validators turn it into a config error)
     with pytest.raises(ValueError, match="registered twice"):
-        PLUGINS.add("echo", object())
+        PLUGINS.add("echo", type("Other", (), {}))
     sys.modules.pop("my_plugins.echo_strategy", None)
+
+
+def test_each_registry_refuses_what_is_not_its_interface():
+    from dkilab.eval.metrics.base import Metric
+    from dkilab.recall.formatters import GenericFormatter
+    from dkilab.strategies.no_memory import NoMemory
+
+    class NotAStrategy:
+        name = "not_a_strategy"
+
+    with pytest.raises(TypeError, match="strategy 'not_a_strategy' must be a subclass of Strategy"):
+        STRATEGIES.add("not_a_strategy", NotAStrategy)
+    with pytest.raises(TypeError, match="must be a subclass of Strategy"):
+        STRATEGIES.add("an_instance", NoMemory())  # the class is registered, not an instance of it
+    with pytest.raises(TypeError, match="prompt formatter 'plain' must be a subclass of PromptFormatter"):
+        FORMATTERS.add("plain", str)
+    with pytest.raises(TypeError, match="metric 'm' must be an instance of Metric"):
+        METRICS.add("m", Metric)
+    for registry in (DATASETS, SCORERS, MODELS):
+        with pytest.raises(TypeError, match="must be callable"):
+            registry.add("not_callable", 3)
+    assert "not_a_strategy" not in STRATEGIES and "an_instance" not in STRATEGIES and "plain" not in FORMATTERS
+    assert "m" not in METRICS and all("not_callable" not in r for r in (DATASETS, SCORERS, MODELS))
+    assert FORMATTERS["generic"] is GenericFormatter and STRATEGIES["no_memory"] is NoMemory
+    with pytest.raises(TypeError, match="not both"):
+        Registry("x", subclass_of=object, instance_of=object)
 
 
 def test_every_module_of_the_strategy_package_is_registered():

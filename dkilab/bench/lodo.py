@@ -200,7 +200,7 @@ def table(held: dict[str, dict[str, list[dict]]], runner: dict[str, dict[str, li
     paired difference of every pipeline against the previous defaults and the best single signal."""
     from dkilab.eval.metrics.base import aggregate_metric
     from dkilab.eval.metrics.bootstrap import metric_ci, paired
-    from dkilab.registry import METRICS
+    from dkilab.eval.metrics import METRICS
 
     fn = METRICS[metric]
     lines = [f"{metric} on each test split; lodo_* fitted without the dataset's source; "
@@ -251,7 +251,7 @@ def previous_turn_table(alone: dict[str, dict[str, list[dict]]], paired_with: di
     by question with the same pipeline on the defaults' stores (each turn alone), and the choice it makes."""
     from dkilab.eval.metrics.base import aggregate_metric
     from dkilab.eval.metrics.bootstrap import paired
-    from dkilab.registry import METRICS
+    from dkilab.eval.metrics import METRICS
 
     fn = METRICS[metric]
     lines = [f"{metric} held out, each turn embedded alone (the defaults) vs with the turn it replies to "

@@ -44,7 +44,7 @@ def main(data_dir=None, metric: str = "recall_at_10", tracking_uri: str | None =
     from dkilab.eval.metrics.base import aggregate, category_of
     from dkilab.eval.metrics.bootstrap import metric_ci, paired
     from dkilab.eval.runner import run_experiment
-    from dkilab.registry import METRICS
+    from dkilab.eval.metrics import METRICS
 
     cfg = load_config(config, peers)
     results = run_experiment(cfg, data_dir=data_dir, uri=tracking_uri, progress=False,

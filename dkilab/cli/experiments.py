@@ -82,7 +82,7 @@ def _report_columns(table, metrics: list[str] | None) -> list[str]:
             import difflib
 
             from dkilab.config import ConfigError
-            from dkilab.registry import METRICS
+            from dkilab.eval.metrics import METRICS
 
             has = ", ".join(c for c in table.columns if not c.endswith(("_low", "_high")))
             absent = [m for m in unknown if m in METRICS]

@@ -102,7 +102,7 @@ def pairwise(cells: list[tuple[str, str, list[dict]]], metrics: list[str] | None
 
     from dkilab.eval.metrics.base import paired_by_default
     from dkilab.eval.metrics.bootstrap import paired
-    from dkilab.registry import METRICS
+    from dkilab.eval.metrics import METRICS
 
     out = []
     by_dataset: dict[str, list] = {}
@@ -196,7 +196,7 @@ def overview_markdown(table, pairs, counts: dict[str, dict[str, int]], max_pairs
     import math
 
     from dkilab.eval.metrics.base import headline_metrics, lower_is_better
-    from dkilab.registry import METRICS
+    from dkilab.eval.metrics import METRICS
 
     cols = headline_metrics(table.columns, counts=())
     header = ["cell"]

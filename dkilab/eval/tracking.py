@@ -128,7 +128,7 @@ def metrics_table(metrics: dict[str, float], rows: list[dict]):
 
     from dkilab.eval.metrics.base import counted
     from dkilab.eval.metrics.bootstrap import ci_keys
-    from dkilab.registry import METRICS
+    from dkilab.eval.metrics import METRICS
 
     out = []
     for name, value in metrics.items():

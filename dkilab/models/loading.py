@@ -10,8 +10,7 @@ import os
 import threading
 from typing import Any, Collection
 
-from dkilab.registry import MODELS
-from dkilab.models.specs import DEFAULT_MODEL, ModelNotAvailableError, resolve_spec
+from dkilab.models.specs import DEFAULT_MODEL, MODELS, ModelNotAvailableError, resolve_spec
 from dkilab.weights import quiet_loading
 
 ATTN_CHOICES = ("auto", "sdpa", "eager", "flash_attention_2")  # flash: text strategies; K/V runs over SDPA

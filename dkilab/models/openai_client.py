@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from dkilab.models.text_only import TextOnlyModel
-from dkilab.registry import MODELS
+from dkilab.models.specs import MODELS
 from dkilab.tracing import traced_generation
 from dkilab.types import Generation
 

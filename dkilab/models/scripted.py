@@ -24,7 +24,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dkilab.models.text_only import TextOnlyModel
-from dkilab.registry import MODELS
+from dkilab.models.specs import MODELS
 from dkilab.tracing import traced_generation
 from dkilab.types import Generation
 

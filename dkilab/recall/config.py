@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from dkilab.config import merge_nested, read_yaml, validate
+from dkilab.config import knob, knob_setting, merge_nested, read_yaml, validate
 
 
 class _Strict(BaseModel):
@@ -19,7 +19,7 @@ class SignalsConfig(_Strict):
     keyword_method: Literal["tfidf", "textrank"] = "tfidf"
     # the parts of speech a Chinese keyword may be: dkilab's (the seed's plus English words and numbers inside
     # Chinese text) or the seed's own n/nr/ns/nt/nz/v/vn (§5.1.2)
-    keyword_pos: Literal["dkilab", "seed"] = Field("dkilab", json_schema_extra={"off": "dkilab"})
+    keyword_pos: Literal["dkilab", "seed"] = knob("dkilab", off="dkilab")
     vector_enabled: bool = True  # vector similarity retrieval
     vector_top_k: int = Field(50, ge=1, le=1000)  # (seed: 10)
     # minimum cosine similarity (seed: 0.5, which drops most relevant MiniLM / e5 cosines; the fused rank decides)
@@ -28,7 +28,7 @@ class SignalsConfig(_Strict):
     # the history a question with no session id resolves its reference against: `recent`, the last
     # 2 x default_recall_turns messages, or `scope`, the conversation's latest turns up to the widest scope the
     # resolver maps a cue to (最近 = 50 turns, 刚才 = 3: each scope keeps its own window, seed §2.2.2)
-    reference_window: Literal["recent", "scope"] = Field("recent", json_schema_extra={"off": "recent"})
+    reference_window: Literal["recent", "scope"] = knob("recent", off="recent")
     # --- dkilab additions (not in the seed): how the signals are fused --------------------
     # The defaults are the dev-split winner (experiments/retrieval_tune_dev.yaml), checked on held-back data
     # by `dkilab bench retrieval`; the seed's own values are noted where they differ.
@@ -40,7 +40,7 @@ class SignalsConfig(_Strict):
     fusion: Literal["rrf", "weighted", "learned", "seed"] = "learned"
     # the learned fusion's weights: a JSON file (None = the shipped dkilab/recall/fusion_lr.json); its digest
     # is part of a cell's identity (added after cells were logged: `off` keeps it out while unset)
-    fusion_model: str | None = Field(None, json_schema_extra={"off": None})
+    fusion_model: str | None = knob(None, off=None)
     rrf_k: int = Field(60, ge=1)
     weights: dict[str, float] = Field(default_factory=lambda: {"keyword": 1.0, "vector": 0.6, "reference": 0.3})
     neighbor_expansion: int = Field(0, ge=0, le=5)  # add +-n session neighbours of the top hits
@@ -56,9 +56,12 @@ class SignalsConfig(_Strict):
     # pseudo-relevance feedback: the keywords of the top `prf_docs` fused hits that the query lacks (up to
     # `prf_terms`) are added to it for a second BM25 search, fused with weight `prf_weight` (0 docs = off)
     # (added after cells were logged: `off` keeps them out of a cell's identity while prf_docs is 0)
-    prf_docs: int = Field(0, ge=0, le=20, json_schema_extra={"off": 0})
-    prf_terms: int = Field(5, ge=1, le=30, json_schema_extra={"off_with": "prf_docs"})
-    prf_weight: float = Field(0.5, ge=0, le=2, json_schema_extra={"off_with": "prf_docs"})
+    prf_docs: int = knob(0, ge=0, le=20, off=0)
+    prf_terms: int = knob_setting("prf_docs", 5, ge=1, le=30)
+    prf_weight: float = knob_setting("prf_docs", 0.5, ge=0, le=2)
+    # signals of dkilab/recall/signals/ switched on, each with its weight in the weighted fusion; under the
+    # learned fusion their declared features join the rows (zero weight where the model was not fitted with them)
+    plugins: dict[str, float] = knob({}, off={})
 
     @field_validator("fusion_model")
     @classmethod
@@ -67,6 +70,20 @@ class SignalsConfig(_Strict):
             from dkilab.recall.learned import load_model
 
             load_model(v)  # a missing or malformed file is refused when the config is read, naming it
+        return v
+
+    @field_validator("plugins")
+    @classmethod
+    def _plugins_known(cls, v: dict[str, float]) -> dict[str, float]:
+        from dkilab.recall.signals import SIGNALS
+        from dkilab.registry import did_you_mean
+
+        for name, weight in v.items():
+            if name not in SIGNALS:
+                raise ValueError(f"unknown recall signal {name!r}{did_you_mean(name, SIGNALS)}; "
+                                 f"registered: {', '.join(SIGNALS.names())}")
+            if weight < 0:
+                raise ValueError(f"recall signal {name!r}: weight {weight} is below 0")
         return v
 
 
@@ -125,7 +142,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 class RecallConfig(_Strict):
     # a named set of values (PRESETS) under the keys given with it; None: dkilab's defaults
-    preset: Literal["seed"] | None = Field(None, json_schema_extra={"off": None})
+    preset: Literal["seed"] | None = knob(None, off=None)
     enabled: bool = True
     strategy: Literal["summary_with_fact_call", "flat_history"] = "summary_with_fact_call"
     signals: SignalsConfig = Field(default_factory=SignalsConfig)
@@ -145,7 +162,7 @@ class RecallConfig(_Strict):
     @field_validator("prompt_formatter")
     @classmethod
     def _formatter(cls, v: str) -> str:
-        from dkilab.registry import FORMATTERS
+        from dkilab.recall.formatters import FORMATTERS
 
         if v != "auto" and v not in FORMATTERS:
             raise ValueError(f"unknown prompt formatter {v!r}; known: auto, {', '.join(FORMATTERS.names())}")

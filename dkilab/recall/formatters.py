@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from dkilab.models.tool_calls import (DS_CALL, DS_END, DS_SEP, MalformedToolCall,
                                       parse_tool_calls)
-from dkilab.registry import FORMATTERS
+from dkilab.registry import Registry
 from dkilab.text.history import DEFAULT_FIELDS, ROLE_NAME as ROLE, render_line, role_name, when
 from dkilab.types import FactRequest, FactResponse, HistoryItem
 from dkilab.prompts import CONSTRAINT, FINAL, FOLLOW_UP, NOT_FOUND, QUERY  # prompt texts: dkilab/prompts.py
@@ -222,6 +222,9 @@ class PromptFormatter(ABC):
         """Count a malformed call; returns None (typed Any so every parser can `return self._malformed()`)."""
         self.malformed_calls += 1
         return None
+
+
+FORMATTERS: Registry[type[PromptFormatter]] = Registry("prompt formatter", subclass_of=PromptFormatter)
 
 
 @FORMATTERS.register("generic")

@@ -88,9 +88,10 @@ class RangeGuard:
         return guard
 
     @classmethod
-    def from_dict(cls, data: Any, source: str, names: list[str] | None = None) -> "RangeGuard":
-        """The guard of a model file whose rows have the features `names` (default `FEATURES`); a feature
-        it was not fitted with is never outside."""
+    def from_dict(cls, data: Any, source: str, names: list[str] | None = None,
+                  columns: tuple[str, ...] = FEATURES) -> "RangeGuard":
+        """The guard of a model file whose rows have the features `names` (default `FEATURES`), over the
+        model's `columns`; a feature it was not fitted with is never outside."""
         names = list(FEATURES) if names is None else names
         try:
             lo, hi = (np.asarray(data[k], dtype=np.float64) for k in ("lo", "hi"))
@@ -99,8 +100,8 @@ class RangeGuard:
             raise ValueError(f"{source}: its guard is malformed ({exc}): it needs lo, hi and limit") from None
         if lo.shape != hi.shape or lo.shape != (len(names),) or not 0.0 <= limit <= 1.0:
             raise ValueError(f"{source}: its guard needs lo and hi of {len(names)} numbers and a limit in [0, 1]")
-        at = [FEATURES.index(f) for f in names]
-        full = np.array([np.full(len(FEATURES), -np.inf), np.full(len(FEATURES), np.inf)])
+        at = [columns.index(f) for f in names]
+        full = np.array([np.full(len(columns), -np.inf), np.full(len(columns), np.inf)])
         full[:, at] = (lo, hi)
         return cls(full[0], full[1], limit)
 
@@ -123,8 +124,11 @@ class FusionModel:
     scores matters."""
 
     def __init__(self, data: dict[str, Any], source: str = "<dict>"):
+        from dkilab.recall.signals import SIGNALS
+
         names = list(data.get("features", []))
-        unknown = [f for f in names if f not in FEATURES]
+        declared = {f for n in SIGNALS for f in SIGNALS.meta(n)["features"]}  # the recall signals' features
+        unknown = [f for f in names if f not in FEATURES and f not in declared]
         if unknown or len(set(names)) != len(names) or not names:
             what = f"features dkilab does not compute: {', '.join(unknown)}" if unknown else "no features, or one twice"
             raise ValueError(f"{source}: {what}; refit with `dkilab bench retrieval --train`")
@@ -133,7 +137,10 @@ class FusionModel:
         if self.unfitted:
             warnings.warn(f"{source} was not fitted with the features {', '.join(self.unfitted)}: they get zero "
                           "weight until it is refitted (`dkilab bench retrieval --train`)", stacklevel=2)
-        at = np.array([FEATURES.index(f) for f in names])
+        # its columns: the built-in features, then the signals' it was fitted with (`columns_of`)
+        self.columns: tuple[str, ...] = FEATURES + tuple(f for f in names if f not in FEATURES)
+        self._warned: set[str] = set()
+        at = np.array([self.columns.index(f) for f in names])
         models = data.get("models")
         if not isinstance(models, dict) or not models:
             raise ValueError(f"{source}: no 'models' (one per encoder family)")
@@ -146,7 +153,7 @@ class FusionModel:
                 raise ValueError(f"{source}: model {lang!r} is malformed ({exc})") from None
             if not (mean.shape == scale.shape == coef.shape == (len(names),)) or not np.all(scale > 0):
                 raise ValueError(f"{source}: model {lang!r} needs mean, scale (> 0) and coef of {len(names)} numbers")
-            full = np.zeros((3, len(FEATURES)))
+            full = np.zeros((3, len(self.columns)))
             full[1] = 1.0
             full[:, at] = (mean, scale, coef)
             self.parts[lang] = (full[0], full[1], full[2])
@@ -154,7 +161,8 @@ class FusionModel:
         if self.default not in self.parts:
             raise ValueError(f"{source}: default model {self.default!r} is not among {sorted(self.parts)}")
         self.version = str(data.get("version", "?"))
-        self.guard = RangeGuard.from_dict(data["guard"], source, names) if data.get("guard") is not None else None
+        self.guard = (RangeGuard.from_dict(data["guard"], source, names, self.columns) if data.get("guard") is not None
+                      else None)
         weights = {k: {f: models[k][f] for f in ("mean", "scale", "coef")} for k in sorted(models)}
         # the cue rule picks the part, the date rules feed the date features, the guard may hand the order
         # back to the weighted fusion: each decides the ranking
@@ -179,9 +187,29 @@ class FusionModel:
         return next((k for k in self.parts if k.split(":")[0] == fam and not k.endswith(f":{UTTERANCE}")),
                     self.default)
 
+    def columns_of(self, X: np.ndarray, columns: tuple[str, ...]) -> np.ndarray:
+        """Feature rows whose columns are `columns` laid out as this model's: a signal's feature it was not
+        fitted with is dropped (zero weight; said once per model and feature), one it was fitted with but
+        switched off is NaN, which `score` reads as the part's mean (no contribution)."""
+        if tuple(columns) == self.columns:
+            return X
+        new = [c for c in columns if c not in self.columns and c not in self._warned]
+        if new:
+            self._warned.update(new)
+            warnings.warn(f"fusion model {self.version} was not fitted with the features {', '.join(new)}: they get "
+                          "zero weight until it is refitted (`dkilab bench retrieval --train`)", stacklevel=2)
+        at = {c: k for k, c in enumerate(columns)}
+        out = np.full((len(X), len(self.columns)), np.nan)
+        for j, c in enumerate(self.columns):
+            if c in at:
+                out[:, j] = X[:, at[c]]
+        return out
+
     def score(self, X: np.ndarray, part: str) -> np.ndarray:
-        """Scores of the rows of `X` by the model part `part` (else the default one)."""
+        """Scores of the rows of `X` (laid out by `columns_of`) by the model part `part` (else the default one)."""
         mean, scale, coef = self.parts.get(part) or self.parts[self.default]
+        if np.isnan(X).any():  # a signal the model was fitted with, switched off
+            X = np.where(np.isnan(X), mean, X)
         return ((X - mean) / scale) @ coef
 
     def card(self) -> dict[str, Any]:
@@ -323,6 +351,18 @@ def candidates(query: str, ranked: list[RecalledMessage], memory: Memory, *, key
         v = X[:, col[src]]
         X[:, col[z]] = (v - v.mean()) / (v.std() + 1e-6)
     return [cands[i] for i in ids], X
+
+
+def with_signals(X: np.ndarray, messages: list[Message], query: str, signals: dict[str, Any],
+                 lists: dict[str, list[tuple[Message, float]]]) -> tuple[np.ndarray, tuple[str, ...]]:
+    """The feature rows with the switched-on recall signals' declared features after the built-in ones, and
+    the names of their columns."""
+    columns = FEATURES
+    for name, signal in signals.items():
+        scores = {m.message_id: s for m, s in lists.get(name, [])}
+        X = np.hstack([X, signal.feature_rows(query, messages, scores)])
+        columns += signal.feature_names()
+    return X, columns
 
 
 def cue_kind(query: str) -> str:

@@ -93,6 +93,9 @@ class MultiSignalRecall:
             lists["vector"] = self._timed(lat, "vector", lambda: self._vector_hits(query, focus))
             if focus:
                 lists["vector_unfocused"] = self._timed(lat, "vector", lambda: self._vector_hits(query))
+        for name, signal in self._plugins().items():
+            lists[name] = self._timed(lat, name, lambda s=signal: s.hits(query, self.memory, filter=focus,
+                                                                       limit=sig.lexical_top_k))
         ranked = self._timed(lat, "fusion", lambda: self._fuse(lists, unfocused))
         if sig.prf_docs and ranked:
             terms = self._timed(lat, "prf", lambda: self._feedback_terms(query, ranked[:sig.prf_docs]))
@@ -100,7 +103,7 @@ class MultiSignalRecall:
                 lists["prf"] = self._timed(lat, "lexical", lambda: self._lexical(f"{query} {' '.join(terms)}", focus))
                 ranked = self._timed(lat, "fusion", lambda: self._fuse(lists, unfocused))
         if sig.fusion == "learned" and ranked:
-            ranked = self._timed(lat, "learned", lambda: self._learned(query, ranked, keywords, focus, asked_at))
+            ranked = self._timed(lat, "learned", lambda: self._learned(query, ranked, keywords, focus, asked_at, lists))
         if sig.neighbor_expansion and ranked:
             ranked = self._timed(lat, "neighbors", lambda: self._expand(ranked))
         return self._result(ranked[:max_results], history if session_id else [], ref, lists, keywords, max_results, lat)
@@ -143,6 +146,14 @@ class MultiSignalRecall:
         ranked = self._timed(lat, "fusion", lambda: seed_ranking.rank(lists.get("keyword", []), lists.get("vector", [])))
         return self._result(ranked[:max_results], history if session_id else [], scope.reference, lists, keywords,
                             max_results, lat)
+
+    def _plugins(self) -> dict[str, Any]:
+        """The signals of dkilab/recall/signals/ this config switches on, by name."""
+        if not self.config.signals.plugins:
+            return {}
+        from dkilab.recall.signals import SIGNALS
+
+        return {name: SIGNALS[name]() for name in self.config.signals.plugins}
 
     def _scope_turns(self) -> int:
         """Turns of the conversation's latest history a question with no session resolves its reference
@@ -212,7 +223,8 @@ class MultiSignalRecall:
         merged: dict[str, RecalledMessage] = {}
         for name, hits in lists.items():
             base, _, rest = name.partition("_")
-            w = (sig.prf_weight if base == "prf" else sig.weights.get(base, 1.0)) * (unfocused if rest else 1.0)
+            w = (sig.plugins[name] if name in sig.plugins else sig.prf_weight if base == "prf"
+                 else sig.weights.get(base, 1.0) * (unfocused if rest else 1.0))
             if not hits or w == 0:
                 continue
             scores = [s for _, s in hits]
@@ -230,16 +242,19 @@ class MultiSignalRecall:
             ranked.sort(key=lambda r: (-r.score, r.message.timestamp))
         return ranked
 
-    def _learned(self, query: str, ranked: list[RecalledMessage], keywords, focus: dict | None, asked_at
-                 ) -> list[RecalledMessage]:
-        """The weighted fusion's list and the neighbours of its top hits, ordered by the fusion model."""
+    def _learned(self, query: str, ranked: list[RecalledMessage], keywords, focus: dict | None, asked_at,
+                 lists: dict[str, list[tuple[Message, float]]]) -> list[RecalledMessage]:
+        """The weighted fusion's list and the neighbours of its top hits, ordered by the fusion model; the
+        switched-on signals' declared features follow the built-in ones in each row."""
         from dkilab.recall import learned
 
         messages, X = learned.candidates(query, ranked, self.memory, keywords=keywords,
                                          focus_role=(focus or {}).get("role"), asked_at=asked_at, embedder=self.embedder)
+        X, columns = learned.with_signals(X, messages, query, self._plugins(), lists)
         if self.on_candidates is not None:
             self.on_candidates(messages, X)
         model = learned.load_model(self.config.signals.fusion_model)
+        X = model.columns_of(X, columns)
         if model.guard is not None and model.guard.outside(X):  # outside what it was fitted on: the hand weights
             return ranked
         encoder = self.embedder.model_name if self.embedder is not None else getattr(self.memory, "encoder_name", None)

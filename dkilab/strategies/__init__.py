@@ -4,8 +4,7 @@ A new strategy is a new file here (see `base.py`). `create_strategy(name, params
 lists them."""
 from __future__ import annotations
 
-from dkilab.registry import STRATEGIES
-from dkilab.strategies.base import Strategy, StrategyParams, register
+from dkilab.strategies.base import STRATEGIES, Strategy, StrategyParams, register
 
 BUILTIN = ("no_memory", "full_history", "stable", "recall_v4", "full_attention")  # the answering strategies of the seeds
 

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dkilab.config import refuse_bool_numbers, validate
 from dkilab.recall import MultiSignalRecall, RecallConfig, create_reference_resolver
-from dkilab.registry import STRATEGIES
+from dkilab.registry import Registry
 from dkilab.text.history import DEFAULT_FIELDS, render_line
 from dkilab.text.lang import detect_language
 from dkilab import tracing
@@ -287,6 +287,9 @@ class Strategy(ABC):
         return gen, model.render(messages, **kw)
 
 
+STRATEGIES: Registry[type[Strategy]] = Registry("strategy", discover="dkilab.strategies", subclass_of=Strategy)
+
+
 class ReferenceParams(BaseModel):
     """The reference resolver (seed reference-resolver) as an experiment chooses it: an optional resolver
     YAML (the keys of `ReferenceResolverConfig`, e.g. extra mappings) and the turn windows on top."""
@@ -326,12 +329,27 @@ class RecallingStrategy(Strategy):
             from dkilab.recall.temporal import RULES
 
             out["date_rules"] = RULES
+        if self.params.recall.signals.plugins:  # a signal's version: its scores changed, its cells run again
+            from dkilab.recall.signals import SIGNALS
+
+            out["signals"] = {n: SIGNALS.meta(n)["version"] for n in sorted(self.params.recall.signals.plugins)}
         card = self._fusion_card()
         return out | ({"fusion_model": card["digest"]} if card else {})
 
     def cards(self) -> dict[str, Any]:
         card = self._fusion_card()
-        return super().cards() | ({"fusion_model": {k: card[k] for k in ("version", "digest")}} if card else {})
+        if not card:
+            return super().cards()
+        fusion = {k: card[k] for k in ("version", "digest")}
+        if self.params.recall.signals.plugins:  # the switched-on signals' features the model gives zero weight
+            from dkilab.recall.learned import load_model
+            from dkilab.recall.signals import SIGNALS
+
+            columns = load_model(self.params.recall.signals.fusion_model).columns
+            unfitted = [f for n in sorted(self.params.recall.signals.plugins) for f in SIGNALS.meta(n)["features"]
+                        if f not in columns]
+            fusion |= {"unfitted_features": ", ".join(unfitted)} if unfitted else {}
+        return super().cards() | {"fusion_model": fusion}
 
     def _fusion_card(self) -> dict[str, Any] | None:
         signals = self.params.recall.signals

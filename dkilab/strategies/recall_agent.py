@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
+from dkilab.config import knob
 from dkilab.strategies.base import (StrategyParams, Strategy, history_block, language_of, newest_that_fit, preferences_text,
                                     question_text, register)
 from dkilab.types import Answer
@@ -27,7 +28,7 @@ class RecallAgentParams(StrategyParams):
     max_items: int = Field(5, ge=1, le=50)
     default_days: int | None = Field(30, ge=1)  # the window when the question has no time cue (None: all time)
     policy_max_new_tokens: int = Field(96, ge=8, le=1024)
-    skill: str | None = Field(None, json_schema_extra={"off": None})  # a recall skill file (default: the packaged one)
+    skill: str | None = knob(None, off=None)  # a recall skill file (default: the packaged one)
 
     @field_validator("skill")
     @classmethod

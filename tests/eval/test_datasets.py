@@ -140,7 +140,7 @@ def test_madial_loader_matches_the_dataset_card():
 
 def test_longmemeval_loads_its_published_format_one_conversation_per_question():
     from dkilab.eval.datasets.longmemeval import TYPES
-    from dkilab.registry import DATASETS
+    from dkilab.eval.datasets import DATASETS
     from tests.conftest import ROOT
 
     convs = DATASETS["longmemeval_s"](str(ROOT / "tests" / "data"))
@@ -163,7 +163,7 @@ def test_longmemeval_errors_name_the_file_the_question_and_the_key(tmp_path):
     import pytest
 
     from dkilab.eval.datasets.longmemeval import LongMemEvalError
-    from dkilab.registry import DATASETS
+    from dkilab.eval.datasets import DATASETS
 
     (tmp_path / "longmemeval").mkdir()
     bad = {"question_id": "q9", "question_type": "multi-session", "question": "?", "answer": "x",

@@ -9,7 +9,7 @@ import yaml
 
 from dkilab.cli import main as cli
 from dkilab.eval.metrics.base import Metric, metric, metrics_version
-from dkilab.registry import METRICS
+from dkilab.eval.metrics import METRICS
 
 
 @pytest.fixture

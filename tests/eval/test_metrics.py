@@ -167,7 +167,8 @@ def test_score_rows_and_aggregate():
 
 
 def test_scorers_follow_the_dataset_declaration():
-    from dkilab.registry import DATASETS, SCORERS
+    from dkilab.eval.datasets import DATASETS
+    from dkilab.eval.metrics import SCORERS
 
     assert {DATASETS.meta(n)["scorer"] for n in DATASETS} <= set(SCORERS)
     cat5 = QAItem("Did she adopt a dog?", None, 5, [], False)
@@ -185,7 +186,7 @@ def test_scorers_follow_the_dataset_declaration():
 
 def test_metrics_are_declared_once_and_drive_tables_and_categories():
     from dkilab.eval.metrics import category_metrics, declared, metric, metrics_version, primary_metric, table_metrics
-    from dkilab.registry import METRICS
+    from dkilab.eval.metrics import METRICS
 
     names = [m.name for m in declared()]
     assert len(names) == len(set(names))
@@ -211,7 +212,7 @@ def test_metrics_are_declared_once_and_drive_tables_and_categories():
 
 def test_bootstrap_intervals_and_paired_differences():
     from dkilab.eval.metrics.bootstrap import intervals, paired
-    from dkilab.registry import METRICS
+    from dkilab.eval.metrics import METRICS
 
     rows = [{"qid": f"q{i}", "user_id": f"u{i % 8}", "answerable": True, "score": float(i % 3 == 0)} for i in range(80)]
     lo, hi = intervals(rows)["score"]

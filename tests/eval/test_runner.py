@@ -20,7 +20,7 @@ from dkilab.eval.metrics.base import headline_metrics
 from dkilab.eval.report import read_metrics, report
 from dkilab.eval.runner import check_expectations, run_experiment
 from dkilab.eval.tables import results_table
-from dkilab.registry import STRATEGIES
+from dkilab.strategies import STRATEGIES
 from dkilab.strategies import register
 from dkilab.strategies.no_memory import NoMemory
 from dkilab.strategies.recall_only import RecallOnly
@@ -156,10 +156,25 @@ def test_ci_config_runs_end_to_end(path, uri, model):
         assert {"predictions.jsonl", "resolved_config.yaml", "prompts.yaml", "score_by_category.png",
                 "by_category.json", "questions.json", "metrics.json"} <= arts
     _check_ci_specifics(path.stem, results)
+    if path.stem == "fixtures_smoke":  # a real model's answers, all five strategies: re-scored to the same metrics
+        _rescored_alike(cfg.name, uri)
     if cfg.tracing:
         traces = mlflow.search_traces(locations=[runs[0].info.experiment_id], return_type="list")
         spans = {s.name for t in traces for s in t.data.spans}
         assert {"recall", "assembly", "generation"} <= spans and any(n.startswith("question ") for n in spans)
+
+
+def _rescored_alike(name: str, uri: str) -> None:
+    import contextlib
+    import io
+
+    from dkilab.cli import main as cli
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli(["rescore", name, "--tracking-uri", uri]) == 0
+    cells = [line for line in out.getvalue().splitlines() if line.startswith("[")]
+    assert len(cells) == 5 and all("every metric as before" in line for line in cells), out.getvalue()
 
 
 class Boom(NoMemory):

@@ -237,7 +237,7 @@ def test_a_server_that_went_away_is_a_connection_error_naming_the_url():
 
 @pytest.mark.parametrize("name", ["peer_bm25", "peer_engram"])
 def test_the_peer_strategies_run_against_the_service_as_against_the_store(service, name):
-    from dkilab.registry import STRATEGIES
+    from dkilab.strategies import STRATEGIES
     from dkilab.types import Memory
 
     client, local = service.client("u_tom"), service.store.for_user("u_tom")

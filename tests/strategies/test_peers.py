@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from dkilab.memory import MemoryStore
-from dkilab.registry import STRATEGIES
+from dkilab.strategies import STRATEGIES
 from dkilab.types import Message
 
 T0 = datetime(2023, 5, 1, 10, tzinfo=timezone.utc)

@@ -7,13 +7,12 @@ import functools
 import hashlib
 from pathlib import Path
 
-from dkilab.eval.datasets.base import DATA_ENV, DatasetNotFoundError, data_dir, register_dataset
+from dkilab.eval.datasets.base import DATA_ENV, DATASETS, DatasetNotFoundError, data_dir, register_dataset
 from dkilab.eval.datasets.fixtures import load_fixtures
 from dkilab.eval.datasets.locomo import load_locomo
 from dkilab.eval.datasets.madial import load_madial, load_madial_en, load_madial_zh
 from dkilab.eval.datasets.memdaily import load_memdaily
 from dkilab.eval.datasets.worksessions import load_worksessions
-from dkilab.registry import DATASETS
 
 __all__ = ["DATA_ENV", "DatasetNotFoundError", "data_dir", "register_dataset", "load_locomo", "load_fixtures",
            "load_memdaily", "load_worksessions", "load_madial", "load_madial_en", "load_madial_zh", "load_dataset", "dataset_info",

@@ -1,10 +1,16 @@
-"""Where datasets live, and the errors a missing one gives."""
+"""Where datasets live, the errors a missing one gives, and the registry of dataset loaders."""
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Callable
+
+from dkilab.registry import Registry
+from dkilab.types import Conversation
 
 DATA_ENV = "DKILAB_DATA_DIR"
+# loader(data_dir, limit=None, question_limit=None) -> conversations; one file each in this package
+DATASETS: Registry[Callable[..., list[Conversation]]] = Registry("dataset", discover="dkilab.eval.datasets")
 
 
 class DatasetNotFoundError(FileNotFoundError):
@@ -39,8 +45,6 @@ def register_dataset(name: str, *, language: str, scorer: str = "auto", version:
     profile (the preference block K/V strategies inject: without one, an alpha sweep changes nothing);
     `choices`: whether it has multiple-choice questions (asked with the harness's CHOOSE line, which then
     enters its cells' identity)."""
-    from dkilab.registry import DATASETS
-
     def deco(fn):
         import sys
 

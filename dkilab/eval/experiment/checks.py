@@ -7,7 +7,8 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from dkilab.config import ConfigError
-from dkilab.registry import STRATEGIES, did_you_mean
+from dkilab.strategies import STRATEGIES
+from dkilab.registry import did_you_mean
 from dkilab.eval.experiment.identity import Cell, expand_cells
 from dkilab.eval.experiment.schema import SWEEP_ROOTS, EmbedderSpec, ExperimentConfig, ModelSpec
 
@@ -147,7 +148,7 @@ def _oracle_spec() -> str:
 def check_model_spec(spec, key: str, fail) -> None:
     """`scheme:rest` must name a registered loader (`nosuch:model` would otherwise be tried as a hub id
     in every cell); specs without a scheme (hub ids, directories, .gguf files) are checked when loaded."""
-    from dkilab.registry import MODELS
+    from dkilab.models.specs import MODELS
 
     if not isinstance(spec, str) or not spec.strip():
         fail(key, f"a model spec is a non-empty string, got {spec!r}")

@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from dkilab.config import ConfigError, merge_nested, set_dotted, validate
-from dkilab.registry import STRATEGIES
+from dkilab.strategies import STRATEGIES
 from dkilab.eval.experiment.schema import (DatasetSpec, EmbedderSpec, ExperimentConfig, JudgeSpec, ModelSpec,
                                           StrategySpec)
 
@@ -143,8 +143,8 @@ def _digest(identity: dict[str, Any]) -> str:
 
 def identity_params(params) -> dict[str, Any]:
     """A params model as it enters a cell's identity: its JSON dump without the fields of a lever that is
-    off: a field declared `json_schema_extra={"off": v}` at `v`, and the fields declared `{"off_with": f}`
-    while their sibling `f` is off. A lever added later, off by default, so changes no existing cell's
+    off: a field declared `knob(..., off=v)` at `v`, and the fields declared `knob_setting(f, ...)` while
+    their lever `f` is off (dkilab/config.py). A lever added later, off by default, so changes no existing cell's
     hash (every cell would otherwise run again); switched on, all of its fields are in the identity."""
     from pydantic import BaseModel
 

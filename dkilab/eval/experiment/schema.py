@@ -6,8 +6,10 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from dkilab.config import refuse_bool_numbers
-from dkilab.registry import DATASETS, SCORERS, did_you_mean
+from dkilab.config import knob, refuse_bool_numbers
+from dkilab.eval.datasets import DATASETS
+from dkilab.eval.metrics import SCORERS
+from dkilab.registry import did_you_mean
 
 
 
@@ -148,11 +150,11 @@ class DatasetSpec(_Strict):
     limit: int | None = Field(None, ge=1)  # conversations (MADial: dialogues)
     # the first conversation kept, in loader order (before `limit`): a small held-back slice past the
     # conversations a component was fitted on (dkilab.eval.fitted), e.g. {name: locomo, first: 5, limit: 1}
-    first: int = Field(0, ge=0, json_schema_extra={"off": 0})
+    first: int = knob(0, ge=0, off=0)
     question_limit: int | None = Field(None, ge=1)  # questions per conversation
     # which questions a question_limit keeps: the first ones, or `stratified`: round-robin over the kinds of
     # question (answerable or not x category), so a small sample still holds every kind (`--limit` uses it)
-    sample: Literal["first", "stratified"] = Field("first", json_schema_extra={"off": "first"})
+    sample: Literal["first", "stratified"] = knob("first", off="first")
     # full | ablation (evidence removed) | dev / test: the questions of the first / second half of the
     # conversations, in loader order (LoCoMo: 0-4 / 5-9); the store still holds every conversation, so
     # the halves share one cached store. Tune recall on dev, report on test (experiments/retrieval_*.yaml)
@@ -161,11 +163,11 @@ class DatasetSpec(_Strict):
     languages: list[Literal["en", "cn"]] | None = None  # keep the conversations in these languages
     # the data's language where its files do not say it (it picks the store's encoder, `embedder: auto`):
     # default what the dataset declares, or what a normalised file's records give
-    language: Literal["en", "cn", "mixed"] | None = Field(None, json_schema_extra={"off": None})
+    language: Literal["en", "cn", "mixed"] | None = knob(None, off=None)
     answerable_only: bool = False
     # keep the questions that carry a reference ("刚才", "recently", "你之前说的"), as the default reference
     # resolver reads them: the questions the recall scope can change (experiments/reference_scope.yaml)
-    with_reference: bool = Field(False, json_schema_extra={"off": False})
+    with_reference: bool = knob(False, off=False)
     scorer: str | None = None  # override the dataset's declared scorer (locomo, f1, zh_f1, choice, auto)
 
     @field_validator("scorer")

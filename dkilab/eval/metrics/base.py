@@ -21,7 +21,7 @@ from dataclasses import dataclass, field as dataclass_field
 from functools import cached_property
 from typing import Any, Callable, Literal
 
-from dkilab.registry import METRICS, SCORERS
+from dkilab.registry import Registry
 from dkilab.types import Answer, QAItem
 
 Aggregation = Literal["mean", "p50", "p95", "ratio", "count", "cell"]
@@ -67,6 +67,11 @@ class Metric:
             det = get_detector()
             dep = f"+{det.name}-{det.version}"
         return f"{self.name}@{self.version}{dep}"
+
+
+METRICS: Registry[Metric] = Registry("metric", discover="dkilab.eval.metrics", instance_of=Metric)
+# a dataset's answer scorer: (item, prediction, abstained) -> {score, f1, ...}
+SCORERS: Registry[Callable[..., dict[str, Any]]] = Registry("scorer", discover="dkilab.eval.metrics")
 
 
 def metric(name: str, *, field: str | None = None, **decl: Any) -> Callable:
