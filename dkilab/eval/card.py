@@ -66,11 +66,11 @@ def methodology_card(cfg, results, provenance: dict[str, str]) -> dict[str, Any]
     if cfg.judge is not None:
         from dkilab.prompts import ABSTENTION_PROMPT, JUDGE_PROMPT
 
-        prompts = {"judge": cfg.judge.prompt or JUDGE_PROMPT}
+        prompts = cfg.judge.templates() or {"judge": cfg.judge.prompt or JUDGE_PROMPT}  # LongMemEval's by type
         if cfg.judge.abstention:
             prompts["abstention"] = cfg.judge.abstention_prompt or ABSTENTION_PROMPT
-        judge = {"model": cfg.judge.model, "prompts_sha1": digest(prompts), "abstention": bool(cfg.judge.abstention),
-                 "calls_per_question": 2 if cfg.judge.abstention else 1}
+        judge = {"model": cfg.judge.model, "protocol": cfg.judge.protocol, "prompts_sha1": digest(prompts),
+                 "abstention": bool(cfg.judge.abstention), "calls_per_question": 2 if cfg.judge.abstention else 1}
     det = detector_card(cfg.abstention_detector)
     return {"experiment": cfg.name, "dkilab_version": provenance.get("dkilab.version"),
             "commit": provenance.get("mlflow.source.git.commit"), "hardware": hardware(), "judge": judge,
@@ -85,7 +85,8 @@ def markdown(card: dict[str, Any]) -> str:
     lines = [f"dkilab {card['dkilab_version']} at commit `{card['commit']}`; {hw['platform']}, {hw['cpus']} CPUs"
              + (f", {hw['memory_gib']} GiB" if "memory_gib" in hw else "")
              + (f", GPUs: {', '.join(hw['gpus'])}" if hw["gpus"] else ", no GPU") + ".",
-             ("Judge: `{model}` (prompts `{prompts_sha1}`, {calls_per_question} call(s) per question)".format(**judge)
+             ("Judge: `{model}` ({how}prompts `{prompts_sha1}`, {calls_per_question} call(s) per question)".format(
+                 **judge, how="LongMemEval's answer check, " if judge.get("protocol") == "longmemeval" else "")
               if judge else "Judge: none") + f"; abstention detector {card['abstention_detector']['name']}-"
              f"{card['abstention_detector']['version']}.", "",
              "| cell | answer model | prompts | dataset (split) | questions | budget | model calls / q | tokens / q |",

@@ -376,8 +376,10 @@ def _score_one(item, answer, wall: float, conv, scorer: str, judge, detector: st
     return row
 
 
-def _judged(item, answer) -> bool:
-    return bool(item.answerable and answer.kind == "answer")
+def _judged(judge, item, answer) -> bool:
+    """Whether the judge checks this answer: a generated answer to an answerable question; under LongMemEval's
+    protocol any generated reply (an abstention question's too)."""
+    return answer.kind == "answer" and bool(item.answerable or judge.judges_all)
 
 
 def judge_texts(judge, answers, items) -> list[str]:
@@ -389,7 +391,7 @@ def judge_texts(judge, answers, items) -> list[str]:
         if isinstance(answer, str):
             continue
         for sub, sub_answer in expand_turns(items[i][1], answer):
-            if _judged(sub, sub_answer) and sub.answer is not None:
+            if _judged(judge, sub, sub_answer) and (sub.answer is not None or judge.judges_all):
                 texts.append(judge.judge_text(sub, sub_answer.text))
             if judge.abstention:
                 texts.append(judge.abstention_text(sub.question, sub_answer.text))
@@ -400,9 +402,11 @@ def judge_answer(judge, item, answer) -> dict[str, Any]:
     """The LLM judge's fields for one answer: correctness (`judge`, 1/0/None) and, if asked, abstention."""
     t = time.perf_counter()
     out: dict[str, Any] = {}
-    if _judged(item, answer):
+    if _judged(judge, item, answer):
         out["judge"], out["judge_reply"] = judge.judge(item, answer.text)
         out["judge_unparsed"] = float(out["judge"] is None)
+        if judge.judges_all:
+            out["judge_all"] = out["judge"]
     if judge.abstention:
         label, out["abstention_judge_reply"] = judge.abstains(item.question, answer.text)
         out["abstention_judge_unparsed"] = float(label is None)
@@ -421,4 +425,4 @@ def make_judge(spec, model_spec=None):
     dtype = spec.dtype or (model_spec.dtype if model_spec is not None else "auto")
     device = spec.device or (model_spec.device if model_spec is not None else "cpu")
     return LLMJudge(load_model(spec.model, max_context=spec.max_context, dtype=dtype, device=device), spec.prompt,
-                    spec.max_new_tokens, spec.abstention_prompt, abstention=spec.abstention)
+                    spec.max_new_tokens, spec.abstention_prompt, abstention=spec.abstention, templates=spec.templates())

@@ -231,6 +231,11 @@ class JudgeSpec(_Strict):
     # judge prompts generated together before scoring (greedy: the same replies as one by one), so the
     # main process spends less time judging while the others wait; not part of a cell's identity
     batch_size: int = Field(8, ge=1, le=512)
+    # `longmemeval`: LongMemEval's own answer check, a yes/no prompt per question type read from the user's copy
+    # of its evaluation script (`prompts_from`: absolute, or under the data dir, else the working directory),
+    # unanswerable questions judged too (dkilab/eval/metrics/longmemeval_check.py)
+    protocol: Literal["dkilab", "longmemeval"] = knob("dkilab", off="dkilab")
+    prompts_from: str | None = knob(None, off=None)
 
     @model_validator(mode="after")
     def _placeholders(self):
@@ -240,15 +245,43 @@ class JudgeSpec(_Strict):
             check_prompt(self.prompt)
         if self.abstention_prompt is not None:
             check_prompt(self.abstention_prompt, ("{question}", "{prediction}"))
+        if (self.protocol == "longmemeval") != (self.prompts_from is not None):
+            raise ValueError("protocol: longmemeval and prompts_from (LongMemEval's src/evaluation/evaluate_qa.py) "
+                             "go together")
+        if self.protocol == "longmemeval" and self.prompt is not None:
+            raise ValueError("protocol: longmemeval reads its prompts from prompts_from; drop `prompt`")
+        self.templates()  # a missing or foreign script is refused when the config is read, naming it
         return self
+
+    def templates(self, data_dir: str | None = None) -> dict[str, str] | None:
+        """The LongMemEval answer-check templates (None under the default protocol)."""
+        if self.prompts_from is None:
+            return None
+        import os
+
+        from dkilab.eval.metrics.longmemeval_check import load_templates
+
+        path = Path(self.prompts_from).expanduser()
+        if not path.is_absolute():
+            data = data_dir or os.environ.get("DKILAB_DATA_DIR")
+            tries = ([Path(data).expanduser() / path] if data else []) + [Path.cwd() / path]
+            path = next((t for t in tries if t.is_file()), tries[0])
+        return load_templates(path)
 
     def resolved(self) -> dict[str, Any]:
         from dkilab import prompts as text
 
-        unset = {k for k in ("dtype", "device") if getattr(self, k) is None} | {"batch_size"}  # not identity
-        return self.model_dump(exclude=unset) | {"prompt": self.prompt or text.JUDGE_PROMPT,
-                                    "abstention_prompt": (self.abstention_prompt or text.ABSTENTION_PROMPT)
-                                    if self.abstention else None}
+        unset = {k for k in ("dtype", "device") if getattr(self, k) is None} | {"batch_size", "prompts_from"}  # not identity
+        if self.protocol == "dkilab":
+            unset.add("protocol")
+        out = self.model_dump(exclude=unset) | {"prompt": self.prompt or text.JUDGE_PROMPT,
+                                                "abstention_prompt": (self.abstention_prompt or text.ABSTENTION_PROMPT)
+                                                if self.abstention else None}
+        if self.protocol == "longmemeval":  # the templates decide, wherever the file lies
+            from dkilab.eval.metrics.longmemeval_check import digest
+
+            out |= {"prompt": None, "templates_sha1": digest(self.templates() or {})}
+        return out
 
 
 class StrategySpec(_Strict):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from dkilab.eval.metrics import longmemeval_check
 from dkilab.eval.metrics.base import declare
 from dkilab.types import ChatModel, QAItem
 from dkilab.prompts import ABSTENTION_PROMPT, JUDGE_PROMPT  # prompt texts: dkilab/prompts.py
@@ -66,12 +67,21 @@ def check_prompt(prompt: str, fields: tuple[str, ...] = ("{question}", "{gold}",
 
 
 class LLMJudge:
+    """`templates`: LongMemEval's answer checks by question type (`longmemeval_check.load_templates`); with them
+    every question is judged, unanswerable ones against their explanation, and "yes" in the reply is correct."""
+
     def __init__(self, model: ChatModel, prompt: str | None = None, max_new_tokens: int = 6, abstention_prompt: str | None = None,
-                 abstention: bool = False):
+                 abstention: bool = False, templates: dict[str, str] | None = None):
         self.model, self.prompt, self.max_new_tokens = model, check_prompt(prompt or JUDGE_PROMPT), max_new_tokens
         self.abstention_prompt = check_prompt(abstention_prompt or ABSTENTION_PROMPT, ("{question}", "{prediction}"))
         self.abstention = abstention  # also label abstention (DECLINES / ANSWERS) for the hallucination metrics
         self.replies: dict[str, str] = {}  # prompt text -> reply generated ahead in a batch (`prefetch`)
+        self.templates = templates
+
+    @property
+    def judges_all(self) -> bool:
+        """Whether every answer is judged (LongMemEval's protocol), not only answers to answerable questions."""
+        return self.templates is not None
 
     def abstains(self, question: str, prediction: str) -> tuple[bool | None, str]:
         """(does the answer decline?, the judge's raw reply); None when the reply names neither label."""
@@ -79,12 +89,17 @@ class LLMJudge:
         return parse_abstention(reply), reply
 
     def judge(self, item: QAItem, prediction: str) -> tuple[float | None, str]:
-        """(verdict, the judge's raw reply); None when the question is unanswerable or the reply unclear."""
+        """(verdict, the judge's raw reply); None when the question is unanswerable or the reply unclear (under
+        LongMemEval's protocol every question gets 1 or 0)."""
+        if self.templates is not None:
+            return longmemeval_check.verdict(reply := self._reply(self.judge_text(item, prediction))), reply
         if not item.answerable or item.answer is None:
             return None, ""
         return parse_verdict(reply := self._reply(self.judge_text(item, prediction))), reply
 
     def judge_text(self, item: QAItem, prediction: str) -> str:
+        if self.templates is not None:
+            return longmemeval_check.check_text(self.templates, item, prediction)
         return self.prompt.format(question=item.question, gold=gold_text(item), prediction=prediction or "")
 
     def abstention_text(self, question: str, prediction: str) -> str:
