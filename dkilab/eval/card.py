@@ -66,7 +66,7 @@ def methodology_card(cfg, results, provenance: dict[str, str]) -> dict[str, Any]
     if cfg.judge is not None:
         from dkilab.prompts import ABSTENTION_PROMPT, JUDGE_PROMPT
 
-        prompts = cfg.judge.templates() or {"judge": cfg.judge.prompt or JUDGE_PROMPT}  # LongMemEval's by type
+        prompts = cfg.judge.prompts() or {"judge": cfg.judge.prompt or JUDGE_PROMPT}  # a protocol's, by kind
         if cfg.judge.abstention:
             prompts["abstention"] = cfg.judge.abstention_prompt or ABSTENTION_PROMPT
         judge = {"model": cfg.judge.model, "protocol": cfg.judge.protocol, "prompts_sha1": digest(prompts),

@@ -99,13 +99,19 @@ def _questions(cell: Cell, data_dir):
                               f"(its languages: {', '.join(found) or 'none'})")
     if d.split == "ablation":
         convs = ablation_split(convs)
+    wrong: set[str] = set()
+    if d.exclude_audited is not None:  # the golds the public audit finds wrong (eval/datasets/locomo_audit.py)
+        from dkilab.eval.datasets import load_dataset
+        from dkilab.eval.datasets.locomo_audit import wrong_gold_qids
+
+        wrong = wrong_gold_qids(load_dataset(d.name, data_dir=data_dir), d.audit_path(data_dir))
     cats = None if d.categories is None else {str(c) for c in d.categories}
     refers = _reference_filter() if d.with_reference else None
     out = []
     half = (len(convs) + 1) // 2
     asked = convs[:half] if d.split == "dev" else convs[half:] if d.split == "test" else convs
     for conv in asked:
-        qs = [q for q in conv.questions if (cats is None or str(q.category) in cats)
+        qs = [q for q in conv.questions if (cats is None or str(q.category) in cats) and q.qid not in wrong
               and (q.answerable or not d.answerable_only) and (refers is None or refers(q.question))]
         out += [(conv, q) for q in (stratified(qs, d.question_limit) if d.sample == "stratified" else qs[:d.question_limit])]
     if refers is not None and not out:
@@ -425,4 +431,4 @@ def make_judge(spec, model_spec=None):
     dtype = spec.dtype or (model_spec.dtype if model_spec is not None else "auto")
     device = spec.device or (model_spec.device if model_spec is not None else "cpu")
     return LLMJudge(load_model(spec.model, max_context=spec.max_context, dtype=dtype, device=device), spec.prompt,
-                    spec.max_new_tokens, spec.abstention_prompt, abstention=spec.abstention, templates=spec.templates())
+                    spec.max_new_tokens, spec.abstention_prompt, abstention=spec.abstention, protocol=spec.protocol_object())

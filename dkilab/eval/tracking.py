@@ -111,12 +111,10 @@ def log_cell(cell, rows: list[dict], errors: list[str], wall_s: float, extra: di
     formatters = sorted({r["formatter"] for r in rows if r.get("formatter")})
     if formatters:  # the formatter used: an explicit prompt_formatter, or what `auto` chose
         mlflow.set_tag("dkilab.formatter", ",".join(formatters))
-    if cell.judge is not None:  # LongMemEval's answer checks: each question type's template (from the user's script)
-        from dkilab.eval.metrics.longmemeval_check import readable
-
-        templates = cell.judge.templates()
-        mlflow.log_text(resolved["judge"]["prompt"] if templates is None else "\n\n".join(
-            f"## {kind}\n{readable(text)}" for kind, text in templates.items()), "judge_prompt.txt")
+    if cell.judge is not None:  # a published protocol's prompts (from the user's copy of its script), by kind
+        prompts = cell.judge.prompts()
+        mlflow.log_text(resolved["judge"]["prompt"] if prompts is None else "\n\n".join(
+            f"## {kind}\n{text}" for kind, text in prompts.items()), "judge_prompt.txt")
     mlflow.log_text(dumps_rows(rows), "predictions.jsonl")
     log_questions(cell, rows)
     if errors:

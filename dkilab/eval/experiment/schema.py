@@ -169,6 +169,9 @@ class DatasetSpec(_Strict):
     # resolver reads them: the questions the recall scope can change (experiments/reference_scope.yaml)
     with_reference: bool = knob(False, off=False)
     scorer: str | None = None  # override the dataset's declared scorer (locomo, f1, zh_f1, choice, auto)
+    # LoCoMo: leave out the questions whose gold the public audit finds wrong (its `audit` folder; absolute or
+    # under the data dir); the identity records how many and the ceiling they left (eval/datasets/locomo_audit.py)
+    exclude_audited: str | None = knob(None, off=None)
 
     @field_validator("scorer")
     @classmethod
@@ -182,7 +185,23 @@ class DatasetSpec(_Strict):
         if self.path is None and self.name not in DATASETS:
             raise ValueError(f"unknown dataset {self.name!r}{did_you_mean(self.name, DATASETS)}; known: "
                              f"{', '.join(DATASETS.names())} (or give `path:` to a file in the normalised format)")
+        if self.exclude_audited is not None and (self.name != "locomo" or self.path is not None):
+            raise ValueError("exclude_audited: the audit is of LoCoMo's answer key (dataset `locomo`)")
         return self
+
+    def audit_path(self, data_dir=None) -> Path:
+        """Where `exclude_audited` points: absolute, else under the data dir, else the working directory."""
+        import os
+
+        if self.exclude_audited is None:
+            raise ValueError(f"dataset {self.key}: no exclude_audited")
+
+        path = Path(self.exclude_audited).expanduser()
+        if path.is_absolute():
+            return path
+        data = data_dir or os.environ.get("DKILAB_DATA_DIR")
+        tries = ([Path(data).expanduser() / path] if data else []) + [Path.cwd() / path]
+        return next((t for t in tries if t.exists()), tries[0])
 
     @property
     def key(self) -> str:
@@ -208,9 +227,15 @@ class DatasetSpec(_Strict):
         from dkilab.eval.datasets import dataset_info, source_digest
 
         meta = dataset_info(self.name, self.path)
-        return {"version": meta["version"], "language": self.language or meta["language"],
-                "scorer": self.scorer or meta["scorer"],
-                "content": source_digest(self.name, self.path)}
+        out = {"version": meta["version"], "language": self.language or meta["language"],
+               "scorer": self.scorer or meta["scorer"],
+               "content": source_digest(self.name, self.path)}
+        if self.exclude_audited is not None:  # which golds are out, and the ceiling they left on the full set
+            from dkilab.eval.datasets import load_dataset
+            from dkilab.eval.datasets.locomo_audit import audit_info
+
+            out["audit"] = audit_info(load_dataset(self.name), self.audit_path())
+        return out
 
 
 class JudgeSpec(_Strict):
@@ -231,10 +256,11 @@ class JudgeSpec(_Strict):
     # judge prompts generated together before scoring (greedy: the same replies as one by one), so the
     # main process spends less time judging while the others wait; not part of a cell's identity
     batch_size: int = Field(8, ge=1, le=512)
-    # `longmemeval`: LongMemEval's own answer check, a yes/no prompt per question type read from the user's copy
-    # of its evaluation script (`prompts_from`: absolute, or under the data dir, else the working directory),
-    # unanswerable questions judged too (dkilab/eval/metrics/longmemeval_check.py)
-    protocol: Literal["dkilab", "longmemeval"] = knob("dkilab", off="dkilab")
+    # a published judge protocol, its prompts read from the user's copy of its script (`prompts_from`: absolute,
+    # or under the data dir, else the working directory): `longmemeval`, LongMemEval's answer check per question
+    # type, unanswerable questions judged too (dkilab/eval/metrics/longmemeval_check.py); `locomo_j`, the
+    # CORRECT/WRONG judge of the published LoCoMo memory-system tables (mem0's; dkilab/eval/metrics/locomo_j.py)
+    protocol: Literal["dkilab", "longmemeval", "locomo_j"] = knob("dkilab", off="dkilab")
     prompts_from: str | None = knob(None, off=None)
 
     @model_validator(mode="after")
@@ -245,28 +271,48 @@ class JudgeSpec(_Strict):
             check_prompt(self.prompt)
         if self.abstention_prompt is not None:
             check_prompt(self.abstention_prompt, ("{question}", "{prediction}"))
-        if (self.protocol == "longmemeval") != (self.prompts_from is not None):
-            raise ValueError("protocol: longmemeval and prompts_from (LongMemEval's src/evaluation/evaluate_qa.py) "
-                             "go together")
-        if self.protocol == "longmemeval" and self.prompt is not None:
-            raise ValueError("protocol: longmemeval reads its prompts from prompts_from; drop `prompt`")
-        self.templates()  # a missing or foreign script is refused when the config is read, naming it
+        if (self.protocol != "dkilab") != (self.prompts_from is not None):
+            raise ValueError(f"protocol: {self.protocol} and prompts_from go together (longmemeval: LongMemEval's "
+                             "src/evaluation/evaluate_qa.py; locomo_j: mem0's evaluation/metrics/llm_judge.py)")
+        if self.protocol != "dkilab" and self.prompt is not None:
+            raise ValueError(f"protocol: {self.protocol} reads its prompts from prompts_from; drop `prompt`")
+        self.protocol_object()  # a missing or foreign script is refused when the config is read, naming it
+        if "max_new_tokens" not in self.model_fields_set:  # room for the protocol's reply: a JSON label, a yes/no
+            self.max_new_tokens = {"locomo_j": 24, "longmemeval": 10}.get(self.protocol, self.max_new_tokens)
         return self
 
-    def templates(self, data_dir: str | None = None) -> dict[str, str] | None:
-        """The LongMemEval answer-check templates (None under the default protocol)."""
-        if self.prompts_from is None:
-            return None
+    def _script(self) -> Path:
         import os
 
-        from dkilab.eval.metrics.longmemeval_check import load_templates
-
-        path = Path(self.prompts_from).expanduser()
+        path = Path(str(self.prompts_from)).expanduser()
         if not path.is_absolute():
-            data = data_dir or os.environ.get("DKILAB_DATA_DIR")
+            data = os.environ.get("DKILAB_DATA_DIR")
             tries = ([Path(data).expanduser() / path] if data else []) + [Path.cwd() / path]
             path = next((t for t in tries if t.is_file()), tries[0])
-        return load_templates(path)
+        return path
+
+    def protocol_object(self) -> Any:
+        """The published protocol the judge follows (None under dkilab's own prompt)."""
+        if self.protocol == "longmemeval":
+            from dkilab.eval.metrics.longmemeval_check import LongMemEval, load_templates
+
+            return LongMemEval(load_templates(self._script()))
+        if self.protocol == "locomo_j":
+            from dkilab.eval.metrics.locomo_j import LocomoJ, load_template
+
+            return LocomoJ(load_template(self._script()))
+        return None
+
+    def prompts(self) -> dict[str, str] | None:
+        """A protocol's prompt texts by kind, as a person reads them (None under dkilab's own prompt)."""
+        proto = self.protocol_object()
+        if proto is None:
+            return None
+        if self.protocol == "longmemeval":
+            from dkilab.eval.metrics.longmemeval_check import readable
+
+            return {kind: readable(text) for kind, text in proto.templates.items()}
+        return {"judge": proto.template}
 
     def resolved(self) -> dict[str, Any]:
         from dkilab import prompts as text
@@ -277,10 +323,10 @@ class JudgeSpec(_Strict):
         out = self.model_dump(exclude=unset) | {"prompt": self.prompt or text.JUDGE_PROMPT,
                                                 "abstention_prompt": (self.abstention_prompt or text.ABSTENTION_PROMPT)
                                                 if self.abstention else None}
-        if self.protocol == "longmemeval":  # the templates decide, wherever the file lies
+        if self.protocol != "dkilab":  # the protocol's prompts decide, wherever the file lies
             from dkilab.eval.metrics.longmemeval_check import digest
 
-            out |= {"prompt": None, "templates_sha1": digest(self.templates() or {})}
+            out |= {"prompt": None, "templates_sha1": digest(self.prompts() or {})}
         return out
 
 

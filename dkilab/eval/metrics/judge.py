@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import re
 
-from dkilab.eval.metrics import longmemeval_check
+from typing import Any
+
 from dkilab.eval.metrics.base import declare
 from dkilab.types import ChatModel, QAItem
 from dkilab.prompts import ABSTENTION_PROMPT, JUDGE_PROMPT  # prompt texts: dkilab/prompts.py
@@ -67,21 +68,21 @@ def check_prompt(prompt: str, fields: tuple[str, ...] = ("{question}", "{gold}",
 
 
 class LLMJudge:
-    """`templates`: LongMemEval's answer checks by question type (`longmemeval_check.load_templates`); with them
-    every question is judged, unanswerable ones against their explanation, and "yes" in the reply is correct."""
+    """`protocol`: a published judge protocol (`longmemeval_check.LongMemEval`, `locomo_j.LocomoJ`) that gives
+    the prompt of each answer and reads the verdict of each reply, instead of `prompt` and CORRECT/WRONG."""
 
     def __init__(self, model: ChatModel, prompt: str | None = None, max_new_tokens: int = 6, abstention_prompt: str | None = None,
-                 abstention: bool = False, templates: dict[str, str] | None = None):
+                 abstention: bool = False, protocol: Any = None):
         self.model, self.prompt, self.max_new_tokens = model, check_prompt(prompt or JUDGE_PROMPT), max_new_tokens
         self.abstention_prompt = check_prompt(abstention_prompt or ABSTENTION_PROMPT, ("{question}", "{prediction}"))
         self.abstention = abstention  # also label abstention (DECLINES / ANSWERS) for the hallucination metrics
         self.replies: dict[str, str] = {}  # prompt text -> reply generated ahead in a batch (`prefetch`)
-        self.templates = templates
+        self.protocol = protocol
 
     @property
     def judges_all(self) -> bool:
         """Whether every answer is judged (LongMemEval's protocol), not only answers to answerable questions."""
-        return self.templates is not None
+        return bool(self.protocol is not None and self.protocol.judges_all)
 
     def abstains(self, question: str, prediction: str) -> tuple[bool | None, str]:
         """(does the answer decline?, the judge's raw reply); None when the reply names neither label."""
@@ -91,15 +92,14 @@ class LLMJudge:
     def judge(self, item: QAItem, prediction: str) -> tuple[float | None, str]:
         """(verdict, the judge's raw reply); None when the question is unanswerable or the reply unclear (under
         LongMemEval's protocol every question gets 1 or 0)."""
-        if self.templates is not None:
-            return longmemeval_check.verdict(reply := self._reply(self.judge_text(item, prediction))), reply
-        if not item.answerable or item.answer is None:
+        if not self.judges_all and (not item.answerable or item.answer is None):
             return None, ""
-        return parse_verdict(reply := self._reply(self.judge_text(item, prediction))), reply
+        reply = self._reply(self.judge_text(item, prediction))
+        return (parse_verdict(reply) if self.protocol is None else self.protocol.verdict(reply)), reply
 
     def judge_text(self, item: QAItem, prediction: str) -> str:
-        if self.templates is not None:
-            return longmemeval_check.check_text(self.templates, item, prediction)
+        if self.protocol is not None:
+            return self.protocol.text(item, prediction, gold_text(item) if item.answer is not None else "")
         return self.prompt.format(question=item.question, gold=gold_text(item), prediction=prediction or "")
 
     def abstention_text(self, question: str, prediction: str) -> str:

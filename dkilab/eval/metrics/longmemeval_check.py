@@ -95,3 +95,19 @@ def check_text(templates: dict[str, str], item: QAItem, prediction: str) -> str:
 def verdict(reply: str) -> float:
     """The official reading: correct when "yes" occurs anywhere in the lower-cased reply."""
     return 1.0 if "yes" in (reply or "").lower() else 0.0
+
+
+class LongMemEval:
+    """The protocol a judge follows: the prompt of an answer, and the verdict of a reply."""
+
+    name = "longmemeval"
+    judges_all = True  # abstention questions too, against their explanation
+
+    def __init__(self, templates: dict[str, str]):
+        self.templates = templates
+
+    def text(self, item: QAItem, prediction: str, gold: str) -> str:
+        return check_text(self.templates, item, prediction)
+
+    def verdict(self, reply: str) -> float:
+        return verdict(reply)
