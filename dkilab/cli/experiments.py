@@ -98,7 +98,11 @@ def _report_columns(table, metrics: list[str] | None) -> list[str]:
                      for m in unknown]
             raise ConfigError(f"--metrics: no such metric in this experiment: {', '.join(hints)}; it has: {has}")
         return metrics
-    return headline_metrics(table.columns, counts=("questions",))
+    from dkilab.eval.metrics.judge_stress import JUDGE_COLUMNS
+
+    cols = headline_metrics(table.columns, counts=())
+    judged = [m for m in JUDGE_COLUMNS if m in table.columns]  # a judged cell: its judge's score and errors beside
+    return [*cols, *judged, *(["questions"] if "questions" in table.columns else [])]
 
 
 def _markdown(frame) -> str:

@@ -399,6 +399,7 @@ def judge_texts(judge, answers, items) -> list[str]:
         for sub, sub_answer in expand_turns(items[i][1], answer):
             if _judged(judge, sub, sub_answer) and (sub.answer is not None or judge.judges_all):
                 texts.append(judge.judge_text(sub, sub_answer.text))
+                texts += [judge.judge_text(sub, probe) for probe in judge.probes(sub).values()]
             if judge.abstention:
                 texts.append(judge.abstention_text(sub.question, sub_answer.text))
     return texts
@@ -413,6 +414,7 @@ def judge_answer(judge, item, answer) -> dict[str, Any]:
         out["judge_unparsed"] = float(out["judge"] is None)
         if judge.judges_all:
             out["judge_all"] = out["judge"]
+        out |= judge.judge_probes(item)
     if judge.abstention:
         label, out["abstention_judge_reply"] = judge.abstains(item.question, answer.text)
         out["abstention_judge_unparsed"] = float(label is None)
@@ -431,4 +433,4 @@ def make_judge(spec, model_spec=None):
     dtype = spec.dtype or (model_spec.dtype if model_spec is not None else "auto")
     device = spec.device or (model_spec.device if model_spec is not None else "cpu")
     return LLMJudge(load_model(spec.model, max_context=spec.max_context, dtype=dtype, device=device), spec.prompt,
-                    spec.max_new_tokens, spec.abstention_prompt, abstention=spec.abstention, protocol=spec.protocol_object())
+                    spec.max_new_tokens, spec.abstention_prompt, abstention=spec.abstention, protocol=spec.protocol_object(), stress=spec.stress)

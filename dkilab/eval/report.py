@@ -173,7 +173,9 @@ def report(experiment: str, uri: str | None = None, pairs: bool = True, by_categ
     table = metrics_frame([(r.info.run_name, read_metrics(r)) for r in runs], intervals=True, extra=metrics)
     table["questions"] = [r.data.metrics.get("questions") for r in runs]  # n
     notes = detector_notes([r.data.params for r in runs]) if "hallucination_rate" in table.columns else []
-    notes = provenance_notes(runs) + notes
+    from dkilab.eval.metrics.judge_stress import judge_notes
+
+    notes = provenance_notes(runs) + notes + judge_notes([(r.info.run_name, read_metrics(r)) for r in runs])
     if not pairs:
         return table, pd.DataFrame(), notes
     keyed = [(r.info.run_name, run_dataset_key(r), run_rows(r.info.run_id)) for r in runs]

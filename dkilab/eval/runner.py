@@ -220,6 +220,10 @@ def _run_cells(cfg, cells, state, exp_id, data_dir, config_path, progress, echo,
             tracking.log_comparison(results)
             for note in sweep_notes(results):
                 echo(f"note: {note}")
+            from dkilab.eval.metrics.judge_stress import judge_notes
+
+            for flag in judge_notes([(r.cell.label, r.metrics) for r in results]):
+                echo(f"flag: {flag}")
             if any(r.error for r in results):
                 status = "FAILED"
     except (KeyboardInterrupt, SystemExit):

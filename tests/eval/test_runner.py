@@ -119,6 +119,12 @@ def _check_ci_specifics(stem, results):
             assert all(r["valid_calls"] == r["fact_calls"] for r in by[key].values())
             assert all(r["tokens_processed"] > by["no_calls"][q]["tokens_processed"]
                        for q, r in by[key].items() if r["fact_calls"])
+    if stem == "judge_protocols":  # every judged answer got its three probes, and the lenient judge is flagged
+        rows = next(iter(results)).rows
+        judged = [r for r in rows if "judge" in r]
+        assert judged and all({"stress_vague_accepted", "stress_wrong_accepted", "stress_paraphrase_rejected"} <= set(r)
+                              for r in judged)
+        assert all("stress_vague_accepted" not in r for r in rows if not r["answerable"])
     if stem == "ablation_zh":
         rows = next(iter(results)).rows
         assert any(r["category"] == "ablation" and not r["answerable"] for r in rows)
@@ -158,6 +164,9 @@ def test_ci_config_runs_end_to_end(path, uri, model):
     _check_ci_specifics(path.stem, results)
     if path.stem == "fixtures_smoke":  # a real model's answers, all five strategies: re-scored to the same metrics
         _rescored_alike(cfg.name, uri)
+    if path.stem == "judge_protocols":  # the run and `dkilab report` flag the judge that accepts vague answers
+        assert any(n.startswith("flag: judge of no_memory@fixtures: the judge accepted 100% of vague") for n in notes)
+        assert any("accepted 100% of vague-but-wrong" in n for n in report(cfg.name, uri, allow_scripted=True)[2])
     if cfg.tracing:
         traces = mlflow.search_traces(locations=[runs[0].info.experiment_id], return_type="list")
         spans = {s.name for t in traces for s in t.data.spans}

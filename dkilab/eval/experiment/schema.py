@@ -261,6 +261,9 @@ class JudgeSpec(_Strict):
     # type, unanswerable questions judged too (dkilab/eval/metrics/longmemeval_check.py); `locomo_j`, the
     # CORRECT/WRONG judge of the published LoCoMo memory-system tables (mem0's; dkilab/eval/metrics/locomo_j.py)
     protocol: Literal["dkilab", "longmemeval", "locomo_j"] = knob("dkilab", off="dkilab")
+    # the judge's own errors: beside each judged answer, a vague-but-wrong, a wrong-specific and a paraphrased-correct
+    # answer built from the gold go to the same judge (dkilab/eval/metrics/judge_stress.py); 3 more calls per answer
+    stress: bool = True
     prompts_from: str | None = knob(None, off=None)
 
     @model_validator(mode="after")

@@ -72,12 +72,13 @@ class LLMJudge:
     the prompt of each answer and reads the verdict of each reply, instead of `prompt` and CORRECT/WRONG."""
 
     def __init__(self, model: ChatModel, prompt: str | None = None, max_new_tokens: int = 6, abstention_prompt: str | None = None,
-                 abstention: bool = False, protocol: Any = None):
+                 abstention: bool = False, protocol: Any = None, stress: bool = False):
         self.model, self.prompt, self.max_new_tokens = model, check_prompt(prompt or JUDGE_PROMPT), max_new_tokens
         self.abstention_prompt = check_prompt(abstention_prompt or ABSTENTION_PROMPT, ("{question}", "{prediction}"))
         self.abstention = abstention  # also label abstention (DECLINES / ANSWERS) for the hallucination metrics
         self.replies: dict[str, str] = {}  # prompt text -> reply generated ahead in a batch (`prefetch`)
         self.protocol = protocol
+        self.stress = stress  # also judge the probes of each judged answer (judge_stress.py)
 
     @property
     def judges_all(self) -> bool:
@@ -96,6 +97,18 @@ class LLMJudge:
             return None, ""
         reply = self._reply(self.judge_text(item, prediction))
         return (parse_verdict(reply) if self.protocol is None else self.protocol.verdict(reply)), reply
+
+    def probes(self, item: QAItem) -> dict[str, str]:
+        """The stress probes of a judged answer's question (none without a gold)."""
+        from dkilab.eval.metrics.judge_stress import probes
+
+        return probes(item, gold_text(item)) if self.stress and item.answerable and item.answer is not None else {}
+
+    def judge_probes(self, item: QAItem) -> dict[str, float]:
+        """The row fields of the judge's verdicts on the question's probes."""
+        from dkilab.eval.metrics.judge_stress import row_fields
+
+        return row_fields({kind: self.judge(item, text)[0] for kind, text in self.probes(item).items()})
 
     def judge_text(self, item: QAItem, prediction: str) -> str:
         if self.protocol is not None:
