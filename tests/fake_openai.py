@@ -12,13 +12,16 @@ class Server:
     (then 200s), and the answer echoes the last user message."""
 
     def __init__(self, plan=(), delay=0.0, tool_call=None, models=("fake", "m"), call_then_answer=False,
-                 null_content=False, roots=None):
+                 null_content=False, roots=None, memory_json=False):
         """`tool_call`: always answer with that retrieve_fact call; `call_then_answer`: like a served model
         behind vLLM's tool-call parser, call retrieve_fact on the first trace id of the prompt, then answer
         once the tool's result is in the conversation; `null_content`: a 200 with `content: null` and no
-        tool call (a misconfigured server); `roots`: model -> the weights path `/models` reports (vLLM's `root`)."""
+        tool call (a misconfigured server); `roots`: model -> the weights path `/models` reports (vLLM's `root`);
+        `memory_json`: answer mem0's extraction prompt (its "## New Messages" section) with each new message as a
+        memory, in mem0's JSON, as a model that follows that prompt does."""
         self.plan, self.delay, self.tool_call, self.models = list(plan), delay, tool_call, list(models)
         self.call_then_answer, self.null_content, self.roots = call_then_answer, null_content, dict(roots or {})
+        self.memory_json = memory_json
         self.lock = threading.Lock()
         self.requests, self.in_flight, self.max_in_flight = [], 0, 0
         outer = self
@@ -54,6 +57,11 @@ class Server:
                         return
                     msg = {"role": "assistant", "content": None if outer.null_content
                            else "echo: " + body["messages"][-1]["content"]}
+                    text = str(body["messages"][-1]["content"])
+                    if outer.memory_json and "## New Messages" in text:
+                        new = text.split("## New Messages", 1)[1].split("\n## ", 1)[0]
+                        facts = [line.split(": ", 1)[1] for line in new.splitlines() if ": " in line]
+                        msg["content"] = json.dumps({"memory": [{"text": f} for f in facts]})
                     call = outer.tool_call
                     if outer.call_then_answer and body.get("tools") and body["messages"][-1]["role"] != "tool":
                         ids = re.findall(r'trace_id="([^"]+)"', " ".join(str(m.get("content")) for m in body["messages"]))

@@ -10,7 +10,7 @@ from tests.conftest import ROOT
 GPU = sorted((ROOT / "experiments" / "gpu").glob("*.yaml"))
 CELLS = {"locomo_strategies": 5, "sweep_threshold_budget": 9, "kv_alpha": 15, "claim_fact_calls": 2,
          "claim_flat_vs_summary": 2, "claim_summaries": 2, "served_vllm": 4,
-         "recall_agent_policies": 6, "recall_v4_seed": 2, "longmemeval_s": 5}
+         "recall_agent_policies": 6, "recall_v4_seed": 2, "longmemeval_s": 5, "peer_mem0": 6}
 
 
 @pytest.mark.parametrize("path", GPU, ids=lambda p: p.stem)

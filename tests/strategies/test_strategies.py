@@ -55,7 +55,9 @@ def test_registry_lists_every_strategy():
         create_strategy("recall_v4", {"recall": {"budget": {"min_recent_turns": 9, "max_recent_turns": 2}}})
 
 
-ANSWERING = sorted(n for n, cls in STRATEGIES.items() if cls.needs_model)
+# the seeds' and dkilab's own answering strategies; a peer system (peer_mem0) drives a third-party pipeline the
+# 135M model cannot (mem0 wants JSON from it): tests/strategies/test_peer_mem0.py drives it through a served model
+ANSWERING = sorted(n for n, cls in STRATEGIES.items() if cls.needs_model and not n.startswith("peer_"))
 
 
 @pytest.mark.parametrize("name", ANSWERING)
