@@ -50,6 +50,7 @@ class PeerMem0(Strategy):
         self._memories: dict[tuple, Any] = {}
         self._lock = threading.Lock()
         self._dir: tempfile.TemporaryDirectory | None = None
+        self._embedder: Any = None  # one MiniLM for every user of the cell (loaded on first use)
 
     def identity(self, model_name: str = "") -> dict[str, Any]:
         from importlib.metadata import PackageNotFoundError, version
@@ -82,7 +83,9 @@ class PeerMem0(Strategy):
                 setattr(sys.modules[name], "MEM0_TELEMETRY", False)
         from dkilab.encoders.embedder import Embedder
 
-        embedder = Embedder()
+        if self._embedder is None:
+            self._embedder = Embedder()
+        embedder = self._embedder
         unused = {"api_key": "unused", "openai_base_url": "http://127.0.0.1:9"}  # replaced below: never called
         folder = os.path.join(self._dir.name, f"u{n}")
         mem = mem0.Memory.from_config({

@@ -143,6 +143,19 @@ class EmbedderSpec(_Strict):
         return out if self.index_text == "2" else out | {"with_previous_turn": False}
 
 
+def under_data_dir(path: str, data_dir: str | None = None) -> Path:
+    """A file a config names: absolute, else under the data dir (`data_dir`, else $DKILAB_DATA_DIR) where it is
+    there, else from the working directory (the first try when neither exists, for the error to name)."""
+    import os
+
+    p = Path(path).expanduser()
+    if p.is_absolute():
+        return p
+    data = data_dir or os.environ.get("DKILAB_DATA_DIR")
+    tries = ([Path(data).expanduser() / p] if data else []) + [Path.cwd() / p]
+    return next((t for t in tries if t.exists()), tries[0])
+
+
 class DatasetSpec(_Strict):
     name: str
     label: str | None = Field(None, exclude=True)  # how cells and `expect` name it (default: name); not hashed
@@ -191,17 +204,9 @@ class DatasetSpec(_Strict):
 
     def audit_path(self, data_dir=None) -> Path:
         """Where `exclude_audited` points: absolute, else under the data dir, else the working directory."""
-        import os
-
         if self.exclude_audited is None:
             raise ValueError(f"dataset {self.key}: no exclude_audited")
-
-        path = Path(self.exclude_audited).expanduser()
-        if path.is_absolute():
-            return path
-        data = data_dir or os.environ.get("DKILAB_DATA_DIR")
-        tries = ([Path(data).expanduser() / path] if data else []) + [Path.cwd() / path]
-        return next((t for t in tries if t.exists()), tries[0])
+        return under_data_dir(self.exclude_audited, data_dir)
 
     @property
     def key(self) -> str:
@@ -285,14 +290,7 @@ class JudgeSpec(_Strict):
         return self
 
     def _script(self) -> Path:
-        import os
-
-        path = Path(str(self.prompts_from)).expanduser()
-        if not path.is_absolute():
-            data = os.environ.get("DKILAB_DATA_DIR")
-            tries = ([Path(data).expanduser() / path] if data else []) + [Path.cwd() / path]
-            path = next((t for t in tries if t.is_file()), tries[0])
-        return path
+        return under_data_dir(str(self.prompts_from))
 
     def protocol_object(self) -> Any:
         """The published protocol the judge follows (None under dkilab's own prompt)."""
