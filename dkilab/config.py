@@ -2,6 +2,10 @@
 dotted key, in one line."""
 from __future__ import annotations
 
+import copy
+import difflib
+import json
+import typing
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -14,8 +18,6 @@ class ConfigError(ValueError):
 
 
 def _takes_number_not_bool(annotation: Any) -> bool:
-    import typing
-
     if annotation is bool or annotation is Any:
         return False
     args = typing.get_args(annotation)
@@ -38,8 +40,6 @@ def refuse_bool_numbers(model: type[BaseModel], data: Any) -> Any:
 
 def _model_at(model, loc) -> type[BaseModel] | None:
     """The pydantic model that holds the key at `loc` (list indices and dict keys stepped over)."""
-    import typing
-
     def models_in(tp):
         if isinstance(tp, type) and issubclass(tp, BaseModel):
             return [tp]
@@ -62,8 +62,6 @@ def _model_at(model, loc) -> type[BaseModel] | None:
 def describe_errors(exc: ValidationError, prefix: str = "", model: type[BaseModel] | None = None) -> str:
     """'prefix.a.b: message; ...' for every error of a pydantic ValidationError; an unknown key names
     the closest known one ("did you mean ...?")."""
-    import difflib
-
     parts = []
     for e in exc.errors():
         key = ".".join(str(p) for p in (prefix, *e["loc"]) if p != "")
@@ -123,8 +121,6 @@ def knob_setting(lever: str, default: Any, **field: Any) -> Any:
 def merge_nested(base: dict, over: dict) -> dict:
     """A copy of `over` on top of `base`, nested mappings merged key by key (`{"signals": {"x": 1}}` changes
     that one key of a `signals` block in `base`)."""
-    import copy
-
     out = copy.deepcopy(base)
     for k, v in over.items():
         out[k] = merge_nested(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else copy.deepcopy(v)
@@ -195,8 +191,6 @@ def read_yaml(path: str | Path) -> Any:
 
 def read_jsonl(path: str | Path) -> list[Any]:
     """One JSON value per non-empty line; a bad line is a ValueError naming the file and the line."""
-    import json
-
     path = Path(path)
     out = []
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):

@@ -5,6 +5,7 @@ import json
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from dkilab.memory import MemoryStore
 from dkilab.types import Message
 
 FIXTURE = Path(__file__).resolve().parent.parent / "datasets" / "fixtures" / "demo.json"
@@ -23,8 +24,6 @@ def demo_messages(path: Path = FIXTURE) -> list[Message]:
 
 
 def run_demo(store_path: str | None = None) -> None:
-    from dkilab.memory import MemoryStore
-
     with MemoryStore.open(store_path) as store:
         added = store.add_messages(demo_messages())
         print(f"ingested {added} new messages into {store.path} ({store.count()} in all)")

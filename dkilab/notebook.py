@@ -11,9 +11,27 @@ from __future__ import annotations
 
 import html
 import itertools
+import os
 import re
 import warnings
 from typing import Any
+
+from dkilab.agents.semantic_pointer import AgentTree
+from dkilab.eval.datasets import DATA_ENV, dataset_available
+from dkilab.eval.metrics.bootstrap import aggregate_by_category, ci_keys
+from dkilab.eval.plots import (
+    alpha_figure,
+    category_figure,
+    frontier_figure,
+    headline_figure,
+    metric_lines_figure,
+    recall_curve_figure,
+    sweep_heatmaps,
+    tree_figure,
+)
+from dkilab.eval.plots import pareto_front as front
+from dkilab.eval.report import experiment_runs, provenance_notes, read_metrics, run_dataset_key, run_rows
+from dkilab.eval.tables import category_table, metric_counts, pairwise
 
 # tqdm's notebook bars need ipywidgets; without it they fall back to text, with a warning on every import
 warnings.filterwarnings("ignore", message="IProgress not found")
@@ -40,8 +58,6 @@ __all__ = ["load_runs", "load_predictions", "plot_headlines", "plot_categories",
 
 
 def _runs(experiment: str, tracking_uri: str | None):
-    from dkilab.eval.report import experiment_runs
-
     return experiment_runs(experiment, tracking_uri)
 
 
@@ -52,12 +68,8 @@ def load_runs(experiment: str, tracking_uri: str | None = None, params: bool = T
     `invocation` (the parent run) and `host` say where each cell ran; a warning says when they differ."""
     import pandas as pd
 
-    from dkilab.eval.metrics.bootstrap import ci_keys
-    from dkilab.eval.report import read_metrics
 
-    import warnings
 
-    from dkilab.eval.report import provenance_notes
 
     rows = []
     runs = _runs(experiment, tracking_uri)
@@ -100,7 +112,6 @@ def load_predictions(experiment: str, tracking_uri: str | None = None):
     for the question (question, gold, prediction, score fields, recalled ids, fact-call log, ...)."""
     import pandas as pd
 
-    from dkilab.eval.report import run_rows
 
     out = []
     for run in _runs(experiment, tracking_uri):
@@ -112,9 +123,6 @@ def paired_differences(experiment: str, tracking_uri: str | None = None, metrics
                        by_category: bool = False):
     """Paired differences (b - a) between the cells of each dataset on the questions both answered, with
     95% bootstrap intervals, p and `real` (the interval excludes 0): `dkilab report --by category`'s pairs."""
-    from dkilab.eval.report import run_dataset_key, run_rows
-    from dkilab.eval.tables import pairwise
-
     cells = [(run.info.run_name, run_dataset_key(run), run_rows(run.info.run_id))
              for run in _runs(experiment, tracking_uri)]
     return pairwise(cells, metrics, by_category)
@@ -123,9 +131,6 @@ def paired_differences(experiment: str, tracking_uri: str | None = None, metrics
 def plot_headlines(runs, title: str = "", predictions=None):
     """Every headline metric per cell with its 95% interval and value (a `load_runs` frame). With the
     `load_predictions` frame, n is per metric (the questions each metric counts); else per cell."""
-    from dkilab.eval.plots import headline_figure
-    from dkilab.eval.tables import metric_counts
-
     counts = None
     if predictions is not None and len(predictions):
         counts = metric_counts({cell: [{k: v for k, v in r.items() if not (isinstance(v, float) and v != v)}
@@ -137,55 +142,39 @@ def plot_headlines(runs, title: str = "", predictions=None):
 def plot_sweep(runs, x: str, y: str, metrics=("score", "hallucination_rate", "prompt_tokens"),
                labels: dict[str, str] | None = None, title: str = ""):
     """Heatmaps of `metrics` over two swept parameters (`load_runs` columns, e.g. `param.history_budget`)."""
-    from dkilab.eval.plots import sweep_heatmaps
-
     return sweep_heatmaps(runs, x, y, metrics, labels, title)
 
 
 def plot_frontier(runs, cost: str = "prompt_tokens", quality: str = "score", names: dict | None = None,
                   title: str = ""):
     """Quality against cost per cell (95% intervals) with the Pareto front (`pareto_front`) drawn."""
-    from dkilab.eval.plots import frontier_figure
-
     return frontier_figure(runs, cost, quality, names, title)
 
 
 def pareto_front(runs, cost: str = "prompt_tokens", quality: str = "score") -> list:
     """The cells no other cell beats on both cost (lower) and quality (higher), cheapest first."""
-    from dkilab.eval.plots import pareto_front as front
-
     return front(runs, cost, quality)
 
 
 def plot_recall_at_k(runs, title: str = ""):
     """recall@1/5/10/20 against k, a line per cell, a panel per dataset (recall_only cells)."""
-    from dkilab.eval.plots import recall_curve_figure
-
     return recall_curve_figure(runs, title=title)
 
 
 def plot_metric_vs(runs, x: str, metrics=("score", "hallucination_rate"), labels: dict[str, str] | None = None,
                    title: str = ""):
     """`metrics` (95% intervals) against one swept parameter, a line per strategy (a `load_runs` frame)."""
-    from dkilab.eval.plots import metric_lines_figure
-
     return metric_lines_figure(runs, x, metrics, labels, title)
 
 
 def plot_alpha(rows, title: str = ""):
     """`dkilab.models.kv_probe.alpha_curve` rows: KL to both ends and p(answer) against alpha."""
-    from dkilab.eval.plots import alpha_figure
-
     return alpha_figure(rows, title)
 
 
 def plot_tree(tree, highlight: str | None = None, notes: dict[str, str] | None = None, title: str = ""):
     """An `AgentTree` (or its rows: (agent_id, parent, description)) drawn top-down, the asking
     agent's path to the root in bold and `notes` (e.g. resolved pointers) under the boxes."""
-    from dkilab.eval.plots import tree_figure
-
-    from dkilab.agents.semantic_pointer import AgentTree
-
     if not isinstance(tree, AgentTree):
         tree = AgentTree.from_rows(tree)
     nodes = [tree.node(a) for a in tree.ids()]
@@ -218,10 +207,6 @@ def retrieval_misses(predictions, conversations, k: int = 10, n: int = 10):
 
 def available_datasets(names, data_dir=None) -> list[str]:
     """The datasets of `names` whose files are there, printing one line per dataset skipped and why."""
-    import os
-
-    from dkilab.eval.datasets import DATA_ENV, dataset_available
-
     where = data_dir or os.environ.get(DATA_ENV)
     there = [n for n in names if dataset_available(n, data_dir)]
     for name in names:
@@ -240,16 +225,11 @@ def _rows_by_cell(predictions) -> dict[str, list[dict]]:
 def category_values(predictions, metric: str = "score"):
     """`metric` per cell and category with its 95% interval and n, as a table (what `plot_categories` draws;
     categories by name where the dataset has names)."""
-    from dkilab.eval.tables import category_table
-
     return category_table(list(_rows_by_cell(predictions).items()), [metric])
 
 
 def plot_categories(predictions, metric: str = "score", title: str = ""):
     """`metric` per category and cell with 95% intervals and question counts (a `load_predictions` frame)."""
-    from dkilab.eval.metrics.bootstrap import aggregate_by_category
-    from dkilab.eval.plots import category_figure
-
     by_cell = {cell: aggregate_by_category(rows, names=[metric], intervals=True)
                for cell, rows in _rows_by_cell(predictions).items()}
     return category_figure(by_cell, metric, title or f"{metric} per category")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import json
 from typing import Any
 
@@ -138,8 +139,6 @@ def chat_span(model_name: str, prompt, **params):
 def traced_generation(fn):
     """Decorator for a model's `generate_full(self, messages_or_prompt, max_new_tokens, ...)`: each call is
     a CHAT_MODEL span when tracing is on (nothing otherwise)."""
-    import functools
-
     @functools.wraps(fn)
     def wrapper(self, messages_or_prompt, max_new_tokens: int = 64, *args, **kw):
         if _TRACER.get() is None:

@@ -9,7 +9,33 @@ and, with `--judge MODEL`, an LLM judge on a per-source sample. `--train` refits
 """
 from __future__ import annotations
 
+import os
+import sys
 from collections import Counter
+from pathlib import Path
+
+from dkilab.bench import abstention_external as ext
+from dkilab.bench.abstention_train import (
+    _figures,
+    fresh_figures,
+    held_back_figures,
+    load_fresh_check,
+    load_held_back,
+    load_sources,
+    validate,
+)
+from dkilab.bench.abstention_train import train as fit
+from dkilab.eval.metrics.abstention import (
+    DETECTOR,
+    detector_card,
+    evaluate_detector,
+    get_detector,
+    load_phrasings,
+    save_judge_card,
+)
+from dkilab.eval.metrics.judge import ABSTENTION_PROMPT, LLMJudge
+from dkilab.models import load_model
+from dkilab.text.abstention import learned
 
 PROBES = [  # misses and false alarms of structural-v2 on phrasings written outside the project
     ("I have no record of that.", True), ("This isn't something you've told me.", True),
@@ -44,9 +70,6 @@ def _sample(rows: list[dict], per_source: int) -> list[dict]:
 
 def main(split: str = "test", judge: str | None = None, show_errors: bool = False, train: bool = False,
          judge_per_source: int = 4, external: bool = False, data_dir=None, second_reader=None) -> int:
-    from dkilab.bench.abstention_train import load_sources, train as fit, validate
-    from dkilab.eval.metrics.abstention import DETECTOR, evaluate_detector, get_detector, load_phrasings
-
     rows = load_sources()
     sources = Counter(r["source"] for r in rows)
     print(f"labelled phrasings: {len(rows)} from {len(sources)} sources ("
@@ -54,10 +77,8 @@ def main(split: str = "test", judge: str | None = None, show_errors: bool = Fals
     v = fit() if train else validate(rows)
     if train:
         get_detector.cache_clear()
-        from dkilab.text.abstention import learned
 
         learned.load_weights.cache_clear()
-        from dkilab.eval.metrics.abstention import detector_card
 
         detector_card.cache_clear()
         sel = v["selection"]
@@ -158,12 +179,6 @@ def _external(hybrid, structural, data_dir, show_errors: bool, second_reader=Non
     """The check on replies written by other people (`abstention_external`): per part and language; with
     `show_errors`, the dev part's errors (the held-out part's are counted, never listed); with `second_reader`
     (another reader's label file), the two readers' agreement and the figures under the second reader's labels."""
-    import os
-    import sys
-    from pathlib import Path
-
-    from dkilab.bench import abstention_external as ext
-
     where = data_dir or os.environ.get("DKILAB_DATA_DIR")
     if not where:
         print("external check: no data dir (--data-dir or $DKILAB_DATA_DIR): it reads KdConv and LoCoMo from there",
@@ -207,8 +222,6 @@ def _external(hybrid, structural, data_dir, show_errors: bool, second_reader=Non
 
 def _fresh(hybrid, structural) -> None:
     """The fresh check per round: phrasings never trained or tuned on (see FRESH_ROUNDS)."""
-    from dkilab.bench.abstention_train import fresh_figures, load_fresh_check
-
     rows = load_fresh_check()
     print(f"  fresh check ({len(rows)} phrasings never trained on; by round):")
     got = {name: fresh_figures(det, rows) for name, det in (("hybrid", hybrid), ("rules", structural))}
@@ -223,8 +236,6 @@ def _fresh(hybrid, structural) -> None:
 def _held_back(hybrid, structural) -> None:
     """The quickstart model's own replies, labelled by hand and never trained on (the quickstart's
     hallucination_rate is read from such replies)."""
-    from dkilab.bench.abstention_train import held_back_figures, load_held_back
-
     rows = load_held_back()
     print(f"  held back: {len(rows)} SmolLM2 replies from quickstart runs (never trained on):")
     _line("hybrid", held_back_figures(hybrid, rows))
@@ -234,10 +245,6 @@ def _held_back(hybrid, structural) -> None:
 def _judge(model_spec: str, rows: list[dict], hybrid) -> None:
     """The LLM abstention judge on a per-source sample and on the fresh check, beside the hybrid detector on the
     same rows (on the fresh check neither was trained on them: the fair comparison)."""
-    from dkilab.bench.abstention_train import _figures, load_fresh_check
-    from dkilab.eval.metrics.judge import LLMJudge
-    from dkilab.models import load_model
-
     llm = LLMJudge(load_model(model_spec), abstention=True)
 
     def judged(part: list[dict], detector: list[bool]) -> tuple[list[bool], int]:
@@ -262,8 +269,6 @@ def _judge(model_spec: str, rows: list[dict], hybrid) -> None:
         _line(f"llm-judge {model_spec}", results[name])
         _line("hybrid, same rows", _figures(part, detector))
         print(f"  judge replies naming neither label (the hybrid detector decided): {unparsed} of {len(part)}")
-    from dkilab.eval.metrics.abstention import save_judge_card
-    from dkilab.eval.metrics.judge import ABSTENTION_PROMPT
 
     sample, fresh_figures = results.values()
     save_judge_card(model_spec, ABSTENTION_PROMPT, sample, fresh=fresh_figures)  # experiments with this judge log them

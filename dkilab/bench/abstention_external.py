@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -194,8 +195,6 @@ def label_sheet(data_dir: str | Path, out: str | Path, labels: Path | None = Non
 def agreement(first: list[dict[str, Any]], second: list[dict[str, Any]]) -> dict[str, Any]:
     """Two readers' labels of the same replies (rows of `load`): raw agreement and Cohen's kappa over the four
     kinds and over abstain/answer (rows both readers put there), per part; the confusion counts."""
-    from collections import Counter
-
     from sklearn.metrics import cohen_kappa_score
 
     theirs = {r["key"]: r["label"] for r in second}

@@ -7,12 +7,15 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
+from dkilab.config import read_jsonl
+from dkilab.eval.metrics.abstention import get_detector
+from dkilab.eval.metrics.judge import LLMJudge
+from dkilab.models import load_model
+
 SHAPES = Path(__file__).resolve().parents[2] / "datasets" / "fixtures" / "abstention" / "reply_shapes.jsonl"
 
 
 def load(split: str = "held_back", path: Path = SHAPES) -> list[dict]:
-    from dkilab.config import read_jsonl
-
     return [r for r in read_jsonl(path) if split == "all" or r["split"] == split]
 
 
@@ -53,9 +56,6 @@ def _print(name: str, figs: dict) -> None:
 def judged(model_spec: str, rows: list[dict], fallback) -> tuple[dict[str, bool], int]:
     """The LLM abstention judge's label per reply text (the question is not shown: the set has none); a reply
     naming neither label falls back to `fallback(text)`, as in an experiment. -> (labels, unparsed)."""
-    from dkilab.eval.metrics.judge import LLMJudge
-    from dkilab.models import load_model
-
     llm = LLMJudge(load_model(model_spec), abstention=True)
     llm.prefetch([llm.abstention_text("(the question is not shown)", r["text"]) for r in rows])
     labels, unparsed = {}, 0
@@ -69,8 +69,6 @@ def judged(model_spec: str, rows: list[dict], fallback) -> tuple[dict[str, bool]
 
 
 def main(show_errors: bool = False, judge: str | None = None) -> int:
-    from dkilab.eval.metrics.abstention import get_detector
-
     hybrid = get_detector("hybrid")
     rows = load()
     print(f"reply shapes, held-back third ({len(rows)} rows, never fitted on; every third template held back):")

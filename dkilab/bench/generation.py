@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import time
 
+from dkilab.eval.datasets import load_dataset
+from dkilab.models import load_model
+
 
 def main(model_spec: str = "offline:smollm2", prompts: int = 16, new_tokens: int = 24,
          batch_sizes: tuple[int, ...] = (1, 4, 8, 16)) -> int:
-    from dkilab.eval.datasets import load_dataset
-    from dkilab.models import load_model
-
     model = load_model(model_spec)
     qs = [q.question for c in load_dataset("fixtures") for q in c.questions][:prompts]
     msgs = [[{"role": "user", "content": q}] for q in qs]

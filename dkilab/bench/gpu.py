@@ -20,6 +20,7 @@ here is one question at a time (batch 1), as `dkilab.models.kv.decode` runs it.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import sys
@@ -203,8 +204,6 @@ def session(model: _IdsModel, timer: _Timer, memory: int, question: int, steps: 
 
 
 def run_bench(shapes: str, device: str, dtype: str, repeats: int, echo=print) -> dict:
-    import gc
-
     import torch
 
     timer = _Timer(device)

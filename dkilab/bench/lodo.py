@@ -44,8 +44,17 @@ from typing import Any
 
 import numpy as np
 
-from dkilab.bench.fusion_train import DEV, STOCK, collected
-from dkilab.bench.retrieval import SINGLE
+from dkilab.bench.fusion_train import DEV, STOCK, _fit, _objective, choose_c, collected, default_part, parts
+from dkilab.bench.retrieval import CONFIG, SINGLE, load_config
+from dkilab.config import read_yaml
+from dkilab.eval.datasets import dataset_info
+from dkilab.eval.metrics import METRICS
+from dkilab.eval.metrics.base import aggregate_metric
+from dkilab.eval.metrics.bootstrap import metric_ci, paired
+from dkilab.eval.metrics.retrieval import any_hit, evidence_recall, ndcg, reciprocal_rank
+from dkilab.eval.runner import run_experiment
+from dkilab.recall import learned
+from dkilab.recall.learned import FEATURES, RangeGuard, load_model
 
 RRF_K = 60
 TOP = 20  # the bench's max_results: metrics are read over the top 20, as a recall_only answer holds
@@ -61,9 +70,6 @@ def source(dataset: str) -> str:
 
 def test_datasets() -> list[dict[str, Any]]:
     """The bench's held-back datasets (`experiments/retrieval_bench.yaml`), as config dicts."""
-    from dkilab.bench.retrieval import CONFIG
-    from dkilab.config import read_yaml
-
     return list(read_yaml(CONFIG)["datasets"])
 
 
@@ -72,8 +78,6 @@ def collect_all(data_dir=None, echo=print, with_previous_turn: bool | None = Non
     rows left out, the English dev data on stock-MiniLM stores beside), the test rows
     on the defaults' stores; each dataset's cached (`collected`). `with_previous_turn`: True on stores that
     embed each turn with the one it replies to (None: each encoder's default, `index_text_for`)."""
-    from dkilab.eval.datasets import dataset_info
-
     auto = {"model": "auto", "with_previous_turn": with_previous_turn}
     dev: list[dict] = []
     for spec in DEV:
@@ -87,8 +91,6 @@ def collect_all(data_dir=None, echo=print, with_previous_turn: bool | None = Non
 
 
 def _fit_best(rows: list[dict], echo, name: str):
-    from dkilab.bench.fusion_train import _fit, _objective, choose_c
-
     best, cv = choose_c(rows)  # as `--train` chooses it
     echo(f"  {name}: {len(rows)} questions, C={best} (cross-validated objective {_objective(cv[best]):.3f})")
     return _fit(rows, best)
@@ -96,9 +98,6 @@ def _fit_best(rows: list[dict], echo, name: str):
 
 def fit_parts(train: list[dict], echo=print):
     """The shipped model's structure (`fusion_train.parts`) fitted on `train`: a `FusionModel`."""
-    from dkilab.bench.fusion_train import default_part, parts
-    from dkilab.recall import learned
-
     models = {}
     for name, mine in parts(train).items():
         scaler, lr = _fit_best(mine, echo, name)
@@ -113,8 +112,6 @@ def _order(scores: np.ndarray) -> np.ndarray:
 
 def weighted_order(X: np.ndarray) -> np.ndarray:
     """The hand-weighted fusion's order of the candidates (its fused rank; neighbours it did not list last)."""
-    from dkilab.recall.learned import FEATURES
-
     return np.argsort(X[:, FEATURES.index("log_fused_rank")], kind="stable")
 
 
@@ -129,8 +126,6 @@ def rrf(*orders: np.ndarray, k: int = RRF_K) -> np.ndarray:
 def metric_row(row: dict, order: np.ndarray) -> dict[str, Any]:
     """The per-question retrieval metrics of `row`'s candidates in `order` (top `TOP`), keyed like the
     runner's rows so `paired` matches them by question."""
-    from dkilab.eval.metrics.retrieval import any_hit, evidence_recall, ndcg, reciprocal_rank
-
     ranked = [row["ids"][i] for i in order[:TOP]]
     gold = list(row["gold"])
     out = {"qid": row["qid"], "user_id": row["user"], "recall_at_10": evidence_recall(ranked, gold, 10),
@@ -143,8 +138,6 @@ def metric_row(row: dict, order: np.ndarray) -> dict[str, Any]:
 
 def score_held_out(dev: list[dict], test: list[dict], echo=print) -> dict[str, dict[str, list[dict]]]:
     """{test dataset: {pipeline: metric rows}} for every pipeline of `PIPELINES`, each source held out in turn."""
-    from dkilab.recall.learned import RangeGuard, load_model
-
     shipped = load_model()
     if shipped.guard is None:
         raise ValueError("dkilab/recall/fusion_lr.json: the shipped fusion model has no range guard (fitted with --no-guard?)")
@@ -178,9 +171,6 @@ def score_held_out(dev: list[dict], test: list[dict], echo=print) -> dict[str, d
 
 def runner_rows(data_dir=None, tracking_uri: str | None = None) -> dict[str, dict[str, list[dict]]]:
     """{test dataset: {label: rows}} of the bench's `RUNNER` strategies (run, or read back when finished)."""
-    from dkilab.bench.retrieval import load_config
-    from dkilab.eval.runner import run_experiment
-
     cfg = load_config()
     cfg = cfg.model_copy(update={"strategies": [s for s in cfg.strategies if s.key in RUNNER]})
     results = run_experiment(cfg, data_dir=data_dir, uri=tracking_uri, progress=False,
@@ -198,10 +188,6 @@ def table(held: dict[str, dict[str, list[dict]]], runner: dict[str, dict[str, li
           metric: str = "recall_at_10") -> list[str]:
     """The lines of the table: per dataset, each runner strategy and pipeline with its 95% interval, and the
     paired difference of every pipeline against the previous defaults and the best single signal."""
-    from dkilab.eval.metrics.base import aggregate_metric
-    from dkilab.eval.metrics.bootstrap import metric_ci, paired
-    from dkilab.eval.metrics import METRICS
-
     fn = METRICS[metric]
     lines = [f"{metric} on each test split; lodo_* fitted without the dataset's source; "
              "vs = paired difference [95% CI], * = real", ""]
@@ -249,10 +235,6 @@ def previous_turn_table(alone: dict[str, dict[str, list[dict]]], paired_with: di
                         metric: str = "recall_at_10") -> list[str]:
     """Issue 59 item 4: each held-out pipeline on stores that embed a turn with the one it replies to, paired
     by question with the same pipeline on the defaults' stores (each turn alone), and the choice it makes."""
-    from dkilab.eval.metrics.base import aggregate_metric
-    from dkilab.eval.metrics.bootstrap import paired
-    from dkilab.eval.metrics import METRICS
-
     fn = METRICS[metric]
     lines = [f"{metric} held out, each turn embedded alone (the defaults) vs with the turn it replies to "
              "(English stores; e5 stores keep it already): with - alone [95% CI], * = real", ""]

@@ -14,6 +14,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dkilab.config import read_yaml
+from dkilab.eval.experiment import experiment_from_dict, header_comment
+from dkilab.eval.metrics import METRICS
+from dkilab.eval.metrics.base import aggregate, category_of
+from dkilab.eval.metrics.bootstrap import metric_ci, paired
+from dkilab.eval.runner import run_experiment
+
 CONFIG = Path(__file__).resolve().parents[2] / "experiments" / "retrieval_bench.yaml"
 BASELINE, FUSED, SINGLE = "previous_defaults", "defaults", ("bm25_only", "dense_only")
 # the peers `--peers` adds to the config's strategies (dkilab/strategies/peer_*.py)
@@ -24,9 +31,6 @@ PEER_METRICS = ("recall_at_10", "any_hit_at_10", "session_any_hit_at_5", "ndcg_a
 
 def load_config(config: str | Path | None = None, peers: bool = False):
     """The bench experiment, with the peer strategies appended when asked."""
-    from dkilab.config import read_yaml
-    from dkilab.eval.experiment import experiment_from_dict, header_comment
-
     path = Path(config or CONFIG)
     data = read_yaml(path)
     if peers:
@@ -41,11 +45,6 @@ def _fmt(res) -> str:
 
 def main(data_dir=None, metric: str = "recall_at_10", tracking_uri: str | None = None, config: str | None = None,
          peers: bool = False) -> int:
-    from dkilab.eval.metrics.base import aggregate, category_of
-    from dkilab.eval.metrics.bootstrap import metric_ci, paired
-    from dkilab.eval.runner import run_experiment
-    from dkilab.eval.metrics import METRICS
-
     cfg = load_config(config, peers)
     results = run_experiment(cfg, data_dir=data_dir, uri=tracking_uri, progress=False,
                              echo=lambda line: print(line) if "FAILED" in line else None)

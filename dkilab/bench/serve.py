@@ -23,17 +23,18 @@ import subprocess
 import tempfile
 import time
 
+from dkilab.eval.datasets import load_dataset
+from dkilab.eval.experiment import EmbedderSpec
 from dkilab.eval.metrics.base import percentile
+from dkilab.eval.stores import store_for
+from dkilab.memory import Embedder
+from dkilab.service.keys import add_key
+from dkilab.service.server import free_port, spawn
 
 ENDPOINTS = ("lexical_search", "semantic_search", "messages_list", "neighbors", "get")
 
 
 def _store(data_dir):
-    from dkilab.eval.datasets import load_dataset
-    from dkilab.eval.experiment import EmbedderSpec
-    from dkilab.eval.stores import store_for
-    from dkilab.memory import Embedder
-
     convs = load_dataset("locomo", data_dir=data_dir)
     store = store_for(convs, "locomo", Embedder(EmbedderSpec().for_language("en").model))
     return store, convs
@@ -157,9 +158,6 @@ def _in_process(store, bodies, endpoint: str, n: int = 300) -> float:
 
 
 def main(data_dir=None, clients=(1, 8, 32), seconds: float = 4.0, endpoints=ENDPOINTS, flood_clients: int = 4) -> int:
-    from dkilab.service.keys import add_key
-    from dkilab.service.server import free_port, spawn
-
     unknown = [e for e in endpoints if e not in ENDPOINTS]
     if unknown:
         raise ValueError(f"unknown endpoints {unknown}; known: {', '.join(ENDPOINTS)}")

@@ -24,7 +24,15 @@ from dataclasses import replace
 
 import numpy as np
 
+from dkilab.bench import concurrency as conc
+from dkilab.eval.datasets import load_locomo
+from dkilab.eval.experiment import EmbedderSpec
 from dkilab.eval.metrics.base import percentile
+from dkilab.memory import Embedder, MemoryStore
+from dkilab.recall.config import RecallConfig
+from dkilab.recall.multi_signal import MultiSignalRecall
+from dkilab.recall.reference import ReferenceResolver
+from dkilab.types import Memory
 
 
 def _time(fn) -> float:
@@ -59,12 +67,6 @@ def measure_tools(store, users: list[str], questions: list[str], n: int, seed: i
 def measure_recall(path, embedder, asked: list[tuple[str, str]], n: int) -> dict[str, list[float]]:
     """Recall latency (ms) with the library defaults: `cold` = each user's first question on the store
     opened afresh, `warm` = `n` questions after that (query-embedding cache emptied first)."""
-    from dkilab.memory import MemoryStore
-    from dkilab.recall.config import RecallConfig
-    from dkilab.recall.multi_signal import MultiSignalRecall
-    from dkilab.recall.reference import ReferenceResolver
-    from dkilab.types import Memory
-
     cfg, resolver = RecallConfig(), ReferenceResolver()
     store = MemoryStore.open(path, embedder=embedder)
     embedder.clear_cache()
@@ -96,8 +98,6 @@ PARTS = ("locomo", "synthetic", "concurrency", "open")
 
 def main(data_dir: str | None = None, scale: int = 100, queries: int = 200, parts=PARTS, writers: int = 4,
          writer_messages: int = 2000, readers: int = 2, open_users: int = 2000) -> int:
-    from dkilab.bench import concurrency as conc
-
     unknown = set(parts) - set(PARTS)
     if unknown:
         raise ValueError(f"unknown bench store parts {sorted(unknown)}; the parts are {', '.join(PARTS)}")
@@ -110,10 +110,6 @@ def main(data_dir: str | None = None, scale: int = 100, queries: int = 200, part
 
 
 def _sizes(data_dir, scale: int, queries: int, parts) -> None:
-    from dkilab.eval.datasets import load_locomo
-    from dkilab.eval.experiment import EmbedderSpec
-    from dkilab.memory import Embedder, MemoryStore
-
     convs = load_locomo(data_dir)
     questions = [q.question for c in convs for q in c.questions]
     random.Random(1).shuffle(questions)

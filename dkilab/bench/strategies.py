@@ -10,6 +10,11 @@ from __future__ import annotations
 import statistics
 import time
 
+from dkilab.eval.datasets import load_dataset
+from dkilab.eval.stores import store_for
+from dkilab.models import load_model
+from dkilab.strategies import BUILTIN, create_strategy
+
 
 def _p50(xs):
     return statistics.median(xs) if xs else 0.0
@@ -17,11 +22,6 @@ def _p50(xs):
 
 def run(data_dir: str | None = None, questions: int = 20, model_spec: str = "offline:smollm2",
         max_prompt_tokens: int = 4096, max_new_tokens: int = 24, strategies: list[str] | None = None):
-    from dkilab.eval.datasets import load_dataset
-    from dkilab.eval.stores import store_for
-    from dkilab.models import load_model
-    from dkilab.strategies import BUILTIN, create_strategy
-
     conv = load_dataset("locomo", data_dir=data_dir, limit=1)[0]
     qs = [q for q in conv.questions if q.answerable][:questions]
     store = store_for([conv], "locomo")

@@ -48,8 +48,8 @@ def _cmd_rescore(args: argparse.Namespace) -> int:
 def _print_results(cfg, results, uri: str | None, metrics: list[str] | None = None) -> int:
     """The table of a run (or re-scoring), the detector notes, where MLflow is; 1 if a cell failed or an
     expectation was missed."""
-    from dkilab.eval.store_uri import tracking_uri
     from dkilab.eval.runner import check_expectations
+    from dkilab.eval.store_uri import tracking_uri
     from dkilab.eval.tables import INTERVAL_NOTE, format_table, results_table
 
     table = results_table(results, intervals=True)
@@ -240,9 +240,8 @@ def _cmd_ui(args: argparse.Namespace) -> int:
 
 
 def _cmd_gpu(args: argparse.Namespace) -> int:
-    from dkilab.gpu.command import main as gpu_main
-
     from dkilab.cli import main
+    from dkilab.gpu.command import main as gpu_main
 
     return gpu_main(args, cli=main)
 

@@ -14,12 +14,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_ingest(args: argparse.Namespace) -> int:
-    from dkilab.eval.datasets import load_dataset
+    from dkilab.eval.datasets import dataset_info, load_dataset
+    from dkilab.eval.experiment import EmbedderSpec
     from dkilab.eval.stores import store_for
     from dkilab.memory import Embedder
-
-    from dkilab.eval.datasets import dataset_info
-    from dkilab.eval.experiment import EmbedderSpec
 
     convs = load_dataset(args.dataset, data_dir=args.data_dir, limit=args.limit)
     spec = EmbedderSpec(model=args.embedder or "auto").for_language(dataset_info(args.dataset)["language"])

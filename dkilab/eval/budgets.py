@@ -15,6 +15,10 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
+from dkilab.prompts import HISTORY_HEAD, SYSTEM
+from dkilab.strategies.base import TEMPLATE_TOKENS
+from dkilab.text.tokens import HeuristicTokenCounter
+
 Cell = Any  # dkilab.eval.experiment.Cell (which imports this module)
 
 QUESTION_ALLOWANCE = 48  # tokens of a typical question line (LoCoMo's longest questions are about 40)
@@ -23,10 +27,6 @@ QUESTION_ALLOWANCE = 48  # tokens of a typical question line (LoCoMo's longest q
 @lru_cache(maxsize=1)
 def fixed_tokens() -> int:
     """System prompt, history head and chat template (English, the longer), by the offline heuristic."""
-    from dkilab.prompts import HISTORY_HEAD, SYSTEM
-    from dkilab.strategies.base import TEMPLATE_TOKENS
-    from dkilab.text.tokens import HeuristicTokenCounter
-
     return HeuristicTokenCounter().count_tokens(SYSTEM["en"] + "\n" + HISTORY_HEAD["en"]) + TEMPLATE_TOKENS
 
 

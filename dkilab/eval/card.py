@@ -14,6 +14,9 @@ import platform
 import sys
 from typing import Any
 
+from dkilab.eval.metrics.abstention import detector_card
+from dkilab.prompts import ABSTENTION_PROMPT, JUDGE_PROMPT
+
 CARD_FILE = "methodology.json"
 BUDGET_KEYS = ("history_budget", "max_new_tokens", "max_prompt_tokens", "temperature")
 
@@ -60,12 +63,8 @@ def _cell(result) -> dict[str, Any]:
 
 def methodology_card(cfg, results, provenance: dict[str, str]) -> dict[str, Any]:
     """The card of a finished experiment run (`results`: its CellResults, in config order)."""
-    from dkilab.eval.metrics.abstention import detector_card
-
     judge = None
     if cfg.judge is not None:
-        from dkilab.prompts import ABSTENTION_PROMPT, JUDGE_PROMPT
-
         prompts = cfg.judge.prompts() or {"judge": cfg.judge.prompt or JUDGE_PROMPT}  # a protocol's, by kind
         if cfg.judge.abstention:
             prompts["abstention"] = cfg.judge.abstention_prompt or ABSTENTION_PROMPT

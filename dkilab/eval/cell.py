@@ -3,15 +3,33 @@ accelerate), and the scored rows (with the LLM judge's labels when the experimen
 from __future__ import annotations
 
 import hashlib
+import sys
 import threading
 import time
-import sys
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tqdm.auto import tqdm
+
+from dkilab.config import ConfigError
 from dkilab.eval import interrupt
+from dkilab.eval.datasets import dataset_info, load_dataset
+from dkilab.eval.datasets.ablation import ablation_split
+from dkilab.eval.datasets.locomo_audit import wrong_gold_qids
 from dkilab.eval.experiment import Cell
+from dkilab.eval.metrics import score_answer
+from dkilab.eval.metrics.judge import LLMJudge
+from dkilab.eval.metrics.session import expand_turns, turn_items
+from dkilab.eval.stores import store_for
+from dkilab.memory import Embedder
+from dkilab.models import load_model
+from dkilab.prompts import CHOOSE
+from dkilab.recall.reference import ReferenceResolver, ReferenceType
+from dkilab.text.abstention.learned import get_detector
+from dkilab.text.lang import detect_language
+from dkilab.tracing import tracing_to
 from dkilab.types import ChatModel, Conversation, Memory, QAItem
 
 if TYPE_CHECKING:
@@ -29,9 +47,6 @@ class CellData:
 def load_cell_data(cell: Cell, data_dir, cache: dict | None = None) -> CellData:
     """Questions and store for the cell's dataset; cells sharing a dataset spec and embedder share one load
     (a failed load is remembered too, so every cell on a missing dataset fails fast with the same error)."""
-    from dkilab.eval.stores import store_for
-    from dkilab.memory import Embedder
-
     key = cell.dataset.model_dump_json() + cell.embedder.model_dump_json()
     if cache is not None and key in cache:
         if isinstance(cache[key], BaseException):
@@ -85,10 +100,6 @@ def stratified(questions: list, k: int | None) -> list:
 
 def _questions(cell: Cell, data_dir):
     """[(conversation, question)] of the cell's dataset, after split, languages, categories and limits."""
-    from dkilab.eval.datasets.ablation import ablation_split
-
-    from dkilab.config import ConfigError
-
     d = cell.dataset
     convs = d.conversations(data_dir)
     if d.languages:
@@ -101,8 +112,6 @@ def _questions(cell: Cell, data_dir):
         convs = ablation_split(convs)
     wrong: set[str] = set()
     if d.exclude_audited is not None:  # the golds the public audit finds wrong (eval/datasets/locomo_audit.py)
-        from dkilab.eval.datasets import load_dataset
-        from dkilab.eval.datasets.locomo_audit import wrong_gold_qids
 
         wrong = wrong_gold_qids(load_dataset(d.name, data_dir=data_dir), d.audit_path(data_dir))
     cats = None if d.categories is None else {str(c) for c in d.categories}
@@ -121,7 +130,6 @@ def _questions(cell: Cell, data_dir):
         raise ConfigError(f"datasets ({d.key}): categories: {d.categories} matches no question "
                           f"(its categories: {', '.join(known) or 'none'})")
     _mark_evidence_sessions(out)
-    from dkilab.eval.datasets import dataset_info
 
     listed = next((q for _, q in out if q.choices), None)
     if listed is not None and not dataset_info(d.name, d.path).get("choices"):  # CHOOSE would miss the identity
@@ -132,8 +140,6 @@ def _questions(cell: Cell, data_dir):
 
 def _reference_filter():
     """Whether a question carries a reference the default resolver maps to a scope."""
-    from dkilab.recall.reference import ReferenceResolver, ReferenceType
-
     resolver = ReferenceResolver()
     return lambda text: resolver.resolve(text).reference_type != ReferenceType.NONE
 
@@ -167,8 +173,6 @@ def question_text(item) -> str:
     (without them a model cannot pick a letter and the choice scorer scores nothing)."""
     if not item.choices:
         return item.question
-    from dkilab.prompts import CHOOSE
-    from dkilab.text.lang import detect_language
 
     options = [f"{k}. {v}" for k, v in sorted(item.choices.items())]
     return "\n".join([item.question, *options, CHOOSE[detect_language(item.question)]])
@@ -230,8 +234,6 @@ def run_cell(cell: Cell, model: ChatModel | None, data: CellData, state=None, tr
     (dkilab.eval.journal) the questions it holds are not asked again and each new answer is saved as it
     finishes. With a `judge` under several processes every process judges its own answers (in batches)
     and the replies are gathered with them, so the main process scores without generating."""
-    from tqdm.auto import tqdm
-
     items = data.items
     views: dict[str, Any] = {}
     strategy = cell.instance
@@ -258,7 +260,6 @@ def run_cell(cell: Cell, model: ChatModel | None, data: CellData, state=None, tr
         if trace:
             import mlflow
 
-            from dkilab.tracing import tracing_to
 
             with tracing_to(mlflow), mlflow.start_span(name=f"question {item.qid}", span_type="CHAIN",
                                                        run_id=run_id) as s:
@@ -277,7 +278,6 @@ def run_cell(cell: Cell, model: ChatModel | None, data: CellData, state=None, tr
     def work(my_idx):
         bar = tqdm(total=len(my_idx), desc=cell.label, disable=not (progress and main), leave=False)
         if workers > 1:  # questions in flight together: an endpoint's concurrency or a local model's batch
-            from concurrent.futures import ThreadPoolExecutor
 
             pool = ThreadPoolExecutor(workers, thread_name_prefix="dkilab-question")
             try:
@@ -329,13 +329,10 @@ def score_cell(cell: Cell, answers, items: list, judge=None, trace_ids: dict | N
                judge_batch: int = 8) -> list[dict[str, Any]]:
     """One metric row per question (per turn for a dialogue), in question order (the judge, if any,
     labels answers first); a traced question's rows carry its `trace_id`."""
-    from dkilab.eval.metrics.session import expand_turns, turn_items
-
     scorer = cell.dataset.info()["scorer"]
     rows: list[dict[str, Any]] = []
     if judge is not None:  # every judge prompt of the cell generated in batches first, not one call per row
         judge.prefetch(judge_texts(judge, answers, items), batch_size=judge_batch)
-    from dkilab.text.abstention.learned import get_detector
 
     detector = get_detector(cell.detector)
     detector.decide_many([a.text for _, a, _ in answers if not isinstance(a, str)])  # the learned one: one batch
@@ -365,8 +362,6 @@ def _base_row(item, conv) -> dict[str, Any]:
 
 
 def _score_one(item, answer, wall: float, conv, scorer: str, judge, detector: str = "hybrid") -> dict[str, Any]:
-    from dkilab.eval.metrics import score_answer
-
     base = _base_row(item, conv)
     t = time.perf_counter()
     verdicts = judge_answer(judge, item, answer) if judge is not None else {}
@@ -390,8 +385,6 @@ def _judged(judge, item, answer) -> bool:
 
 def judge_texts(judge, answers, items) -> list[str]:
     """The prompts `judge_answer` will send for these answers (per turn for a dialogue)."""
-    from dkilab.eval.metrics.session import expand_turns
-
     texts = []
     for i, answer, _ in answers:
         if isinstance(answer, str):
@@ -427,9 +420,6 @@ def judge_answer(judge, item, answer) -> dict[str, Any]:
 def make_judge(spec, model_spec=None):
     """The judge, loaded like the model under test (`model_spec`: its dtype and device) unless the judge
     block sets its own."""
-    from dkilab.eval.metrics.judge import LLMJudge
-    from dkilab.models import load_model
-
     dtype = spec.dtype or (model_spec.dtype if model_spec is not None else "auto")
     device = spec.device or (model_spec.device if model_spec is not None else "cpu")
     return LLMJudge(load_model(spec.model, max_context=spec.max_context, dtype=dtype, device=device), spec.prompt,

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from dkilab.eval.datasets.worksessions import USERS as WORK_USERS
+from dkilab.strategies.base import RecallingStrategy
 
 Cell = Any  # dkilab.eval.experiment.Cell (which imports this module)
 
@@ -39,8 +40,6 @@ def _learned_fusion(cell: Cell) -> bool:
 
 
 def _searches(cell: Cell) -> bool:
-    from dkilab.strategies.base import RecallingStrategy
-
     return isinstance(cell.instance, RecallingStrategy) or cell.strategy.name in SEARCHING
 
 

@@ -19,6 +19,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from dkilab.cache import cache_dir
+from dkilab.eval.runstate import store_state_dir
 from dkilab.types import Answer, ContextBudget, FactCall
 
 
@@ -63,9 +65,6 @@ class Journal:
     def for_cell(cls, uri: str, experiment: str, config_hash: str, rank: int = 0) -> "Journal":
         """The journal of a cell of `experiment` on the tracking store `uri`: beside a local store (so two
         stores never share answers), under the cache directory for a server."""
-        from dkilab.cache import cache_dir
-        from dkilab.eval.runstate import store_state_dir
-
         safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", experiment)[:100] or "_"
         root = store_state_dir(uri, "journal") or cache_dir() / "journal" / hashlib.sha1(uri.encode()).hexdigest()[:12]
         return cls(root / safe, config_hash, rank)

@@ -4,8 +4,10 @@ per category with question counts. matplotlib `Figure`s only (no pyplot: a noteb
 from __future__ import annotations
 
 import math
+import textwrap
 
 from dkilab.eval.metrics.base import is_rate, label_of, lower_is_better, plotted
+from dkilab.eval.metrics.bootstrap import ci_keys
 
 
 def _cjk_font() -> None:
@@ -92,7 +94,6 @@ def category_figure(by_cell: dict[str, dict[str, dict[str, float]]], metric: str
     says how many were left out; if every category is that small, all are shown."""
     from matplotlib.figure import Figure
 
-    from dkilab.eval.metrics.bootstrap import ci_keys
 
     _cjk_font()
     cats = sorted({c for agg in by_cell.values() for c, m in agg.items() if _valid(m.get(metric))})
@@ -297,8 +298,6 @@ def tree_figure(edges: list[tuple[str, str | None]], labels: dict[str, str] | No
     """An agent tree drawn top-down: `edges` (agent, parent) pairs, `labels` the text in each box,
     `highlight` the asking agent (its path to the root in bold), `notes` text under a box (e.g. the
     pointer it resolved)."""
-    import textwrap
-
     from matplotlib.figure import Figure
 
     _cjk_font()

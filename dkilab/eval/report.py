@@ -3,12 +3,16 @@ finished cells (the newest complete run per cell, in config order), their metric
 and the report built from them, with notes on the detector and on cells from different invocations."""
 from __future__ import annotations
 
+import datetime as dt
+import difflib
 import json
 from pathlib import Path
 from typing import Any
 
-from dkilab.eval.store_uri import (SCRIPTED_TAG, TrackingStoreError, check_server,
-                                   read_metrics, run_rows, tracking_uri)
+from dkilab.eval import runstate
+from dkilab.eval.card import CARD_FILE
+from dkilab.eval.metrics.judge_stress import judge_notes
+from dkilab.eval.store_uri import SCRIPTED_TAG, TrackingStoreError, check_server, read_metrics, run_rows, tracking_uri
 from dkilab.eval.tables import metrics_frame, pairwise
 
 
@@ -44,8 +48,6 @@ class UnknownExperimentError(KeyError):
 def existing_store(uri: str) -> str:
     """`uri` if it names an existing store: a SQLite file or file: folder that exists, or a server that
     answers (`/health`, 5 s timeout). Raises TrackingStoreError with one line otherwise."""
-    from dkilab.eval import runstate
-
     local = runstate.local_store_dir(uri)
     if local is not None:
         path = Path(uri[len("sqlite:///"):]).expanduser() if uri.startswith("sqlite:///") else local
@@ -77,14 +79,11 @@ def experiment_runs(experiment: str, uri: str | None = None) -> list:
     a store that does not exist or an unknown experiment name is a one-line error (did-you-mean)."""
     import mlflow
 
-    from dkilab.eval import runstate
 
     uri = existing_store(tracking_uri(uri))
     mlflow.set_tracking_uri(uri)
     exp = mlflow.get_experiment_by_name(experiment)
     if exp is None:
-        import difflib
-
         names = [e.name for e in mlflow.MlflowClient().search_experiments(max_results=1000) if e.name != "Default"]
         close = difflib.get_close_matches(experiment, names, n=1)
         raise UnknownExperimentError(f"no MLflow experiment named {experiment!r} at {uri}"
@@ -98,7 +97,6 @@ def methodology(experiment: str, uri: str | None = None) -> dict[str, Any]:
     when the experiment is unknown or no run of it has a card."""
     import mlflow
 
-    from dkilab.eval.card import CARD_FILE
 
     experiment_runs(experiment, uri)  # the store and the name, checked with their one-line errors
     exp = mlflow.get_experiment_by_name(experiment)
@@ -115,8 +113,6 @@ def methodology(experiment: str, uri: str | None = None) -> dict[str, Any]:
 def provenance_notes(runs) -> list[str]:
     """Say when the cells of a comparison come from different invocations, machines or code: scores still
     compare (same questions, same config hash), latencies and throughput only within one run."""
-    import datetime as dt
-
     parents: dict[str, list] = {}
     for r in runs:
         parents.setdefault(r.data.tags.get("mlflow.parentRunId", r.info.run_id), []).append(r)
@@ -173,7 +169,6 @@ def report(experiment: str, uri: str | None = None, pairs: bool = True, by_categ
     table = metrics_frame([(r.info.run_name, read_metrics(r)) for r in runs], intervals=True, extra=metrics)
     table["questions"] = [r.data.metrics.get("questions") for r in runs]  # n
     notes = detector_notes([r.data.params for r in runs]) if "hallucination_rate" in table.columns else []
-    from dkilab.eval.metrics.judge_stress import judge_notes
 
     notes = provenance_notes(runs) + notes + judge_notes([(r.info.run_name, read_metrics(r)) for r in runs])
     if not pairs:

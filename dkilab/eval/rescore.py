@@ -19,10 +19,21 @@ that generated them (the rows still carry their `trace_id`).
 """
 from __future__ import annotations
 
+import gzip
 import json
+import os
+import tempfile
+from pathlib import Path
 from typing import Any
 
+import yaml
+
+from dkilab.eval.cell import score_cell
+from dkilab.eval.experiment import experiment_from_dict, load_experiment
 from dkilab.eval.journal import answer_from_json, answer_to_json, question_digest
+from dkilab.eval.report import existing_store, experiment_runs
+from dkilab.eval.runstate import COMPLETE_TAG
+from dkilab.eval.store_uri import tracking_uri
 
 ANSWERS = "answers.jsonl.gz"
 ANSWERS_TAG = "dkilab.answers"  # "1" on a run that logged its answers
@@ -58,10 +69,6 @@ def answers_text(cell, answers, items, trace_ids: dict | None, errors: list[str]
 
 def log_answers(cell, answers, items, trace_ids, errors, wall_s: float, counters: dict[str, float]) -> None:
     """On the active run: the answers (ANSWERS) and the tags that find them again (generation and scoring hash)."""
-    import gzip
-    import tempfile
-    from pathlib import Path
-
     import mlflow
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -75,10 +82,6 @@ def log_answers(cell, answers, items, trace_ids, errors, wall_s: float, counters
 def read_answers(run_id: str, items: list) -> tuple[list, dict[int, str], dict[str, Any]]:
     """([(i, Answer | error text, wall ms)], {i: trace id}, header) from a run's stored answers, checked
     against the cell's questions: every question answered, each line the same question (qid and content)."""
-    import gzip
-    import os
-    from pathlib import Path
-
     import mlflow
 
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
@@ -115,7 +118,6 @@ def answered_runs(experiment_id: str, generation_hash: str | None = None) -> dic
     given)."""
     import mlflow
 
-    from dkilab.eval.runstate import COMPLETE_TAG
 
     only = f" and tags.`{GENERATION_TAG}` = '{generation_hash}'" if generation_hash else ""
     runs = mlflow.MlflowClient().search_runs(
@@ -129,8 +131,6 @@ def answered_runs(experiment_id: str, generation_hash: str | None = None) -> dic
 
 def rescore_cell(cell, stored: tuple[list, dict[int, str], dict[str, Any]], items: list, judge=None) -> list[dict]:
     """A cell's metric rows scored from stored answers (`read_answers`); the judge, if any, judges them."""
-    from dkilab.eval.cell import score_cell
-
     answers, trace_ids, _ = stored
     return score_cell(cell, answers, items, judge, trace_ids, judge_batch=cell.judge.batch_size if cell.judge else 8)
 
@@ -151,13 +151,8 @@ def changed_metrics(before: dict[str, float], after: dict[str, float]) -> tuple[
 def stored_config(target: str, uri: str | None = None):
     """(ExperimentConfig, where it came from) for `dkilab rescore TARGET`: an experiment YAML, or an
     experiment name, whose config is read from its newest run (experiment.yaml), as it ran."""
-    from pathlib import Path
-
     import mlflow
 
-    from dkilab.eval.experiment import experiment_from_dict, load_experiment
-    from dkilab.eval.report import experiment_runs, existing_store
-    from dkilab.eval.store_uri import tracking_uri
 
     if target.endswith((".yaml", ".yml")) or Path(target).is_file():
         return load_experiment(target), target
@@ -173,7 +168,6 @@ def stored_config(target: str, uri: str | None = None):
             path = client.download_artifacts(parent.info.run_id, "experiment.yaml")
         except Exception:  # noqa: BLE001 - a run stopped before it logged its config: an older one
             continue
-        import yaml
 
         data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
         return experiment_from_dict(data, f"experiment.yaml of run {parent.info.run_id}"), \

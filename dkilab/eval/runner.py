@@ -15,19 +15,26 @@ row; one MLflow parent run per invocation and one child run per cell.
 """
 from __future__ import annotations
 
+import hashlib
 import itertools
+import os
 import time
 import traceback
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Collection
 
-from dkilab.eval.cell import load_cell_data, make_judge, run_cell, score_cell
+from dkilab.eval import interrupt, rescore, runstate, store_uri, tables, tracking
+from dkilab.eval.cell import load_cell_data, load_cell_questions, make_judge, run_cell, score_cell
+from dkilab.eval.experiment import Cell, ExperimentConfig, check_config, model_weights_digest
 from dkilab.eval.journal import Journal
-from dkilab.eval.experiment import Cell, ExperimentConfig, check_config
-from dkilab.eval.store_uri import tracking_uri
-
+from dkilab.eval.metrics.judge_stress import judge_notes
+from dkilab.eval.store_uri import check_server, run_rows, tracking_uri
+from dkilab.eval.sweep_data import check_thresholds
+from dkilab.models.loading import load_model, load_tokenizer_model, loaded_keys, release_models
+from dkilab.models.response_cache import ResponseCache
 
 
 @dataclass
@@ -53,8 +60,6 @@ class CellResult:
     def load_rows(self) -> list[dict[str, Any]]:
         """The per-question rows (for a skipped cell, read from its predictions.jsonl artifact)."""
         if not self.rows and self.run_id and not self.error:
-            from dkilab.eval.store_uri import run_rows
-
             self.rows = run_rows(self.run_id)
         return self.rows
 
@@ -84,9 +89,6 @@ def _ensure_experiment(cfg: ExperimentConfig, uri: str) -> str:
 def process_state():
     """accelerate's PartialState; on a machine without CUDA, processes started by `accelerate launch
     --multi_gpu --num_processes N` (or torchrun) join a gloo group on CPU."""
-    import os
-    from datetime import timedelta
-
     import torch
     from accelerate import PartialState
 
@@ -116,9 +118,7 @@ def run_experiment(cfg: ExperimentConfig, *, data_dir=None, uri: str | None = No
     a cell without stored answers fails, naming why (`dkilab rescore`)."""
     import mlflow
 
-    from dkilab.eval import runstate
 
-    from dkilab.eval.sweep_data import check_thresholds
 
     cells = check_config(cfg, config_path or "<config>")
     state = process_state()
@@ -127,7 +127,6 @@ def run_experiment(cfg: ExperimentConfig, *, data_dir=None, uri: str | None = No
     uri = tracking_uri(uri)
     if main:
         if uri.startswith(("http://", "https://")):  # one line within seconds, not minutes of retries
-            from dkilab.eval.store_uri import check_server
 
             check_server(uri)
         runstate.open_store(uri)
@@ -148,7 +147,6 @@ def _run_cells(cfg, cells, state, exp_id, data_dir, config_path, progress, echo,
                rescore_all=False) -> list[CellResult]:
     import mlflow
 
-    from dkilab.eval import interrupt, runstate, store_uri, tracking
 
     main = state.is_main_process
     results: list[CellResult] = []
@@ -164,7 +162,6 @@ def _run_cells(cfg, cells, state, exp_id, data_dir, config_path, progress, echo,
     status = "FINISHED"
     order = model_order(cells)
     by_index: dict[int, CellResult] = {}
-    from dkilab.models.loading import loaded_keys
 
     before = loaded_keys()  # models the caller loaded before the run (a notebook's) are not ours to free
     try:
@@ -220,7 +217,6 @@ def _run_cells(cfg, cells, state, exp_id, data_dir, config_path, progress, echo,
             tracking.log_comparison(results)
             for note in sweep_notes(results):
                 echo(f"note: {note}")
-            from dkilab.eval.metrics.judge_stress import judge_notes
 
             for flag in judge_notes([(r.cell.label, r.metrics) for r in results]):
                 echo(f"flag: {flag}")
@@ -243,8 +239,6 @@ def _run_cells(cfg, cells, state, exp_id, data_dir, config_path, progress, echo,
 def _claim(exp_id: str, cfg, cell: Cell) -> str | None:
     """None when this process claimed the cell, else who holds it. Runs of the cell an earlier holder left
     RUNNING (it died, or its claim went stale) are marked KILLED."""
-    from dkilab.eval import runstate
-
     got, holder = runstate.claim_cell(cfg.name, cell.config_hash)
     if got:
         runstate.end_orphan_runs(exp_id, cell.config_hash)
@@ -254,8 +248,6 @@ def _claim(exp_id: str, cfg, cell: Cell) -> str | None:
 def _finished_since(exp_id: str, cfg, cell: Cell) -> tuple[str, dict] | None:
     """Just claimed: whether another machine finished the cell between our check and our claim (it then
     released its claim). (run id, metrics) of that run, with our claim given back; None otherwise."""
-    from dkilab.eval import runstate, store_uri
-
     done = runstate.finished_runs(exp_id, cell.config_hash).get(cell.config_hash)
     if done is None or over_error_budget(store_uri.read_metrics(done), cfg.max_error_rate):
         return None
@@ -264,8 +256,6 @@ def _finished_since(exp_id: str, cfg, cell: Cell) -> tuple[str, dict] | None:
 
 
 def _cell_tags(cell: Cell, n: int) -> dict[str, str]:
-    from dkilab.eval import rescore, runstate, store_uri, tracking
-
     return {"dkilab.kind": "cell", "dkilab.config_hash": cell.config_hash, "dkilab.cell_index": str(n),
             rescore.GENERATION_TAG: cell.generation_hash, rescore.SCORING_TAG: cell.scoring_hash,
             "strategy": cell.strategy.key, "dataset": cell.dataset.name, **tracking.provenance_tags(),
@@ -276,8 +266,6 @@ def _cell_tags(cell: Cell, n: int) -> dict[str, str]:
 def _answered(exp_id: str, cell: Cell, any_scoring: bool) -> str | None:
     """The run whose stored answers this cell can be scored from: same generation hash, and (for `dkilab
     run`) a different scoring part; None when the cell has to generate."""
-    from dkilab.eval import rescore
-
     run = rescore.answered_runs(exp_id, cell.generation_hash).get(cell.generation_hash)
     if run is None or (not any_scoring and run.data.tags.get("dkilab.config_hash") == cell.config_hash):
         return None
@@ -287,8 +275,6 @@ def _answered(exp_id: str, cell: Cell, any_scoring: bool) -> str | None:
 def experiment_hash(cells) -> str:
     """Which cells an invocation ran: a digest of their config hashes (the parent run's name carries it, so
     two runs of one config read as the same comparison and an edited config as another)."""
-    import hashlib
-
     return hashlib.sha1("|".join(sorted(c.config_hash for c in cells)).encode()).hexdigest()[:8]
 
 
@@ -298,8 +284,6 @@ def _rescore_one(cfg, cell: Cell, n: int, total: int, state, source: str, data_d
     judge is, if the config has one). None when the answers no longer fit the questions: generate instead."""
     import mlflow
 
-    from dkilab.eval import rescore, store_uri, tables, tracking
-    from dkilab.eval.cell import load_cell_questions
 
     if not state.is_main_process:
         return CellResult(cell, skipped=True)
@@ -343,7 +327,6 @@ def _rescore_one(cfg, cell: Cell, n: int, total: int, state, source: str, data_d
 def _run_one(cfg, cell: Cell, n: int, total: int, state, data_dir, datasets, progress, echo) -> CellResult:
     import mlflow
 
-    from dkilab.eval import rescore, tables, tracking
 
     main = state.is_main_process
     child = None
@@ -404,7 +387,6 @@ def _close(cfg, result: CellResult) -> str | None:
     rows are over the config's budget (-> the reason), else tagged complete and FINISHED (-> None)."""
     import mlflow
 
-    from dkilab.eval import runstate
 
     over = over_error_budget(result.metrics, cfg.max_error_rate)
     if over:
@@ -475,8 +457,6 @@ def response_cache():
     """The process's response cache (one SQLite connection, opened on first use)."""
     global _RESPONSES
     if _RESPONSES is None:
-        from dkilab.models.response_cache import ResponseCache
-
         _RESPONSES = ResponseCache()
     _RESPONSES.hits = _RESPONSES.misses = 0  # counted per cell
     return _RESPONSES
@@ -498,8 +478,6 @@ def release_after(cell: Cell, later: list[Cell], protect: Collection = frozenset
     """Free what the cell held: its strategy's K/V blocks; and, before the next cell loads another model,
     every loaded model no later cell needs (after the last cell the models stay, for the next experiment
     of a notebook or a test session). -> the model specs released."""
-    from dkilab.models.loading import release_models
-
     if "instance" in cell.__dict__:  # built (cached_property): a skipped cell never built one
         cell.instance.release()
     if not later or later[0].model.spec == cell.model.spec:
@@ -511,10 +489,6 @@ def release_after(cell: Cell, later: list[Cell], protect: Collection = frozenset
 def cell_model(cell: Cell):
     """The cell's model: the whole model, or in a context-only cell (`model.generate: false`) its
     tokenizer alone unless the strategy generates while it builds its context (LLM summaries)."""
-    from dkilab.models.loading import load_model, load_tokenizer_model
-
-    from dkilab.eval.experiment import model_weights_digest
-
     m = cell.model
     if m.generate or cell.instance.generates_in_assembly():
         model = load_model(m.spec, **m.load_kwargs())

@@ -18,9 +18,14 @@ import contextlib
 import os
 import re
 import socket
+import threading
 import time
-from typing import Any
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import psutil
+from filelock import FileLock, Timeout
 
 COMPLETE_TAG = "dkilab.complete"
 CLAIM_PREFIX = "dkilab-claim"  # `dkilab run --claim`: one MLflow experiment per claimed cell (names are unique)
@@ -47,15 +52,11 @@ def on_conflict_retry(write, *args, tries: int = 4, **kwargs):
 
 
 def process_tags() -> dict[str, str]:
-    import psutil
-
     return {"dkilab.host": socket.gethostname(), "dkilab.pid": str(os.getpid()),
             "dkilab.pid_start": f"{psutil.Process().create_time():.3f}"}
 
 
 def _alive(pid: int, start: str | None) -> bool:
-    import psutil
-
     try:
         proc = psutil.Process(pid)
         return start is None or abs(proc.create_time() - float(start)) < 1.0
@@ -123,8 +124,6 @@ def local_store_dir(uri: str) -> Path | None:
     if uri.startswith("sqlite:///"):
         return Path(uri[len("sqlite:///"):]).expanduser().resolve().parent
     if uri.startswith("file:"):
-        from urllib.parse import urlparse
-
         return Path(urlparse(uri).path).resolve()
     if "://" not in uri:
         return Path(uri).expanduser().resolve()
@@ -134,8 +133,6 @@ def local_store_dir(uri: str) -> Path | None:
 @contextlib.contextmanager
 def store_lock(uri: str, name: str, echo=print, what: str = "experiment"):
     """A file lock beside a local store, held for the block; waits (saying who holds it) if taken."""
-    from filelock import FileLock, Timeout
-
     locks = store_state_dir(uri, "locks")
     if locks is None:
         yield
@@ -223,8 +220,6 @@ def claim_cell(experiment: str, config_hash: str, stale_s: float | None = None) 
 def claim_heartbeat(experiment: str, config_hash: str, every_s: float | None = None):
     """While the block runs, a thread stamps the claim's heartbeat every `every_s` seconds (a tenth of
     `claim_stale_s`), so no other machine takes over a cell that is still running, however long it takes."""
-    import threading
-
     import mlflow
 
     every = claim_stale_s() / 10 if every_s is None else every_s

@@ -3,11 +3,14 @@ writer (the runner, tracking) and the readers (report, notebooks, the UI) share,
 from __future__ import annotations
 
 import functools
+import http.client
 import json
+import math
 import os
 import re
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_TRACKING_URI = f"sqlite:///{ROOT / 'mlflow' / 'mlflow.db'}"
@@ -26,9 +29,6 @@ def check_server(uri: str, timeout: float = 5.0, answer_timeout: float = 60.0) -
     """Fail in one line when a tracking server does not answer: within `timeout` seconds when nothing
     accepts the connection, within `answer_timeout` when a server accepts it but is busy (workers still
     starting on a loaded machine answer late, not never)."""
-    import http.client
-    from urllib.parse import urlsplit
-
     parts = urlsplit(uri)
     conn_cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
     conn = conn_cls(parts.hostname or "127.0.0.1", parts.port, timeout=timeout)
@@ -58,8 +58,6 @@ def run_rows(run_id: str) -> list[dict[str, Any]]:
 @functools.lru_cache(maxsize=256)
 def _rows_of(uri: str, run_id: str) -> tuple[dict[str, Any], ...]:
     """Keyed by store and run: a logged artifact of a run never changes once written."""
-    import os
-
     import mlflow
 
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
@@ -95,9 +93,6 @@ def read_metrics(run, uri: str | None = None) -> dict[str, float]:
 @functools.lru_cache(maxsize=256)
 def _table_of(uri: str, run_id: str, name: str) -> tuple[tuple[str, float], ...]:
     """Keyed by store, run and file: a logged artifact never changes once written."""
-    import math
-    import os
-
     import mlflow
 
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")

@@ -7,7 +7,11 @@ import os
 import sys
 from pathlib import Path
 
+from tqdm.auto import tqdm
+
 from dkilab.cache import cache_dir
+from dkilab.encoders.embedder import index_text_for
+from dkilab.memory import Embedder, MemoryStore
 from dkilab.types import Conversation
 
 LOADER_VERSION = "2"  # bump when loaders change what they ingest
@@ -30,8 +34,6 @@ def store_key(conversations: list[Conversation], encoder: str) -> str:
 def store_path(conversations: list[Conversation], name: str, embedder, index_text: str | None = None) -> Path:
     """Where the cached store of `conversations` for `embedder` lives: keyed by the data, the encoder (a local
     model directory by its files too, `Embedder.weights`) and the index text."""
-    from dkilab.encoders.embedder import index_text_for
-
     # v2 stores were cached without a suffix (v2 was the default then); the key never depends on the default
     version = index_text or index_text_for(embedder.model_name)
     weights = f"@{embedder.weights}" if embedder.weights else ""
@@ -44,15 +46,11 @@ def store_for(conversations: list[Conversation], name: str, embedder=None, path:
     """A MemoryStore holding `conversations` (idempotent: a cached store only ingests what it lacks);
     `index_text` "1" embeds each turn alone, "2" with the turn it replies to (default: by encoder,
     `encoders.embedder.index_text_for`)."""
-    from dkilab.memory import Embedder, MemoryStore
-
     embedder = embedder or Embedder()
     path = path or store_path(conversations, name, embedder, index_text)
     store = MemoryStore.open(path, embedder=embedder, create=True, index_text=index_text)  # a cache: a lost one is rebuilt
     have, total = store.count(), sum(len(c.messages) for c in conversations)
     if have < total:
-        from tqdm.auto import tqdm
-
         # a build of thousands of messages shows what it embeds, its rate and ETA (on stderr, every 10 s in a log)
         with tqdm(total=total, initial=have, unit="msg", desc=f"store {name} ({embedder.model_name})",
                   disable=total - have < PROGRESS_FROM, mininterval=1 if sys.stderr.isatty() else 10) as bar:

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dkilab.config import ConfigError
 from dkilab.eval.experiment import Cell, ExperimentConfig
 from dkilab.eval.metrics.base import percentile
+from dkilab.models.loading import load_tokenizer_model
 
 THRESHOLD = "recall.summary.per_message_threshold"
 NEAR = 0.01  # thresholds whose summaries differ on fewer than 1% of the messages: said, not refused
@@ -17,8 +18,6 @@ NEAR = 0.01  # thresholds whose summaries differ on fewer than 1% of the message
 
 def message_lengths(cell: Cell, data_dir=None) -> list[int]:
     """Token lengths of every message of the cell's dataset, sorted (the model's tokenizer, no weights)."""
-    from dkilab.models.loading import load_tokenizer_model
-
     d = cell.dataset
     convs = d.conversations(data_dir)
     counter = load_tokenizer_model(cell.model.spec, **cell.model.load_kwargs())

@@ -4,10 +4,12 @@ tables, and the console line of a cell. `tracking.py` logs them; `report.py` reb
 from __future__ import annotations
 
 import itertools
+import math
 from typing import Any
 
-from dkilab.eval.metrics.base import category_of
-from dkilab.eval.metrics.bootstrap import aggregate_by_category, ci_keys
+from dkilab.eval.metrics import METRICS, primary_metric, table_metrics
+from dkilab.eval.metrics.base import category_of, declared, headline_metrics, lower_is_better, paired_by_default
+from dkilab.eval.metrics.bootstrap import aggregate_by_category, ci_keys, paired
 
 
 def results_table(results, intervals: bool = False):
@@ -25,8 +27,6 @@ def _fmt(metrics: dict[str, float], name: str) -> str:
 
 
 def cell_line(cell, metrics: dict[str, float], n: int, total: int, wall_s: float) -> str:
-    from dkilab.eval.metrics import primary_metric
-
     main = primary_metric(metrics) or "score"
     asked, failed = int(metrics.get("questions", 0)), int(metrics.get("errors", 0))
     over = f"{asked - failed} of {asked} answered ({failed} failed)" if failed else f"{asked} questions"
@@ -39,7 +39,6 @@ def metrics_frame(cells: list[tuple[str, dict[str, float]]], intervals: bool = F
     given order."""
     import pandas as pd
 
-    from dkilab.eval.metrics import table_metrics
 
     cols = [m for m in dict.fromkeys([*table_metrics(), *(extra or [])]) if any(m in metrics for _, metrics in cells)]
     data = {}
@@ -76,8 +75,6 @@ def fmt_interval(v: float, lo: float, hi: float) -> str:
 
 def with_pm(frame):
     """The table as strings `value ±half-width` where it has intervals (`<m>_low` / `<m>_high` columns)."""
-    import math
-
     out = frame[[c for c in frame.columns if not c.endswith(("_low", "_high"))]].copy().astype(object)
     for col in out.columns:
         for idx in out.index:
@@ -100,9 +97,6 @@ def pairwise(cells: list[tuple[str, str, list[dict]]], metrics: list[str] | None
     b_value, diff, low, high, p, real."""
     import pandas as pd
 
-    from dkilab.eval.metrics.base import paired_by_default
-    from dkilab.eval.metrics.bootstrap import paired
-    from dkilab.eval.metrics import METRICS
 
     out = []
     by_dataset: dict[str, list] = {}
@@ -138,8 +132,6 @@ def pairwise(cells: list[tuple[str, str, list[dict]]], metrics: list[str] | None
 def metric_counts(rows_by_cell: dict[str, list[dict]]) -> dict[str, dict[str, int]]:
     """{metric: {cell: how many questions the metric counts}} for every declared metric: the rows that have
     its field (a metric's function gives no value for a question it does not apply to)."""
-    from dkilab.eval.metrics.base import declared
-
     out: dict[str, dict[str, int]] = {}
     for m in declared():
         if m.aggregation not in ("mean", "p50", "p95"):
@@ -167,7 +159,6 @@ def category_table(rows_per_cell: list[tuple[str, list[dict] | dict]], metrics: 
     Each cell gives its rows, or their `aggregate_by_category(..., intervals=True)` if already computed."""
     import pandas as pd
 
-    from dkilab.eval.metrics.bootstrap import ci_keys
 
     out = []
     for label, rows in rows_per_cell:
@@ -193,11 +184,6 @@ def overview_markdown(table, pairs, counts: dict[str, dict[str, int]], max_pairs
     """The parent run's first page (its description, Markdown): each cell's headline metrics with their 95%
     intervals, which way is better and n, then the paired differences, rounded, `real` as yes/no. Rows past
     `max_cells` / `max_pairs` are left out with a line that says how many and where they are."""
-    import math
-
-    from dkilab.eval.metrics.base import headline_metrics, lower_is_better
-    from dkilab.eval.metrics import METRICS
-
     cols = headline_metrics(table.columns, counts=())
     header = ["cell"]
     for m in cols:

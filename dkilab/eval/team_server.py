@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import shutil
 import signal
 import stat
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dkilab.config import ConfigError
+from dkilab.eval.ui import stop_group
 
 DB_NAME = DB_USER = "mlflow"
 
@@ -167,8 +169,6 @@ class TeamServer:
 
     def stop(self) -> None:
         if self.mlflow is not None:
-            from dkilab.eval.ui import stop_group
-
             stop_group(self.mlflow, grace=30)  # the server and its gunicorn/uvicorn workers, as a group
         if self.postgres is not None:  # an external database is not ours to stop
             self.postgres.stop()
@@ -210,6 +210,4 @@ def main(dir: str, port: int, pg_port: int, host: str, backend_store_uri: str | 
 
 def _redacted(uri: str) -> str:
     """A database URI without its password (printed to a terminal a team shares)."""
-    import re
-
     return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", uri)

@@ -17,11 +17,24 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from dkilab import __version__
+from dkilab.eval import runstate
+from dkilab.eval.card import CARD_FILE, markdown, methodology_card
+from dkilab.eval.metrics import METRICS, primary_metric
+from dkilab.eval.metrics.base import counted, headline_metrics
 from dkilab.eval.metrics.bootstrap import aggregate_by_category, ci_keys, with_intervals
-from dkilab.eval.store_uri import run_rows
+from dkilab.eval.plots import category_figure, headline_figure
 from dkilab.eval.runstate import on_conflict_retry
-from dkilab.eval.tables import (category_table, format_table, metric_counts, overview_markdown, paired_csv, pairwise,
-                                results_table)
+from dkilab.eval.store_uri import METRICS_TABLE, METRICS_TABLE_TAG, run_rows
+from dkilab.eval.tables import (
+    category_table,
+    format_table,
+    metric_counts,
+    overview_markdown,
+    paired_csv,
+    pairwise,
+    results_table,
+)
 
 
 def dumps_rows(rows) -> str:
@@ -41,8 +54,6 @@ def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
 @functools.lru_cache(maxsize=1)
 def provenance_tags() -> dict[str, str]:
     """dkilab version and the git commit of the code that ran (with `-dirty` for local changes)."""
-    from dkilab import __version__
-
     root = Path(__file__).resolve().parents[2]
     tags = {"dkilab.version": __version__}
     try:
@@ -128,9 +139,6 @@ def metrics_table(metrics: dict[str, float], rows: list[dict]):
     is better; cell-level figures (counters, throughput) after the declared ones."""
     import pandas as pd
 
-    from dkilab.eval.metrics.base import counted
-    from dkilab.eval.metrics.bootstrap import ci_keys
-    from dkilab.eval.metrics import METRICS
 
     out = []
     for name, value in metrics.items():
@@ -152,8 +160,6 @@ def log_cell_metrics(metrics: dict[str, float], rows: list[dict]) -> None:
     in alphabetical order buried the answer). `store_uri.read_metrics` reads both back."""
     import mlflow
 
-    from dkilab.eval.metrics.base import headline_metrics
-    from dkilab.eval.store_uri import METRICS_TABLE, METRICS_TABLE_TAG
 
     mlflow.log_metrics({k: metrics[k] for k in headline_metrics(metrics)})
     mlflow.log_table(metrics_table(metrics, rows), METRICS_TABLE)
@@ -191,7 +197,6 @@ def _plot_categories(by_cat: dict[str, dict[str, float]], title: str) -> None:
     import mlflow
     from matplotlib.figure import Figure  # no pyplot: a notebook's backend stays as it is
 
-    from dkilab.eval.metrics import primary_metric
 
     metric = primary_metric({k for agg in by_cat.values() for k in agg})
     cats = [c for c in by_cat if metric in by_cat[c]]
@@ -221,7 +226,6 @@ def log_card(cfg, results) -> dict:
     Overview, after the experiment's description (the comparison follows it there). -> the card."""
     import mlflow
 
-    from dkilab.eval.card import CARD_FILE, markdown, methodology_card
 
     card = methodology_card(cfg, results, provenance_tags())
     mlflow.log_dict(card, CARD_FILE)
@@ -239,7 +243,6 @@ def log_comparison(results) -> None:
     """On the parent run: the comparison table with intervals, its plot, and the paired differences."""
     import mlflow
 
-    from dkilab.eval.metrics import primary_metric
 
     done = [r for r in results if r.done]
     table = results_table(done, intervals=True)
@@ -252,7 +255,6 @@ def log_comparison(results) -> None:
     if not pairs.empty:
         mlflow.log_text(paired_csv(pairs), "paired.csv")
     _log_parent_metrics(done)
-    from dkilab.eval.plots import category_figure, headline_figure
 
     counts = metric_counts({r.cell.label: r.load_rows() for r in done})
     _describe_parent(lambda **cut: overview_markdown(table, pairs, counts, **cut))
@@ -317,7 +319,6 @@ def _log_parent_metrics(done) -> None:
     it has one, its hallucination rate, keyed `metric/cell`."""
     import mlflow
 
-    from dkilab.eval.metrics import primary_metric
 
     out = {}
     for r in done:
@@ -383,7 +384,6 @@ def log_pending_assessments(experiment_id: str, rows_by_run: dict[str, list[dict
     predictions and only its missing assessments are added. -> (cells, assessments)."""
     import mlflow
 
-    from dkilab.eval import runstate
 
     client = mlflow.MlflowClient()
     pending = client.search_runs([experiment_id], f"tags.`{ASSESSMENTS_TAG}` = 'pending'", max_results=50000)

@@ -21,8 +21,15 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
 from pathlib import Path
+from typing import Any
+
+from dkilab.eval.experiment import parse_set
+from dkilab.eval.store_uri import tracking_uri
+from dkilab.gpu.plan import build_plan, measure, plan_table
+from dkilab.gpu.preflight import cuda_missing, preflight
+from dkilab.gpu.smoke import run_smoke
+from dkilab.models.loading import load_model
 
 GPU_CONFIGS = ("experiments/gpu/locomo_strategies.yaml", "experiments/gpu/sweep_threshold_budget.yaml",
                "experiments/gpu/kv_alpha.yaml", "experiments/gpu/claim_fact_calls.yaml",
@@ -38,8 +45,6 @@ def gpu_count() -> int:
 
 def main(args, cli: Callable[[list[str]], int]) -> int:
     """`cli` is the `dkilab` entry point (dkilab.cli.main), passed in so this module does not import it."""
-    from dkilab.gpu.preflight import cuda_missing, preflight
-
     echo = print
     gpus = gpu_count()
     if not args.cpu:
@@ -52,8 +57,6 @@ def main(args, cli: Callable[[list[str]], int]) -> int:
     if args.data_dir:
         os.environ["DKILAB_DATA_DIR"] = args.data_dir
     configs = args.configs or [c for c in GPU_CONFIGS if Path(c).exists()]
-    from dkilab.eval.experiment import parse_set
-    from dkilab.eval.store_uri import tracking_uri
 
     uri = tracking_uri(args.tracking_uri)
     report = Path(args.report_dir or f"reports/gpu-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -74,7 +77,6 @@ def main(args, cli: Callable[[list[str]], int]) -> int:
     smoke = []
     if not args.skip_smoke:
         echo(f"2/5 smoke stage on {device} in {dtype}")
-        from dkilab.gpu.smoke import run_smoke
 
         smoke = run_smoke(device, dtype, gpus, echo, workdir=report / "smoke")
         (report / "smoke.json").write_text(json.dumps(smoke, indent=1))
@@ -105,9 +107,6 @@ def main(args, cli: Callable[[list[str]], int]) -> int:
 
 
 def _plan(checked, uri: str, processes: int, echo) -> list[dict]:
-    from dkilab.gpu.plan import build_plan, measure, plan_table
-    from dkilab.models.loading import load_model
-
     throughput = {}
     specs: dict[str, Any] = {}  # model spec -> its ModelSpec
     for _, _, cells in checked.configs:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from dkilab.eval import runstate
+
 FILLER = ("The user and the assistant talked about trips, books, work and family over many weeks. " * 40)
 
 
@@ -82,7 +84,6 @@ def build_plan(checked, throughput: dict[str, Throughput], uri: str, processes: 
     """One row per config: cells, cells finished before, questions to ask, estimated time."""
     import mlflow
 
-    from dkilab.eval import runstate
 
     rows = []
     for path, cfg, cells in checked.configs:

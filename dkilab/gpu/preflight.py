@@ -8,6 +8,13 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dkilab.config import ConfigError
+from dkilab.eval.cell import _questions
+from dkilab.eval.experiment import check_config, load_experiment, with_question_limit
+from dkilab.models.openai_client import served_models
+from dkilab.models.oracle import SPEC as ORACLE
+from dkilab.models.specs import ModelNotAvailableError, model_root_path, offline_gguf
+
 
 def cuda_missing() -> str | None:
     """None when torch sees a CUDA device, else the one line that says why not."""
@@ -23,8 +30,6 @@ def cuda_missing() -> str | None:
 
 def check_weights(spec: str) -> str | None:
     """None when `spec`'s weights can be loaded without surprises, else what is missing and the fix."""
-    from dkilab.models.specs import ModelNotAvailableError, model_root_path, offline_gguf
-
     scheme = spec.split(":", 1)[0] if ":" in spec else ""
     if scheme == "offline":
         try:
@@ -33,8 +38,6 @@ def check_weights(spec: str) -> str | None:
         except ModelNotAvailableError as e:
             return str(e)
     if scheme == "scripted":
-        from dkilab.models.oracle import SPEC as ORACLE
-
         return None if spec == ORACLE or Path(spec[len("scripted:"):]).exists() else \
             f"{spec}: no such answers file"
     if scheme == "openai":
@@ -74,8 +77,6 @@ def check_weights(spec: str) -> str | None:
 
 def check_endpoint(spec: str, timeout: float = 5.0) -> str | None:
     """A served model (`openai:<model>@<base_url>`): the server answers `/models` and lists the model."""
-    from dkilab.models.openai_client import served_models
-
     name, _, base = spec[len("openai:"):].partition("@")
     try:
         listed = [m.get("id") for m in served_models(base, timeout)]
@@ -95,10 +96,6 @@ class Checked:
 def preflight(paths: list[str], data_dir=None, overrides: dict | None = None, limit: int | None = None) -> Checked:
     """Load and validate every config, check every model's weights and every dataset (questions counted,
     nothing embedded, no model loaded)."""
-    from dkilab.config import ConfigError
-    from dkilab.eval.cell import _questions
-    from dkilab.eval.experiment import check_config, load_experiment, with_question_limit
-
     out = Checked()
     specs: dict[str, list[str]] = {}
     counts: dict[str, int | str] = {}

@@ -5,7 +5,10 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import threading
 from typing import Any
+
+from cachetools import TTLCache
 
 MAX_CURSOR_CHARS = 2048
 RESULT_SET_TTL = 3600.0
@@ -50,8 +53,6 @@ class ResultSets:
     service's worker threads share a store)."""
 
     def __init__(self, per_user: int, total: int, ttl: float, timer=None):
-        from cachetools import TTLCache
-
         sets = self
 
         class _Evicting(TTLCache):
@@ -64,7 +65,6 @@ class ResultSets:
                 self._on_evict(key)
                 return key, value
 
-        import threading
 
         self._lock = threading.Lock()
         self._users: dict[str, Any] = {}

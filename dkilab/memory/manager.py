@@ -6,6 +6,7 @@ import time
 from typing import Any, Callable, Sequence
 
 from dkilab.memory.backends.base import FallbackBackend
+from dkilab.memory.backends.redis import RedisBackend
 from dkilab.memory.backends.sqlite import SQLiteBackend
 from dkilab.memory.l1 import L1Memory
 from dkilab.memory.l2 import DEFAULT_STAGE_ORDER, L2Memory
@@ -22,7 +23,6 @@ def make_backend(conn, backend: str = "sqlite", redis_url: str | None = None, st
         return sqlite
     if backend != "redis":
         raise ValueError(f"memory backend must be 'sqlite' or 'redis', got {backend!r}")
-    from dkilab.memory.backends.redis import RedisBackend
 
     url = redis_url or "redis://127.0.0.1:6379/0"
     if strict:

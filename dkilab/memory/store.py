@@ -10,12 +10,14 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 import numpy as np
+from cachetools import LRUCache
 
-from dkilab.memory.cursor import RESULT_SET_TTL, RESULT_SETS_PER_USER, RESULT_SETS_TOTAL, CursorCodec, ResultSets
 from dkilab.encoders.embedder import DEFAULT_EMBEDDER, Embedder, auto_embedder, index_text_for, language_of
-from dkilab.memory.sqlite import connect, transaction, with_retry
+from dkilab.memory.cursor import RESULT_SET_TTL, RESULT_SETS_PER_USER, RESULT_SETS_TOTAL, CursorCodec, ResultSets
 from dkilab.memory.rows import MSG_COLS, fts_table, row_to_message
+from dkilab.memory.sqlite import connect, transaction, with_retry
 from dkilab.memory.vectors import VectorIndex
+from dkilab.memory.view import UserMemory
 from dkilab.text.segment import segment
 from dkilab.types import Message
 
@@ -150,7 +152,6 @@ class MemoryStore:
         # in all, for an hour (dkilab.memory.view)
         self.result_sets = ResultSets(RESULT_SETS_PER_USER, RESULT_SETS_TOTAL, RESULT_SET_TTL)
         # each user's turn order (view.adjacent), keyed by user and checked against the user's rows; bounded
-        from cachetools import LRUCache
 
         self._turn_orders: LRUCache[str, tuple[tuple[int, int], dict]] = LRUCache(maxsize=TURN_ORDER_USERS)
         self._turn_order_lock = threading.Lock()
@@ -485,7 +486,6 @@ class MemoryStore:
     # --- access ---------------------------------------------------------------------------
     def for_user(self, user_id: str):
         """The query API bound to one user (seed recall-agent §3)."""
-        from dkilab.memory.view import UserMemory
 
         if not isinstance(user_id, str) or not user_id:
             raise ValueError(f"user_id must be a non-empty string, got {user_id!r}")

@@ -7,8 +7,8 @@ from __future__ import annotations
 import math
 import re
 import secrets
-from typing import Any
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator

@@ -5,6 +5,8 @@ import queue
 import threading
 import time
 from concurrent.futures import Future
+
+from dkilab.models.tool_calls import MARKERS
 from dkilab.tracing import traced_generation
 from dkilab.types import Generation
 
@@ -58,8 +60,6 @@ class TransformersChatModel:
         """Generated ids -> text: tool-call markers kept even where they are special tokens (a parser needs
         them), other special tokens dropped, and no character cut in half at the end (a multi-byte
         character split by `max_new_tokens` decodes to U+FFFD: its partial bytes are dropped)."""
-        from dkilab.models.tool_calls import MARKERS
-
         for _ in range(3):  # a UTF-8 character is at most 4 bytes: at most 3 trailing byte tokens to drop
             if not ids or not self.tokenizer.decode(ids).endswith("\ufffd"):
                 break

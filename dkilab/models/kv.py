@@ -22,7 +22,9 @@
 """
 from __future__ import annotations
 
+import inspect
 import math
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,8 +62,6 @@ def _memory_bias_sdpa(module, query, key, value, attention_mask, memory_bias=Non
 
 def _memory_bias_eager(module, query, key, value, attention_mask, memory_bias=None, **kwargs):
     """The bias is added where the mask is, i.e. after soft-capping (Gemma 2): alpha scales the weight."""
-    import sys
-
     eager = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
     if eager is None:
         raise KVUnsupportedError(f"{type(module).__name__} has no eager attention function to wrap")
@@ -192,9 +192,6 @@ def check_support(hf) -> _Rope:
     and the reason: a memory-bias attention implementation, RoPE (a memory sits at negative positions;
     learned or absolute positions cannot go below 0) with fixed frequencies, and only full or
     sliding-window attention layers (chunked, linear or recurrent layers cannot hold a prefix block)."""
-    import inspect
-    import sys
-
     arch = f"{type(hf).__name__} (model_type {getattr(hf.config, 'model_type', '?')!r})"
     impl = getattr(hf.config, "_attn_implementation", None)
     if impl not in (ATTN_IMPLEMENTATION, ATTN_IMPLEMENTATION_EAGER) and getattr(hf, STOCK_ATTR, None):
@@ -229,8 +226,6 @@ def check_support(hf) -> _Rope:
 def cache_kwarg(hf, cache) -> dict:
     """The K/V cache as the model's forward takes it: `cache` (transformers >= 5.2x; `past_key_values` there
     is deprecated, with a FutureWarning on every call) or `past_key_values` (earlier releases)."""
-    import inspect
-
     forward = type(hf).forward
     name = _CACHE_KWARG.get(forward)
     if name is None:

@@ -6,10 +6,12 @@ safetensors under `$DKILAB_CACHE_DIR/models/` so every later load reads it direc
 """
 from __future__ import annotations
 
+import gc
 import os
 import threading
 from typing import Any, Collection
 
+from dkilab.models.chat import TokenizerOnlyModel, TransformersChatModel
 from dkilab.models.specs import DEFAULT_MODEL, MODELS, ModelNotAvailableError, resolve_spec
 from dkilab.weights import quiet_loading
 
@@ -28,8 +30,6 @@ def release_models(keep: Collection[str] = frozenset(), protect: Collection[tupl
     its memory back: GC, then the CUDA cache); -> the specs released. The runner calls it between cells
     for the models it loaded that no later cell needs (`protect`: what was loaded before the run, e.g.
     by a notebook)."""
-    import gc
-
     def spec_of(key: tuple) -> str:
         return key[1] if key[0] == "tokenizer" else key[0]
 
@@ -87,7 +87,6 @@ def load_tokenizer_model(spec: str = DEFAULT_MODEL, *, max_context: int | None =
         if key not in _LOADED:
             from transformers import AutoConfig, AutoTokenizer
 
-            from dkilab.models.chat import TokenizerOnlyModel
 
             source = resolve_spec(spec)
             try:
@@ -134,7 +133,6 @@ def _load_hf(spec: str, dtype: str, device: str, max_context: int | None, attn: 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from dkilab.models.chat import TransformersChatModel
     from dkilab.models.kv import STOCK_ATTR
 
     source = resolve_spec(spec)

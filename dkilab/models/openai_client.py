@@ -10,12 +10,16 @@ fact-call parser reads.
 """
 from __future__ import annotations
 
+import hashlib
 import json
+import time
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from dkilab.models.text_only import TextOnlyModel
+from dkilab.config import ConfigError
 from dkilab.models.specs import MODELS
+from dkilab.models.text_only import TextOnlyModel
 from dkilab.tracing import traced_generation
 from dkilab.types import Generation
 
@@ -31,8 +35,6 @@ RETRY_DOWN_S = 60.0  # a server that did not answer is asked again after this lo
 
 def served_models(base_url: str, timeout: float = 5.0) -> list[dict]:
     """The entries of the server's `GET <base_url>/models` (raises what urllib raises when it does not answer)."""
-    import urllib.request
-
     with urllib.request.urlopen(base_url.rstrip("/") + "/models", timeout=timeout) as r:
         return [m for m in json.loads(r.read()).get("data") or [] if isinstance(m, dict)]
 
@@ -42,9 +44,6 @@ def served_revision(base_url: str, name: str, timeout: float = 5.0) -> str | Non
     max_model_len, owner, less the request time), as a digest: a server restarted on other weights
     under the same name is another model. None when it does not answer or does not list `name` (the
     run then fails on it with its own error). Remembered per process (a None for RETRY_DOWN_S)."""
-    import hashlib
-    import time
-
     key = (base_url.rstrip("/"), name)
     got = _SERVED.get(key)
     if got is not None and (got[0] is not None or time.monotonic() - got[1] < RETRY_DOWN_S):
@@ -143,8 +142,6 @@ def _load_openai(spec: str, *, max_context: int | None = None, api_key: str | No
                  max_retries: int = 4, timeout: float = 120.0, tokenizer: str | None = None, **_):
     name, _sep, base_url = spec[len("openai:"):].partition("@")
     if not name or not base_url:
-        from dkilab.config import ConfigError
-
         raise ConfigError(f"model spec {spec!r}: expected openai:<model>@<base_url>")
     return OpenAIChatModel(base_url, name, api_key=api_key, max_context=max_context, concurrency=concurrency,
                            max_retries=max_retries, timeout=timeout, tokenizer=tokenizer)

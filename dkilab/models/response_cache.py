@@ -11,8 +11,11 @@ import json
 import sqlite3
 import threading
 import time
+import warnings
 from pathlib import Path
 
+from dkilab.cache import cache_dir
+from dkilab.memory.sqlite import connect, transaction, with_retry
 from dkilab.types import Generation
 
 SCHEMA = """CREATE TABLE IF NOT EXISTS responses(key TEXT PRIMARY KEY, model TEXT NOT NULL, text TEXT NOT NULL,
@@ -28,15 +31,11 @@ def model_identity(model) -> str:
 
 class ResponseCache:
     def __init__(self, path: str | Path | None = None):
-        from dkilab.cache import cache_dir
-        from dkilab.memory.sqlite import connect, with_retry
-
         self.path = Path(path) if path else cache_dir() / "responses.sqlite"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             self.conn = self._open(connect, with_retry)
         except sqlite3.DatabaseError as exc:  # not a database, or a damaged one: a cache is only a cache
-            import warnings
 
             aside = self.path.with_name(f"{self.path.name}.damaged-{int(time.time())}")
             self.path.rename(aside)
@@ -74,8 +73,6 @@ class ResponseCache:
         return Generation(row[0], row[1], row[2], row[3])
 
     def put(self, key: str, model, gen: Generation) -> None:
-        from dkilab.memory.sqlite import transaction, with_retry
-
         def save():
             with transaction(self.conn) as c:
                 c.execute("INSERT OR REPLACE INTO responses VALUES(?,?,?,?,?,?,?)",

@@ -21,10 +21,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from dkilab.models.text_only import TextOnlyModel
+from dkilab.config import ConfigError, describe_errors
+from dkilab.models.oracle import SPEC, OracleModel
 from dkilab.models.specs import MODELS
+from dkilab.models.text_only import TextOnlyModel
 from dkilab.tracing import traced_generation
 from dkilab.types import Generation
 
@@ -46,10 +49,6 @@ class _Script(BaseModel):
 
 class ScriptedModel(TextOnlyModel):
     def __init__(self, path: str | Path, max_context: int | None = None, concurrency: int = 1):
-        import yaml
-
-        from dkilab.config import ConfigError, describe_errors
-
         self.path = Path(path).expanduser()
         if not self.path.exists():
             raise ConfigError(f"scripted model: {self.path} does not exist")
@@ -93,8 +92,6 @@ class ScriptedModel(TextOnlyModel):
 
 @MODELS.register("scripted")
 def _load_scripted(spec: str, *, max_context: int | None = None, concurrency: int = 1, **_):
-    from dkilab.models.oracle import SPEC, OracleModel
-
     if spec == SPEC:
         return OracleModel(max_context=max_context)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import shutil
 from pathlib import Path
 from typing import Callable
 
@@ -67,7 +68,6 @@ def _dequantised(gguf: Path) -> Path:
     try:
         os.replace(tmp, target)
     except OSError:  # another process finished first
-        import shutil
 
         shutil.rmtree(tmp, ignore_errors=True)
     return target

@@ -16,7 +16,6 @@ import json
 import re
 from dataclasses import dataclass
 
-
 # markers a decoder must not strip (some are special tokens); the parser looks for them
 MARKERS = ("<tool_call>", "</tool_call>", "<|python_tag|>", "[TOOL_CALLS]", "[ARGS]", "<|tool_call|>",
            "<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>",

@@ -6,7 +6,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from dkilab.config import knob, knob_setting, merge_nested, read_yaml, validate
+from dkilab.config import knob, knob_setting, merge_nested, read_yaml, set_dotted, validate
+from dkilab.recall.formatters import FORMATTERS
+from dkilab.recall.learned import load_model
+from dkilab.recall.signals import SIGNALS
+from dkilab.registry import did_you_mean
 
 
 class _Strict(BaseModel):
@@ -67,17 +71,12 @@ class SignalsConfig(_Strict):
     @classmethod
     def _model_loads(cls, v: str | None) -> str | None:
         if v is not None:
-            from dkilab.recall.learned import load_model
-
             load_model(v)  # a missing or malformed file is refused when the config is read, naming it
         return v
 
     @field_validator("plugins")
     @classmethod
     def _plugins_known(cls, v: dict[str, float]) -> dict[str, float]:
-        from dkilab.recall.signals import SIGNALS
-        from dkilab.registry import did_you_mean
-
         for name, weight in v.items():
             if name not in SIGNALS:
                 raise ValueError(f"unknown recall signal {name!r}{did_you_mean(name, SIGNALS)}; "
@@ -162,8 +161,6 @@ class RecallConfig(_Strict):
     @field_validator("prompt_formatter")
     @classmethod
     def _formatter(cls, v: str) -> str:
-        from dkilab.recall.formatters import FORMATTERS
-
         if v != "auto" and v not in FORMATTERS:
             raise ValueError(f"unknown prompt formatter {v!r}; known: auto, {', '.join(FORMATTERS.names())}")
         return v
@@ -175,8 +172,6 @@ class RecallConfig(_Strict):
 
     def with_updates(self, updates: dict[str, Any]) -> "RecallConfig":
         """A copy with dotted-key updates applied, e.g. {"summary.per_message_threshold": 100}."""
-        from dkilab.config import set_dotted
-
         data = self.model_dump()
         for key, value in updates.items():
             set_dotted(data, key, value, create=False, where=f"recall config key {key!r}")

@@ -8,12 +8,14 @@ from abc import ABC, abstractmethod
 from datetime import datetime
 from typing import Any, Literal
 
-from dkilab.models.tool_calls import (DS_CALL, DS_END, DS_SEP, MalformedToolCall,
-                                      parse_tool_calls)
-from dkilab.registry import Registry
-from dkilab.text.history import DEFAULT_FIELDS, ROLE_NAME as ROLE, render_line, role_name, when
-from dkilab.types import FactRequest, FactResponse, HistoryItem
+from dkilab import prompts
+from dkilab.models.tool_calls import DS_CALL, DS_END, DS_SEP, MalformedToolCall, parse_tool_calls
 from dkilab.prompts import CONSTRAINT, FINAL, FOLLOW_UP, NOT_FOUND, QUERY  # prompt texts: dkilab/prompts.py
+from dkilab.registry import Registry
+from dkilab.text.history import DEFAULT_FIELDS, render_line, role_name, when
+from dkilab.text.history import ROLE_NAME as ROLE
+from dkilab.types import FactRequest, FactResponse, HistoryItem
+
 _QUOTES = "\"'“”‘’「」`"
 _INT = re.compile(r"^\s*(-?\d{1,9})\s*$")  # more digits than an offset can use: malformed, never int() of 5,000 digits
 MAX_CALL_ARGS = 2000  # characters between "retrieve_fact(" and ")"; a longer argument list is malformed
@@ -263,8 +265,6 @@ class DeepSeekFormatter(PromptFormatter):
                                                        "limit": request.limit})
 
     def system_prompt(self, language: str | None = None) -> str:
-        from dkilab import prompts
-
         return prompts.DEEPSEEK_TOOLS[_lang(language or self.language)]
 
     def detect_fact_request(self, model_output: str) -> FactRequest | None:
@@ -313,13 +313,9 @@ class NativeToolFormatter(PromptFormatter):
     @property
     def tool(self) -> dict:
         """The retrieve_fact schema offered through the chat template (dkilab/prompts.py)."""
-        from dkilab import prompts
-
         return prompts.RETRIEVE_FACT_TOOL
 
     def format_fact_call(self, request: FactRequest, language: str | None = None) -> str:
-        from dkilab import prompts
-
         args = f'{{"trace_id": "{request.trace_id}", "limit": {request.limit}}}'
         return prompts.NATIVE_CALL[_lang(language or self.language)].format(args=args)
 

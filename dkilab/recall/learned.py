@@ -43,7 +43,11 @@ from typing import Any
 
 import numpy as np
 
-from dkilab.recall.temporal import RULES as DATE_RULES, date_window
+from dkilab.encoders.embedder import E5_EMBEDDER, LOCOMO_EMBEDDER, MINILM_BUILDS
+from dkilab.recall.signals import SIGNALS
+from dkilab.recall.temporal import RULES as DATE_RULES
+from dkilab.recall.temporal import date_window
+from dkilab.text.lang import detect_language
 from dkilab.types import Memory, Message, RecalledMessage, to_utc
 
 DEFAULT_MODEL = Path(__file__).with_name("fusion_lr.json")
@@ -124,8 +128,6 @@ class FusionModel:
     scores matters."""
 
     def __init__(self, data: dict[str, Any], source: str = "<dict>"):
-        from dkilab.recall.signals import SIGNALS
-
         names = list(data.get("features", []))
         declared = {f for n in SIGNALS for f in SIGNALS.meta(n)["features"]}  # the recall signals' features
         unknown = [f for f in names if f not in FEATURES and f not in declared]
@@ -396,8 +398,6 @@ def cue_kind(query: str) -> str:
 
 def language(query: str) -> str:
     """`zh` or `en`: the query's language."""
-    from dkilab.text.lang import detect_language
-
     return "zh" if detect_language(query) == "cn" else "en"
 
 
@@ -407,7 +407,6 @@ def family(encoder: str | None) -> str | None:
     fitted out of fold), `e5`, else the name itself."""
     if encoder is None:
         return None
-    from dkilab.encoders.embedder import E5_EMBEDDER, LOCOMO_EMBEDDER, MINILM_BUILDS
 
     if encoder == LOCOMO_EMBEDDER:
         return "minilm-locomo"

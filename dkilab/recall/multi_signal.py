@@ -23,13 +23,14 @@ from collections import Counter
 from functools import lru_cache
 from typing import Any, Callable
 
-from dkilab.recall import seed_ranking
+from dkilab.recall import learned, seed_ranking
 from dkilab.recall.config import RecallConfig
 from dkilab.recall.reference import ReferenceResolver, ReferenceType
+from dkilab.recall.signals import SIGNALS
 from dkilab.recall.temporal import date_window
 from dkilab.text.keywords import ALLOW_POS, extract_keywords
 from dkilab.text.segment import segment
-from dkilab.types import Memory, Message, RecallResult, RecalledMessage, to_utc
+from dkilab.types import Memory, Message, RecalledMessage, RecallResult, to_utc
 
 
 @lru_cache(maxsize=4096)
@@ -151,7 +152,6 @@ class MultiSignalRecall:
         """The signals of dkilab/recall/signals/ this config switches on, by name."""
         if not self.config.signals.plugins:
             return {}
-        from dkilab.recall.signals import SIGNALS
 
         return {name: SIGNALS[name]() for name in self.config.signals.plugins}
 
@@ -246,7 +246,6 @@ class MultiSignalRecall:
                  lists: dict[str, list[tuple[Message, float]]]) -> list[RecalledMessage]:
         """The weighted fusion's list and the neighbours of its top hits, ordered by the fusion model; the
         switched-on signals' declared features follow the built-in ones in each row."""
-        from dkilab.recall import learned
 
         messages, X = learned.candidates(query, ranked, self.memory, keywords=keywords,
                                          focus_role=(focus or {}).get("role"), asked_at=asked_at, embedder=self.embedder)

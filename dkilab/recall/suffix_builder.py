@@ -10,7 +10,6 @@ from dkilab.text.lang import detect_language
 from dkilab.text.tokens import TokenCounter
 from dkilab.types import AssembledSuffix, HistoryItem, Message
 
-
 FOLLOW_UP_TOKENS = 32  # the follow-up line a fact round appends
 
 

@@ -29,6 +29,7 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.security import APIKeyHeader
 from pydantic import BaseModel, ConfigDict, Field
 
+from dkilab.memory import MemoryManager
 from dkilab.memory.sessions import SessionNotFoundError
 from dkilab.memory.view import MAX_QUERY_CHARS, MessageNotFoundError
 from dkilab.service.keys import API_KEY_HEADER, KeyRing
@@ -195,8 +196,6 @@ def create_app(store, keys: KeyRing, manager=None, gate: Gate | None = None,
                body_timeout: float = BODY_TIMEOUT) -> FastAPI:  # noqa: C901 - one closure per endpoint
     """The service over an open MemoryStore and a KeyRing (`manager`: a MemoryManager for the history
     endpoints; one over the store's SQLite by default; `gate`: per-key limits and timeouts)."""
-    from dkilab.memory import MemoryManager
-
     manager = manager or MemoryManager(store)
     gate = gate or Gate()
     from fastapi_offline import FastAPIOffline  # /docs and /redoc with bundled assets: no CDN (offline machines)

@@ -13,7 +13,11 @@ from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
+from urllib.parse import quote
 
+import numpy as np
+
+from dkilab.memory.sessions import SessionNotFoundError
 from dkilab.memory.view import MessageNotFoundError
 from dkilab.service.keys import API_KEY_HEADER
 from dkilab.types import Hit, Message, Page
@@ -118,8 +122,6 @@ class Client:
         return [self._message(d, self.user_id) for d in out]
 
     def session_messages(self, session_id: str) -> list[Message]:
-        from urllib.parse import quote
-
         out = self._call("GET", f"/v1/sessions/{quote(session_id, safe='')}/messages")
         return [self._message(d, self.user_id) for d in out]
 
@@ -142,8 +144,6 @@ class Client:
         return self._call("GET", "/api/session-list", params={"limit": limit})
 
     def conversation_history(self, session_id: str, limit: int = 50) -> list[dict[str, Any]]:
-        from dkilab.memory.sessions import SessionNotFoundError
-
         try:
             return self._call("GET", "/api/conversation-history", params={"session_id": session_id, "limit": limit})
         except ServiceError as e:
@@ -184,7 +184,5 @@ def _filter(f) -> dict | None:
 
 
 def _flat(v):
-    import numpy as np
-
     arr = np.asarray(v, dtype=np.float64)
     return arr.reshape(-1) if arr.ndim == 2 and arr.shape[0] == 1 else arr

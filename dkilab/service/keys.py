@@ -13,10 +13,14 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
+import tempfile
 import threading
+import time
 import warnings
 from pathlib import Path
 
+import yaml
+from filelock import FileLock
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from dkilab.config import ConfigError, describe_errors
@@ -63,8 +67,6 @@ def new_key() -> str:
 
 def read_keys(path: str | Path) -> KeysFile:
     """The keys file, validated; a missing or malformed file is a ConfigError naming the file and key."""
-    import yaml
-
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"keys file {path} does not exist (create one with: dkilab keys add USER --keys {path})")
@@ -78,8 +80,6 @@ def read_keys(path: str | Path) -> KeysFile:
 def _locked(path: Path):
     """The keys file's lock (`<file>.lock` beside it): one `add` or `revoke` reads and rewrites it at a time,
     across processes, so none loses another's change."""
-    from filelock import FileLock
-
     path.parent.mkdir(parents=True, exist_ok=True)
     return FileLock(str(path.with_name(path.name + ".lock")), timeout=60)
 
@@ -87,10 +87,6 @@ def _locked(path: Path):
 def _write(path: Path, keys: KeysFile) -> None:
     """Written to a temp file of its own, then renamed over the keys file (atomic: a crash leaves the old
     file or the new one, never half of one); called holding `_locked(path)`."""
-    import tempfile
-
-    import yaml
-
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -173,8 +169,6 @@ class KeyRing:
         return (st.st_ino, st.st_mtime_ns, st.st_size)
 
     def _reload(self) -> None:
-        import time
-
         now = time.monotonic()
         if self.path is None or now - self._checked < self.check_every:
             return

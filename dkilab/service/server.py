@@ -2,7 +2,16 @@
 from __future__ import annotations
 
 import ipaddress
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
 from typing import Any
+
+from dkilab.config import ConfigError
+from dkilab.memory import MemoryStore
+from dkilab.service.keys import KeyRing
 
 HEADER_TIMEOUT = 10.0  # s a connection may take to send a request's headers (a new one, or the next on keep-alive)
 IDLE_TIMEOUT = 5  # s a kept-alive connection may sit idle between requests
@@ -60,14 +69,9 @@ def uvicorn_config(app, host: str, port: int, header_timeout: float = HEADER_TIM
 def serve(store_path: str, keys_path: str, host: str = "127.0.0.1", port: int = 8765, ready=None) -> None:
     """Serve `store_path` to the holders of the keys in `keys_path`. Refuses to start (ConfigError) on a
     missing store, a malformed or empty keys file; binds loopback unless told otherwise."""
-    from pathlib import Path
-
     import uvicorn
 
-    from dkilab.config import ConfigError
-    from dkilab.memory import MemoryStore
     from dkilab.service.app import create_app
-    from dkilab.service.keys import KeyRing
 
     ring = KeyRing.from_file(keys_path)  # re-read when the file changes: added and revoked keys act at once
     if not len(ring):
@@ -76,7 +80,6 @@ def serve(store_path: str, keys_path: str, host: str = "127.0.0.1", port: int = 
     if not Path(store_path).exists():
         raise ConfigError(f"store {store_path} does not exist (build one: dkilab ingest DATASET --store PATH)")
     _one_thread_per_query()
-    import sys
 
     # store work runs in worker threads (one tenant cannot stall the event loop); hand the GIL over every
     # 0.5 ms instead of 5 ms, or a worker waits up to 5 ms for the loop thread on every request
@@ -124,8 +127,6 @@ def _one_thread_per_query() -> None:
 
 def free_port() -> int:
     """A free loopback TCP port (for tests and benchmarks)."""
-    import socket
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -134,11 +135,6 @@ def free_port() -> int:
 def spawn(store_path, keys_path, port: int, timeout: float = 60.0):
     """`dkilab serve` in its own process on 127.0.0.1:`port`; returns the Popen once /health answers
     (RuntimeError with the server's output if it exits or does not answer in `timeout` s)."""
-    import subprocess
-    import sys
-    import time
-    from pathlib import Path
-
     import httpx
 
     dkilab = str(Path(sys.executable).parent / "dkilab")

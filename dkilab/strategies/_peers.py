@@ -10,6 +10,8 @@ Nothing here sees gold evidence or answers.
 from __future__ import annotations
 
 import threading
+from importlib import import_module
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any, ClassVar
 
 from pydantic import Field
@@ -30,8 +32,6 @@ def render(m: Message) -> str:
 
 def need(module: str, package: str):
     """Import a peer's package, or say how to install it."""
-    from importlib import import_module
-
     try:
         return import_module(module)
     except ImportError as exc:
@@ -52,8 +52,6 @@ class PeerRetriever(Strategy):
         self._lock = threading.Lock()
 
     def identity(self, model_name: str = "") -> dict[str, Any]:
-        from importlib.metadata import PackageNotFoundError, version
-
         name = self.package.split("==")[0]
         try:
             installed = version(name)

@@ -19,15 +19,18 @@ from typing import Any, ClassVar, Literal
 from cachetools import LRUCache
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from dkilab import prompts as text
+from dkilab import tracing
 from dkilab.config import refuse_bool_numbers, validate
-from dkilab.recall import MultiSignalRecall, RecallConfig, create_reference_resolver
+from dkilab.prompts import HISTORY_HEAD, PREFERENCES_HEAD, QUESTION, SYSTEM  # prompt texts: dkilab/prompts.py
+from dkilab.recall import MultiSignalRecall, RecallConfig, create_reference_resolver, temporal
+from dkilab.recall.learned import load_model
+from dkilab.recall.signals import SIGNALS
 from dkilab.registry import Registry
 from dkilab.text.history import DEFAULT_FIELDS, render_line
 from dkilab.text.lang import detect_language
-from dkilab import tracing
 from dkilab.tracing import span
 from dkilab.types import Answer, ChatModel, ContextBudget, Generation, Memory, Message
-from dkilab.prompts import HISTORY_HEAD, PREFERENCES_HEAD, QUESTION, SYSTEM  # prompt texts: dkilab/prompts.py
 
 TEMPLATE_TOKENS = 64  # what a chat template adds around the system and user messages (a generous bound)
 
@@ -172,8 +175,6 @@ class Strategy(ABC):
 
     def prompts(self, model_name: str = "") -> dict[str, str]:
         """The prompt texts this strategy sends (logged with each cell and part of its identity)."""
-        from dkilab import prompts as text
-
         return {f"system.{lang}": t for lang, t in text.SYSTEM.items()} | {
             f"question.{lang}": QUESTION[lang] for lang in QUESTION} | {
             f"history_head.{lang}": HISTORY_HEAD[lang] for lang in HISTORY_HEAD} | {
@@ -326,11 +327,9 @@ class RecallingStrategy(Strategy):
         fusion model's weights, cue rule and date rules (retrained weights are another cell)."""
         out = super().identity(model_name) | {"reference_resolver": self._resolver.config.model_dump(mode="json")}
         if self.params.recall.signals.temporal_focus > 0:  # the date rules decide its window (recall/temporal.py)
-            from dkilab.recall.temporal import RULES
 
-            out["date_rules"] = RULES
+            out["date_rules"] = temporal.RULES
         if self.params.recall.signals.plugins:  # a signal's version: its scores changed, its cells run again
-            from dkilab.recall.signals import SIGNALS
 
             out["signals"] = {n: SIGNALS.meta(n)["version"] for n in sorted(self.params.recall.signals.plugins)}
         card = self._fusion_card()
@@ -342,8 +341,6 @@ class RecallingStrategy(Strategy):
             return super().cards()
         fusion = {k: card[k] for k in ("version", "digest")}
         if self.params.recall.signals.plugins:  # the switched-on signals' features the model gives zero weight
-            from dkilab.recall.learned import load_model
-            from dkilab.recall.signals import SIGNALS
 
             columns = load_model(self.params.recall.signals.fusion_model).columns
             unfitted = [f for n in sorted(self.params.recall.signals.plugins) for f in SIGNALS.meta(n)["features"]
@@ -355,7 +352,6 @@ class RecallingStrategy(Strategy):
         signals = self.params.recall.signals
         if signals.fusion != "learned":
             return None
-        from dkilab.recall.learned import load_model
 
         return load_model(signals.fusion_model).card()
 

@@ -10,8 +10,16 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from dkilab.strategies.base import (RecallingStrategy, RecallParams, first_that_fit, history_block, language_of,
-                                    preferences_text, question_text, register)
+from dkilab.strategies.base import (
+    RecallingStrategy,
+    RecallParams,
+    first_that_fit,
+    history_block,
+    language_of,
+    preferences_text,
+    question_text,
+    register,
+)
 from dkilab.types import Answer
 
 

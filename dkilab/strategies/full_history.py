@@ -2,8 +2,16 @@
 from __future__ import annotations
 
 from dkilab import tracing
-from dkilab.strategies.base import (Strategy, all_messages, history_block, language_of, newest_that_fit,
-                                    preferences_text, question_text, register)
+from dkilab.strategies.base import (
+    Strategy,
+    all_messages,
+    history_block,
+    language_of,
+    newest_that_fit,
+    preferences_text,
+    question_text,
+    register,
+)
 from dkilab.types import Answer
 
 

@@ -2,8 +2,8 @@
 own index (jieba for Chinese runs, lower-cased words otherwise). The simplest lexical peer."""
 from __future__ import annotations
 
-from dkilab.strategies.base import register
 from dkilab.strategies._peers import PeerRetriever, need, render
+from dkilab.strategies.base import register
 from dkilab.text.segment import segment
 
 

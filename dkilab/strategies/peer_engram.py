@@ -8,8 +8,9 @@ import threading
 
 import numpy as np
 
-from dkilab.strategies.base import register
+from dkilab.memory import Embedder
 from dkilab.strategies._peers import PeerRetriever, need, render
+from dkilab.strategies.base import register
 
 
 class _Encoder:
@@ -50,8 +51,6 @@ class PeerEngram(PeerRetriever):
             return memory.embedder
         with self._encoders_lock:
             if memory.encoder_name not in self._encoders:
-                from dkilab.memory import Embedder
-
                 self._encoders[memory.encoder_name] = Embedder(memory.encoder_name)
             return self._encoders[memory.encoder_name]
 

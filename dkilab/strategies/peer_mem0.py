@@ -16,16 +16,27 @@ BM25 scoring is off (it says so). Ingestion costs one model call per batch: on L
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 import threading
 from datetime import datetime, timezone
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any, ClassVar
 
 from pydantic import Field
 
+from dkilab.encoders.embedder import Embedder
 from dkilab.strategies._peers import need, render
-from dkilab.strategies.base import (Strategy, StrategyParams, first_that_fit, history_block, language_of,
-                                    preferences_text, question_text, register)
+from dkilab.strategies.base import (
+    Strategy,
+    StrategyParams,
+    first_that_fit,
+    history_block,
+    language_of,
+    preferences_text,
+    question_text,
+    register,
+)
 from dkilab.types import Answer, Message
 
 EXTRACTION_TOKENS = 512  # room for mem0's JSON list of extracted memories
@@ -53,8 +64,6 @@ class PeerMem0(Strategy):
         self._embedder: Any = None  # one MiniLM for every user of the cell (loaded on first use)
 
     def identity(self, model_name: str = "") -> dict[str, Any]:
-        from importlib.metadata import PackageNotFoundError, version
-
         try:
             installed = version("mem0ai")
         except PackageNotFoundError:
@@ -76,12 +85,10 @@ class PeerMem0(Strategy):
             self._dir = tempfile.TemporaryDirectory(prefix="dkilab-mem0-")
         os.environ.setdefault("MEM0_DIR", self._dir.name)
         mem0 = need("mem0", self.package)
-        import sys
 
         for name in ("mem0.memory.telemetry", "mem0.memory.main"):  # even if mem0 was imported before the variable
             if name in sys.modules:
                 setattr(sys.modules[name], "MEM0_TELEMETRY", False)
-        from dkilab.encoders.embedder import Embedder
 
         if self._embedder is None:
             self._embedder = Embedder()

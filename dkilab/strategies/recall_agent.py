@@ -11,12 +11,26 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
+from dkilab import prompts as text
+from dkilab.agents.recall_agent import RecallAgent
+from dkilab.agents.recall_agent.conflict_set import card
+from dkilab.agents.recall_agent.skill import load_skill
 from dkilab.config import knob
-from dkilab.strategies.base import (StrategyParams, Strategy, history_block, language_of, newest_that_fit, preferences_text,
-                                    question_text, register)
+from dkilab.prompts import VIEW_HEAD  # prompt texts: dkilab/prompts.py
+from dkilab.prompts import VIEW_KIND as KIND
+from dkilab.prompts import VIEW_UNCERTAIN as UNCERTAIN
+from dkilab.recall import create_formatter
+from dkilab.strategies.base import (
+    Strategy,
+    StrategyParams,
+    history_block,
+    language_of,
+    newest_that_fit,
+    preferences_text,
+    question_text,
+    register,
+)
 from dkilab.types import Answer
-from dkilab.prompts import VIEW_HEAD, VIEW_KIND as KIND, VIEW_UNCERTAIN as UNCERTAIN  # prompt texts: dkilab/prompts.py
-
 
 
 class RecallAgentParams(StrategyParams):
@@ -34,8 +48,6 @@ class RecallAgentParams(StrategyParams):
     @classmethod
     def _skill_loads(cls, v: str | None) -> str | None:
         if v is not None:
-            from dkilab.agents.recall_agent.skill import load_skill
-
             load_skill(v)  # a missing file or a bad front matter is refused when the config is read
         return v
 
@@ -61,8 +73,6 @@ class RecallAgentStrategy(Strategy):
     takes_task_inputs = True
 
     def cards(self) -> dict:
-        from dkilab.agents.recall_agent.conflict_set import card
-
         return {"conflicts": card()}
 
     @property
@@ -73,14 +83,11 @@ class RecallAgentStrategy(Strategy):
         return self.params.answer or self.params.policy == "llm"
 
     def prompts(self, model_name: str = "") -> dict[str, str]:
-        from dkilab import prompts as text
-
         out = super().prompts(model_name) | {f"view_head.{k}": v for k, v in text.VIEW_HEAD.items()}
         out |= {f"view_kind.{lang}.{k}": v for lang, kinds in text.VIEW_KIND.items() for k, v in kinds.items()}
         out |= {f"view_uncertain.{k}": v for k, v in text.VIEW_UNCERTAIN.items()}
         if self.params.policy != "llm":
             return out
-        from dkilab.agents.recall_agent.skill import load_skill
 
         return out | {"policy.plan": text.AGENT_PLAN, "policy.synthesis": text.AGENT_SYNTH,
                       "policy.skill": load_skill(self.params.skill).text}
@@ -92,9 +99,6 @@ class RecallAgentStrategy(Strategy):
         return self.params.policy == "llm"
 
     def _answer(self, question, memory, model, *, session_id, preferences, stages, asked_at=None, task=None):
-        from dkilab.agents.recall_agent import RecallAgent
-        from dkilab.recall import create_formatter
-
         lang, p = language_of(question), self.params
         with stages("recall", question=question) as trace:
             formatter = create_formatter(model.name, lang) if p.policy == "llm" else None

@@ -22,10 +22,18 @@ from typing import Any
 from pydantic import Field
 
 from dkilab import tracing
-from dkilab.recall import FactRetriever, SuffixBuilder, create_formatter, fact_call_reserve, run_fact_loop
 from dkilab.models.tool_calls import template_supports_tools
-from dkilab.strategies.base import (RecallingStrategy, RecallParams, history_block, language_of, newest_that_fit,
-                                    question_text, register)
+from dkilab.recall import FactRetriever, SuffixBuilder, create_formatter, fact_call_reserve, run_fact_loop
+from dkilab.strategies.base import (
+    RecallingStrategy,
+    RecallParams,
+    history_block,
+    language_of,
+    newest_that_fit,
+    question_text,
+    register,
+)
+from dkilab.text.summarize import LLM_SUMMARY_PROMPT, ExtractiveSummarizer, LLMSummarizer
 from dkilab.tracing import span
 from dkilab.types import Answer
 
@@ -114,8 +122,6 @@ class RecallV4(RecallingStrategy):
                 out |= {f"formatter.{tag}{k}.{lang}": v
                         for k, v in self._formatter(model_name, lang, protocol).templates().items()}
         if self.params.recall.summary.strategy == "llm":
-            from dkilab.text.summarize import LLM_SUMMARY_PROMPT
-
             out |= {f"summary.llm.{lang}": text for lang, text in LLM_SUMMARY_PROMPT.items()}
         return out
 
@@ -126,13 +132,9 @@ class RecallV4(RecallingStrategy):
             formatter = self._formatter(model.name, lang, self.protocol(model))
             summarizer: Any
             if cfg.summary.strategy == "llm":
-                from dkilab.text.summarize import LLMSummarizer
-
                 summarizer = LLMSummarizer(lambda prompt, max_new_tokens=150: model.generate(
                     [{"role": "user", "content": prompt}], max_new_tokens=max_new_tokens), model)
             else:
-                from dkilab.text.summarize import ExtractiveSummarizer
-
                 summarizer = ExtractiveSummarizer(model)
             builders[lang] = SuffixBuilder(cfg, formatter, summarizer, model)
         return builders[lang]

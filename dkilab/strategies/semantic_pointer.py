@@ -12,6 +12,8 @@ from typing import Literal
 
 from pydantic import Field
 
+from dkilab import prompts as text
+from dkilab.agents.semantic_pointer import AgentTree, SemanticPointerConfig, TreeContextResolver, TreeMemory
 from dkilab.strategies.base import Strategy, StrategyParams, register
 from dkilab.types import Answer
 
@@ -56,14 +58,10 @@ class SemanticPointerStrategy(Strategy):
     output_kind = "pointer"  # a resolved description, no answer
 
     def prompts(self, model_name: str = "") -> dict[str, str]:
-        from dkilab import prompts as text
-
         return ({"detect": text.POINTER_DETECT_PROMPT, "synthesize": text.POINTER_SYNTH_PROMPT}
                 if self.params.policy == "llm" else {})
 
     def _answer(self, question, memory, model, *, session_id, preferences, stages, asked_at=None, task=None):
-        from dkilab.agents.semantic_pointer import AgentTree, SemanticPointerConfig, TreeContextResolver, TreeMemory
-
         p, task = self.params, task or {}
         missing = [k for k in ("tree", "agent_id", "param_name") if k not in task]
         if missing:

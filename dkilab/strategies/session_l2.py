@@ -13,6 +13,10 @@ from typing import Literal
 
 from pydantic import Field
 
+from dkilab import prompts as text
+from dkilab.agents.session_flow import FlowConfig, SessionFlow, stage_latencies
+from dkilab.agents.session_flow.schema import DomainSchema
+from dkilab.memory import MemoryManager, MemoryStore
 from dkilab.memory.sessions import L2_MEMORY_TTL, SESSION_TTL
 from dkilab.strategies.base import Strategy, StrategyParams, register
 from dkilab.tracing import span
@@ -44,8 +48,6 @@ class SessionL2(Strategy):
 
     def __init__(self, params=None, source: str = "<params>"):
         super().__init__(params, source)
-        from dkilab.agents.session_flow import FlowConfig
-        from dkilab.agents.session_flow.schema import DomainSchema
 
         p = self.params
         self.flow_config = FlowConfig(mode=p.mode, rewriter=p.rewriter, extractor=p.extractor, answer=p.answer,
@@ -63,17 +65,12 @@ class SessionL2(Strategy):
         return super().identity(model_name) | {"schema": self.schema.model_dump(mode="json")}
 
     def prompts(self, model_name: str = "") -> dict[str, str]:
-        from dkilab import prompts as text
-
         return {f"{step}.{lang}": "\n".join(parts) for step, table in (("rewrite", text.REWRITE_PROMPT),
                                                                         ("intent", text.INTENT_PROMPT),
                                                                         ("answer", text.FLOW_ANSWER))
                 for lang, parts in table.items()}
 
     def _answer(self, question, memory, model, *, session_id, preferences, stages, asked_at=None, task=None):
-        from dkilab.memory import MemoryManager, MemoryStore
-        from dkilab.agents.session_flow import SessionFlow, stage_latencies
-
         # a dialogue (dataset session_flow: task inputs `turns`, `user`), or a lone question: a one-turn
         # dialogue of the memory's user over their own memory
         turns = (task or {}).get("turns") or [question]

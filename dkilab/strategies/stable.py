@@ -5,8 +5,15 @@ from __future__ import annotations
 from pydantic import Field
 
 from dkilab import tracing
-from dkilab.strategies.base import (Strategy, StrategyParams, history_block, language_of, newest_that_fit,
-                                    question_text, register)
+from dkilab.strategies.base import (
+    Strategy,
+    StrategyParams,
+    history_block,
+    language_of,
+    newest_that_fit,
+    question_text,
+    register,
+)
 from dkilab.types import Answer
 
 

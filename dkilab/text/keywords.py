@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+import jieba.analyse
+
 from dkilab.text.lang import detect_language
 from dkilab.text.segment import _jieba, segment
 from dkilab.text.stopwords import STOPWORDS
@@ -24,7 +26,6 @@ def extract_keywords(text: str, top_k: int = 5, method: str = "tfidf",
         return []
     if detect_language(text) == "cn":
         _jieba()
-        import jieba.analyse
 
         fn = jieba.analyse.extract_tags if method == "tfidf" else jieba.analyse.textrank
         pairs = fn(text, topK=top_k, withWeight=True, allowPOS=allow_pos or ())

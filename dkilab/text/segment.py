@@ -6,6 +6,8 @@ import re
 import unicodedata
 from functools import lru_cache
 
+import jieba
+
 from dkilab.text.stopwords import STOPWORDS
 
 _CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
@@ -16,8 +18,6 @@ _CJK_RUN = re.compile(rf"[{_CJK}]+")
 
 @lru_cache(maxsize=1)
 def _jieba():
-    import jieba
-
     jieba.setLogLevel(logging.WARNING)
     jieba.initialize()
     return jieba

@@ -378,8 +378,8 @@ def test_the_judge_is_measured_on_the_fresh_check_and_cells_log_both_figures(mon
 
     monkeypatch.setenv("DKILAB_CACHE_DIR", str(tmp_path))
     fresh = [r for i, r in enumerate(at.load_fresh_check()) if i % 10 == 0]
-    monkeypatch.setattr(at, "load_fresh_check", lambda: fresh)
-    monkeypatch.setattr("dkilab.models.load_model", lambda spec: None)
+    monkeypatch.setattr(bench, "load_fresh_check", lambda: fresh)
+    monkeypatch.setattr(bench, "load_model", lambda spec: None)
     monkeypatch.setattr(judge_mod.LLMJudge, "abstains", lambda self, q, a: (" not " in f" {a.lower()} " or None, "x"))
     assert judge_card("stand-in", ABSTENTION_PROMPT)["sample_figures"].startswith("not measured")
     sample = bench._sample(at.load_sources(), 1)

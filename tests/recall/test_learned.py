@@ -500,7 +500,7 @@ def test_train_takes_a_studys_part_for_the_datasets_it_lists_and_refuses_fitting
     for dataset, ok in (("worksessions", True), ("other_en", False)):
         monkeypatch.setattr(fusion_train, "collected", lambda d, emb, spec, echo=print, dataset=dataset, **kw: (
             [stand_in] if spec["name"] == "locomo" else rows(dataset)) if emb.get("english") is None else [])
-        monkeypatch.setattr("dkilab.eval.datasets.dataset_info", lambda name, path=None: {"language": "zh"})
+        monkeypatch.setattr(fusion_train, "dataset_info", lambda name, path=None: {"language": "zh"})
         said: list[str] = []
         specs = [{"name": "locomo"}, {"name": dataset}]
         if ok:

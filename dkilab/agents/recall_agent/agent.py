@@ -20,6 +20,7 @@ from dkilab.agents.recall_agent.state import AgentState
 from dkilab.agents.recall_agent.steps import ToolCall, hypotheses, narrow
 from dkilab.agents.recall_agent.synthesis import selected, synthesize
 from dkilab.agents.recall_agent.tools import _jsonable, run_tool
+from dkilab.recall import create_formatter
 from dkilab.tracing import span
 from dkilab.types import ChatModel, Memory, to_utc
 
@@ -49,8 +50,6 @@ class RecallAgent:
             if model is None:
                 raise ValueError("the llm policy needs a model")
             if formatter is None:
-                from dkilab.recall import create_formatter
-
                 formatter = create_formatter(model.name, "en")
             self.policy = LLMPolicy(model, formatter, skill=load_skill(skill))
         else:

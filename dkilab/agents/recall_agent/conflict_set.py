@@ -10,6 +10,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from dkilab.agents.recall_agent.adjudicate import adjudicate, find_conflicts
+from dkilab.agents.recall_agent.reflect import candidate
+from dkilab.agents.recall_agent.state import AgentState
+from dkilab.agents.recall_agent.steps import hypotheses, narrow
+from dkilab.agents.recall_agent.synthesis import synthesize
+from dkilab.config import read_yaml, validate
+from dkilab.types import Message
+
 FILE = Path(__file__).with_name("conflicts.yaml")
 T0 = datetime(2025, 1, 6, 9, tzinfo=timezone.utc)
 
@@ -27,8 +35,6 @@ class ConflictCase(BaseModel):
 
 @lru_cache(maxsize=1)
 def load_cases(path: str = str(FILE)) -> tuple[ConflictCase, ...]:
-    from dkilab.config import read_yaml, validate
-
     data = read_yaml(path)
     return tuple(validate(ConflictCase, c, path, f"conflict case {i}") for i, c in enumerate(data["cases"]))
 
@@ -36,13 +42,6 @@ def load_cases(path: str = str(FILE)) -> tuple[ConflictCase, ...]:
 def outcome(case: ConflictCase) -> str:
     """What the agent's steps make of the pair: newer (supersedes), older, keep_both (both in the view,
     flagged uncertain), no_conflict (both in the view, not flagged) or missed (a statement not taken as evidence)."""
-    from dkilab.agents.recall_agent.adjudicate import adjudicate, find_conflicts
-    from dkilab.agents.recall_agent.reflect import candidate
-    from dkilab.agents.recall_agent.state import AgentState
-    from dkilab.agents.recall_agent.steps import hypotheses, narrow
-    from dkilab.agents.recall_agent.synthesis import synthesize
-    from dkilab.types import Message
-
     now = T0 + timedelta(days=case.days + 1)
     hyps = hypotheses(case.question)
     state = AgentState(case.question, now, hyps, narrow(case.question, None, now, hyps, None))
@@ -93,7 +92,5 @@ def _share(cases, got) -> float:
 def card() -> dict[str, Any]:
     """What a recall_agent cell logs about its adjudication: the set's version and size, accuracy overall
     and per language, constraints kept."""
-    from dkilab.config import read_yaml
-
     figures = evaluate()
     return {"set": f"conflicts-v{read_yaml(FILE)['version']}"} | {k: v for k, v in figures.items() if k != "failures"}

@@ -4,8 +4,10 @@ hypotheticals, third parties). Chinese cues are matched as substrings, English c
 from __future__ import annotations
 
 import re
-from functools import lru_cache
 from datetime import datetime, timedelta, timezone
+from functools import lru_cache
+
+import jieba.posseg as pseg  # noqa: PLC0415 - loads its tables on first use
 
 from dkilab.memory.view import TimeRange
 
@@ -240,8 +242,6 @@ def entities(text: str) -> list[str]:
     round's query (§4.4 改写 query_text)."""
     out = [m.group(0) for m in _DATES.finditer(text)]
     if _CJK.search(text):
-        import jieba.posseg as pseg  # noqa: PLC0415 - loads its tables on first use
-
         out += [w.word for w in pseg.cut(text) if w.flag in _NAME_FLAGS and len(w.word) >= 2]
         out += _LATIN_IN_CJK.findall(text)
     else:

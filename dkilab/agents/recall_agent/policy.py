@@ -5,8 +5,8 @@ back to the rule step and is counted, with its reason)."""
 from __future__ import annotations
 
 import json
-from typing import Literal
 import re
+from typing import Literal
 
 from pydantic import ValidationError
 
@@ -16,7 +16,8 @@ from dkilab.agents.recall_agent.skill import Skill, load_skill
 from dkilab.agents.recall_agent.state import AgentState, Candidate
 from dkilab.agents.recall_agent.steps import ToolCall, choose_tool
 from dkilab.agents.recall_agent.tools import SIGNATURES, TOOLS, validate_call
-from dkilab.prompts import AGENT_PLAN as PLAN, AGENT_SYNTH as SYNTH  # prompt texts: dkilab/prompts.py
+from dkilab.prompts import AGENT_PLAN as PLAN  # prompt texts: dkilab/prompts.py
+from dkilab.prompts import AGENT_SYNTH as SYNTH
 
 
 class RulePolicy:

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+import yaml
+
 DEFAULT = Path(__file__).parent / "skills" / "recall" / "SKILL.md"
 
 
@@ -33,8 +35,6 @@ def load_skill(path: str | Path | None = None) -> Skill:
 
 @lru_cache(maxsize=8)
 def _load(path: str, mtime: int) -> Skill:
-    import yaml
-
     p = Path(path)
     if not p.is_file():
         raise ValueError(f"recall skill {path}: no such file")

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dkilab.agents.recall_agent.steps import ToolCall
+from dkilab.config import describe_errors
 from dkilab.memory.view import QueryFilter
 from dkilab.tracing import span
 from dkilab.types import Message
@@ -64,8 +65,6 @@ def validate_call(name: str, args: dict) -> dict:
     try:
         return ARGS[name].model_validate(args).model_dump(exclude_none=True)
     except ValidationError as exc:
-        from dkilab.config import describe_errors
-
         raise ValueError(f"{name}: {describe_errors(exc)}") from None
 
 

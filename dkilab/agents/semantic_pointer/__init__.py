@@ -5,8 +5,13 @@
 prompts (refs.py), `TreeContextResolver.resolve_semantic_pointers` and `SemanticPointer` (resolver.py)."""
 from dkilab.agents.semantic_pointer.memory import TreeMemory
 from dkilab.agents.semantic_pointer.refs import detect_references
-from dkilab.agents.semantic_pointer.resolver import (SemanticPointer, SemanticPointerConfig, TreeContextResolver,
-                                                     compose_pointer, inject)
+from dkilab.agents.semantic_pointer.resolver import (
+                                                     SemanticPointer,
+                                                     SemanticPointerConfig,
+                                                     TreeContextResolver,
+                                                     compose_pointer,
+                                                     inject,
+)
 from dkilab.agents.semantic_pointer.tree import AgentTree, TreeError, node_scope, tree_scope
 
 __all__ = ["AgentTree", "TreeError", "TreeMemory", "TreeContextResolver", "SemanticPointer", "SemanticPointerConfig",

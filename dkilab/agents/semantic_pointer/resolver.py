@@ -15,13 +15,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from cachetools import TTLCache
 from pydantic import BaseModel, ConfigDict, Field
 
 from dkilab.agents.semantic_pointer.memory import TreeMemory, shares_word
-from dkilab.prompts import POINTER_DETECT_PROMPT as DETECT_PROMPT, POINTER_SYNTH_PROMPT as SYNTH_PROMPT
-from dkilab.agents.semantic_pointer.refs import (ENTITY_WORDS, detect_references,
-                                                 has_identifier, loose_json)
+from dkilab.agents.semantic_pointer.refs import ENTITY_WORDS, detect_references, has_identifier, loose_json
 from dkilab.agents.semantic_pointer.tree import AgentTree
+from dkilab.prompts import POINTER_DETECT_PROMPT as DETECT_PROMPT
+from dkilab.prompts import POINTER_SYNTH_PROMPT as SYNTH_PROMPT
 from dkilab.text.lang import has_cjk
 from dkilab.text.segment import content_tokens
 from dkilab.tracing import span
@@ -84,7 +85,6 @@ class TreeContextResolver:
                  llm: Callable[[str], str] | None = None, clock: Callable[[], float] = time.monotonic):
         self.memory, self.tree, self.llm, self.clock = memory, tree, llm, clock
         self.config = SemanticPointerConfig.model_validate(config or {})
-        from cachetools import TTLCache
 
         # entries expire after cache_ttl_seconds on the resolver's clock; the least recently used goes first when full
         self._cache: TTLCache[tuple, SemanticPointer] = TTLCache(maxsize=1024, ttl=self.config.cache_ttl_seconds,

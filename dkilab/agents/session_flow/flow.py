@@ -12,9 +12,10 @@ from dkilab.agents.session_flow.intent import extract_by_llm, extract_by_rules
 from dkilab.agents.session_flow.rewrite import rewrite_by_llm, rewrite_by_rules
 from dkilab.agents.session_flow.routing import retrieve, route_filter
 from dkilab.agents.session_flow.schema import DomainSchema
+from dkilab.prompts import FLOW_ANSWER as ANSWER  # prompt texts: dkilab/prompts.py
+from dkilab.recall import create_reference_resolver
 from dkilab.text.lang import detect_language
 from dkilab.tracing import documents, span
-from dkilab.prompts import FLOW_ANSWER as ANSWER  # prompt texts: dkilab/prompts.py
 
 STEPS = ("l1_write_query", "rewrite", "l2_read", "intent", "l2_update", "retrieval", "answer", "l1_write_answer")
 
@@ -88,8 +89,6 @@ class SessionFlow:
 
     def __init__(self, manager, knowledge, model=None, config: FlowConfig | dict | None = None,
                  schema: DomainSchema | None = None, resolver=None):
-        from dkilab.recall import create_reference_resolver
-
         self.manager, self.knowledge, self.model = manager, knowledge, model
         self.config = config if isinstance(config, FlowConfig) else FlowConfig.model_validate(config or {})
         self.schema = schema or DomainSchema.load()

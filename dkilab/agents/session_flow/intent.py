@@ -19,7 +19,6 @@ from dkilab.agents.session_flow.schema import DomainSchema
 from dkilab.prompts import INTENT_PROMPT as PROMPT  # prompt texts: dkilab/prompts.py
 
 
-
 def extraction_messages(query: str, schema: DomainSchema, language: str, l2_entry: dict | None) -> list[dict]:
     system, state, ask = PROMPT[language]
     body = ""

@@ -15,9 +15,9 @@ import re
 from typing import Any
 
 from dkilab.agents.session_flow.schema import DomainSchema
+from dkilab.prompts import REWRITE_PROMPT as PROMPT  # prompt texts: dkilab/prompts.py
 from dkilab.recall.reference import ReferenceResolver, ReferenceType
 from dkilab.text.lang import has_cjk
-from dkilab.prompts import REWRITE_PROMPT as PROMPT  # prompt texts: dkilab/prompts.py
 
 POINTING = {"cn": ("那", "这", "它", "其", "该", "上面"),
             "en": ("that", "this", "it", "them", "those", "these", "there", "then")}

@@ -7,11 +7,13 @@ import functools
 import hashlib
 from pathlib import Path
 
+from dkilab.encoders.embedder import weights_digest
 from dkilab.eval.datasets.base import DATA_ENV, DATASETS, DatasetNotFoundError, data_dir, register_dataset
 from dkilab.eval.datasets.fixtures import load_fixtures
 from dkilab.eval.datasets.locomo import load_locomo
 from dkilab.eval.datasets.madial import load_madial, load_madial_en, load_madial_zh
 from dkilab.eval.datasets.memdaily import load_memdaily
+from dkilab.eval.datasets.normalized import cached, fingerprint, read_normalized
 from dkilab.eval.datasets.worksessions import load_worksessions
 
 __all__ = ["DATA_ENV", "DatasetNotFoundError", "data_dir", "register_dataset", "load_locomo", "load_fixtures",
@@ -59,8 +61,6 @@ def file_language(path: str, data: str | None = None) -> str:
 
 @functools.lru_cache(maxsize=64)
 def _file_language(path: str, size: int, mtime: int) -> str:
-    from dkilab.eval.datasets.normalized import read_normalized
-
     try:
         languages = {c.language for c in read_normalized(Path(path))}
     except (ValueError, OSError):
@@ -88,8 +88,6 @@ def source_digest(name: str, path: str | None = None, data: str | None = None) -
     encoders.embedder.weights_digest, memoised per size and mtime), so a cell's identity changes when a file is
     edited under the same name; None when the files are not there (bundled in code, or missing: loading then
     says so)."""
-    from dkilab.encoders.embedder import weights_digest
-
     if path is not None:
         try:
             files = [resolve_path(path, data)]
@@ -106,7 +104,6 @@ def source_digest(name: str, path: str | None = None, data: str | None = None) -
 def load_dataset(name: str, data_dir=None, limit: int | None = None, question_limit: int | None = None,
                  path: str | None = None):
     """Conversations of a registered dataset (or of a normalised-format file at `path`), cached."""
-    from dkilab.eval.datasets.normalized import cached, fingerprint, read_normalized
 
     if path is not None:
         src = resolve_path(path, data_dir)

@@ -18,6 +18,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from dkilab.agents.semantic_pointer import AgentTree, node_scope
 from dkilab.config import read_yaml, validate
 from dkilab.eval.datasets.base import register_dataset, require
 from dkilab.types import Conversation, Message, QAItem
@@ -117,8 +118,6 @@ def load_agent_recall(data=None, limit: int | None = None, question_limit: int |
                   sources=(str(POINTERS),))
 def load_agent_pointers(data=None, limit: int | None = None, question_limit: int | None = None,
                         path: str | Path | None = None) -> list[Conversation]:
-    from dkilab.agents.semantic_pointer import AgentTree, node_scope
-
     start = datetime.fromisoformat("2025-06-02T09:00:00+00:00")
     out = []
     for case in _load(Path(path) if path else POINTERS, PointerCase, "agent pointer cases")[:limit]:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Callable
 
@@ -46,8 +47,6 @@ def register_dataset(name: str, *, language: str, scorer: str = "auto", version:
     `choices`: whether it has multiple-choice questions (asked with the harness's CHOOSE line, which then
     enters its cells' identity)."""
     def deco(fn):
-        import sys
-
         doc = sys.modules[fn.__module__].__doc__ or fn.__doc__ or ""
         DATASETS.add(name, fn, language=language, scorer=scorer, version=version, sources=tuple(sources), preferences=preferences,
                      choices=choices,

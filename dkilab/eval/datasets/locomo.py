@@ -20,6 +20,7 @@ import re
 from datetime import datetime, timedelta, timezone
 
 from dkilab.eval.datasets.base import data_dir, register_dataset, require
+from dkilab.eval.datasets.normalized import parse_time
 from dkilab.types import Conversation, Message, QAItem
 
 log = logging.getLogger(__name__)
@@ -36,8 +37,6 @@ def parse_locomo_date(text: str) -> datetime:
     try:
         return datetime.strptime(text.strip(), "%I:%M %p on %d %B, %Y").replace(tzinfo=timezone.utc)
     except ValueError:
-        from dkilab.eval.datasets.normalized import parse_time
-
         return parse_time(text)
 
 

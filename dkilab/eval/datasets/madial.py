@@ -26,6 +26,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from dkilab.config import read_jsonl
 from dkilab.eval.datasets.base import data_dir, register_dataset, require
 from dkilab.types import Conversation, Message, QAItem
 
@@ -38,8 +39,6 @@ DIALOGUE_EPOCH = datetime(2024, 1, 1, 9, 0, tzinfo=timezone.utc)  # dialogues co
 
 
 def _lines(path: Path) -> list[dict]:
-    from dkilab.config import read_jsonl
-
     return read_jsonl(path)
 
 

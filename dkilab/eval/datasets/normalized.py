@@ -30,10 +30,12 @@ import shutil
 from pathlib import Path
 from typing import Any, Iterable
 
+from dateutil import parser
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from dkilab.cache import cache_dir
 from dkilab.config import describe_errors, read_jsonl
+from dkilab.text.lang import detect_language
 from dkilab.types import Conversation, Message, QAItem, to_utc
 
 FORMAT_VERSION = "1"
@@ -49,8 +51,6 @@ def parse_time(value: Any) -> Any:
     try:
         return to_utc(value)
     except ValueError:
-        from dateutil import parser
-
         try:
             return to_utc(parser.parse(value.replace(" on ", " ")))
         except (ValueError, OverflowError):
@@ -241,8 +241,6 @@ def _read_records(path: Path) -> list[dict]:
 
 def read_normalized(path: Path) -> list[Conversation]:
     """Conversations from a file in the normalised format; errors name the file, record and field."""
-    from dkilab.text.lang import detect_language
-
     out = []
     for n, raw in enumerate(_read_records(path)):
         try:

@@ -10,12 +10,14 @@ dialogues alternately from each language.
 """
 from __future__ import annotations
 
+from collections import Counter
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from dkilab.agents.session_flow.schema import DomainSchema
 from dkilab.config import read_yaml, validate
 from dkilab.eval.datasets.base import register_dataset, require
 from dkilab.types import Conversation, Message, QAItem
@@ -82,8 +84,6 @@ def _check(dialogue: Dialogue, docs: dict[str, Document], schema, src: Path) -> 
 
 def _read_items(path: Path, model, kind: str, how: str) -> list:
     """A YAML list of `model` items with unique ids; errors name the file and the item."""
-    from collections import Counter
-
     raw = read_yaml(require(path, f"session-flow {kind}s", how))
     if not isinstance(raw, list):
         raise ValueError(f"{path}: expected a list of {kind}s")
@@ -101,8 +101,6 @@ def load_documents(path: Path = KB) -> dict[str, Document]:
 
 
 def load_dialogues(path: Path = DIALOGUES, docs: dict[str, Document] | None = None) -> list[Dialogue]:
-    from dkilab.agents.session_flow.schema import DomainSchema
-
     docs = docs if docs is not None else load_documents()
     out = _read_items(path, Dialogue, "dialogue", "They ship with the repository (datasets/fixtures/session/).")
     schema = DomainSchema.load()
@@ -126,8 +124,6 @@ def _gold(t: Turn, doc: Document, lang: str, schema) -> dict:
                   sources=(str(KB), str(DIALOGUES)))
 def load_session_flow(data=None, limit: int | None = None, question_limit: int | None = None,
                       path: str | Path | None = None) -> list[Conversation]:
-    from dkilab.agents.session_flow.schema import DomainSchema
-
     schema = DomainSchema.load()
     docs = load_documents()
     dialogues = load_dialogues(Path(path) if path else DIALOGUES, docs)

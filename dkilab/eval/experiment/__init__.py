@@ -32,9 +32,32 @@ of the earlier run instead of generating them again (dkilab.eval.rescore).
 One module per idea: `schema` (the YAML blocks), `identity` (a cell and its hashes), `checks` (load-time
 checks that need the registries), `loading` (files, dicts, overrides).
 """
-from dkilab.eval.experiment.schema import DatasetSpec, EmbedderSpec, ExperimentConfig, JudgeSpec, ModelSpec, SWEEP_ROOTS, StrategySpec, model_weights_digest
+from dkilab.eval.experiment.checks import (
+    CELL_LEVEL_METRICS,
+    check_config,
+    check_embedder,
+    check_live_sweep,
+    check_metric_name,
+    check_model_spec,
+)
 from dkilab.eval.experiment.identity import Cell, expand_cells, identity_params
-from dkilab.eval.experiment.checks import CELL_LEVEL_METRICS, check_config, check_embedder, check_live_sweep, check_metric_name, check_model_spec
-from dkilab.eval.experiment.loading import apply_overrides, experiment_from_dict, header_comment, load_experiment, parse_set, with_question_limit
+from dkilab.eval.experiment.loading import (
+    apply_overrides,
+    experiment_from_dict,
+    header_comment,
+    load_experiment,
+    parse_set,
+    with_question_limit,
+)
+from dkilab.eval.experiment.schema import (
+    SWEEP_ROOTS,
+    DatasetSpec,
+    EmbedderSpec,
+    ExperimentConfig,
+    JudgeSpec,
+    ModelSpec,
+    StrategySpec,
+    model_weights_digest,
+)
 
 __all__ = ["CELL_LEVEL_METRICS", "Cell", "DatasetSpec", "EmbedderSpec", "ExperimentConfig", "JudgeSpec", "ModelSpec", "SWEEP_ROOTS", "StrategySpec", "apply_overrides", "check_config", "check_embedder", "check_live_sweep", "check_metric_name", "check_model_spec", "expand_cells", "experiment_from_dict", "header_comment", "identity_params", "load_experiment", "model_weights_digest", "parse_set", "with_question_limit"]

@@ -7,11 +7,20 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from dkilab.config import ConfigError
-from dkilab.strategies import STRATEGIES
-from dkilab.registry import did_you_mean
+from dkilab.encoders.embedder import OFFLINE_EMBEDDERS
+from dkilab.eval.budgets import problems
 from dkilab.eval.experiment.identity import Cell, expand_cells
 from dkilab.eval.experiment.schema import SWEEP_ROOTS, EmbedderSpec, ExperimentConfig, ModelSpec
-
+from dkilab.eval.fitted import problems as on_fitted
+from dkilab.eval.metrics import declared
+from dkilab.eval.runstate import CLAIM_PREFIX
+from dkilab.models.oracle import SPEC
+from dkilab.models.specs import (
+    MODELS,
+    OFFLINE_SPECS,  # a dict: importing it loads no model and no torch
+)
+from dkilab.registry import did_you_mean
+from dkilab.strategies import STRATEGIES
 
 
 def check_config(cfg: ExperimentConfig, source: str = "<config>", budgets: bool = True) -> list["Cell"]:
@@ -21,7 +30,6 @@ def check_config(cfg: ExperimentConfig, source: str = "<config>", budgets: bool 
     def fail(key: str, msg: str):
         raise ConfigError(f"{source}: {key}: {msg}")
 
-    from dkilab.eval.runstate import CLAIM_PREFIX
 
     if cfg.name.startswith(CLAIM_PREFIX):
         fail("name", f"{cfg.name!r}: names starting with {CLAIM_PREFIX!r} are dkilab's cell claims (`dkilab run --claim`)")
@@ -95,14 +103,11 @@ def check_config(cfg: ExperimentConfig, source: str = "<config>", budgets: bool 
             fail(f"strategies ({cell.strategy.key})", f"strategy {cell.strategy.name!r} has no context-only mode "
                  "(model.generate: false): it generates inside its own flow; run it in a config that generates")
         check_live_sweep(cell, fail)
-    from dkilab.eval.fitted import problems as on_fitted
 
     leaks = [line for cell in cells for line in on_fitted(cell, cfg.purpose)]
     if leaks:
         raise ConfigError("\n".join(f"{source}: split: {line}" for line in leaks))
     if budgets:
-        from dkilab.eval.budgets import problems
-
         found = [line for cell in cells for line in problems(cell)]
         if found:
             raise ConfigError("\n".join(f"{source}: budget: {line}" for line in found))
@@ -116,8 +121,6 @@ CELL_LEVEL_METRICS = ("questions_per_minute", "query_embeddings", "resumed_quest
 def check_metric_name(metric: str, key: str, fail) -> None:
     """`expect` names a metric a cell logs: a declared one (dkilab.eval.metrics), its interval bounds, or a
     cell-level count; anything else would only be found missing after the run."""
-    from dkilab.eval.metrics import declared
-
     known = {m.name for m in declared()} | set(CELL_LEVEL_METRICS)
     base = metric.removesuffix("_ci95_low").removesuffix("_ci95_high")
     if base not in known:
@@ -128,8 +131,6 @@ def check_metric_name(metric: str, key: str, fail) -> None:
 def check_embedder(spec: "EmbedderSpec", key: str, fail) -> None:
     """An encoder is `auto`, one of the offline builds, a local directory or a hub id: an `offline:` name that
     is none of the builds, or another `scheme:`, would fail only when the first store is built."""
-    from dkilab.encoders.embedder import OFFLINE_EMBEDDERS
-
     for name, value in (("model", spec.model), ("english", spec.english)):
         if value is None or value == "auto" or value in OFFLINE_EMBEDDERS or Path(value).exists():
             continue
@@ -140,16 +141,12 @@ def check_embedder(spec: "EmbedderSpec", key: str, fail) -> None:
 
 
 def _oracle_spec() -> str:
-    from dkilab.models.oracle import SPEC
-
     return SPEC
 
 
 def check_model_spec(spec, key: str, fail) -> None:
     """`scheme:rest` must name a registered loader (`nosuch:model` would otherwise be tried as a hub id
     in every cell); specs without a scheme (hub ids, directories, .gguf files) are checked when loaded."""
-    from dkilab.models.specs import MODELS
-
     if not isinstance(spec, str) or not spec.strip():
         fail(key, f"a model spec is a non-empty string, got {spec!r}")
     m = re.match(r"([A-Za-z][\w+.-]*):(?!//)", spec)
@@ -164,8 +161,6 @@ def check_model_spec(spec, key: str, fail) -> None:
         fail(key, f"{spec!r}: no answers file {spec[len('scripted:'):]!r} (relative to {Path.cwd()}; "
                   "or scripted:oracle, the built-in persona)")
     elif m and m.group(1) == "offline" and not Path(spec).exists():
-        from dkilab.models.specs import OFFLINE_SPECS  # a dict: importing it loads no model and no torch
-
         if spec not in OFFLINE_SPECS:
             fail(key, f"unknown offline model {spec!r}{did_you_mean(spec, list(OFFLINE_SPECS))}; "
                       f"the offline models are: {', '.join(OFFLINE_SPECS)}")

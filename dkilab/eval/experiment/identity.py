@@ -12,10 +12,19 @@ from typing import Any
 from pydantic import BaseModel
 
 from dkilab.config import ConfigError, merge_nested, set_dotted, validate
+from dkilab.eval.datasets import dataset_info
+from dkilab.eval.experiment.schema import (
+    DatasetSpec,
+    EmbedderSpec,
+    ExperimentConfig,
+    JudgeSpec,
+    ModelSpec,
+    StrategySpec,
+)
+from dkilab.eval.metrics import detector_card, metrics_version
+from dkilab.eval.metrics.abstention import judge_card
+from dkilab.prompts import CHOOSE
 from dkilab.strategies import STRATEGIES
-from dkilab.eval.experiment.schema import (DatasetSpec, EmbedderSpec, ExperimentConfig, JudgeSpec, ModelSpec,
-                                          StrategySpec)
-
 
 
 @dataclass
@@ -50,12 +59,8 @@ class Cell:
     @property
     def resolved(self) -> dict[str, Any]:
         """What the cell runs, every default filled in (logged as params and resolved_config.yaml)."""
-        from dkilab.eval.metrics import detector_card, metrics_version
-
         detector = dict(detector_card(self.detector))
         if self.judge is not None and self.judge.abstention:
-            from dkilab.eval.metrics.abstention import judge_card
-
             detector = judge_card(self.judge.model, self.judge.resolved()["abstention_prompt"]) | {
                 "fallback": f"{detector['name']}-v{detector['version']}"}
         cards = self.instance.cards()
@@ -84,11 +89,8 @@ class Cell:
     def harness_prompts(self) -> dict[str, str]:
         """Prompt text the harness adds to a question (not the strategy): how to answer a multiple-choice
         question, on datasets that may have them (declared `choices`, or a file in the normalised format)."""
-        from dkilab.eval.datasets import dataset_info
-
         if not dataset_info(self.dataset.name, self.dataset.path).get("choices"):
             return {}
-        from dkilab.prompts import CHOOSE
 
         return {f"choose.{lang}": text for lang, text in CHOOSE.items()}
 
@@ -146,8 +148,6 @@ def identity_params(params) -> dict[str, Any]:
     off: a field declared `knob(..., off=v)` at `v`, and the fields declared `knob_setting(f, ...)` while
     their lever `f` is off (dkilab/config.py). A lever added later, off by default, so changes no existing cell's
     hash (every cell would otherwise run again); switched on, all of its fields are in the identity."""
-    from pydantic import BaseModel
-
     def walk(model: BaseModel, dumped: dict[str, Any]) -> dict[str, Any]:
         extra = {n: f.json_schema_extra if isinstance(f.json_schema_extra, dict) else {}
                  for n, f in type(model).model_fields.items()}

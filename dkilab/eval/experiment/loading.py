@@ -12,7 +12,6 @@ from dkilab.eval.experiment.checks import check_config
 from dkilab.eval.experiment.schema import ExperimentConfig
 
 
-
 def parse_set(items: list[str] | None) -> dict[str, Any]:
     """`--set key=value` (value parsed as YAML: numbers, lists, booleans)."""
     out = {}

@@ -1,16 +1,24 @@
 """The experiment YAML's schema: the model, embedder, dataset, judge and strategy blocks, and the config."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from dkilab import prompts as text
 from dkilab.config import knob, refuse_bool_numbers
-from dkilab.eval.datasets import DATASETS
+from dkilab.encoders.embedder import auto_embedder, index_text_for, weights_digest
+from dkilab.eval.datasets import DATASETS, dataset_info, load_dataset, source_digest
+from dkilab.eval.datasets.locomo_audit import audit_info
 from dkilab.eval.metrics import SCORERS
+from dkilab.eval.metrics.judge import check_prompt
+from dkilab.eval.metrics.locomo_j import LocomoJ, load_template
+from dkilab.eval.metrics.longmemeval_check import LongMemEval, digest, load_templates, readable
+from dkilab.models.openai_client import served_revision
+from dkilab.models.oracle import SPEC as ORACLE
 from dkilab.registry import did_you_mean
-
 
 
 class _Strict(BaseModel):
@@ -71,15 +79,10 @@ def model_weights_digest(spec: str) -> str | None:
     """What a model spec's path holds, as a digest: a local model directory's files, a .gguf file, a
     `scripted:` answers file, an endpoint's `/models` entry for the model (dkilab.models.openai_client.
     served_revision). None for hub ids, offline builds (their names fix their weights) and the oracle."""
-    from dkilab.encoders.embedder import weights_digest
-
     path = spec[len("scripted:"):] if spec.startswith("scripted:") else spec
     if spec.startswith("openai:"):
-        from dkilab.models.openai_client import served_revision
-
         name, _, url = spec[len("openai:"):].partition("@")
         return served_revision(url, name) if url else None
-    from dkilab.models.oracle import SPEC as ORACLE
 
     if spec.startswith("offline:") or spec == ORACLE:
         return None
@@ -112,7 +115,6 @@ class EmbedderSpec(_Strict):
     def for_language(self, language: str) -> "EmbedderSpec":
         if self.model != "auto":
             return self
-        from dkilab.encoders.embedder import auto_embedder  # English: MiniLM with the LoCoMo-dev adapter; else e5
 
         model = self.english if language == "en" and self.english else auto_embedder(language)
         return self.model_copy(update={"model": model, "english": None})
@@ -121,8 +123,6 @@ class EmbedderSpec(_Strict):
     def index_text(self) -> str:
         """The store's index-text version (dkilab.memory.store.index_text)."""
         if self.with_previous_turn is None:
-            from dkilab.encoders.embedder import index_text_for
-
             return index_text_for(self.model)
         return "2" if self.with_previous_turn else "1"
 
@@ -131,8 +131,6 @@ class EmbedderSpec(_Strict):
         turn alone and left out for the turn with its predecessor (the only choice before the knob existed,
         so those cells keep their hashes). A local model directory adds `weights`, the digest of its files: a
         cell of weights trained again at the same path is another cell."""
-        from dkilab.encoders.embedder import weights_digest
-
         out = self.model_dump(mode="json")
         out.pop("with_previous_turn", None)
         if out.get("english") is None:  # unset (and always once resolved): the hash of a cell before the knob
@@ -146,8 +144,6 @@ class EmbedderSpec(_Strict):
 def under_data_dir(path: str, data_dir: str | None = None) -> Path:
     """A file a config names: absolute, else under the data dir (`data_dir`, else $DKILAB_DATA_DIR) where it is
     there, else from the working directory (the first try when neither exists, for the error to name)."""
-    import os
-
     p = Path(path).expanduser()
     if p.is_absolute():
         return p
@@ -214,30 +210,22 @@ class DatasetSpec(_Strict):
 
     def conversations(self, data_dir=None) -> list:
         """The conversations this spec keeps, in loader order: `first`, then `limit` of them."""
-        from dkilab.eval.datasets import load_dataset
-
         limit = self.limit and self.first + self.limit
         return load_dataset(self.name, data_dir=data_dir, limit=limit, path=self.path)[self.first:]
 
     @property
     def has_preferences(self) -> bool:
         """Whether the dataset declares user profiles (a preference block for K/V strategies)."""
-        from dkilab.eval.datasets import dataset_info
-
         return bool(dataset_info(self.name, self.path).get("preferences"))
 
     def info(self) -> dict[str, Any]:
         """Version, language and scorer as declared, and `content`: the digest of the source files as they are
         now in $DKILAB_DATA_DIR (dkilab.eval.datasets.source_digest), so an edited file is a new cell."""
-        from dkilab.eval.datasets import dataset_info, source_digest
-
         meta = dataset_info(self.name, self.path)
         out = {"version": meta["version"], "language": self.language or meta["language"],
                "scorer": self.scorer or meta["scorer"],
                "content": source_digest(self.name, self.path)}
         if self.exclude_audited is not None:  # which golds are out, and the ceiling they left on the full set
-            from dkilab.eval.datasets import load_dataset
-            from dkilab.eval.datasets.locomo_audit import audit_info
 
             out["audit"] = audit_info(load_dataset(self.name), self.audit_path())
         return out
@@ -273,8 +261,6 @@ class JudgeSpec(_Strict):
 
     @model_validator(mode="after")
     def _placeholders(self):
-        from dkilab.eval.metrics.judge import check_prompt
-
         if self.prompt is not None:
             check_prompt(self.prompt)
         if self.abstention_prompt is not None:
@@ -295,12 +281,8 @@ class JudgeSpec(_Strict):
     def protocol_object(self) -> Any:
         """The published protocol the judge follows (None under dkilab's own prompt)."""
         if self.protocol == "longmemeval":
-            from dkilab.eval.metrics.longmemeval_check import LongMemEval, load_templates
-
             return LongMemEval(load_templates(self._script()))
         if self.protocol == "locomo_j":
-            from dkilab.eval.metrics.locomo_j import LocomoJ, load_template
-
             return LocomoJ(load_template(self._script()))
         return None
 
@@ -310,14 +292,10 @@ class JudgeSpec(_Strict):
         if proto is None:
             return None
         if self.protocol == "longmemeval":
-            from dkilab.eval.metrics.longmemeval_check import readable
-
             return {kind: readable(text) for kind, text in proto.templates.items()}
         return {"judge": proto.template}
 
     def resolved(self) -> dict[str, Any]:
-        from dkilab import prompts as text
-
         unset = {k for k in ("dtype", "device") if getattr(self, k) is None} | {"batch_size", "prompts_from"}  # not identity
         if self.protocol == "dkilab":
             unset.add("protocol")
@@ -325,7 +303,6 @@ class JudgeSpec(_Strict):
                                                 "abstention_prompt": (self.abstention_prompt or text.ABSTENTION_PROMPT)
                                                 if self.abstention else None}
         if self.protocol != "dkilab":  # the protocol's prompts decide, wherever the file lies
-            from dkilab.eval.metrics.longmemeval_check import digest
 
             out |= {"prompt": None, "templates_sha1": digest(self.prompts() or {})}
         return out

@@ -2,12 +2,35 @@
 once (`base.metric` / `base.declare`) with its aggregation, direction and table position; scorers per
 dataset (`base.scorer`); bootstrap intervals and paired comparisons (`bootstrap`)."""
 from dkilab.eval.metrics.abstention import detector_card, evaluate_detector, is_abstention, load_phrasings
-from dkilab.eval.metrics.base import (METRICS, SCORERS, Metric, Scored, aggregate, category_metrics, declare, declared, metric,
-                                      metrics_version, primary_metric, scorer, table_metrics)
+from dkilab.eval.metrics.base import (
+                                      METRICS,
+                                      SCORERS,
+                                      Metric,
+                                      Scored,
+                                      aggregate,
+                                      category_metrics,
+                                      declare,
+                                      declared,
+                                      metric,
+                                      metrics_version,
+                                      primary_metric,
+                                      scorer,
+                                      table_metrics,
+)
 from dkilab.eval.metrics.bootstrap import aggregate_by_category
 from dkilab.eval.metrics.claims import claims, unsupported_claims, unsupported_rate
-from dkilab.eval.metrics.qa import (choice_accuracy, exact_match, f1_multi, f1_score, locomo_score, normalize_answer,
-                                    pick_choice, zh_exact_match, zh_f1, zh_tokens)
+from dkilab.eval.metrics.qa import (
+                                      choice_accuracy,
+                                      exact_match,
+                                      f1_multi,
+                                      f1_score,
+                                      locomo_score,
+                                      normalize_answer,
+                                      pick_choice,
+                                      zh_exact_match,
+                                      zh_f1,
+                                      zh_tokens,
+)
 from dkilab.eval.metrics.retrieval import RECALL_KS, evidence_recall, reciprocal_rank
 from dkilab.eval.metrics.score import STAGES, score_answer
 

@@ -10,11 +10,14 @@ quoted speech), so a reader knows how far a difference in hallucination can be t
 """
 from __future__ import annotations
 
+import hashlib
 import json
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from dkilab.cache import cache_dir
+from dkilab.config import read_jsonl
 from dkilab.eval.metrics.base import Scored, metric
 from dkilab.prompts import ABSTAIN_PHRASE
 from dkilab.text.abstention import DETECTOR, StructuralDetector, is_abstention
@@ -57,8 +60,6 @@ def _hedged_guess(q: Scored):
 
 def load_phrasings(path: str | Path | None = None) -> list[dict]:
     """The labelled phrasings: {id, lang (en|zh), text, abstains, kind, split (dev|test)} per line."""
-    from dkilab.config import read_jsonl
-
     return read_jsonl(path or PHRASINGS)
 
 
@@ -101,10 +102,6 @@ def detector_card(name: str = DEFAULT_DETECTOR) -> dict[str, object]:
 
 
 def _judge_cache(model: str, prompt: str):
-    import hashlib
-
-    from dkilab.cache import cache_dir
-
     size = sum(p.stat().st_size for p in sorted(PHRASINGS.parent.glob("*.jsonl")))
     key = hashlib.sha1(f"{model}\n{prompt}\n{size}".encode()).hexdigest()[:16]
     return cache_dir() / "abstention" / f"judge-{key}.json"

@@ -17,11 +17,15 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass, field as dataclass_field
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from functools import cached_property
 from typing import Any, Callable, Literal
 
+import numpy as np
+
 from dkilab.registry import Registry
+from dkilab.text.abstention.learned import get_detector
 from dkilab.types import Answer, QAItem
 
 Aggregation = Literal["mean", "p50", "p95", "ratio", "count", "cell"]
@@ -62,7 +66,6 @@ class Metric:
     def identity(self) -> str:
         dep = ""
         if self.depends_on == "abstention":  # the default detector; a cell's own choice is in its detector card
-            from dkilab.text.abstention.learned import get_detector
 
             det = get_detector()
             dep = f"+{det.name}-{det.version}"
@@ -131,7 +134,6 @@ class Scored:
             return False, "final_call"  # a call, not an answer and never a decline
         if self.abstained_label is not None:
             return self.abstained_label, "judge"
-        from dkilab.text.abstention.learned import get_detector
 
         det = get_detector(self.detector)
         return det.decide(self.answer.text)
@@ -258,8 +260,6 @@ def _in_subset(row: dict, subset: str) -> bool:
 def percentile(xs, p: float, empty=None):
     """The nearest-rank p-th percentile of `xs` (one of its values, as its own type), `empty` when there
     are none: the one percentile of the project (latency aggregates, benchmarks, length checks)."""
-    import numpy as np
-
     return np.percentile(np.asarray(xs), p, method="nearest").item() if len(xs) else empty
 
 

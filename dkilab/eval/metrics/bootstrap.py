@@ -14,8 +14,16 @@ from typing import Any
 
 import numpy as np
 
-from dkilab.eval.metrics.base import (Metric, _finite, _in_subset, aggregate, aggregate_metric, category_metrics,
-                                      category_of, declared)
+from dkilab.eval.metrics.base import (
+    Metric,
+    _finite,
+    _in_subset,
+    aggregate,
+    aggregate_metric,
+    category_metrics,
+    category_of,
+    declared,
+)
 
 CI = "ci95"  # interval keys: <metric>_ci95_low|_high (unprefixed: MLflow charts them beside the metric)
 B = 1000  # resamples

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import re
 
+import jieba.posseg as pseg
+
 from dkilab.eval.metrics.base import Scored, metric
 from dkilab.text.lang import has_cjk
+from dkilab.text.segment import _jieba
 from dkilab.text.stopwords import STOPWORDS
 
 _NUM = re.compile(r"\d+(?:[.,:]\d+)*")
@@ -23,10 +26,7 @@ def claims(answer: str) -> list[str]:
     text = str(answer or "")
     out = _NUM.findall(text)
     if has_cjk(text):
-        from dkilab.text.segment import _jieba
-
         _jieba()  # quiet and initialised
-        import jieba.posseg as pseg
 
         for w in pseg.lcut(text):
             if w.flag in _ZH_NOUN_FLAGS and len(w.word.strip()) >= 2 and not is_stopword(w.word):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 
 from dkilab.eval.metrics.base import Scored, metric
+from dkilab.eval.metrics.qa import normalize_answer
 from dkilab.text.lang import detect_language
 
 MAX_WORDS, MAX_ZH_CHARS = 6, 12
@@ -54,7 +55,6 @@ def gold_answer_text(item) -> str | None:
     if detect_language(gold) == "cn":
         core = _ZH_STRIP.sub("", gold)
         return core if 0 < len(core) <= MAX_ZH_CHARS else None
-    from dkilab.eval.metrics.qa import normalize_answer
 
     words = normalize_answer(gold).split()
     return " ".join(words) if 0 < len(words) <= MAX_WORDS else None
@@ -63,7 +63,6 @@ def gold_answer_text(item) -> str | None:
 def answer_in_text(gold: str, context: str) -> bool:
     if detect_language(gold) == "cn":
         return gold in _ZH_STRIP.sub("", context)
-    from dkilab.eval.metrics.qa import normalize_answer
 
     return f" {gold} " in f" {normalize_answer(context)} "
 

@@ -9,12 +9,12 @@ detector scores them); for multiple choice the gold is the correct option's text
 from __future__ import annotations
 
 import re
-
 from typing import Any
 
 from dkilab.eval.metrics.base import declare
-from dkilab.types import ChatModel, QAItem
+from dkilab.eval.metrics.judge_stress import probes, row_fields
 from dkilab.prompts import ABSTENTION_PROMPT, JUDGE_PROMPT  # prompt texts: dkilab/prompts.py
+from dkilab.types import ChatModel, QAItem
 
 declare("judge_score", field="judge", subset="answerable", higher_is_better=True, per_category=True, rank=5,
         description="share of answerable questions the LLM judge labels CORRECT")
@@ -100,14 +100,10 @@ class LLMJudge:
 
     def probes(self, item: QAItem) -> dict[str, str]:
         """The stress probes of a judged answer's question (none without a gold)."""
-        from dkilab.eval.metrics.judge_stress import probes
-
         return probes(item, gold_text(item)) if self.stress and item.answerable and item.answer is not None else {}
 
     def judge_probes(self, item: QAItem) -> dict[str, float]:
         """The row fields of the judge's verdicts on the question's probes."""
-        from dkilab.eval.metrics.judge_stress import row_fields
-
         return row_fields({kind: self.judge(item, text)[0] for kind, text in self.probes(item).items()})
 
     def judge_text(self, item: QAItem, prediction: str) -> str:

@@ -21,6 +21,7 @@ import re
 from pathlib import Path
 
 from dkilab.config import ConfigError
+from dkilab.eval.metrics.judge import parse_verdict
 from dkilab.types import QAItem
 
 CONSTANT = "ACCURACY_PROMPT"
@@ -70,8 +71,6 @@ class LocomoJ:
     def verdict(self, reply: str) -> float | None:
         """1.0 for CORRECT, 0.0 for WRONG: the JSON `label` where the reply holds one, else the first label it
         names; None for neither."""
-        from dkilab.eval.metrics.judge import parse_verdict
-
         for blob in _JSON.findall(reply or ""):
             try:
                 label = json.loads(blob).get("label")

@@ -25,6 +25,7 @@ import regex
 
 from dkilab.eval.metrics.base import scorer
 from dkilab.text.lang import detect_language
+from dkilab.text.segment import _jieba
 from dkilab.types import QAItem
 
 _ARTICLES = regex.compile(r"\b(a|an|the|and)\b")
@@ -96,8 +97,6 @@ _ZH_PUNCT = set("，。！？、；：“”‘’（）《》【】…—·「�
 
 def zh_tokens(text: str) -> list[str]:
     """jieba tokens, lower-cased, without punctuation and spaces."""
-    from dkilab.text.segment import _jieba
-
     return [t.lower() for t in _jieba().lcut(str(text)) if t.strip() and not all(c in _ZH_PUNCT for c in t)]
 
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from dkilab.eval.metrics.base import Scored, metric
 from dkilab.agents.session_flow import stage_latencies
+from dkilab.eval.metrics.base import Scored, metric
 from dkilab.types import Answer, QAItem
 
 L2_RULES = ("new", "inherit", "overwrite_intent", "overwrite_object")

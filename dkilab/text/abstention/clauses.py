@@ -25,6 +25,9 @@ import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
 
+import jieba.posseg as pseg
+
+from dkilab.text.segment import _jieba
 
 # --- English -----------------------------------------------------------------------------------
 _MENTION = (r"(?:mention(?:ed|ing)?|sa(?:y|id|ying)|t(?:ell|old|elling)|shar(?:e|ed|ing)|discuss(?:ed|ing)?|"
@@ -227,10 +230,7 @@ def _en_kind(clause: str) -> str:
 
 @lru_cache(maxsize=1)
 def _jieba_posseg():
-    from dkilab.text.segment import _jieba
-
     _jieba()  # quiet and initialised
-    import jieba.posseg as pseg
 
     return pseg
 

@@ -27,6 +27,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+from cachetools import LRUCache
+
 from dkilab.text.abstention.clauses import DETECTOR, StructuralDetector, clauses, normalise
 from dkilab.text.abstention.commit import reply_kind, sure_decision
 from dkilab.text.abstention.rules import RULES_VERSION, masked, rule_decision
@@ -55,8 +58,6 @@ def _e5():
 
 def embed(texts: list[str]):
     """e5 passage vectors (n, 384), normalised."""
-    import numpy as np
-
     if not texts:
         return np.zeros((0, 384), dtype=np.float32)
     return np.asarray(_e5().passage(list(texts)), dtype=np.float32).reshape(len(texts), -1)
@@ -78,8 +79,6 @@ def views(answer: str) -> tuple[str, str, str]:
 def design(texts: list[str], vectors=None):
     """The model's input rows: [e5 vectors of the three views (answer, core, masked core), hand features];
     `vectors`, if given, is the three e5 blocks already computed (n, 1152)."""
-    import numpy as np
-
     structural = StructuralDetector()
     hand = np.asarray([features(t, structural) for t in texts], dtype=np.float32).reshape(len(texts), 3)
     if vectors is None:
@@ -112,8 +111,6 @@ class HybridDetector:
     name = "hybrid"
 
     def __init__(self, weights: dict[str, Any] | None = None):
-        from cachetools import LRUCache
-
         self._weights = weights
         self._structural = StructuralDetector()
         self._decisions: LRUCache = LRUCache(maxsize=50_000)
@@ -136,8 +133,6 @@ class HybridDetector:
         return hashlib.sha1(json.dumps([RULES_VERSION, w["coef"], w["intercept"], w["threshold"]]).encode()).hexdigest()[:12]
 
     def probability(self, answers: list[str]):
-        import numpy as np
-
         w = self.weights
         X = design(answers)
         if len(w["coef"]) != X.shape[1]:

@@ -8,8 +8,18 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from dkilab.text.abstention.clauses import (EN_FILLER, PREFIX, PROTOCOL, QUOTED, ZH_FILLER, is_third, normalise,
-                                    strip_fillers, clauses)
+from dkilab import prompts
+from dkilab.text.abstention.clauses import (
+    EN_FILLER,
+    PREFIX,
+    PROTOCOL,
+    QUOTED,
+    ZH_FILLER,
+    clauses,
+    is_third,
+    normalise,
+    strip_fillers,
+)
 
 CUES = re.compile(r"\b(?:not?|n't|never|none|nothing|nobody|nowhere|neither|nor|unknown|unclear|unsure|uncertain|"
                    r"lack\w*|missing|without|unable|can'?t|cannot|couldn'?t|won'?t|don'?t|didn'?t|doesn'?t|isn'?t|"
@@ -174,8 +184,6 @@ def _prompt_ngrams() -> frozenset[str]:
     """Word trigrams (English) and character 4-grams (Chinese) of the fixed prompt texts a model is shown
     (the system prompt's first sentences, the trust-and-reasoning rules, the headings): a small model that
     parrots them has neither answered nor declined. The abstention instruction itself is left out."""
-    from dkilab import prompts
-
     texts = [prompts.SYSTEM["en"].split(" If the memory")[0], prompts.SYSTEM["cn"].split("如果记忆")[0],
              *prompts.CONSTRAINT.values(), *prompts.HISTORY_HEAD.values(), *prompts.PREFERENCES_HEAD.values(),
              *(q.replace("{query}", "") for q in prompts.QUERY.values()), *prompts.FOLLOW_UP.values(),
