@@ -9,8 +9,8 @@ Nothing here sees gold evidence or answers.
 """
 from __future__ import annotations
 
+import importlib
 import threading
-from importlib import import_module
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, ClassVar
 
@@ -33,7 +33,7 @@ def render(m: Message) -> str:
 def need(module: str, package: str):
     """Import a peer's package, or say how to install it."""
     try:
-        return import_module(module)
+        return importlib.import_module(module)
     except ImportError as exc:
         raise ImportError(f"this peer retriever needs {package}: pip install 'dkilab[peers]'") from exc
 
