@@ -5,8 +5,6 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-import jieba.analyse
-
 from dkilab.text.lang import detect_language
 from dkilab.text.segment import _jieba, segment
 from dkilab.text.stopwords import STOPWORDS
@@ -25,8 +23,9 @@ def extract_keywords(text: str, top_k: int = 5, method: str = "tfidf",
     if not text or not text.strip():
         return []
     if detect_language(text) == "cn":
-        _jieba()
+        import jieba.analyse
 
+        _jieba()
         fn = jieba.analyse.extract_tags if method == "tfidf" else jieba.analyse.textrank
         pairs = fn(text, topK=top_k, withWeight=True, allowPOS=allow_pos or ())
         if not pairs:  # very short queries may have no word of the allowed kinds

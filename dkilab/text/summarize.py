@@ -9,8 +9,6 @@ from __future__ import annotations
 import re
 from typing import Callable
 
-import jieba.posseg
-
 from dkilab.prompts import LLM_SUMMARY_PROMPT  # prompt texts: dkilab/prompts.py
 from dkilab.text.lang import detect_language
 from dkilab.text.segment import _jieba, segment
@@ -42,6 +40,8 @@ def salient_details(text: str) -> dict[str, list[str]]:
     numbers = list(dict.fromkeys(m.group(0) for m in _NUMBER.finditer(rest)))
     names = [m.group(0) for m in _EN_NAME.finditer(text) if m.group(0).lower() not in STOPWORDS]
     if detect_language(text) == "cn" or re.search(r"[\u4e00-\u9fff]", text):
+        import jieba.posseg
+
         _jieba()
         names += [w for w, flag in jieba.posseg.lcut(text) if flag in ("nr", "ns", "nt", "nz") and len(w) > 1]
     return {"numbers": numbers, "dates": dates, "names": list(dict.fromkeys(names))}
@@ -62,7 +62,7 @@ class ExtractiveSummarizer:
         sentences = split_sentences(text)
         if not sentences:
             return self.counter.truncate(text, max_tokens)
-        import jieba.analyse  # noqa: PLC0415 (importing it reads jieba's IDF table: only when Chinese is summarised)
+        import jieba.analyse
 
         _jieba()
         weights = dict(jieba.analyse.textrank(text, topK=self.keywords, withWeight=True,

@@ -7,8 +7,6 @@ import re
 from datetime import datetime, timedelta, timezone
 from functools import lru_cache
 
-import jieba.posseg as pseg  # noqa: PLC0415 - loads its tables on first use
-
 from dkilab.memory.view import TimeRange
 
 KIND_CUES = {
@@ -242,6 +240,8 @@ def entities(text: str) -> list[str]:
     round's query (§4.4 改写 query_text)."""
     out = [m.group(0) for m in _DATES.finditer(text)]
     if _CJK.search(text):
+        import jieba.posseg as pseg
+
         out += [w.word for w in pseg.cut(text) if w.flag in _NAME_FLAGS and len(w.word) >= 2]
         out += _LATIN_IN_CJK.findall(text)
     else:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import re
 
-import jieba.posseg as pseg
-
 from dkilab.eval.metrics.base import Scored, metric
 from dkilab.text.lang import has_cjk
 from dkilab.text.segment import _jieba
@@ -26,6 +24,8 @@ def claims(answer: str) -> list[str]:
     text = str(answer or "")
     out = _NUM.findall(text)
     if has_cjk(text):
+        import jieba.posseg as pseg
+
         _jieba()  # quiet and initialised
 
         for w in pseg.lcut(text):

@@ -25,8 +25,6 @@ import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
 
-import jieba.posseg as pseg
-
 from dkilab.text.segment import _jieba
 
 # --- English -----------------------------------------------------------------------------------
@@ -230,6 +228,8 @@ def _en_kind(clause: str) -> str:
 
 @lru_cache(maxsize=1)
 def _jieba_posseg():
+    import jieba.posseg as pseg
+
     _jieba()  # quiet and initialised
 
     return pseg
