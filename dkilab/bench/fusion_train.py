@@ -285,13 +285,22 @@ def default_part(models: dict[str, Any]) -> str:
         (k for k in models if k.startswith("minilm") and not k.endswith(":utterance")), next(iter(models)))
 
 
-def train(data_dir=None, out: Path | None = None, echo=print, with_previous_turn: bool | None = None,
+def for_spec(embedder: dict[str, Any], spec: dict[str, Any], turn_alone: bool = False) -> dict[str, Any]:
+    """`embedder` for the stores of dataset `spec`; `turn_alone`: an English dataset's stores embed each turn
+    alone (index text v1, `with_previous_turn: false`); other languages keep the default (e5 stores always
+    embed a turn with the one it replies to)."""
+    if turn_alone and dataset_info(str(spec["name"]))["language"] == "en":
+        return {**embedder, "with_previous_turn": False}
+    return embedder
+
+
+def train(data_dir=None, out: Path | None = None, echo=print, turn_alone: bool = False,
           datasets: list[dict] | None = None, english_e5: bool = False, cue_parts: bool = True,
           english: str | None = None, guard: bool = True) -> dict[str, Any]:
     """Collect the dev features, choose each encoder family's C by cross-validation, fit it on all of its dev
-    data, write the model. `with_previous_turn`: True on stores that embed each turn with the one it replies
-    to (index text v2) for every encoder (the ablation row of `experiments/retrieval_bench.yaml`); None (the
-    default) on each encoder's default stores (`encoders.embedder.index_text_for`). `datasets` defaults to the
+    data, write the model. `turn_alone` (`--turn-alone`): the English data on stores that embed each turn
+    alone (`for_spec`; the `turn_alone` ablation row of `experiments/retrieval_bench.yaml`); else every
+    dataset on its encoder's default stores (`encoders.embedder.index_text_for`). `datasets` defaults to the
     dev split (`DEV`); each encoder family found there gets its part (`parts`). `english_e5`: also LoCoMo dev
     over e5 stores (`EXTRA`), for the `e5:en` part of the ablation model. `cue_parts=False` (`--no-cue-parts`):
     leave out the datasets of conversational cues (MADial-Bench dev), so the model has its question parts only
@@ -302,17 +311,15 @@ def train(data_dir=None, out: Path | None = None, echo=print, with_previous_turn
     carries the range guard of every dev row it was fitted on (`learned.RangeGuard`), which won `dkilab bench
     retrieval --leave-one-dataset-out`."""
     wanted: list[dict[str, Any]] = datasets or DEV
-    auto = {"model": "auto", "with_previous_turn": with_previous_turn, "english": english}
-    rows = [r for spec in wanted for r in collected(data_dir, auto, spec, echo, stand_ins=True)]
+    auto = {"model": "auto", "english": english}
+    rows = [r for spec in wanted for r in collected(data_dir, for_spec(auto, spec, turn_alone), spec, echo, stand_ins=True)]
     if english is None:  # the English dev data again on stock-MiniLM stores: its parts serve `Embedder()`'s stores
 
-        stock = {**STOCK, "with_previous_turn": with_previous_turn}
         rows += [r for spec in wanted if dataset_info(str(spec["name"]))["language"] == "en"
-                 for r in collected(data_dir, stock, spec, echo)]
+                 for r in collected(data_dir, for_spec(STOCK, spec, turn_alone), spec, echo)]
     if english_e5:
         for embedder, extra in EXTRA:
-            rows += [r for spec in extra for r in collected(data_dir, {**embedder, "with_previous_turn": with_previous_turn},
-                                                           spec, echo)]
+            rows += [r for spec in extra for r in collected(data_dir, for_spec(embedder, spec, turn_alone), spec, echo)]
     if not rows:
         raise ValueError("fusion training: no question with evidence (is $DKILAB_DATA_DIR set?)")
     rows, models = _out_of_fold_parts(rows, echo)

@@ -28,12 +28,13 @@ Each is compared, paired by question, with the rows `dkilab bench retrieval` log
 must reproduce) and the single signals `bm25_only` and
 `dense_only` (run here when not finished yet; the same cells as the bench's).
 
-    dkilab bench retrieval --leave-one-dataset-out [--data-dir DIR] [--metric recall_at_10] [--with-previous-turn]
+    dkilab bench retrieval --leave-one-dataset-out [--data-dir DIR] [--metric recall_at_10] [--turn-alone]
 
-`--with-previous-turn` collects everything again on stores that embed each turn with the
-one it replies to, refits every held-out pipeline there and pairs it with the same pipeline on the defaults'
-stores (`previous_turn_table`): the choice between one vector per turn and the turn with its context is
-made by held-out figures, not in distribution.
+`--turn-alone` collects everything again with the English stores embedding each turn alone, refits every
+held-out pipeline there and pairs it with the same pipeline on the defaults' stores, which embed each turn
+with the one it replies to (`previous_turn_table`): the choice between one vector per turn and the turn
+with its context is made by held-out figures, not in distribution (e5 stores keep the turn before either
+way).
 
 Only the fusion model is refitted: the fine-tuned English encoder (`offline:minilm-locomo`) was fitted on
 LoCoMo dev, so on LoCoMo test its cosines are still in distribution (the table says so).
@@ -44,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from dkilab.bench.fusion_train import DEV, STOCK, _fit, _objective, choose_c, collected, default_part, parts
+from dkilab.bench.fusion_train import DEV, STOCK, _fit, _objective, choose_c, collected, default_part, for_spec, parts
 from dkilab.bench.retrieval import CONFIG, SINGLE, load_config
 from dkilab.config import read_yaml
 from dkilab.eval.datasets import dataset_info
@@ -73,18 +74,19 @@ def test_datasets() -> list[dict[str, Any]]:
     return list(read_yaml(CONFIG)["datasets"])
 
 
-def collect_all(data_dir=None, echo=print, with_previous_turn: bool | None = None) -> tuple[list[dict], list[dict]]:
+def collect_all(data_dir=None, echo=print, turn_alone: bool = False) -> tuple[list[dict], list[dict]]:
     """(dev rows, test rows): the dev rows as `--train` fits on them (the fine-tuned encoder's LoCoMo dev
     rows left out, the English dev data on stock-MiniLM stores beside), the test rows
-    on the defaults' stores; each dataset's cached (`collected`). `with_previous_turn`: True on stores that
-    embed each turn with the one it replies to (None: each encoder's default, `index_text_for`)."""
-    auto = {"model": "auto", "with_previous_turn": with_previous_turn}
+    on the defaults' stores; each dataset's cached (`collected`). `turn_alone`: the English data on stores
+    that embed each turn alone (`fusion_train.for_spec`)."""
+    auto: dict[str, Any] = {"model": "auto"}
     dev: list[dict] = []
     for spec in DEV:
-        dev += [r for r in collected(data_dir, auto, spec, echo, stand_ins=True) if not r.get("stand_in")]
+        dev += [r for r in collected(data_dir, for_spec(auto, spec, turn_alone), spec, echo, stand_ins=True)
+                if not r.get("stand_in")]
         if dataset_info(str(spec["name"]))["language"] == "en":
-            dev += collected(data_dir, {**STOCK, "with_previous_turn": with_previous_turn}, spec, echo)
-    test = [r for spec in test_datasets() for r in collected(data_dir, auto, spec, echo)]
+            dev += collected(data_dir, for_spec(STOCK, spec, turn_alone), spec, echo)
+    test = [r for spec in test_datasets() for r in collected(data_dir, for_spec(auto, spec, turn_alone), spec, echo)]
     if not dev or not test:
         raise ValueError("leave-one-dataset-out: no question with evidence (is $DKILAB_DATA_DIR set?)")
     return dev, test
@@ -233,11 +235,11 @@ def table(held: dict[str, dict[str, list[dict]]], runner: dict[str, dict[str, li
 
 def previous_turn_table(alone: dict[str, dict[str, list[dict]]], paired_with: dict[str, dict[str, list[dict]]],
                         metric: str = "recall_at_10") -> list[str]:
-    """Issue 59 item 4: each held-out pipeline on stores that embed a turn with the one it replies to, paired
-    by question with the same pipeline on the defaults' stores (each turn alone), and the choice it makes."""
+    """Issue 59 item 4: each held-out pipeline on English stores that embed a turn with the one it replies to,
+    paired by question with the same pipeline on stores of each turn alone, and the choice it makes."""
     fn = METRICS[metric]
-    lines = [f"{metric} held out, each turn embedded alone (the defaults) vs with the turn it replies to "
-             "(English stores; e5 stores keep it already): with - alone [95% CI], * = real", ""]
+    lines = [f"{metric} held out, each English turn embedded alone vs with the turn it replies to (the "
+             "defaults; e5 stores keep it either way): with - alone [95% CI], * = real", ""]
     means: dict[str, list[float]] = {}
     for ds in alone:
         lines.append(f"{ds}:")
@@ -255,15 +257,15 @@ def previous_turn_table(alone: dict[str, dict[str, list[dict]]], paired_with: di
 
 
 def main(data_dir=None, metric: str = "recall_at_10", tracking_uri: str | None = None,
-         with_previous_turn: bool = False) -> int:
+         turn_alone: bool = False) -> int:
     runner = runner_rows(data_dir, tracking_uri)
     dev, test = collect_all(data_dir)
     held = score_held_out(dev, test)
     for line in table(held, runner, metric):
         print(line)
-    if with_previous_turn:
+    if turn_alone:
         print()
-        dev, test = collect_all(data_dir, with_previous_turn=True)
-        for line in previous_turn_table(held, score_held_out(dev, test, echo=lambda _: None), metric):
+        dev, test = collect_all(data_dir, turn_alone=True)
+        for line in previous_turn_table(score_held_out(dev, test, echo=lambda _: None), held, metric):
             print(line)
     return 0

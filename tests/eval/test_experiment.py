@@ -180,12 +180,12 @@ def test_strategies_run_on_the_datasets_they_name(tmp_path):
 
 
 def test_a_strategy_may_run_with_its_own_embedder_keys(tmp_path):
-    """An ablation row on other stores (`embedder: {with_previous_turn: true}` on one strategy): its cells
+    """An ablation row on other stores (`embedder: {with_previous_turn: false}` on one strategy): its cells
     resolve to that index text and carry it in their identity; the other strategies keep the experiment's."""
     path = _write(tmp_path, embedder={"model": "offline:minilm"},
-                  strategies=[{"name": "recall_only", "label": "alone"},
-                              {"name": "recall_only", "label": "prev", "embedder": {"with_previous_turn": True}}])
-    alone, prev = expand_cells(load_experiment(path))
+                  strategies=[{"name": "recall_only", "label": "prev"},
+                              {"name": "recall_only", "label": "alone", "embedder": {"with_previous_turn": False}}])
+    prev, alone = expand_cells(load_experiment(path))
     assert (alone.embedder.index_text, prev.embedder.index_text) == ("1", "2")
     assert alone.config_hash != prev.config_hash and alone.resolved["embedder"]["with_previous_turn"] is False
     bad = _write(tmp_path, "bad", strategies=[{"name": "recall_only", "embedder": {"with_previous_trun": True}}])

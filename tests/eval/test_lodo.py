@@ -110,6 +110,8 @@ def test_collected_features_are_cached_per_dataset_file_version_and_a_bad_cache_
 
 
 def test_the_previous_turn_table_pairs_each_pipeline_and_chooses_by_the_defaults_structure():
+    """`--turn-alone`: each held-out pipeline on stores of each turn alone against the defaults' (with the turn
+    before), and the choice the defaults' structure makes."""
     def rows(hits):
         return [{"qid": f"q{i}", "user_id": "u", "recall_at_10": h} for i, h in enumerate(hits)]
 

@@ -98,8 +98,8 @@ class EmbedderSpec(_Strict):
     model: str = "auto"
     batch_size: int = Field(64, ge=1, le=4096)
     # what a stored turn's vector is computed from: the turn with the one it replies to (index text v2, ~2x
-    # the tokens to encode) or the turn alone (v1); None = the encoder's default (encoders.embedder.index_text_for:
-    # the turn alone for MiniLM, with the previous turn for e5); each choice gets its own cached store
+    # the tokens to encode) or the turn alone (v1); None = the default (encoders.embedder.index_text_for: with
+    # the previous turn); each choice gets its own cached store
     with_previous_turn: bool | None = None
     # the encoder `auto` gives English data instead of offline:minilm-locomo (e.g. offline:minilm, the stock
     # ablation of `dkilab bench retrieval`); other languages keep theirs; None = the default
