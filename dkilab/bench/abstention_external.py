@@ -1,4 +1,4 @@
-"""Issue 33's check on replies written by other people: the abstention detector on real replies to questions
+"""The check on replies written by other people: the abstention detector on real replies to questions
 from two public dialogue datasets, read from the data directory at run time (never copied into the project).
 
 - KdConv (Chinese, crowd workers chatting about films, music and travel; Apache-2.0): every reply to a question

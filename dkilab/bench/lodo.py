@@ -235,7 +235,7 @@ def table(held: dict[str, dict[str, list[dict]]], runner: dict[str, dict[str, li
 
 def previous_turn_table(alone: dict[str, dict[str, list[dict]]], paired_with: dict[str, dict[str, list[dict]]],
                         metric: str = "recall_at_10") -> list[str]:
-    """Issue 59 item 4: each held-out pipeline on English stores that embed a turn with the one it replies to,
+    """Each held-out pipeline on English stores that embed a turn with the one it replies to,
     paired by question with the same pipeline on stores of each turn alone, and the choice it makes."""
     fn = METRICS[metric]
     lines = [f"{metric} held out, each English turn embedded alone vs with the turn it replies to (the "

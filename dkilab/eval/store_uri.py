@@ -7,7 +7,6 @@ import http.client
 import json
 import math
 import os
-import re
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -68,25 +67,18 @@ def _rows_of(uri: str, run_id: str) -> tuple[dict[str, Any], ...]:
 SCRIPTED_TAG = "dkilab.scripted"
 
 
-_OLD_CI = re.compile(r"^ci95/(.+?)(?:/|_)(low|high)$")
-
-
 METRICS_TABLE = "metrics.json"  # every metric of a cell with its interval and n (tracking.log_cell_metrics)
 METRICS_TABLE_TAG = "dkilab.metrics_table"
 
 
 def read_metrics(run, uri: str | None = None) -> dict[str, float]:
     """A run's metrics under today's names, intervals as `<metric>_ci95_low|high`: its metrics.json table
-    where it has one (cells log only their headline metrics as MLflow metrics), else its MLflow metrics
-    (runs logged before the table; those before the interval keys became `<metric>_ci95_low|high` had
-    `ci95/<metric>/low|high`)."""
+    where it has one (cells log only their headline metrics as MLflow metrics), else its MLflow metrics."""
     import mlflow
 
     name = run.data.tags.get(METRICS_TABLE_TAG)
     out = dict(_table_of(uri or mlflow.get_tracking_uri(), run.info.run_id, name)) if name else {}
-    for k, v in run.data.metrics.items():  # exact where both have it (the table's JSON keeps 10 decimals)
-        m = _OLD_CI.match(k)
-        out[f"{m.group(1)}_ci95_{m.group(2)}" if m else k] = v
+    out.update(run.data.metrics)  # exact where both have it (the table's JSON keeps 10 decimals)
     return out
 
 

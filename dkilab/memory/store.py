@@ -87,19 +87,6 @@ def _extra_text(speaker, topic, metadata: dict) -> str:
     return " ".join(str(x) for x in (speaker, topic, metadata.get("index_extra")) if x)
 
 
-def _reindex_fts(c) -> None:
-    """Rebuild every user's FTS table from the messages (inside the caller's transaction)."""
-    for slot, user_id in c.execute("SELECT slot, user_id FROM users").fetchall():
-        c.execute(f"DROP TABLE IF EXISTS {fts_table(slot)}")
-        c.execute(_FTS_DDL.format(table=fts_table(slot)))
-        rows = c.execute("SELECT fts_id, content, speaker, topic, metadata FROM messages WHERE user_id=?",
-                         (user_id,)).fetchall()
-        c.executemany(f"INSERT INTO {fts_table(slot)}(rowid, body, extra) VALUES(?,?,?)",
-                      [(r["fts_id"], " ".join(segment(r["content"])),
-                        " ".join(segment(_extra_text(r["speaker"], r["topic"], json.loads(r["metadata"])))))
-                       for r in rows])
-
-
 class _TurnTaken(Exception):
     """Another writer stored the turn this one allocated (add_turn retries)."""
 
@@ -127,6 +114,7 @@ class MemoryStore:
         self._check_is_store(create)
         self.conn = connect(str(self.path / DB_FILE))
         self._lock = threading.RLock()
+        self._check_version()
         with_retry(lambda: self.conn.executescript(_SCHEMA))
         self._check_meta()
         self._init_meta()
@@ -199,40 +187,15 @@ class MemoryStore:
                 c.execute("INSERT OR IGNORE INTO meta VALUES('store_id', ?)", (secrets.token_hex(8),))
         with_retry(init)
         self._meta = {r["key"]: r["value"] for r in self.conn.execute("SELECT key, value FROM meta")}
-        if self._meta["schema_version"] == "2":
-            with_retry(self._migrate_v2)
-            self._meta["schema_version"] = "3"
-        if self._meta["schema_version"] == "3":
-            with_retry(self._migrate_v3)
-            self._meta["schema_version"] = "4"
-        if self._meta["schema_version"] != SCHEMA_VERSION:
-            raise ValueError(f"{self.path / DB_FILE}: schema version {self._meta['schema_version']}, expected {SCHEMA_VERSION}")
 
-    def _migrate_v2(self) -> None:
-        """v2 kept one FTS5 table for all users; re-index each user's messages into its own table."""
-        with self._lock, transaction(self.conn) as c:
-            if c.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] != "2":
-                return  # another process migrated it meanwhile
-            _reindex_fts(c)
-            c.execute("DROP TABLE IF EXISTS messages_fts")
-            c.execute("UPDATE meta SET value='3' WHERE key='schema_version'")
-
-    def _migrate_v3(self) -> None:
-        """v3 made message ids unique store-wide; v4 makes them unique per user. Rows keep their rid
-        (the FAISS ids and FTS rowids stay valid)."""
-        with self._lock, transaction(self.conn) as c:
-            if c.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] != "3":
-                return  # another process migrated it meanwhile
-            ddl = _SCHEMA.split("CREATE TABLE IF NOT EXISTS messages(", 1)[1].split(");", 1)[0]
-            c.execute(f"CREATE TABLE messages_v4({ddl})")
-            c.execute("INSERT INTO messages_v4 SELECT * FROM messages")
-            c.execute("DROP TABLE messages")
-            c.execute("ALTER TABLE messages_v4 RENAME TO messages")
-            for stmt in _SCHEMA.split(";"):
-                if "CREATE INDEX" in stmt:
-                    c.execute(stmt)
-            _reindex_fts(c)  # v4 segments NFKC-normalised text
-            c.execute("UPDATE meta SET value='4' WHERE key='schema_version'")
+    def _check_version(self) -> None:
+        """A store written by another schema is refused before anything in it is touched."""
+        has_meta = self.conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'").fetchone()
+        row = has_meta and self.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        if row and row[0] != SCHEMA_VERSION:
+            self.conn.close()
+            raise ValueError(f"{self.path / DB_FILE}: schema version {row[0]}, expected {SCHEMA_VERSION}; "
+                             "docs/migration.md says how to upgrade it (nothing was changed)")
 
     def _check_weights(self) -> None:
         """A store built by a local model directory records the digest of its files (`Embedder.weights`);

@@ -43,9 +43,6 @@ def register(cls: type["Strategy"]) -> type["Strategy"]:
     return cls
 
 
-RENAMED = {"context_budget": "history_budget", "history_tokens": "history_budget", "evidence_tokens": "history_budget"}  # old param -> its successor
-
-
 KV_CACHE_BYTES = 2 * 1024**3  # cached K/V blocks per strategy and model (LRU by bytes)
 
 class StrategyParams(BaseModel):
@@ -62,10 +59,7 @@ class StrategyParams(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _renamed(cls, data):
-        for old, new in RENAMED.items():
-            if isinstance(data, dict) and old in data:
-                raise ValueError(f"{old!r} is now {new!r}: one history budget, matched across strategies")
+    def _no_bool_numbers(cls, data):
         return refuse_bool_numbers(cls, data)
 
 

@@ -198,22 +198,19 @@ def test_other_users_data_never_changes_my_lexical_scores(filled):
     assert after == before and before
 
 
-def test_v2_store_is_migrated_to_per_user_fts(embedder, tmp_path):
-    """A store written by schema v2 (one shared FTS table) opens, re-indexed, with nothing lost."""
+@pytest.mark.parametrize("version", ["2", "3"])
+def test_a_store_of_an_older_schema_is_refused_untouched(embedder, tmp_path, version):
+    """Stores of schemas 2 and 3 are not migrated any more: one line names the file and the migration note,
+    and the file is left byte for byte as it was."""
     with MemoryStore.open(tmp_path / "s", embedder=embedder) as s:
         s.add_messages(CORPUS, embeddings=random_unit(len(CORPUS)))
-        expected = {u: ids(s.for_user(u).lexical_search("不吃辣 grey cat")) for u in ("alice", "bob")}
-        c = s.conn  # rewrite it into the v2 layout
-        c.execute("CREATE VIRTUAL TABLE messages_fts USING fts5(body, extra, content='', "
-                  "tokenize='porter unicode61 remove_diacritics 2')")
-        for (slot,) in c.execute("SELECT slot FROM users").fetchall():
-            c.execute(f"DROP TABLE fts_u{slot}")
-        c.execute("UPDATE meta SET value='2' WHERE key='schema_version'")
-        c.commit()
-    with MemoryStore.open(tmp_path / "s", embedder=embedder) as s:
-        assert s.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "4"
-        assert {u: ids(s.for_user(u).lexical_search("不吃辣 grey cat")) for u in ("alice", "bob")} == expected
-        assert expected["alice"] and expected["bob"]
+        s.conn.execute("UPDATE meta SET value=? WHERE key='schema_version'", (version,))
+        s.conn.commit()
+    db = tmp_path / "s" / "memory.sqlite"
+    before = db.read_bytes()
+    with pytest.raises(ValueError, match=rf"memory.sqlite: schema version {version}, expected 4; docs/migration.md"):
+        MemoryStore.open(tmp_path / "s", embedder=embedder)
+    assert db.read_bytes() == before
 
 
 def test_a_reply_is_found_through_the_turn_it_answers(embedder, tmp_path):

@@ -110,24 +110,6 @@ def test_a_call_is_all_or_nothing_across_internal_batches(store):
     assert store.count() == 1
 
 
-def test_a_v3_store_migrates_to_per_user_ids(embedder, tmp_path):
-    with MemoryStore.open(tmp_path / "s", embedder=embedder) as s:
-        s.add_messages(batch("alice", 5), embeddings=random_unit(5))
-        before = [m.message_id for m in s.for_user("alice").messages_list().items]
-        c = s.conn  # back to the v3 table: ids unique store-wide
-        ddl = c.execute("SELECT sql FROM sqlite_master WHERE name='messages'").fetchone()[0]
-        v3 = ddl.replace("message_id TEXT NOT NULL,", "message_id TEXT NOT NULL UNIQUE,").replace(
-            ",\n    UNIQUE(user_id, message_id)  -- ids are per user: bob never learns that alice uses an id", "")
-        c.executescript(f"BEGIN; ALTER TABLE messages RENAME TO old; {v3};"
-                        "INSERT INTO messages SELECT * FROM old; DROP TABLE old;"
-                        "UPDATE meta SET value='3' WHERE key='schema_version'; COMMIT;")
-    with MemoryStore.open(tmp_path / "s", embedder=embedder) as s:
-        assert s.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "4"
-        assert [m.message_id for m in s.for_user("alice").messages_list().items] == before
-        assert s.add_messages(batch("bob", 5), embeddings=random_unit(5, seed=3)) == 5
-        assert s.for_user("alice").semantic_search("alice says thing number 3").items
-
-
 # --- FAISS files are a cache: damaged, foreign or stale ones are rebuilt from SQLite ---------------
 def _faiss_file(path):
     (f,) = (path / "faiss").glob("*.faiss")
