@@ -38,7 +38,8 @@ for step in "${steps[@]}"; do
         run bench_mrr "$BIN/dkilab" bench retrieval --metric mrr ;;
     lodo)
         run lodo "$BIN/dkilab" bench retrieval --leave-one-dataset-out --turn-alone
-        run lodo_mrr "$BIN/dkilab" bench retrieval --leave-one-dataset-out --metric mrr ;;
+        run lodo_mrr "$BIN/dkilab" bench retrieval --leave-one-dataset-out --metric mrr
+        run lodo_turn_alone_mrr "$BIN/dkilab" bench retrieval --leave-one-dataset-out --turn-alone --metric mrr ;;
     esac
 done
 ((go)) || { echo "unknown step $start: one of ${steps[*]}"; exit 2; }
