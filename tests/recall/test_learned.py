@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from dkilab.recall import MultiSignalRecall, RecallConfig
+from dkilab.memory.store import index_text
 from dkilab.recall import learned
 from dkilab.types import Message
 from tests.recall.test_levers import ASKED, HISTORY, m  # the same hand-made history
@@ -38,8 +39,11 @@ def test_the_neighbours_of_the_top_hits_join_the_candidates_with_their_cosines(m
     assert {"m0", "m1", "m2"} <= set(rows)  # BM25 finds m1 alone; its session neighbours join
     assert result.ranked[0].signals.get("learned") is not None and "m2" in [r.message.message_id for r in result.ranked]
     q = embedder.encode_query("mushroom risotto")
-    vec = {x.message_id: v for x, v in zip(HISTORY, embedder.encode([f"{x.speaker}: {x.content}" for x in HISTORY]))}
-    # the turn alone is what a MiniLM store embeds; the row reads its own and its neighbours' cosines
+    # each turn with the one it replies to is what a store embeds; the row reads its own and its neighbours' cosines
+    before = {x.message_id: next((p for p in reversed(HISTORY[:k]) if p.session_id == x.session_id), None)
+              for k, x in enumerate(HISTORY)}
+    vec = {x.message_id: v for x, v in zip(HISTORY, embedder.encode([index_text(x, before[x.message_id])
+                                                                     for x in HISTORY]))}
     assert rows["m2"][COL["cos"]] == pytest.approx(float(vec["m2"] @ q), abs=1e-4)
     assert rows["m2"][COL["prev_cos"]] == pytest.approx(float(vec["m1"] @ q), abs=1e-4)
     assert rows["m1"][COL["next_cos"]] == pytest.approx(float(vec["m2"] @ q), abs=1e-4)
