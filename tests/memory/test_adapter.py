@@ -52,8 +52,9 @@ def test_the_adapter_is_merged_into_minilm_and_keys_its_stores_and_cells(tiny_ad
     ref = torch.nn.functional.normalize((hidden * mask).sum(1) / mask.sum(1), dim=-1).numpy()
     np.testing.assert_allclose(got, ref, atol=1e-5)
 
-    # a MiniLM build (each turn alone), with fusion parts of its own (its cosines sit at other levels)
-    assert family(LOCOMO_EMBEDDER) == "minilm-locomo" and index_text_for(LOCOMO_EMBEDDER) == "1"
+    # a MiniLM build (each turn with the one it replies to, as every store), with fusion parts of its own (its
+    # cosines sit at other levels)
+    assert family(LOCOMO_EMBEDDER) == "minilm-locomo" and index_text_for(LOCOMO_EMBEDDER) == "2"
     old = weights_digest(LOCOMO_EMBEDDER)
     assert old == weights_digest(str(path)) and Embedder(LOCOMO_EMBEDDER).weights == old
     cell = EmbedderSpec(english=LOCOMO_EMBEDDER).for_language("en").identity()
