@@ -53,8 +53,8 @@ def _show_figures_inline() -> None:
 _show_figures_inline()
 
 __all__ = ["load_runs", "load_predictions", "plot_headlines", "plot_categories", "plot_sweep", "plot_frontier",
-           "plot_recall_at_k", "plot_metric_vs", "paired_differences", "category_values", "plot_alpha", "plot_tree", "pareto_front", "retrieval_misses", "available_datasets",
-           "render_suffix", "render_fact_calls"]
+           "plot_recall_at_k", "plot_metric_vs", "paired_differences", "category_values", "plot_alpha", "plot_tree",
+           "pareto_front", "retrieval_misses", "available_datasets", "render_suffix", "render_fact_calls"]
 
 
 def _runs(experiment: str, tracking_uri: str | None):
@@ -212,7 +212,8 @@ def available_datasets(names, data_dir=None) -> list[str]:
     for name in names:
         if name not in there:
             print(f"skipped {name}: its files are not in the data dir "
-                  f"({where or f'not set: set ${DATA_ENV} or DATA_DIR in the first cell'}; `dkilab datasets list` shows what is there)")
+                  f"({where or f'not set: set ${DATA_ENV} or DATA_DIR in the first cell'}; `dkilab datasets list` "
+                  "shows what is there)")
     return there
 
 
@@ -248,12 +249,14 @@ def render_suffix(text: str, budget: dict | None = None) -> str:
     parts, pos = [], 0
     for m in _BLOCK.finditer(text):
         if m.start() > pos:
-            parts.append(f"<pre style='margin:2px 0;white-space:pre-wrap'>{html.escape(text[pos:m.start()].strip())}</pre>")
+            parts.append(
+                f"<pre style='margin:2px 0;white-space:pre-wrap'>{html.escape(text[pos:m.start()].strip())}</pre>")
         tid = re.search(r'trace_id="?([^"\s]+)"?', m.group("head"))
         parts.append("<div style='border:1px solid #4C72B0;border-radius:4px;margin:4px 0;padding:4px'>"
                      f"<b>SUMMARY</b> <code>{html.escape(tid.group(1) if tid else '?')}</code> "
                      f"<span style='color:#666'>{html.escape(m.group('head'))}</span>"
-                     f"<pre style='margin:2px 0;white-space:pre-wrap'>{html.escape(m.group('body').strip())}</pre></div>")
+                     "<pre style='margin:2px "
+                     f"0;white-space:pre-wrap'>{html.escape(m.group('body').strip())}</pre></div>")
         pos = m.end()
     if text[pos:].strip():
         parts.append(f"<pre style='margin:2px 0;white-space:pre-wrap'>{html.escape(text[pos:].strip())}</pre>")

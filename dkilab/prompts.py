@@ -55,10 +55,10 @@ RETRIEVE_FACT_TOOL = {
     },
 }
 # DeepSeek's system prompt registers the tool (prompt_formatter: deepseek)
-DEEPSEEK_TOOLS = {"en": ("Tools: retrieve_fact(trace_id: string, offset: integer = 0, limit: integer = 5) — returns the "
-                         "original records behind a [SUMMARY] trace_id, `limit` items from `offset`."),
-                  "cn": ("工具：retrieve_fact(trace_id: string, offset: integer = 0, limit: integer = 5)，返回 [SUMMARY] "
-                         "trace_id 背后的原始记录，从第 offset 条起取 limit 条。")}
+DEEPSEEK_TOOLS = {"en": ("Tools: retrieve_fact(trace_id: string, offset: integer = 0, limit: integer = 5) — returns "
+                         "the original records behind a [SUMMARY] trace_id, `limit` items from `offset`."),
+                  "cn": ("工具：retrieve_fact(trace_id: string, offset: integer = 0, limit: integer = 5)，返回 "
+                         "[SUMMARY] trace_id 背后的原始记录，从第 offset 条起取 limit 条。")}
 # how the constraint names the call when the tool is native ({args}: its JSON arguments)
 NATIVE_CALL = {"cn": "retrieve_fact 工具，参数 {args}", "en": "the retrieve_fact tool with {args}"}
 QUERY = {"cn": "用户当前问题: {query}", "en": "Current user question: {query}"}
@@ -185,17 +185,18 @@ INTENT_PROMPT = {
 
 
 # --- the LLM judge: correctness and abstention ---
-JUDGE_PROMPT = """Label a generated answer to a question as CORRECT or WRONG. You get the question, the gold answer and the generated answer.
+# the judges' prompts are kept byte for byte (they are in every judged cell's identity): long lines stay
+JUDGE_PROMPT = """Label a generated answer to a question as CORRECT or WRONG. You get the question, the gold answer and the generated answer.  # noqa: E501
 Be generous: the generated answer is CORRECT if it states the same fact or touches the same topic as the gold answer, even if it is longer; a date in another format is CORRECT if it names the same date. It is WRONG if it gives a different fact, says it does not know, or does not answer.
 
 Question: {question}
 Gold answer: {gold}
 Generated answer: {prediction}
 
-Reply with one word: CORRECT or WRONG."""
+Reply with one word: CORRECT or WRONG."""  # noqa: E501
 ABSTENTION_PROMPT = """Does the answer below decline to answer, saying the information is not available (not mentioned, unknown, not in the conversation), without giving any answer of its own? An answer that gives any content, even hedged, does not decline.
 
 Question: {question}
 Answer: {prediction}
 
-Reply with one word: DECLINES or ANSWERS."""
+Reply with one word: DECLINES or ANSWERS."""  # noqa: E501

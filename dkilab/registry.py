@@ -80,7 +80,8 @@ class Registry(Generic[T]):
 
     def _check(self, name: str, obj: Any) -> None:
         if self.subclass_of is not None:
-            ok, want = isinstance(obj, type) and issubclass(obj, self.subclass_of), f"a subclass of {self.subclass_of.__name__}"
+            ok = isinstance(obj, type) and issubclass(obj, self.subclass_of)
+            want = f"a subclass of {self.subclass_of.__name__}"
         elif self.instance_of is not None:
             ok, want = isinstance(obj, self.instance_of), f"an instance of {self.instance_of.__name__}"
         else:

@@ -64,7 +64,8 @@ class Server:
                         msg["content"] = json.dumps({"memory": [{"text": f} for f in facts]})
                     call = outer.tool_call
                     if outer.call_then_answer and body.get("tools") and body["messages"][-1]["role"] != "tool":
-                        ids = re.findall(r'trace_id="([^"]+)"', " ".join(str(m.get("content")) for m in body["messages"]))
+                        ids = re.findall(r'trace_id="([^"]+)"', " ".join(str(m.get("content"))
+                                                                         for m in body["messages"]))
                         call = {"trace_id": ids[0], "offset": 0, "limit": 2} if ids else None
                     if call:
                         msg = {"role": "assistant", "content": None, "tool_calls": [{

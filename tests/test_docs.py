@@ -6,7 +6,8 @@ from tests.conftest import ROOT
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # a measured duration ("took 12 s", "in 3.5 min", "runs in under 2 minutes", "p50 9.8 ms")
-TIMING = re.compile(r"(?:took|in under|runs? in|takes?|p50|p95)\s+(?:about\s+|~)?\d[\d,.]*\s?(?:ms|s|min|minutes|seconds)\b")
+TIMING = re.compile(
+    r"(?:took|in under|runs? in|takes?|p50|p95)\s+(?:about\s+|~)?\d[\d,.]*\s?(?:ms|s|min|minutes|seconds)\b")
 COMMAND = re.compile(r"`(?:dkilab |make |\.venv/bin/|python |pytest |accelerate )[^`]*`")
 
 
@@ -67,7 +68,8 @@ def test_the_readmes_retrieval_table_is_the_bench_output_in_the_docs():
     names = {"LoCoMo (convs 5-9)": "locomo", "MemDaily": "memdaily", "MADial-Bench zh": "madial_bench_zh",
              "MADial-Bench en": "madial_bench_en", "Work sessions": "worksessions"}
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    rows = re.findall(r"(?m)^\| (LoCoMo \(convs 5-9\)|MemDaily|MADial-Bench zh|MADial-Bench en|Work sessions) \| (.+) \|$",
+    rows = re.findall(r"(?m)^\| (LoCoMo \(convs 5-9\)|MemDaily|MADial-Bench zh|MADial-Bench en|"
+                      r"Work sessions) \| (.+) \|$",
                       readme)
     assert len(rows) == len(names)
     for split, cells in rows:

@@ -5,8 +5,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # lowest first, as docs/architecture.md lists them; a top-level name not listed is an entry point
-LAYERS = [("prompts",), ("types",), ("config", "registry", "cache", "tracing", "weights"), ("text",), ("encoders",), ("memory",),
-          ("models",), ("recall",), ("agents",), ("strategies",), ("eval",)]
+LAYERS = [("prompts",), ("types",), ("config", "registry", "cache", "tracing", "weights"), ("text",), ("encoders",),
+          ("memory",), ("models",), ("recall",), ("agents",), ("strategies",), ("eval",)]
 ENTRY = len(LAYERS)
 
 
@@ -48,8 +48,8 @@ def test_the_layers_are_the_ones_the_architecture_page_lists():
     text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
     table = text[text.index("| layer | package |"):text.index("\n\n", text.index("| layer | package |"))]
     rows = [r.split("|")[1].strip() for r in table.splitlines()[2:]]
-    assert rows == ["prompts", "types", "config", "text", "encoders", "memory", "models", "recall", "agents", "strategies", "eval",
-                    "entry points"]
+    assert rows == ["prompts", "types", "config", "text", "encoders", "memory", "models", "recall", "agents",
+                    "strategies", "eval", "entry points"]
 
 
 def test_no_two_modules_import_each_other_round_a_circle():

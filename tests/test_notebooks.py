@@ -42,7 +42,8 @@ def execute(path: Path, env: dict[str, str], monkeypatch) -> tuple[str, int]:
     errors = [f"{o.get('ename')}: {o.get('evalue')}" for o in outputs if o.get("output_type") == "error"]
     assert not errors, errors
     # no weight-loading progress bars (they showed as red stderr boxes: issue 34 item 12)
-    bars = [str(o.get("text", ""))[:120] for o in outputs if o.get("name") == "stderr" and "it/s]" in str(o.get("text", ""))]
+    bars = [str(o.get("text", ""))[:120] for o in outputs if o.get("name") == "stderr"
+            and "it/s]" in str(o.get("text", ""))]
     assert not bars, bars
     text = "".join(str(o.get("text", "")) + str(o.get("data", {}).get("text/plain", ""))
                    + str(o.get("data", {}).get("text/html", "")) for o in outputs)

@@ -44,8 +44,8 @@ def test_a_config_key_typo_names_the_key_and_the_closest_one(tmp_path, capsys):
     from dkilab.cli import main
 
     path = tmp_path / "typo.yaml"
-    path.write_text("name: t\nmodle: {}\nstrategies: [{name: recall_v4, params: {recall: {budget: {max_recnt_turns: 2}}}}]\n"
-                    "datasets: [{name: fixtures, limt: 2}]\n")
+    path.write_text("name: t\nmodle: {}\nstrategies: [{name: recall_v4, params: {recall: {budget: {max_recnt_turns: "
+                    "2}}}}]\ndatasets: [{name: fixtures, limt: 2}]\n")
     assert main(["run", str(path)]) == 2
     err = capsys.readouterr().err
     assert "modle: unknown key (did you mean 'model'?)" in err and len(err.strip().splitlines()) == 1
@@ -56,7 +56,8 @@ def test_a_config_key_typo_names_the_key_and_the_closest_one(tmp_path, capsys):
     path.write_text("name: t\nstrategies: [{name: recall_v4, params: {recall: {budget: {max_recnt_turns: 2}}}}]\n"
                     "datasets: [{name: fixtures}]\n")
     assert main(["run", str(path)]) == 2
-    assert "params.recall.budget.max_recnt_turns: unknown key (did you mean 'max_recent_turns'?)" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "params.recall.budget.max_recnt_turns: unknown key (did you mean 'max_recent_turns'?)" in err
 
 
 def test_datasets_list_says_which_data_dir_it_looked_in(tmp_path, capsys, monkeypatch):
@@ -90,7 +91,8 @@ def test_the_run_hint_fits_the_store_used(monkeypatch):
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     assert _open_hint(None, "q") == "paired differences: `dkilab report q`; open it with `dkilab ui`"
-    assert _open_hint("sqlite:////tmp/x.db", "q") == ("paired differences: `dkilab report q --tracking-uri sqlite:////tmp/x.db`; "
+    assert _open_hint("sqlite:////tmp/x.db",
+                      "q") == ("paired differences: `dkilab report q --tracking-uri sqlite:////tmp/x.db`; "
                                                        "open it with `dkilab ui --tracking-uri sqlite:////tmp/x.db`")
     assert _open_hint("http://127.0.0.1:5000", "q").endswith("open http://127.0.0.1:5000 in a browser")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://10.0.0.5:5000")  # the environment carries over: no flag
@@ -178,7 +180,8 @@ def test_one_name_per_meaning_with_limit_kept_as_an_alias():
         new = parser.parse_args([cmd, *extra, flag, "3"])
         old = parser.parse_args([cmd, *extra, "--limit", "3"])
         assert new.limit == old.limit == 3, cmd
-        help_text = next(a for a in parser._subparsers._group_actions[0].choices[cmd]._actions if a.dest == "limit").help
+        help_text = next(a for a in parser._subparsers._group_actions[0].choices[cmd]._actions
+                         if a.dest == "limit").help
         assert "--limit is the old name" in help_text
 
 

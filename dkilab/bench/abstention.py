@@ -82,8 +82,8 @@ def main(split: str = "test", judge: str | None = None, show_errors: bool = Fals
 
         detector_card.cache_clear()
         sel = v["selection"]
-        print(f"  chosen on the dev sources' leave-one-source-out figures ({sel['dev_rows']} rows; the highest minimum of "
-              f"precision and recall per language): C={sel['C']:g}, threshold {sel['threshold']:g}; the grid:")
+        print(f"  chosen on the dev sources' leave-one-source-out figures ({sel['dev_rows']} rows; the highest minimum "
+              f"of precision and recall per language): C={sel['C']:g}, threshold {sel['threshold']:g}; the grid:")
         for g in sel["grid"]:
             print(f"    C={g['C']:<4g} threshold {g['threshold']:<5g} dev minimum {g['dev_min']:.4f}  " + "  ".join(
                 f"{lang} P {m['precision']:.3f} R {m['recall']:.3f}" for lang, m in g["dev"].items()))
@@ -121,14 +121,14 @@ def main(split: str = "test", judge: str | None = None, show_errors: bool = Fals
 FRESH_ROUNDS = {  # what each round of the fresh check is (datasets/fixtures/abstention/fresh_check.jsonl)
     2: "written after the rules-2 detector was frozen; one rule (an embedded question, then \"I don't know\") was "
        "added after seeing its three misses",
-    3: "written after that rule; commit 65de50f scores it en 1.000 / 0.950, zh 1.000 / 0.900; the rules-3 rule (Chinese "
-       "\"cannot say\": 说不出来, 判断不出来) was added after seeing two of its misses",
+    3: "written after that rule; commit 65de50f scores it en 1.000 / 0.950, zh 1.000 / 0.900; the rules-3 rule "
+       "(Chinese \"cannot say\": 说不出来, 判断不出来) was added after seeing two of its misses",
     4: "written after rules 3 were frozen; commit d93f7db scores it en 1.000 / 0.950, zh 1.000 / 0.950; the rules-4 "
-       "idiom rule (\"drawing a blank\", \"doesn't ring a bell\", 毫无头绪, ...) was written after seeing its two misses "
-       "and the labelled sources' leave-one-source-out misses",
+       "idiom rule (\"drawing a blank\", \"doesn't ring a bell\", 毫无头绪, ...) was written after seeing its two "
+       "misses and the labelled sources' leave-one-source-out misses",
     5: "written after rules 4 were frozen; the rules-4 detector (`git checkout dfce279 -- dkilab/text`) scores it en "
-       "0.947 / 0.900, zh 0.905 / 0.950; rules 5 (a person in the story as an idiom's subject, the user's report of someone else, "
-       "\"escapes me\", \"got nothing on\") were written after seeing its misses",
+       "0.947 / 0.900, zh 0.905 / 0.950; rules 5 (a person in the story as an idiom's subject, the user's report of "
+       "someone else, \"escapes me\", \"got nothing on\") were written after seeing its misses",
     6: "written after rules 5 were frozen; the rules-5 detector (`git checkout 638bb15 -- dkilab/text`) scores it en "
        "1.000 / 0.800, zh 1.000 / 0.850; rules 6 (\"the first I'm hearing of\", \"I can't speak to / vouch for / "
        "confirm\", 第一次听说, 没法替你回答, 推断不出) were written after seeing its misses",
@@ -141,9 +141,9 @@ FRESH_ROUNDS = {  # what each round of the fresh check is (datasets/fixtures/abs
        "written after seeing its four false alarms",
     9: "written after rules 8 were frozen (commit 62ffb53) and measured once: en 1.000 / 1.000, zh 1.000 / 1.000; the "
        "rules-7 detector (`git checkout 31af791 -- dkilab/text`) scores it en 0.952 / 1.000, zh 0.952 / 1.000. Its two "
-       "false alarms are the two rows written as paraphrases of round 8's false alarms, by the author who wrote rules 8. "
-       "Rules 9 and the sources templated:absent_person and hard:person_did_not (added to the dev sources) came after, "
-       "from holes in rules 8 found by reading them, not from round 9's rows (it had no error)",
+       "false alarms are the two rows written as paraphrases of round 8's false alarms, by the author who wrote rules "
+       "8. Rules 9 and the sources templated:absent_person and hard:person_did_not (added to the dev sources) came "
+       "after, from holes in rules 8 found by reading them, not from round 9's rows (it had no error)",
     10: "written after rules 9 and the two person sources were frozen (commit 59855a5) and measured once: en 0.895 / "
         "0.850, zh 0.864 / 0.950 (the rules-8 detector, `git checkout eb3a459 -- dkilab/text`: en 0.889 / 0.800, zh "
         "0.826 / 0.950); rules 10 (ways of saying something is missing with no negation, any recipient after \"tell\", "
@@ -157,12 +157,12 @@ EXTERNAL_HISTORY = (  # the check on replies written by other people: every meas
     "1. with the detector of commit 7bbaa43 (rules 10), before any rule was read from it: hybrid held-out en precision "
     "0.021 recall 0.500 (2 abstentions; 47 false alarms among 124 answers), zh 0.629 / 0.846 (dev: en 42 errors, zh "
     "0.479 / 0.885)",
-    "2. with the detector of commit aaef027 (rules 11 and hard:partial_answer, written from the dev part's errors only), "
-    "measured once: held-out en 0.043 / 0.500 (22 false alarms among 124 answers), zh 0.800 / 0.769 (dev: en 21 errors, "
-    "zh 0.710 / 0.846)",
-    "3. with the detector of commit 1799b57 (rules 12, written from the English dev part's errors only, and the learned "
-    "part refitted to its optimum: C=30), measured once: held-out en 0.125 / 0.500 (7 false alarms among 124 answers), "
-    "zh 0.826 / 0.731 (dev: en 9 errors, zh 0.710 / 0.846)",
+    "2. with the detector of commit aaef027 (rules 11 and hard:partial_answer, written from the dev part's errors "
+    "only), measured once: held-out en 0.043 / 0.500 (22 false alarms among 124 answers), zh 0.800 / 0.769 (dev: en 21 "
+    "errors, zh 0.710 / 0.846)",
+    "3. with the detector of commit 1799b57 (rules 12, written from the English dev part's errors only, and the "
+    "learned part refitted to its optimum: C=30), measured once: held-out en 0.125 / 0.500 (7 false alarms among 124 "
+    "answers), zh 0.826 / 0.731 (dev: en 9 errors, zh 0.710 / 0.846)",
     "4. with the detector of commit 67d05a9 (rules 13, written from the Chinese dev part's errors only; the refit kept "
     "every coefficient), measured once: held-out en 0.125 / 0.500 (unchanged), zh 0.880 / 0.846 (dev: en 9 errors, zh "
     "0.862 / 0.962)",

@@ -40,7 +40,8 @@ def figures(rows: list[dict], is_abstention, kind=None) -> dict:
         out[lang] = {"precision": tp / called if called else 1.0, "recall": tp / gold if gold else 1.0, "n": len(pairs),
                      "shapes": {s: tuple(v) for s, v in sorted(shapes.items())},
                      "hedged_guess_answers": share([not got for _, got in guesses]),
-                     "hedged_guess_kind": share([kind(r["text"]) == "hedged_guess" for r, _ in guesses]) if kind else None}
+                     "hedged_guess_kind": share([kind(r["text"]) == "hedged_guess" for r, _ in guesses]) if kind
+                     else None}
     return out
 
 

@@ -36,7 +36,8 @@ from dkilab.text.abstention.rules import RULES_VERSION
 
 FIXTURES = Path(__file__).resolve().parents[2] / "datasets" / "fixtures" / "abstention"
 FRESH_CHECK = FIXTURES / "fresh_check.jsonl"  # written after the weights were frozen; never trained or tuned on
-HELD_BACK = FIXTURES / "model_outputs.jsonl"  # the quickstart model's replies to the fixtures' questions: checked, never fitted
+# the quickstart model's replies to the fixtures' questions: checked, never fitted
+HELD_BACK = FIXTURES / "model_outputs.jsonl"
 # the logistic regression's inverse regularisation C and the decision threshold are chosen by `select()`: the
 # leave-one-source-out figures on the declared dev sources only (DEV_SOURCES), over the grid below. The views
 # embedded (answer, core, masked core) were chosen the same way, by hand (see docs/hallucination.md)
@@ -77,7 +78,8 @@ def _design(texts: list[str]):
         try:
             with np.load(path) as z:
                 cached = dict(zip(z["keys"].tolist(), z["vecs"]))
-        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:  # unreadable: encode again, and rewrite it below
+        # unreadable: encode again, and rewrite it below
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
             print(f"  {path}: unreadable ({exc.__class__.__name__}); its vectors are encoded again")
     vs = [al.views(t) for t in texts]
     wanted = [v[k] for k in range(3) for v in vs]  # the answers, then their cores, then their masked cores
@@ -165,7 +167,8 @@ def validate(rows: list[dict] | None = None, C: float | None = None, threshold: 
 
     if C is None or threshold is None:
         w = load_weights()
-        C, threshold = float(w.get("C", 10.0)) if C is None else C, float(w["threshold"]) if threshold is None else threshold
+        C, threshold = float(w.get("C",
+                                   10.0)) if C is None else C, float(w["threshold"]) if threshold is None else threshold
     rows = rows if rows is not None else load_sources()
     if X is None or y is None:
         X, y = _design([r["text"] for r in rows]), np.asarray([r["abstains"] for r in rows])
@@ -178,7 +181,8 @@ def validate(rows: list[dict] | None = None, C: float | None = None, threshold: 
         test = [i for i, r in enumerate(rows) if r["source"] == source]
         per_source[source] = {"n": len(test),
                               "accuracy": round(sum(loso[i] == rows[i]["abstains"] for i in test) / len(test), 3),
-                              "rules_accuracy": round(sum(rules[i] == rows[i]["abstains"] for i in test) / len(test), 3)}
+                              "rules_accuracy": round(
+                                  sum(rules[i] == rows[i]["abstains"] for i in test) / len(test), 3)}
     pooled: list[bool] = [False] * len(rows)
     for train, test in StratifiedKFold(5, shuffle=True, random_state=0).split(X, y):
         probs = _fit(X[train], y[train], C).predict_proba(X[test])[:, 1]

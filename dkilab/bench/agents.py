@@ -24,7 +24,8 @@ def _locomo_like(data_dir):
     """(store, [(user view, question, asked_at)], label): LoCoMo questions, or a synthetic LoCoMo-sized user."""
     try:
         convs = load_dataset("locomo", data_dir=data_dir)
-        label = f"LoCoMo ({len(convs)} users, {sum(len(c.messages) for c in convs) // len(convs)} messages each on average)"
+        per_user = sum(len(c.messages) for c in convs) // len(convs)
+        label = f"LoCoMo ({len(convs)} users, {per_user} messages each on average)"
     except FileNotFoundError:
         base = load_agent_recall()
         msgs = []
@@ -58,7 +59,8 @@ def recall_agent_figures(data_dir=None, questions: int = 200) -> dict:
         res = RecallAgent(view).recall(q, now=asked)
         ms.append((time.perf_counter() - t) * 1000)
         calls.append(res.tool_calls)
-    return {"label": label, "n": len(ms), "p50": percentile(ms, 50), "p95": percentile(ms, 95), "calls": statistics.mean(calls)}
+    return {"label": label, "n": len(ms), "p50": percentile(ms, 50), "p95": percentile(ms, 95),
+            "calls": statistics.mean(calls)}
 
 
 def pointer_figures(repeat: int = 20) -> dict:
@@ -77,14 +79,16 @@ def pointer_figures(repeat: int = 20) -> dict:
 
 def main(data_dir=None, questions: int = 200, repeat: int = 20) -> int:
     c = evaluate()
-    print(f"recall agent adjudication, conflict set ({c['pairs']} pairs, zh+en; dkilab/agents/recall_agent/conflicts.yaml):")
-    print(f"  accuracy {c['accuracy']:.3f} (zh {c['accuracy_cn']:.3f}, en {c['accuracy_en']:.3f}); explicit constraints "
-          f"kept against a weaker later statement: {c['constraints_kept']:.3f}")
+    print(f"recall agent adjudication, conflict set ({c['pairs']} pairs, zh+en; "
+          "dkilab/agents/recall_agent/conflicts.yaml):")
+    print(f"  accuracy {c['accuracy']:.3f} (zh {c['accuracy_cn']:.3f}, en {c['accuracy_en']:.3f}); explicit "
+          f"constraints kept against a weaker later statement: {c['constraints_kept']:.3f}")
     for case, got in c["failures"].items():
         print(f"  failed: {case} ({got})")
     r = recall_agent_figures(data_dir, questions)
     print(f"recall agent, rule policy, {r['label']}:")
-    print(f"  {r['n']} questions: p50 {r['p50']:.1f} ms, p95 {r['p95']:.1f} ms, {r['calls']:.2f} tool calls per question")
+    print(f"  {r['n']} questions: p50 {r['p50']:.1f} ms, p95 {r['p95']:.1f} ms, {r['calls']:.2f} tool calls per "
+          "question")
     p = pointer_figures(repeat)
     print(f"semantic pointers, rule composer, {p['cases']} agent trees x {repeat}:")
     print(f"  {p['n']} resolutions: p50 {p['p50']:.2f} ms, p95 {p['p95']:.2f} ms")

@@ -60,8 +60,10 @@ def concurrency(writers: int = 4, messages: int = 2000, readers: int = 2, seed: 
             store.add_messages(_messages("reader-warm", 1), embeddings=_unit(1, 384, 99))
         ctx = mp.get_context("spawn")
         q, started = ctx.Queue(), ctx.Value("i", 0)
-        procs = [ctx.Process(target=_writer, args=(path, u, messages, seed + i, q, started)) for i, u in enumerate(users)]
-        lat: dict[str, list[float]] = {"lexical_search": [], "semantic_search": [], "messages_list": [], "neighbors": []}
+        procs = [ctx.Process(target=_writer, args=(path, u, messages, seed + i, q, started)) for i,
+                 u in enumerate(users)]
+        lat: dict[str, list[float]] = {"lexical_search": [], "semantic_search": [], "messages_list": [],
+                                       "neighbors": []}
         errors: list[str] = []
         done = threading.Event()
         store = MemoryStore.open(path)
@@ -75,7 +77,8 @@ def concurrency(writers: int = 4, messages: int = 2000, readers: int = 2, seed: 
             while not done.is_set():
                 view = store.for_user(rng.choice(users))
                 for tool, call in (("lexical_search", lambda: view.lexical_search(" ".join(rng.sample(WORDS, 2)))),
-                                   ("semantic_search", lambda: view.semantic_search(query_embedding=_unit(1, 384, rng.randrange(10**9))[0])),
+                                   ("semantic_search", lambda: view.semantic_search(query_embedding=_unit(1, 384,
+                                                                                                          rng.randrange(10**9))[0])),
                                    ("messages_list", lambda: view.messages_list(page_size=50)),
                                    ("neighbors", lambda: view.neighbors(f"msg-{rng.randrange(5)}"))):
                     t = time.perf_counter()
@@ -131,9 +134,10 @@ def open_time(users: int = 2000, per_user: int = 3) -> dict:
 
 def report(c: dict | None, o: dict | None) -> None:
     if c is not None:
-        print(f"\nConcurrency: {c['writers']} writer processes x {c['messages']} messages (the same ids for every user), "
-              f"{c['readers']} reader threads, {c['wall_s']:.1f} s")
-        print(f"  messages lost: {c['lost']}   write errors: {len(c['write_errors'])}   read errors: {len(c['read_errors'])}")
+        print(f"\nConcurrency: {c['writers']} writer processes x {c['messages']} messages (the same ids for every "
+              f"user), {c['readers']} reader threads, {c['wall_s']:.1f} s")
+        print(f"  messages lost: {c['lost']}   write errors: {len(c['write_errors'])}   read errors: "
+              f"{len(c['read_errors'])}")
         for e in (c["write_errors"] + c["read_errors"])[:5]:
             print(f"    {e[:200]}")
         print(f"  {'tool during writes':20s} {'p50 ms':>8s} {'p95 ms':>8s} {'calls':>7s}")

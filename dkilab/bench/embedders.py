@@ -2,8 +2,8 @@
 batched as the store ingests them) and one query (ms, uncached), on LoCoMo (English: each turn alone with
 its speaker, as MiniLM stores embed it, and with the turn it replies to, as e5 stores do) and MADial-Bench
 (Chinese) messages, or on the bundled fixtures without a data dir. `offline:minilm-torch` is the same
-MiniLM run by sentence-transformers (PyTorch), beside its ONNX builds. Quality (recall@10, MRR) comes from `dkilab run experiments/embedders.yaml`
-(and, for the int8 build of MiniLM, `experiments/embedders_int8.yaml`).
+MiniLM run by sentence-transformers (PyTorch), beside its ONNX builds. Quality (recall@10, MRR) comes from
+`dkilab run experiments/embedders.yaml` (and, for the int8 build of MiniLM, `experiments/embedders_int8.yaml`).
 
     dkilab bench embedders [--data-dir DIR] [--messages 1000] [--queries 100]
 """

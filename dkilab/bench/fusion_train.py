@@ -6,17 +6,17 @@ recalled as `fusion: learned` recalls it, and the feature rows of its candidates
 (`recall/learned.candidates`, the same code recall runs) are labelled by the gold evidence. One standardised
 logistic regression per encoder family: `minilm` from LoCoMo dev on the MiniLM stores `auto` gives it (the
 fine-tuned `offline:minilm-locomo`, trained on those very questions: so that part is not fitted here but taken
-from its study, which fitted it out of fold, together with the work sessions' dev rows, `FITTED_OUT_OF_FOLD`; `--english offline:minilm` fits it here on
-stock-MiniLM stores), `e5` from MemDaily dev (e5, as `auto` picks), so English asked of an e5 store (the bilingual fixtures) is ranked
-by the Chinese-fitted part. MADial-Bench's cues are conversational turns, not questions (`learned.cue_kind`):
-they fit each family's `utterance` part (`minilm:utterance` from English, `e5:utterance` from Chinese), which
-ranks such cues only. `english_e5=True` (`--english-e5-part`) also fits one on LoCoMo dev over e5
-stores (`EXTRA`), and a family with parts in two languages names them `e5:en`, `e5:zh`; it ships as an
-ablation model (`experiments/models/fusion_lr_e5_english.json`), not as the default: it won LoCoMo test but
-lost MADial-Bench en (`dkilab bench retrieval`, docs/retrieval.md). A dataset counts in the language of most
-of its questions; a language with fewer than `MIN_PART` questions of a family joins that family's largest
-part. Each part's C is chosen by 5-fold cross-validation over conversations (users) on the dev split, by the
-mean of its recall@10 and NDCG@10. The held-back data (`dkilab bench retrieval`) is never read here.
+from its study, which fitted it out of fold, together with the work sessions' dev rows, `FITTED_OUT_OF_FOLD`;
+`--english offline:minilm` fits it here on stock-MiniLM stores), `e5` from MemDaily dev (e5, as `auto` picks), so
+English asked of an e5 store (the bilingual fixtures) is ranked by the Chinese-fitted part. MADial-Bench's cues are
+conversational turns, not questions (`learned.cue_kind`): they fit each family's `utterance` part
+(`minilm:utterance` from English, `e5:utterance` from Chinese), which ranks such cues only. `english_e5=True`
+(`--english-e5-part`) also fits one on LoCoMo dev over e5 stores (`EXTRA`), and a family with parts in two languages
+names them `e5:en`, `e5:zh`; it ships as an ablation model (`experiments/models/fusion_lr_e5_english.json`), not as
+the default: it won LoCoMo test but lost MADial-Bench en (`dkilab bench retrieval`, docs/retrieval.md). A dataset
+counts in the language of most of its questions; a language with fewer than `MIN_PART` questions of a family joins
+that family's largest part. Each part's C is chosen by 5-fold cross-validation over conversations (users) on the dev
+split, by the mean of its recall@10 and NDCG@10. The held-back data (`dkilab bench retrieval`) is never read here.
 
     dkilab bench retrieval --train [--data-dir DIR]     writes dkilab/recall/fusion_lr.json
     ... --train --no-cue-parts --out F                  the ablation model without the cue parts (`parts`)
@@ -43,7 +43,8 @@ from dkilab.recall import config, learned, multi_signal
 from dkilab.recall.learned import QUESTION
 from dkilab.recall.multi_signal import MultiSignalRecall
 
-DEV: list[dict[str, Any]] = [{"name": "locomo", "categories": [1, 2, 3, 4], "split": "dev"}, {"name": "memdaily", "limit": 300, "split": "dev"},
+DEV: list[dict[str, Any]] = [{"name": "locomo", "categories": [1, 2, 3, 4], "split": "dev"},
+                             {"name": "memdaily", "limit": 300, "split": "dev"},
        {"name": "madial_bench_en", "split": "dev"}, {"name": "madial_bench_zh", "split": "dev"},
        {"name": "worksessions", "split": "dev"}]
 # the dev data collected again on another encoder's stores, for a part `auto` does not give (`english_e5`)
@@ -65,8 +66,8 @@ def _fine_tuned_on(model: str, dataset: str) -> bool:
 
 
 def _cells(embedder: dict | None = None, datasets: list[dict] | None = None):
-    cfg = experiment_from_dict({"name": "fusion-train", "datasets": datasets or DEV, "tracing": False, "purpose": "tune",
-                                "embedder": embedder or {"model": "auto"},
+    cfg = experiment_from_dict({"name": "fusion-train", "datasets": datasets or DEV, "tracing": False,
+                                "purpose": "tune", "embedder": embedder or {"model": "auto"},
                                 # weighted here so the cells build without a model; collect() switches to learned
                                 "strategies": [{"name": "recall_only", "label": "learned",
                                                 "params": {"recall": {"signals": {"fusion": "weighted"}}}}]},
@@ -307,12 +308,13 @@ def train(data_dir=None, out: Path | None = None, echo=print, turn_alone: bool =
     and ranks a cue with them, as before the cue parts (the ablation model
     `experiments/models/fusion_lr_no_cue_parts.json`). `english` (`--english`): the encoder `auto` gives English
     data instead of the default (offline:minilm: the stock-MiniLM ablation models). The dev rows of an encoder
-    fine-tuned on them are never fitted on (`FITTED_OUT_OF_FOLD`). `guard` (the default; `--no-guard` leaves it out): the model
-    carries the range guard of every dev row it was fitted on (`learned.RangeGuard`), which won `dkilab bench
-    retrieval --leave-one-dataset-out`."""
+    fine-tuned on them are never fitted on (`FITTED_OUT_OF_FOLD`). `guard` (the default; `--no-guard` leaves it
+    out): the model carries the range guard of every dev row it was fitted on (`learned.RangeGuard`), which won
+    `dkilab bench retrieval --leave-one-dataset-out`."""
     wanted: list[dict[str, Any]] = datasets or DEV
     auto = {"model": "auto", "english": english}
-    rows = [r for spec in wanted for r in collected(data_dir, for_spec(auto, spec, turn_alone), spec, echo, stand_ins=True)]
+    rows = [r for spec in wanted for r in collected(data_dir, for_spec(auto, spec, turn_alone), spec, echo,
+                                                    stand_ins=True)]
     if english is None:  # the English dev data again on stock-MiniLM stores: its parts serve `Embedder()`'s stores
 
         rows += [r for spec in wanted if dataset_info(str(spec["name"]))["language"] == "en"

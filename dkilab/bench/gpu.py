@@ -169,7 +169,8 @@ def one_question(model: _IdsModel, timer: _Timer, memory: int, question: int, st
     stock_attention(hf)
     return {"memory_tokens": memory, "question_tokens": question, "new_tokens": steps,
             "text_ttft_ms": text_ttft * 1e3, "kv_ttft_ms": kv_ttft * 1e3, "kv_encode_ms": encode * 1e3,
-            "text_per_token_ms": (text_all - text_ttft) / steps * 1e3, "kv_per_token_ms": (kv_all - kv_ttft) / steps * 1e3,
+            "text_per_token_ms": (text_all - text_ttft) / steps * 1e3,
+            "kv_per_token_ms": (kv_all - kv_ttft) / steps * 1e3,
             "text_answer_ms": text_all * 1e3, "kv_answer_ms": kv_all * 1e3, "kv_over_text": kv_all / text_all,
             "kv_encoded_over_text": (kv_all + encode) / text_all,
             "block_bytes": block.nbytes, "bytes_per_memory_token": block.nbytes / (memory + 1)}
@@ -219,7 +220,8 @@ def run_bench(shapes: str, device: str, dtype: str, repeats: int, echo=print) ->
         setattr(hf, STOCK_ATTR, "sdpa")
         model = _IdsModel(hf)
         params = sum(p.numel() for p in hf.parameters())
-        echo(f"{name}: {params / 1e9:.2f} B parameters in {dtype} on {device}, built in {time.perf_counter() - t:.1f} s")
+        echo(f"{name}: {params / 1e9:.2f} B parameters in {dtype} on {device}, "
+             f"built in {time.perf_counter() - t:.1f} s")
         entry = {"parameters": params, "throughput": throughput(hf, timer, prompt, steps, repeats),
                  "one_question": [one_question(model, timer, m, question, steps, repeats) for m in memories],
                  "session": session(model, timer, memories[0], question, steps, repeats)}
@@ -238,11 +240,14 @@ def run_bench(shapes: str, device: str, dtype: str, repeats: int, echo=print) ->
 def tables(name: str, e: dict) -> str:
     lines = [f"\n### {name}", "", "| batch | prefill tok/s | decode tok/s |", "|---|---|---|"]
     lines += [f"| {r['batch']} | {r['prefill_tok_s']:,.0f} | {r['decode_tok_s']:,.0f} |" for r in e["throughput"]]
-    lines += ["", "| memory tokens | TTFT text ms | TTFT K/V ms | encode once ms | per token text ms | per token K/V ms "
-              "| answer K/V / text | with encode / text | K/V block MiB | bytes per token |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines += ["",
+              "| memory tokens | TTFT text ms | TTFT K/V ms | encode once ms | per token text ms | per token K/V ms "
+              "| answer K/V / text | with encode / text | K/V block MiB | bytes per token |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     lines += [f"| {r['memory_tokens']} | {r['text_ttft_ms']:.2f} | {r['kv_ttft_ms']:.2f} | {r['kv_encode_ms']:.2f} | "
               f"{r['text_per_token_ms']:.2f} | {r['kv_per_token_ms']:.2f} | {r['kv_over_text']:.2f} | "
-              f"{r['kv_encoded_over_text']:.2f} | {r['block_bytes'] / 2**20:.1f} | {r['bytes_per_memory_token']:,.0f} |" for r in e["one_question"]]
+              f"{r['kv_encoded_over_text']:.2f} | {r['block_bytes'] / 2**20:.1f} | {r['bytes_per_memory_token']:,.0f} |"
+              for r in e["one_question"]]
     lines += ["", "| turn | history tokens | TTFT text ms | TTFT K/V ms (turn 1: + encode) | K/V / text |",
               "|---|---|---|---|---|"]
     lines += [f"| {r['turn']} | {r['history_tokens']} | {r['text_ttft_ms']:.2f} | {r['kv_ttft_ms']:.2f} | "

@@ -60,8 +60,8 @@ from dkilab.recall.learned import FEATURES, RangeGuard, load_model
 RRF_K = 60
 TOP = 20  # the bench's max_results: metrics are read over the top 20, as a recall_only answer holds
 RUNNER = ("previous_defaults", "defaults", "unguarded", "bm25_only", "dense_only")
-PIPELINES = ("shipped", "shipped_unguarded", "weighted", "lodo_parts", "lodo_parts_guarded", "lodo_pooled", "lodo_hybrid",
-             "lodo_guarded")
+PIPELINES = ("shipped", "shipped_unguarded", "weighted", "lodo_parts", "lodo_parts_guarded", "lodo_pooled",
+             "lodo_hybrid", "lodo_guarded")
 
 
 def source(dataset: str) -> str:
@@ -142,7 +142,8 @@ def score_held_out(dev: list[dict], test: list[dict], echo=print) -> dict[str, d
     """{test dataset: {pipeline: metric rows}} for every pipeline of `PIPELINES`, each source held out in turn."""
     shipped = load_model()
     if shipped.guard is None:
-        raise ValueError("dkilab/recall/fusion_lr.json: the shipped fusion model has no range guard (fitted with --no-guard?)")
+        raise ValueError(
+            "dkilab/recall/fusion_lr.json: the shipped fusion model has no range guard (fitted with --no-guard?)")
     out: dict[str, dict[str, list[dict]]] = {}
     for held in dict.fromkeys(source(r["dataset"]) for r in test):
         train = [r for r in dev if source(r["dataset"]) != held]
@@ -201,7 +202,8 @@ def table(held: dict[str, dict[str, list[dict]]], runner: dict[str, dict[str, li
         lines.append(f"{ds} ({len(next(iter(mine.values())))} questions; best single signal: {best}):")
         for name, rs in rows.items():
             ci = metric_ci(fn, rs)
-            line = f"  {name:<18} {aggregate_metric(fn, rs) or 0.0:.3f}" + (f" ±{(ci[1] - ci[0]) / 2:.3f}" if ci else "")
+            line = f"  {name:<18} {aggregate_metric(fn, rs) or 0.0:.3f}" + (f" ±{(ci[1] - ci[0]) / 2:.3f}" if ci
+                                                                            else "")
             for other in ("previous_defaults", best):
                 if other and other in theirs and name != other and name in mine:
                     res = paired(fn, theirs[other], rs)
@@ -214,7 +216,8 @@ def table(held: dict[str, dict[str, list[dict]]], runner: dict[str, dict[str, li
             lines.append(f"  ({p}: the guard gave {sent} of {len(mine[p])} questions the weighted order)")
         for offline, logged in (("shipped", "defaults"), ("shipped_unguarded", "unguarded")):
             if logged in theirs and (res := paired(fn, theirs[logged], mine[offline])) is not None:
-                lines.append(f"  ({offline} offline - {logged} logged: {res['diff']:+.4f} over {int(res['n'])} questions)")
+                lines.append(
+                    f"  ({offline} offline - {logged} logged: {res['diff']:+.4f} over {int(res['n'])} questions)")
         lines.append("")
     means = {p: float(np.mean([aggregate_metric(fn, held[d][p]) or 0.0 for d in held]))
              for p in PIPELINES if p.startswith("lodo")}
@@ -247,7 +250,8 @@ def previous_turn_table(alone: dict[str, dict[str, list[dict]]], paired_with: di
             a, w = aggregate_metric(fn, alone[ds][p]) or 0.0, aggregate_metric(fn, paired_with[ds][p]) or 0.0
             means.setdefault(p, []).append(w - a)
             res = paired(fn, alone[ds][p], paired_with[ds][p])
-            diff = f"{res['diff']:+.3f} [{res['low']:+.3f}, {res['high']:+.3f}]{'*' if res['real'] else ''}" if res else "-"
+            diff = (f"{res['diff']:+.3f} [{res['low']:+.3f}, {res['high']:+.3f}]{'*' if res['real'] else ''}"
+                    if res else "-")
             lines.append(f"  {p:<18} alone {a:.3f}   with previous turn {w:.3f}   {diff}")
     shipped = means["lodo_parts_guarded"]
     lines += ["", "mean difference over datasets: " + ", ".join(f"{p} {np.mean(v):+.3f}" for p, v in means.items()),

@@ -53,7 +53,8 @@ def main(data_dir=None, metric: str = "recall_at_10", tracking_uri: str | None =
     for r in results:
         if r.done:
             d = r.cell.dataset
-            cells.setdefault(f"{d.key}:{d.split}" if d.split != "full" else d.key, {})[r.cell.strategy.key] = r.load_rows()
+            cells.setdefault(f"{d.key}:{d.split}" if d.split != "full" else d.key,
+                             {})[r.cell.strategy.key] = r.load_rows()
     fn = METRICS[metric]
     peer_labels = [p["label"] for p in PEERS] if peers else []
     methods = [m for m in dict.fromkeys(m for by in cells.values() for m in by) if m not in peer_labels]
@@ -129,7 +130,8 @@ def _peer_table(cells, peer_labels, aggregate, metric_ci, paired, metrics) -> No
             line = f"{ds:<22}{name:<22}"
             for m in [*ours, *peer_labels]:
                 ci = metric_ci(fn, by[m]) if m in by else None
-                line += f"{values[m]:>10.3f} ±{(ci[1] - ci[0]) / 2:.2f}" if ci else f"{values.get(m, float('nan')):>16.3f}"
+                line += (f"{values[m]:>10.3f} ±{(ci[1] - ci[0]) / 2:.2f}" if ci
+                         else f"{values.get(m, float('nan')):>16.3f}")
             for p in peer_labels:
                 if FUSED in values and p in values and values[p]:
                     res = paired(fn, by[p], by[FUSED])

@@ -186,8 +186,9 @@ def main(data_dir=None, clients=(1, 8, 32), seconds: float = 4.0, endpoints=ENDP
             for c in clients:
                 lat, errors, wall = asyncio.run(_load(url, keys, bodies, endpoint, c, seconds))
                 total_errors += len(errors)
-                print(f"{endpoint:16s} {c:7d} {len(lat):8d} {len(lat) / wall:7.0f} {percentile(lat, 50, math.nan):7.1f} "
-                      f"{percentile(lat, 95, math.nan):7.1f} {percentile(lat, 99, math.nan):7.1f} {len(errors):6d} {local[endpoint]:9.2f}"
+                print(f"{endpoint:16s} {c:7d} {len(lat):8d} {len(lat) / wall:7.0f} "
+                      f"{percentile(lat, 50, math.nan):7.1f} {percentile(lat, 95, math.nan):7.1f} "
+                      f"{percentile(lat, 99, math.nan):7.1f} {len(errors):6d} {local[endpoint]:9.2f}"
                       + (f"  ({', '.join(sorted(set(errors)))})" if errors else ""), flush=True)
         if flood_clients:
             for n in (0, flood_clients):
@@ -195,8 +196,9 @@ def main(data_dir=None, clients=(1, 8, 32), seconds: float = 4.0, endpoints=ENDP
                 total_errors += len(errors)
                 what = (f"while one tenant floods ({n} clients: recent n=10000, messages_list page_size 1000; "
                         f"{answered} answered, {refused} refused 429)" if n else "alone")
-                print(f"isolation: another tenant's get p50 {percentile(lat, 50, math.nan):.1f} ms, p99 {percentile(lat, 99, math.nan):.1f} ms "
-                      f"({len(lat)} requests) {what}" + (f"  errors: {', '.join(sorted(set(errors)))}" if errors else ""),
+                print(f"isolation: another tenant's get p50 {percentile(lat, 50, math.nan):.1f} ms, p99 "
+                      f"{percentile(lat, 99, math.nan):.1f} ms ({len(lat)} requests) {what}"
+                      + (f"  errors: {', '.join(sorted(set(errors)))}" if errors else ""),
                       flush=True)
     finally:
         proc.terminate()

@@ -138,7 +138,8 @@ def _sizes(data_dir, scale: int, queries: int, parts) -> None:
         t = time.perf_counter()
         total = 0
         for u in range(n_users):
-            batch = [replace(m, message_id=f"x{u}:{m.message_id}", user_id=f"synth-{u}", session_id=f"x{u}:{m.session_id}")
+            batch = [replace(m, message_id=f"x{u}:{m.message_id}", user_id=f"synth-{u}",
+                             session_id=f"x{u}:{m.session_id}")
                      for m in msgs]
             vecs = rng.standard_normal((len(batch), store.embedder.dim)).astype(np.float32)
             vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
@@ -148,5 +149,6 @@ def _sizes(data_dir, scale: int, queries: int, parts) -> None:
         _report(f"Synthetic {scale}x (random unit vectors)", total, n_users, ingest, lat)
         results["synthetic"] = lat
         store.close()
-    growth = statistics.median(results["synthetic"]["semantic_search"]) / statistics.median(results["locomo"]["semantic_search"])
+    growth = (statistics.median(results["synthetic"]["semantic_search"])
+              / statistics.median(results["locomo"]["semantic_search"]))
     print(f"\nsemantic_search p50 growth from LoCoMo size to {scale}x: {growth:.2f}x")

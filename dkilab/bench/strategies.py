@@ -28,8 +28,8 @@ def run(data_dir: str | None = None, questions: int = 20, model_spec: str = "off
     memory = store.for_user(conv.user_id)
     t = time.perf_counter()
     model = load_model(model_spec)
-    print(f"model {model.name} loaded in {time.perf_counter() - t:.1f} s; {len(qs)} questions of {conv.conversation_id} "
-          f"({len(conv.messages)} messages); prompts capped at {max_prompt_tokens} tokens")
+    print(f"model {model.name} loaded in {time.perf_counter() - t:.1f} s; {len(qs)} questions of "
+          f"{conv.conversation_id} ({len(conv.messages)} messages); prompts capped at {max_prompt_tokens} tokens")
     rows = {}
     for name in strategies or BUILTIN:
         store.embedder.clear_cache()  # every strategy starts with cold query caches
@@ -52,7 +52,8 @@ def print_table(rows) -> None:
     cols = list(next(iter(rows.values())))
     print(f"\n{'strategy (p50)':16s}" + "".join(f"{c:>15s}" for c in cols))
     for name, row in rows.items():
-        print(f"{name:16s}" + "".join(f"{row[c]:15.0f}" if c.endswith("_tok") or c == "fact_calls" else f"{row[c]:15.1f}"
+        print(f"{name:16s}" + "".join(f"{row[c]:15.0f}" if c.endswith("_tok") or c == "fact_calls"
+                                      else f"{row[c]:15.1f}"
                                       for c in cols))
 
 

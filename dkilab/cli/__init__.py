@@ -66,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except Exception as exc:
-        if args.debug or not isinstance(exc, _user_errors()) and not (isinstance(exc, KeyError) and args.command in ("report", "rescore")):
+        if args.debug or not isinstance(exc, _user_errors()) and not (isinstance(exc, KeyError)
+                                                                      and args.command in ("report", "rescore")):
             raise
         text = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
         print(f"dkilab: error: {text}", file=sys.stderr)
@@ -79,7 +80,8 @@ def leave_process_group(clean: bool) -> None:
     """A process of `accelerate launch` / torchrun leaves its process group before the interpreter ends. Left
     to interpreter shutdown, gloo's worker threads outlive it and the process aborts (SIGABRT, "terminate
     called without an active exception"; pytorch/pytorch#179291): 10 of 30 two-process runs here, 0 of 30
-    after leaving (`python experiments/bench/concurrency.py`). On a clean end the processes meet first, so none leaves while another still sends to it."""
+    after leaving (`python experiments/bench/concurrency.py`). On a clean end the processes meet first, so none
+    leaves while another still sends to it."""
     dist = sys.modules.get("torch.distributed")  # never imported: no group to leave
     if dist is None or not dist.is_available() or not dist.is_initialized():
         return

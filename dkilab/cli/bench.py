@@ -44,7 +44,8 @@ def _cmd_bench_retrieval(args: argparse.Namespace) -> int:
         raise SystemExit(f"dkilab bench retrieval: {', '.join(train_only)} only with --train (fitting the fusion model)"
                          + (" (--turn-alone also with --leave-one-dataset-out)" if args.turn_alone else ""))
     if sum(map(bool, (args.train, args.peers, args.leave_one_dataset_out))) > 1:
-        raise SystemExit("dkilab bench retrieval: --train, --peers and --leave-one-dataset-out are separate runs: give one")
+        raise SystemExit(
+            "dkilab bench retrieval: --train, --peers and --leave-one-dataset-out are separate runs: give one")
     if args.leave_one_dataset_out:
         from dkilab.bench.lodo import main as lodo_main
 
@@ -106,7 +107,8 @@ def _cmd_bench_abstention(args: argparse.Namespace) -> int:
             print(f"dkilab: error: {exc}", file=sys.stderr)
             return 2
         print(f"wrote {n} replies to label to {args.label_sheet} (fill each \"label\" with abstain, answer, pivot "
-              f"or other, reading the question first; then: dkilab bench abstention --second-reader {args.label_sheet})")
+              "or other, reading the question first; then: dkilab bench abstention --second-reader "
+              f"{args.label_sheet})")
         return 0
     return bench_main(split=args.split, judge=args.judge, show_errors=args.errors, train=args.train,
                       judge_per_source=args.judge_per_source, external=args.external, data_dir=args.data_dir,
@@ -117,7 +119,9 @@ def add(sub) -> None:
     """Its commands' parsers, with their arguments."""
     bench = sub.add_parser("bench", help="benchmarks that print figures",
                          formatter_class=argparse.RawDescriptionHelpFormatter,
-                         epilog="examples:\n  dkilab bench store --parts concurrency,open\n  dkilab bench serve --clients 8 --seconds 10\n  dkilab bench abstention --errors\n  dkilab bench agents --questions 50")
+                         epilog="examples:\n  dkilab bench store --parts concurrency,open\n  dkilab bench serve "
+                                "--clients 8 --seconds 10\n  dkilab bench abstention --errors\n  dkilab bench agents "
+                                "--questions 50")
     bench_sub = bench.add_subparsers(dest="bench", metavar="BENCH", required=True)
     bs = bench_sub.add_parser("store", help="ingest rate and query-tool latency on LoCoMo and a 100x synthetic store")
     bs.add_argument("--data-dir", default=None, help="dataset directory (default: $DKILAB_DATA_DIR)")
@@ -145,7 +149,8 @@ def add(sub) -> None:
 
     gpu_arguments(bgp)
     bgp.set_defaults(func=_cmd_bench_gpu)
-    bst = bench_sub.add_parser("strategies", help="tokens, latency per stage and fact calls of every strategy on LoCoMo")
+    bst = bench_sub.add_parser("strategies",
+                               help="tokens, latency per stage and fact calls of every strategy on LoCoMo")
     bst.add_argument("--data-dir", default=None, help="dataset directory (default: $DKILAB_DATA_DIR)")
     bst.add_argument("--questions", type=int, default=20, help="LoCoMo questions (default 20)")
     bst.add_argument("--model", default="offline:smollm2", help="model spec (default offline:smollm2)")
@@ -156,8 +161,9 @@ def add(sub) -> None:
     be.add_argument("--messages", type=int, default=1000)
     be.add_argument("--queries", type=int, default=100)
     be.set_defaults(func=_cmd_bench_embedders)
-    brt = bench_sub.add_parser("retrieval", help="recall defaults (the dev-tuned pipeline) vs the previous defaults vs single signals on "
-                                                 "held-back data (experiments/retrieval_bench.yaml), paired")
+    brt = bench_sub.add_parser("retrieval",
+                               help="recall defaults (the dev-tuned pipeline) vs the previous defaults vs single "
+                                    "signals on held-back data (experiments/retrieval_bench.yaml), paired")
     brt.add_argument("--data-dir", default=None)
     brt.add_argument("--metric", default="recall_at_10")
     brt.add_argument("--peers", action="store_true",
@@ -175,9 +181,11 @@ def add(sub) -> None:
     brt.add_argument("--english-e5-part", action="store_true",
                      help="with --train: also fit a part for English questions on e5 stores (LoCoMo dev), e5:en")
     brt.add_argument("--no-cue-parts", action="store_true",
-                     help="with --train: no parts for conversational cues (leave MADial-Bench dev out): the ablation model")
+                     help="with --train: no parts for conversational cues (leave MADial-Bench dev out): the ablation "
+                          "model")
     brt.add_argument("--english", default=None, metavar="ENCODER",
-                     help="with --train: the encoder `auto` gives English data (offline:minilm: the stock ablation models)")
+                     help="with --train: the encoder `auto` gives English data (offline:minilm: the stock ablation "
+                          "models)")
     brt.add_argument("--no-guard", action="store_true",
                      help="with --train: no range guard (by default a question whose candidates lie outside the "
                           "fitted range gets the weighted fusion's order): the ablation model")
@@ -189,17 +197,21 @@ def add(sub) -> None:
     bgen.add_argument("--batch-sizes", default="1,4,8,16")
     bgen.set_defaults(func=_cmd_bench_generation)
     bg = bench_sub.add_parser("agents", help="recall-agent latency on LoCoMo-sized users and pointer resolution time")
-    bg.add_argument("--data-dir", default=None, help="dataset directory (default: $DKILAB_DATA_DIR; else a synthetic user)")
+    bg.add_argument("--data-dir", default=None,
+                    help="dataset directory (default: $DKILAB_DATA_DIR; else a synthetic user)")
     bg.add_argument("--questions", type=int, default=200, help="questions for the recall agent (default 200)")
     bg.add_argument("--repeat", type=int, default=20, help="passes over the pointer scenarios (default 20)")
     bg.set_defaults(func=_cmd_bench_agents)
-    ba = bench_sub.add_parser("abstention", help="precision/recall of the abstention detector on the labelled phrasings")
+    ba = bench_sub.add_parser("abstention",
+                              help="precision/recall of the abstention detector on the labelled phrasings")
     ba.add_argument("--split", choices=["test", "dev"], default="test", help="held-out test half (default) or dev half")
     ba.add_argument("--judge", default=None, help="also measure an LLM judge (model spec, e.g. offline:smollm2)")
     ba.add_argument("--errors", action="store_true", help="list the phrasings each detector gets wrong")
     ba.add_argument("--train", action="store_true", help="refit the hybrid detector's weights on every source first")
-    ba.add_argument("--judge-per-source", type=int, default=4, help="rows per source and language the --judge model labels (default 4)")
-    ba.add_argument("--external", action="store_true", help="also the check on replies written by other people (KdConv, "
+    ba.add_argument("--judge-per-source", type=int, default=4,
+                    help="rows per source and language the --judge model labels (default 4)")
+    ba.add_argument("--external", action="store_true",
+                    help="also the check on replies written by other people (KdConv, "
                     "LoCoMo; needs the data dir): figures per part, the dev part's errors with --errors")
     ba.add_argument("--data-dir", default=None, help="dataset directory for --external (default: $DKILAB_DATA_DIR)")
     ba.add_argument("--label-sheet", default=None, metavar="OUT", help="write the external check's replies, blind, for "
@@ -207,6 +219,6 @@ def add(sub) -> None:
     ba.add_argument("--second-reader", default=None, metavar="FILE", help="with the external check: another reader's "
                     "label file (a filled --label-sheet); prints the agreement and the figures under those labels")
     ba.add_argument("--shapes", action="store_true", help="only the reply-shapes check: the held-back third "
-                    "of datasets/fixtures/abstention/reply_shapes.jsonl per language and shape (with --errors: its errors; with "
-                    "--judge MODEL: that LLM judge on the same rows)")
+                    "of datasets/fixtures/abstention/reply_shapes.jsonl per language and shape (with --errors: its "
+                    "errors; with --judge MODEL: that LLM judge on the same rows)")
     ba.set_defaults(func=_cmd_bench_abstention)

@@ -19,7 +19,8 @@ def _cmd_datasets(args: argparse.Namespace) -> int:
         rows = [{"dataset": name, "language": iso.get(meta["language"], meta["language"]), "scorer": meta["scorer"],
                  "version": f"v{meta['version']}",
                  "here": "present" if dataset_available(name, args.data_dir) else "not in the data dir",
-                 "description": meta["description"]} for name, meta in ((n, DATASETS.meta(n)) for n in DATASETS.names())]
+                 "description": meta["description"]} for name, meta in ((n, DATASETS.meta(n))
+                                                                        for n in DATASETS.names())]
         frame = pd.DataFrame(rows)
         table = frame.to_string(index=False, justify="left",
                                 formatters={c: (lambda w: lambda v: f"{v:<{w}}")(int(frame[c].str.len().max()))
@@ -42,7 +43,8 @@ def add(sub) -> None:
     """Its commands' parsers, with their arguments."""
     ds = sub.add_parser("datasets", help="list the dataset loaders or describe one dataset",
                          formatter_class=argparse.RawDescriptionHelpFormatter,
-                         epilog="examples:\n  dkilab datasets list --data-dir ../shared/datasets\n  dkilab datasets show session_flow")
+                         epilog="examples:\n  dkilab datasets list --data-dir ../shared/datasets\n  dkilab datasets "
+                                "show session_flow")
     ds.add_argument("action", choices=["list", "show"])
     ds.add_argument("name", nargs="?")
     ds.add_argument("--data-dir", default=None)

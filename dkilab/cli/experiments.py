@@ -92,9 +92,11 @@ def _report_columns(table, metrics: list[str] | None) -> list[str]:
                     decl = METRICS[m]
                     what = f" ({decl.description})" if decl.description else ""
                     why.append(f"{m!r}{what} has no value in any cell: none of their questions is one it applies to "
-                               f"(a --questions-per-conversation run may draw none; a context-only cell has no answers to score)")
+                               "(a --questions-per-conversation run may draw none; a context-only cell has no answers "
+                               "to score)")
                 raise ConfigError("--metrics: " + "; ".join(why) + f". This experiment has: {has}")
-            hints = [f"{m!r}" + (f" (did you mean {c[0]!r}?)" if (c := difflib.get_close_matches(m, table.columns, 1)) else "")
+            hints = [f"{m!r}" + (f" (did you mean {c[0]!r}?)" if (c := difflib.get_close_matches(m, table.columns, 1))
+                                 else "")
                      for m in unknown]
             raise ConfigError(f"--metrics: no such metric in this experiment: {', '.join(hints)}; it has: {has}")
         return metrics
@@ -139,7 +141,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
     cats = None
     if args.by == "category":
         runs = _report_runs(args)
-        cats = category_table([(name, run_rows(rid)) for name, rid in runs], metrics or [c for c in cols if c != "questions"])
+        cats = category_table([(name, run_rows(rid)) for name, rid in runs],
+                              metrics or [c for c in cols if c != "questions"])
     if args.format == "csv":
         print(narrow.to_csv(), end="")
         for extra, title in ((cats, "by category"), (pairs, "paired differences")):
@@ -160,7 +163,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
         shown = cats.copy()
         shown["value"] = [fmt_interval(v, lo, h) if lo is not None and lo == lo and h == h else f"{v:.3f}"
                           for v, lo, h in zip(cats["value"], cats["low"], cats["high"])]
-        shown = shown.pivot_table(index=["cell", "category"], columns="metric", values="value", aggfunc="first", sort=False)
+        shown = shown.pivot_table(index=["cell", "category"], columns="metric", values="value", aggfunc="first",
+                                  sort=False)
         shown["n"] = cats.groupby(["cell", "category"], sort=False)["n"].first()
         print("\nby category:")
         print(_markdown(shown.reset_index().set_index("cell")) if args.format == "markdown" else shown.to_string())
@@ -171,8 +175,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
         print("\npaired differences b - a on the same questions (95% CI; real = the interval excludes 0):")
         print(_markdown(shown.set_index("dataset")) if args.format == "markdown" else shown.to_string(index=False))
     if not metrics and "score" in table.columns and "hallucination_rate" not in table.columns:
-        print("\nnote: no hallucination_rate: none of these cells' questions is unanswerable (a --questions-per-conversation run may "
-              "draw none); run more questions per conversation to measure it")
+        print("\nnote: no hallucination_rate: none of these cells' questions is unanswerable (a "
+              "--questions-per-conversation run may draw none); run more questions per conversation to measure it")
     for note in notes:  # how far to trust hallucination_rate
         print("\n" + note)
     return 0
@@ -218,7 +222,8 @@ def _open_hint(given: str | None, experiment: str) -> str:
 
     uri = tracking_uri(given)
     flag = "" if uri == DEFAULT_TRACKING_URI or (not given and uri) else f" --tracking-uri {uri}"
-    opener = f"open {uri} in a browser" if uri.startswith(("http://", "https://")) else f"open it with `dkilab ui{flag}`"
+    opener = f"open {uri} in a browser" if uri.startswith(("http://",
+                                                           "https://")) else f"open it with `dkilab ui{flag}`"
     return f"paired differences: `dkilab report {experiment}{flag}`; {opener}"
 
 
@@ -248,17 +253,22 @@ def _cmd_gpu(args: argparse.Namespace) -> int:
 
 def add(sub) -> None:
     """Its commands' parsers, with their arguments."""
-    gpu = sub.add_parser("gpu", help="the GPU comparison in one command: checks, smoke stage, plan, runs, report folder",
+    gpu = sub.add_parser("gpu",
+                         help="the GPU comparison in one command: checks, smoke stage, plan, runs, report folder",
                          formatter_class=argparse.RawDescriptionHelpFormatter, epilog=(
                              "examples:\n  dkilab gpu                     (experiments/gpu/*, every GPU, resumable)\n"
-                             "  dkilab gpu --plan-only\n  dkilab gpu --cpu experiments/ci/gpu_path.yaml --report-dir /tmp/r"))
-    gpu.add_argument("configs", nargs="*", help="experiment YAMLs (default: the comparison configs of experiments/gpu/)")
+                             "  dkilab gpu --plan-only\n  dkilab gpu --cpu experiments/ci/gpu_path.yaml --report-dir "
+                             "/tmp/r"))
+    gpu.add_argument("configs", nargs="*",
+                     help="experiment YAMLs (default: the comparison configs of experiments/gpu/)")
     gpu.add_argument("--cpu", action="store_true", help="run every stage on the CPU in fp32 (CI; no CUDA needed)")
     gpu.add_argument("--plan-only", action="store_true", help="stop after the plan: nothing is run")
-    gpu.add_argument("--skip-smoke", action="store_true", help="skip the smoke stage (it passed on this machine before)")
+    gpu.add_argument("--skip-smoke", action="store_true",
+                     help="skip the smoke stage (it passed on this machine before)")
     gpu.add_argument("--report-dir", default=None, help="where the report folder goes (default reports/gpu-<time>)")
     gpu.add_argument("--questions-per-conversation", "--limit", dest="limit", type=positive_int, default=None,
-                     help="N questions of each conversation, drawn across every kind of question, a smoke run (--limit is the old name)")
+                     help="N questions of each conversation, drawn across every kind of question, a smoke run (--limit "
+                          "is the old name)")
     gpu.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a dotted config key (repeatable)")
     gpu.add_argument("--data-dir", default=None, help="dataset directory (default: $DKILAB_DATA_DIR)")
     gpu.add_argument("--tracking-uri", default=None)
@@ -266,11 +276,15 @@ def add(sub) -> None:
 
     run = sub.add_parser("run", help="run an experiment YAML (strategies x sweep x datasets) into MLflow",
                          formatter_class=argparse.RawDescriptionHelpFormatter,
-                         epilog="examples:\n  dkilab run experiments/quickstart.yaml\n  dkilab run experiments/sweep_threshold_budget_locomo.yaml --questions-per-conversation 5 --data-dir ../shared/datasets\n  dkilab run experiments/quickstart.yaml --set defaults.max_new_tokens=16 --tracking-uri http://127.0.0.1:5000\n  accelerate launch --num_processes 2 -m dkilab.cli run experiments/quickstart.yaml")
+                         epilog="examples:\n  dkilab run experiments/quickstart.yaml\n  dkilab run "
+                                "experiments/sweep_threshold_budget_locomo.yaml --questions-per-conversation 5 "
+                                "--data-dir ../shared/datasets\n  dkilab run experiments/quickstart.yaml --set "
+                                "defaults.max_new_tokens=16 --tracking-uri http://127.0.0.1:5000\n  accelerate launch "
+                                "--num_processes 2 -m dkilab.cli run experiments/quickstart.yaml")
     run.add_argument("config", help="experiment YAML, e.g. experiments/quickstart.yaml")
     run.add_argument("--questions-per-conversation", "--limit", dest="limit", type=positive_int, default=None,
-                     help="N (>= 1) questions of each conversation, drawn round-robin over the kinds of question (answerable "
-                          "or not x category) (--limit is the old name); the YAML's "
+                     help="N (>= 1) questions of each conversation, drawn round-robin over the kinds of question "
+                          "(answerable or not x category) (--limit is the old name); the YAML's "
                           "dataset `limit` counts conversations")
     run.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a dotted config key (repeatable)")
     run.add_argument("--data-dir", default=None, help="dataset directory (default: $DKILAB_DATA_DIR)")
@@ -284,13 +298,15 @@ def add(sub) -> None:
                           "Slurm array, running the same config share its cells; experiments/gpu/README.md)")
     run.set_defaults(func=_cmd_run)
 
-    rsc = sub.add_parser("rescore", help="score an experiment's stored answers again with today's metrics (no generation)",
+    rsc = sub.add_parser("rescore",
+                         help="score an experiment's stored answers again with today's metrics (no generation)",
                          formatter_class=argparse.RawDescriptionHelpFormatter, epilog=(
                              "examples:\n  dkilab rescore quickstart\n"
                              "  dkilab rescore experiments/quickstart.yaml --metrics score,hallucination_rate\n\n"
-                             "Every cell's answers are stored with its run (answers.jsonl.gz); each cell is scored again "
-                             "into a new run\nand the line per cell says which metrics changed. `dkilab run` does the "
-                             "same by itself for cells\nwhose metrics, scorer or judge changed but whose generation did not."))
+                             "Every cell's answers are stored with its run (answers.jsonl.gz); each cell is scored "
+                             "again into a new run\nand the line per cell says which metrics changed. `dkilab run` "
+                             "does the same by itself for cells\nwhose metrics, scorer or judge changed but whose "
+                             "generation did not."))
     rsc.add_argument("experiment", help="experiment name (its config is read from its newest run) or experiment YAML")
     rsc.add_argument("--metrics", default=None, help="comma-separated metrics to show (all are computed and logged)")
     rsc.add_argument("--data-dir", default=None, help="dataset directory (default: $DKILAB_DATA_DIR): the questions "
@@ -324,8 +340,9 @@ def add(sub) -> None:
 
     ui = sub.add_parser("ui", help="the MLflow UI on a tracking store (default: the project's)",
                         formatter_class=argparse.RawDescriptionHelpFormatter, epilog=(
-                            "examples:\n  dkilab ui\n  dkilab ui --tracking-uri sqlite:////tmp/sweep/mlflow.db --port 5001\n"
-                            "  dkilab ui --tracking-uri http://127.0.0.1:5000   (prints the server's own UI address)"))
+                            "examples:\n  dkilab ui\n  dkilab ui --tracking-uri sqlite:////tmp/sweep/mlflow.db --port "
+                            "5001\n  dkilab ui --tracking-uri http://127.0.0.1:5000   (prints the server's own UI "
+                            "address)"))
     ui.add_argument("--tracking-uri", default=None)
     ui.add_argument("--host", default="127.0.0.1")
     ui.add_argument("--port", type=int, default=5000)

@@ -111,10 +111,12 @@ def add(sub) -> None:
 
     keys = sub.add_parser("keys", help="API keys of the recall service (the file keeps hashes only)",
                           formatter_class=argparse.RawDescriptionHelpFormatter,
-                          epilog="examples:\n  dkilab keys add alice --keys keys.yaml --note laptop\n  dkilab keys list --keys keys.yaml\n"
-                                "  dkilab keys revoke alice --keys keys.yaml\n  dkilab keys revoke --hash 3f1c0a9b --keys keys.yaml")
+                          epilog="examples:\n  dkilab keys add alice --keys keys.yaml --note laptop\n  dkilab keys "
+                                 "list --keys keys.yaml\n  dkilab keys revoke alice --keys keys.yaml\n  dkilab keys "
+                                 "revoke --hash 3f1c0a9b --keys keys.yaml")
     keys.add_argument("action", choices=["add", "list", "revoke"])
-    keys.add_argument("user", nargs="?", help="add: the user id the new key is bound to; revoke: every key of this user")
+    keys.add_argument("user", nargs="?",
+                      help="add: the user id the new key is bound to; revoke: every key of this user")
     keys.add_argument("--hash", default=None, help="revoke: the one key whose sha256 starts with this (8+ hex digits)")
     keys.add_argument("--keys", required=True, help="keys file (created by the first add)")
     keys.add_argument("--note", default="", help="add: a note kept beside the hash")

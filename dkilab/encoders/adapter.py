@@ -2,8 +2,9 @@
 (question, evidence turn) pairs, merged into the weights once and cached as a sentence-transformers directory
 (then exported to ONNX as `offline:minilm` is): the encoder `auto` gives English data. The adapter ships in
 `adapters/minilm-locomo/` (rank 8, fp16, 0.66 MB), written by `python experiments/bench/finetune_encoder_dev.py
---lora 8 --lr 2e-4 --write`, which never reads LoCoMo test. The merged directory, the encoder's stores and its cells are keyed
-by the adapter's digest (`embedder.weights_digest`), so an adapter fitted again never reuses any of them."""
+--lora 8 --lr 2e-4 --write`, which never reads LoCoMo test. The merged directory, the encoder's stores and its
+cells are keyed by the adapter's digest (`embedder.weights_digest`), so an adapter fitted again never reuses any
+of them."""
 from __future__ import annotations
 
 import os

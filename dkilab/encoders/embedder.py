@@ -102,11 +102,11 @@ _DIGEST_LOCK = threading.Lock()
 
 
 def weights_digest(model: str) -> str | None:
-    """For a local model directory (or one file), the sha1 (16 hex digits) of every file in it (names and bytes): what its
-    stores and cells are keyed by besides the path, so weights replaced in the same directory (a model trained
-    again) never reuse a store or a cell of the old ones. None for the offline builds and hub ids (their names
-    fix their weights), except `offline:minilm-locomo`: the digest of its adapter's files. Memoised by each
-    file's size and modification time."""
+    """For a local model directory (or one file), the sha1 (16 hex digits) of every file in it (names and
+    bytes): what its stores and cells are keyed by besides the path, so weights replaced in the same directory (a
+    model trained again) never reuse a store or a cell of the old ones. None for the offline builds and hub ids
+    (their names fix their weights), except `offline:minilm-locomo`: the digest of its adapter's files. Memoised by
+    each file's size and modification time."""
     if model == LOCOMO_EMBEDDER:
         return weights_digest(str(adapter.ADAPTER_DIR))
     root = Path(model)
@@ -141,7 +141,8 @@ class Embedder:
     reachable). Query embeddings are memoised (recall embeds the same question several times).
     """
 
-    def __init__(self, model: str = DEFAULT_EMBEDDER, batch_size: int = 64, device: str = "cpu", cache_size: int = 2048):
+    def __init__(self, model: str = DEFAULT_EMBEDDER, batch_size: int = 64, device: str = "cpu",
+                 cache_size: int = 2048):
         self.model_name = model
         self.batch_size = batch_size
         self.device = device

@@ -48,13 +48,14 @@ def build(model_dir: str, int8: bool = True) -> Path:
             self.m = m
 
         def forward(self, input_ids, attention_mask, token_type_ids):
-            return self.m(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).last_hidden_state
+            return self.m(input_ids=input_ids, attention_mask=attention_mask,
+                          token_type_ids=token_type_ids).last_hidden_state
 
     enc = tok(["export"], return_tensors="pt")
     with warnings.catch_warnings():  # the tracer's notes on shape-derived constants (true for an encoder) are noise
         warnings.simplefilter("ignore")
-        torch.onnx.export(Hidden(model), tuple(enc[k] for k in INPUTS), str(tmp / "model.onnx"), input_names=list(INPUTS),
-                          output_names=["last_hidden_state"], opset_version=17, dynamo=False,
+        torch.onnx.export(Hidden(model), tuple(enc[k] for k in INPUTS), str(tmp / "model.onnx"),
+                          input_names=list(INPUTS), output_names=["last_hidden_state"], opset_version=17, dynamo=False,
                           dynamic_axes={k: {0: "batch", 1: "tokens"} for k in (*INPUTS, "last_hidden_state")})
     if int8:
         quantize_dynamic(str(tmp / "model.onnx"), str(tmp / "model_int8.onnx"), weight_type=QuantType.QInt8)

@@ -75,7 +75,8 @@ def problems(cell: Cell) -> list[str]:
 
 def table(cells: list[Cell]) -> str:
     """One line per cell: its resolved budget parts (`dkilab run CONFIG --budgets`)."""
-    head = f"{'cell':<44} {'window':>7} {'fixed':>6} {'gen':>5} {'cap':>6} {'matched':>8} {'history':>8}  room / reserved"
+    head = (f"{'cell':<44} {'window':>7} {'fixed':>6} {'gen':>5} {'cap':>6} {'matched':>8} {'history':>8}  "
+            "room / reserved")
     lines = [head]
     for cell in cells:
         r = resolve(cell)

@@ -96,6 +96,6 @@ def markdown(card: dict[str, Any]) -> str:
         tokens = f"{q['tokens_processed']:.0f}" if isinstance(q["tokens_processed"], (int, float)) else "-"
         calls = f"{q['answer_model_calls']:.2f}" if isinstance(q["answer_model_calls"], (int, float)) else "-"
         questions = f"{d['questions']:.0f}" if isinstance(d["questions"], (int, float)) else "-"
-        lines.append(f"| {c['cell']} | {c['answer_model'] or '-'} | `{c['prompts_sha1']}` | {d['name']} ({d['split']}) | "
-                     f"{questions} | {budget} | {calls} | {tokens} |")
+        lines.append(f"| {c['cell']} | {c['answer_model'] or '-'} | `{c['prompts_sha1']}` | {d['name']} ({d['split']}) "
+                     f"| {questions} | {budget} | {calls} | {tokens} |")
     return "\n".join(lines)

@@ -122,9 +122,11 @@ def _questions(cell: Cell, data_dir):
     for conv in asked:
         qs = [q for q in conv.questions if (cats is None or str(q.category) in cats) and q.qid not in wrong
               and (q.answerable or not d.answerable_only) and (refers is None or refers(q.question))]
-        out += [(conv, q) for q in (stratified(qs, d.question_limit) if d.sample == "stratified" else qs[:d.question_limit])]
+        out += [(conv, q) for q in (stratified(qs, d.question_limit) if d.sample == "stratified"
+                                    else qs[:d.question_limit])]
     if refers is not None and not out:
-        raise ConfigError(f"datasets ({d.key}): with_reference: no question of it carries a reference the resolver maps")
+        raise ConfigError(
+            f"datasets ({d.key}): with_reference: no question of it carries a reference the resolver maps")
     if cats is not None and not out:
         known = sorted({str(q.category) for c in asked for q in c.questions})
         raise ConfigError(f"datasets ({d.key}): categories: {d.categories} matches no question "
@@ -226,8 +228,8 @@ class _Stopped(Exception):
     results are read in order, so the interruption is raised first)."""
 
 
-def run_cell(cell: Cell, model: ChatModel | None, data: CellData, state=None, trace: bool = False, progress: bool = True,
-             run_id: str | None = None, journal=None, judge=None, judge_batch: int = 8):
+def run_cell(cell: Cell, model: ChatModel | None, data: CellData, state=None, trace: bool = False,
+             progress: bool = True, run_id: str | None = None, journal=None, judge=None, judge_batch: int = 8):
     """Answer every question of a cell -> [(index, Answer | error text, wall ms)], error tracebacks,
     {index: trace id} (when `trace`: one trace per question, under the cell's run `run_id`, on every
     process). Shards across processes; the result is complete on the main process. With a `journal`
@@ -423,4 +425,5 @@ def make_judge(spec, model_spec=None):
     dtype = spec.dtype or (model_spec.dtype if model_spec is not None else "auto")
     device = spec.device or (model_spec.device if model_spec is not None else "cpu")
     return LLMJudge(load_model(spec.model, max_context=spec.max_context, dtype=dtype, device=device), spec.prompt,
-                    spec.max_new_tokens, spec.abstention_prompt, abstention=spec.abstention, protocol=spec.protocol_object(), stress=spec.stress)
+                    spec.max_new_tokens, spec.abstention_prompt, abstention=spec.abstention,
+                    protocol=spec.protocol_object(), stress=spec.stress)

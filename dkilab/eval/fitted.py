@@ -51,7 +51,8 @@ def _adapter(cell: Cell) -> bool:
 # MADial-Bench's and the work sessions' first half; the adapter: LoCoMo 0-4 (experiments/bench/finetune_encoder_dev.py)
 COMPONENTS = (
     Fitted("the learned fusion model (dkilab/recall/fusion_lr.json)",
-           {"locomo": 5, "memdaily": 150, "madial_bench_en": 80, "madial_bench_zh": 80, "worksessions": WORK_USERS // 2},
+           {"locomo": 5, "memdaily": 150, "madial_bench_en": 80, "madial_bench_zh": 80,
+            "worksessions": WORK_USERS // 2},
            _learned_fusion, "recall.signals.fusion: weighted"),
     Fitted("the encoder adapter offline:minilm-locomo", {"locomo": 5}, _adapter,
            "embedder: {english: offline:minilm}"),

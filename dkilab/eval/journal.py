@@ -38,7 +38,8 @@ def answer_to_json(a: Answer) -> dict[str, Any]:
     return dataclasses.asdict(a)
 
 
-REVIEW_KEYS = ("memory_view", "evidence_problems", "agent_stop", "pointer", "fact_protocol", "formatter", "session_turn")
+REVIEW_KEYS = ("memory_view", "evidence_problems", "agent_stop", "pointer", "fact_protocol", "formatter",
+               "session_turn")
 
 
 def answer_from_json(d: dict[str, Any]) -> Answer:

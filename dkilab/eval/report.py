@@ -34,9 +34,11 @@ def detector_notes(params_per_cell: list[dict[str, str]]) -> list[str]:
             got = ", ".join(f"{k.removeprefix(prefix)} {v}" for k, v in sorted(card.items()) if k.startswith(prefix))
             if got:
                 parts.append(f"{label} {got}")
-        name = card.get("name", "?") + (f" ({card['model']})" if card.get("model") else "") + f"-v{card.get('version', '?')}"
+        name = card.get("name", "?") + (f" ({card['model']})" if card.get("model")
+                                        else "") + f"-v{card.get('version', '?')}"
         measured = "; ".join(parts) or card.get("sample_figures") or card.get("test_figures") or "not measured"
-        notes.append(f"hallucination_rate rests on the abstention detector {name}: {measured} (`dkilab bench abstention`)")
+        notes.append(
+            f"hallucination_rate rests on the abstention detector {name}: {measured} (`dkilab bench abstention`)")
     return notes
 
 
@@ -88,7 +90,8 @@ def experiment_runs(experiment: str, uri: str | None = None) -> list:
         close = difflib.get_close_matches(experiment, names, n=1)
         raise UnknownExperimentError(f"no MLflow experiment named {experiment!r} at {uri}"
                                      + (f"; did you mean {close[0]!r}?" if close else "")
-                                     + (f" Experiments there: {', '.join(sorted(names))}" if names else " (it has none)"))
+                                     + (f" Experiments there: {', '.join(sorted(names))}" if names
+                                        else " (it has none)"))
     return config_ordered(newest_per_cell(runstate.finished_runs(exp.experiment_id).values()))
 
 

@@ -121,8 +121,10 @@ def answered_runs(experiment_id: str, generation_hash: str | None = None) -> dic
 
     only = f" and tags.`{GENERATION_TAG}` = '{generation_hash}'" if generation_hash else ""
     runs = mlflow.MlflowClient().search_runs(
-        [experiment_id], f"tags.`dkilab.kind` = 'cell' and attributes.status = 'FINISHED' and tags.`{COMPLETE_TAG}` = '1' "
-                         f"and tags.`{ANSWERS_TAG}` = '1'{only}", order_by=["attributes.start_time DESC"], max_results=50000)
+        [experiment_id],
+        f"tags.`dkilab.kind` = 'cell' and attributes.status = 'FINISHED' and tags.`{COMPLETE_TAG}` = '1' "
+                         f"and tags.`{ANSWERS_TAG}` = '1'{only}", order_by=["attributes.start_time DESC"],
+                         max_results=50000)
     out: dict[str, Any] = {}
     for r in runs:
         out.setdefault(r.data.tags.get(GENERATION_TAG, ""), r)

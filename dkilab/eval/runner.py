@@ -295,7 +295,8 @@ def _rescore_one(cfg, cell: Cell, n: int, total: int, state, source: str, data_d
         echo(f"[{n}/{total}] {cell.label}: {exc}; generating")
         return None
     run = mlflow.start_run(run_name=cell.label, nested=True, tags=_cell_tags(cell, n) | {rescore.RESCORED_TAG: source},
-                           description=tracking.cell_description(cell) + f" Re-scored from the answers of run `{source}`.")
+                           description=tracking.cell_description(cell)
+                           + f" Re-scored from the answers of run `{source}`.")
     result = CellResult(cell, run_id=run.info.run_id)
     try:
         judge = make_judge(cell.judge, cell.model) if cell.judge is not None else None
@@ -311,7 +312,8 @@ def _rescore_one(cfg, cell: Cell, n: int, total: int, state, source: str, data_d
         before = store_uri.read_metrics(mlflow.get_run(source))
         changed, new, gone = rescore.changed_metrics(before, result.metrics)
         what = ("; ".join(p for p in (f"changed: {', '.join(changed)}" if changed else "",
-                                      f"new: {', '.join(new)}" if new else "", f"gone: {', '.join(gone)}" if gone else "")
+                                      f"new: {', '.join(new)}" if new else "",
+                                      f"gone: {', '.join(gone)}" if gone else "")
                           if p) or "every metric as before")
         echo(tables.cell_line(cell, result.metrics, n, total, time.perf_counter() - t)
              + f" (re-scored from the answers of run {source[:8]}, no generation; {what})")
@@ -363,7 +365,8 @@ def _run_one(cfg, cell: Cell, n: int, total: int, state, data_dir, datasets, pro
             over = _close(cfg, result)
             if over:  # partial failure is failure: never skipped as done, redone by the next run
                 echo(f"{tables.cell_line(cell, result.metrics, n, total, time.perf_counter() - t)}: FAILED ({over}; "
-                     "the error rows are kept in predictions.jsonl and errors.txt); the next run asks those questions again")
+                     "the error rows are kept in predictions.jsonl and errors.txt); the next run asks those questions "
+                     "again")
             else:
                 journal.clear()
                 echo(tables.cell_line(cell, result.metrics, n, total, time.perf_counter() - t))
@@ -530,7 +533,8 @@ def sweep_notes(results: list[CellResult]) -> list[str]:
 
     def signature(res: CellResult) -> dict:  # per question: what the model saw and said (once per cell)
         if id(res) not in signatures:
-            signatures[id(res)] = {r["qid"]: (r.get("prompt_digest"), r.get("prediction"), tuple(r.get("recalled_ids") or ()))
+            signatures[id(res)] = {r["qid"]: (r.get("prompt_digest"), r.get("prediction"),
+                                              tuple(r.get("recalled_ids") or ()))
                                    for r in res.load_rows()}
         return signatures[id(res)]
 
@@ -541,7 +545,8 @@ def sweep_notes(results: list[CellResult]) -> list[str]:
             continue
         ra, rb = signature(a), signature(b)
         if ra and ra == rb:
-            who = a.cell.strategy.key if a.cell.strategy.key == b.cell.strategy.key else f"{a.cell.strategy.key} and {b.cell.strategy.key}"
+            ka, kb = a.cell.strategy.key, b.cell.strategy.key
+            who = ka if ka == kb else f"{ka} and {kb}"
             notes.append(f"{who}: {'; '.join(what)} gave the same prompts, contexts and answers on all {len(ra)} "
                          f"questions of {a.cell.dataset.name}")
     return notes

@@ -144,7 +144,8 @@ def store_lock(uri: str, name: str, echo=print, what: str = "experiment"):
         lock.acquire(timeout=0)
     except Timeout:
         holder = owner.read_text().strip() if owner.exists() else "another process"
-        echo(f"{what} {name!r} is being run by {holder} on this tracking store; waiting for it to finish (Ctrl-C to stop)")
+        echo(f"{what} {name!r} is being run by {holder} on this tracking store; waiting for it to finish (Ctrl-C to "
+             "stop)")
         while True:
             try:
                 lock.acquire(timeout=5)
@@ -258,7 +259,8 @@ def end_orphan_runs(experiment_id: str, config_hash: str) -> list[str]:
         tags = run.data.tags
         if tags.get("dkilab.host") == socket.gethostname() and tags.get("dkilab.pid") == str(os.getpid()):
             continue
-        client.set_tag(run.info.run_id, "dkilab.ended_by", f"claim taken over by {socket.gethostname()} pid {os.getpid()}")
+        client.set_tag(run.info.run_id, "dkilab.ended_by",
+                       f"claim taken over by {socket.gethostname()} pid {os.getpid()}")
         client.set_terminated(run.info.run_id, status="KILLED")
         ended.append(run.info.run_id)
     return ended

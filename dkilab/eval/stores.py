@@ -48,7 +48,8 @@ def store_for(conversations: list[Conversation], name: str, embedder=None, path:
     `encoders.embedder.index_text_for`)."""
     embedder = embedder or Embedder()
     path = path or store_path(conversations, name, embedder, index_text)
-    store = MemoryStore.open(path, embedder=embedder, create=True, index_text=index_text)  # a cache: a lost one is rebuilt
+    # a cache: a lost one is rebuilt
+    store = MemoryStore.open(path, embedder=embedder, create=True, index_text=index_text)
     have, total = store.count(), sum(len(c.messages) for c in conversations)
     if have < total:
         # a build of thousands of messages shows what it embeds, its rate and ETA (on stderr, every 10 s in a log)

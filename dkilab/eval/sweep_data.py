@@ -43,8 +43,9 @@ def check_thresholds(cfg: ExperimentConfig, cells: list[Cell], data_dir=None, so
                 continue
             n = len(lengths)
             above = {v: n - bisect.bisect_right(lengths, v) for v in values}
-            echo(f"{cell.dataset.key}: {n} messages, tokens p10 {percentile(lengths, 10)} / p50 {percentile(lengths, 50)} / "
-                 f"p90 {percentile(lengths, 90)} / p99 {percentile(lengths, 99)} / max {lengths[-1]}; summarised at "
+            echo(f"{cell.dataset.key}: {n} messages, tokens p10 {percentile(lengths, 10)} / p50 "
+                 f"{percentile(lengths, 50)} / p90 {percentile(lengths, 90)} / p99 {percentile(lengths, 99)} / max "
+                 f"{lengths[-1]}; summarised at "
                  + ", ".join(f"{v}: {above[v]} ({above[v] / n:.1%})" for v in values))
             for a, b in zip(values, values[1:]):
                 between = above[a] - above[b]

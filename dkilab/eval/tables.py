@@ -144,7 +144,8 @@ def metric_counts(rows_by_cell: dict[str, list[dict]]) -> dict[str, dict[str, in
     return out
 
 
-PAIRED_ORDER = ("dataset", "metric", "category", "a", "b", "diff", "low", "high", "real", "n", "a_value", "b_value", "p")
+PAIRED_ORDER = ("dataset", "metric", "category", "a", "b", "diff", "low", "high", "real", "n", "a_value", "b_value",
+                "p")
 
 
 def paired_csv(pairs) -> str:
@@ -187,7 +188,8 @@ def overview_markdown(table, pairs, counts: dict[str, dict[str, int]], max_pairs
     cols = headline_metrics(table.columns, counts=())
     header = ["cell"]
     for m in cols:
-        arrow = "" if m not in METRICS or METRICS[m].higher_is_better is None else (" ↓" if lower_is_better(m) else " ↑")
+        arrow = "" if m not in METRICS or METRICS[m].higher_is_better is None else (" ↓" if lower_is_better(m)
+                                                                                    else " ↑")
         ns = set(counts.get(m, {}).values())
         header.append(f"{m}{arrow}" + (f" (n={ns.pop()})" if len(ns) == 1 else ""))
     header.append("questions")
@@ -218,7 +220,8 @@ def overview_markdown(table, pairs, counts: dict[str, dict[str, int]], max_pairs
         for r in pairs.head(max_pairs).itertuples(index=False):
             better = "" if r.metric not in METRICS or METRICS[r.metric].higher_is_better is None else (
                 "lower" if lower_is_better(r.metric) else "higher")
-            prow.append([r.metric, r.a, r.b, f"{r.diff:+.3f}", f"[{r.low:+.3f}, {r.high:+.3f}]", r.real, better, str(r.n)])
+            prow.append([r.metric, r.a, r.b, f"{r.diff:+.3f}", f"[{r.low:+.3f}, {r.high:+.3f}]", r.real, better,
+                         str(r.n)])
         parts += ["", "### Paired differences (b − a on the questions both answered)", "",
                   _md(["metric", "a", "b", "b − a", "95% interval", "real", "better", "n"], prow), "",
                   "`real`: the 95% interval of the difference excludes 0. `better`: the direction in which the "

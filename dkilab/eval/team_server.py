@@ -192,8 +192,8 @@ def main(dir: str, port: int, pg_port: int, host: str, backend_store_uri: str | 
     with server:
         where = (f"backend {_redacted(backend_store_uri)}" if backend_store_uri else
                  f"backend PostgreSQL on 127.0.0.1:{pg_port}, data {server.postgres.data}")
-        print(f"MLflow tracking server: {server.url}  ({where}; {workers} workers; artifacts {server.dir / 'artifacts'}, "
-              "served by the server)\n"
+        print(f"MLflow tracking server: {server.url}  ({where}; {workers} workers; artifacts "
+              f"{server.dir / 'artifacts'}, served by the server)\n"
               f"researchers: export MLFLOW_TRACKING_URI={server.url}   (Ctrl-C stops both servers)", flush=True)
         proc = server.mlflow
         assert proc is not None  # started by `with server`

@@ -182,7 +182,8 @@ def log_questions(cell, rows: list[dict]) -> None:
     table = table.dropna(axis=1, how="all")
     for col in ("question", "gold", "prediction"):
         if col in table:
-            table[col] = table[col].map(lambda v: v if v is None or isinstance(v, str) else json.dumps(v, ensure_ascii=False))
+            table[col] = table[col].map(lambda v: v if v is None or isinstance(v, str)
+                                        else json.dumps(v, ensure_ascii=False))
     mlflow.log_table(table, "questions.json")
     d = cell.dataset
     questions = table[[c for c in ("qid", "category", "answerable", "question", "gold") if c in table]]
@@ -235,7 +236,8 @@ def log_card(cfg, results) -> dict:
     body, room = markdown(card), max(400, NOTE_LIMIT // 4 - len(intro) - 40)  # the Overview keeps that much of its head
     if len(body) > room:
         body = body[:room].rsplit("\n", 1)[0] + f"\n\n(every cell: `{CARD_FILE}`)"
-    mlflow.set_tag("mlflow.note.content", (intro.rstrip() + "\n" if intro.strip() else "") + "\n### Methodology\n\n" + body)
+    head = intro.rstrip() + "\n" if intro.strip() else ""
+    mlflow.set_tag("mlflow.note.content", head + "\n### Methodology\n\n" + body)
     return card
 
 

@@ -35,7 +35,8 @@ def environment(device: str) -> dict:
     import torch
     import transformers
 
-    env: dict[str, Any] = {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
+    env: dict[str, Any] = {"python": platform.python_version(), "torch": torch.__version__,
+                           "transformers": transformers.__version__,
            "cuda": torch.version.cuda, "device": device}
     if device.startswith("cuda"):
         env["gpu"] = torch.cuda.get_device_name(0)

@@ -68,7 +68,8 @@ def main(args, cli: Callable[[list[str]], int]) -> int:
     for problem in checked.problems:
         echo(f"  PROBLEM {problem}")
     if checked.problems:
-        print(f"dkilab gpu: {len(checked.problems)} problem(s) before anything ran; fix them and rerun", file=sys.stderr)
+        print(f"dkilab gpu: {len(checked.problems)} problem(s) before anything ran; fix them and rerun",
+              file=sys.stderr)
         return 1
     echo(f"  ok: {len(checked.configs)} config(s), {sum(len(c) for _, _, c in checked.configs)} cells, "
          f"every model's weights and every dataset found")
@@ -140,12 +141,15 @@ def _run_config(path, uri: str, processes: int, args, cli) -> int:
 def _report(experiment: str, uri: str, folder: Path, cli) -> None:
     """The experiment's table, paired differences, per-category view and plots into `folder`."""
     folder.mkdir(parents=True, exist_ok=True)
-    for name, extra in (("table.md", ["--format", "markdown", "--plots", str(folder)]), ("table.csv", ["--format", "csv"]),
-                        ("by_category.md", ["--format", "markdown", "--by", "category"]), ("report.json", ["--format", "json"])):
+    for name, extra in (("table.md", ["--format", "markdown", "--plots", str(folder)]),
+                        ("table.csv", ["--format", "csv"]), ("by_category.md",
+                                                             ["--format", "markdown", "--by", "category"]),
+                        ("report.json", ["--format", "json"])):
         buf, err = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(err):
             code = cli(["report", experiment, "--tracking-uri", uri, *extra])
-        (folder / name).write_text(buf.getvalue() + (f"\n(report exited {code}: {err.getvalue().strip()})\n" if code else ""),
+        (folder / name).write_text(buf.getvalue() + (f"\n(report exited {code}: {err.getvalue().strip()})\n" if code
+                                                     else ""),
                                    encoding="utf-8")
 
 
@@ -153,9 +157,11 @@ def _index(report: Path, plan: list[dict], smoke: list[dict], outcomes: list[dic
     lines = ["# dkilab gpu report", "", f"written {time.strftime('%Y-%m-%d %H:%M:%S')}", ""]
     if smoke:
         lines += ["## Smoke stage", "", "| check | ok | seconds | detail |", "|---|---|---|---|"]
-        lines += [f"| {r['check']} | {'yes' if r['ok'] else 'NO'} | {r['seconds']} | {r['detail']} |" for r in smoke] + [""]
+        lines += [f"| {r['check']} | {'yes' if r['ok'] else 'NO'} | {r['seconds']} | {r['detail']} |"
+                  for r in smoke] + [""]
     lines += ["## Plan", "", "| config | cells | finished before | questions | estimate |", "|---|---|---|---|---|"]
-    lines += [f"| {r['config']} | {r['cells']} | {r['finished_before']} | {r['questions']} | {r['estimate']} |" for r in plan]
+    lines += [f"| {r['config']} | {r['cells']} | {r['finished_before']} | {r['questions']} | {r['estimate']} |"
+              for r in plan]
     if outcomes:
         lines += ["", "## Runs", "", "| config | exit | minutes | report |", "|---|---|---|---|"]
         lines += [f"| {o['config']} | {o['exit']} | {o['minutes']} | [{o['experiment']}]({o['experiment']}/table.md) |"

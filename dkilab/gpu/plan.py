@@ -98,8 +98,9 @@ def build_plan(checked, throughput: dict[str, Throughput], uri: str, processes: 
             n = checked.questions.get((path, c.config_hash), 0)
             if tp is not None:
                 seconds += cell_seconds(c, n, tp, throughput.get(c.judge.model) if c.judge else None, processes)
-        rows.append({"config": str(path), "experiment": cfg.name, "cells": len(cells), "finished_before": len(cells) - len(todo),
-                     "questions": questions, "estimate_s": round(seconds), "estimate": fmt_seconds(seconds)})
+        rows.append({"config": str(path), "experiment": cfg.name, "cells": len(cells),
+                     "finished_before": len(cells) - len(todo), "questions": questions, "estimate_s": round(seconds),
+                     "estimate": fmt_seconds(seconds)})
     return rows
 
 
@@ -107,7 +108,8 @@ def plan_table(rows: list[dict]) -> str:
     head = f"{'config':<48} {'cells':>5} {'done':>5} {'questions':>9} {'estimate':>9}"
     lines = [head, "-" * len(head)]
     for r in rows:
-        lines.append(f"{r['config'][-48:]:<48} {r['cells']:>5} {r['finished_before']:>5} {r['questions']:>9} {r['estimate']:>9}")
+        lines.append(
+            f"{r['config'][-48:]:<48} {r['cells']:>5} {r['finished_before']:>5} {r['questions']:>9} {r['estimate']:>9}")
     total = sum(r["estimate_s"] for r in rows)
     lines.append(f"{'total':<48} {sum(r['cells'] for r in rows):>5} {sum(r['finished_before'] for r in rows):>5} "
                  f"{sum(r['questions'] for r in rows):>9} {fmt_seconds(total):>9}")

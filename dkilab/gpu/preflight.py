@@ -57,7 +57,8 @@ def check_weights(spec: str) -> str | None:
     where = f"not under $DKILAB_MODEL_ROOT ({root})" if root else "$DKILAB_MODEL_ROOT is not set"
     if os.environ.get("HF_HUB_OFFLINE", "0").lower() not in ("0", "false", "no", ""):
         return (f"{spec}: not in the Hugging Face cache, {where}, and HF_HUB_OFFLINE=1 forbids downloading it "
-                f"(put it at $DKILAB_MODEL_ROOT/{spec}, or allow the download: HF_HUB_OFFLINE=0, HF_TOKEN for a gated model)")
+                f"(put it at $DKILAB_MODEL_ROOT/{spec}, or allow the download: HF_HUB_OFFLINE=0, HF_TOKEN for a gated "
+                "model)")
     from huggingface_hub import model_info
     from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
 
@@ -81,7 +82,8 @@ def check_endpoint(spec: str, timeout: float = 5.0) -> str | None:
     try:
         listed = [m.get("id") for m in served_models(base, timeout)]
     except Exception as e:  # noqa: BLE001
-        return f"{spec}: {base} does not answer GET /models ({type(e).__name__}: {e}); start the server first (README-GPU)"
+        return (f"{spec}: {base} does not answer GET /models ({type(e).__name__}: {e}); start the server first "
+                "(README-GPU)")
     return None if name in listed else f"{spec}: {base} serves {listed}, not {name!r}"
 
 

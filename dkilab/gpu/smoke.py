@@ -138,7 +138,8 @@ def check_judge(device: str, dtype: str) -> dict:
         want = _torch_device(device)
         if where.split(":")[0] != want.split(":")[0]:
             return f"FAIL the judge loaded on {where}, the model runs on {want}"
-        texts = [judge.prompt.format(question="Where is Paris?", gold="France", prediction=p) for p in ("France", "Spain")]
+        texts = [judge.prompt.format(question="Where is Paris?", gold="France", prediction=p)
+                 for p in ("France", "Spain")]
         judge.prefetch(texts, batch_size=2)
         batched = [judge.replies[t] for t in texts]
         judge.replies.clear()
@@ -166,7 +167,8 @@ def check_accelerate(device: str, dtype: str, gpus: int, workdir: Path | None = 
             return f"skipped: {gpus} GPU (two processes need two GPUs; --cpu runs them on gloo)"
         work = Path(workdir or tempfile.mkdtemp(prefix="dkilab-smoke-"))
         work.mkdir(parents=True, exist_ok=True)
-        cfg = SMOKE_CONFIG | {"model": {"spec": "offline:smollm2", "dtype": dtype, "device": device, "max_context": 1024},
+        cfg = SMOKE_CONFIG | {"model": {"spec": "offline:smollm2", "dtype": dtype, "device": device,
+                                        "max_context": 1024},
                               "judge": {"model": "offline:smollm2", "max_context": 1024}}
         path = work / "smoke.yaml"
         path.write_text(yaml.safe_dump(cfg))

@@ -69,14 +69,16 @@ class L2Memory:
         if not isinstance(intent, str) or not intent.strip():
             raise ValueError(f"L2 update for session {session_id!r}: intent must be a non-empty string, got {intent!r}")
         if entities is not None and not isinstance(entities, dict):
-            raise ValueError(f"L2 update for session {session_id!r}: entities must be a dict, got {type(entities).__name__}")
+            raise ValueError(
+                f"L2 update for session {session_id!r}: entities must be a dict, got {type(entities).__name__}")
         entities = dict(entities or {})
         self.sessions.require(session_id, user_id)
         now = self.clock()
         rules: list[str] = []
 
         def update(current):
-            state, rule = self._merge(session_id, intent, entities, previous_l2 if previous_l2 is not None else current, now)
+            state, rule = self._merge(session_id, intent, entities, previous_l2 if previous_l2 is not None else current,
+                                      now)
             # versions never repeat, also after an expired state starts a new chain
             state["version"] = int((current or {}).get("version") or self._last_version(session_id)) + 1
             rules[:] = [rule]

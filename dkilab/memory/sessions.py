@@ -65,7 +65,8 @@ class SessionManager:
             raise ValueError(f"session ttl and l2 ttl must be positive, got {ttl}, {l2_ttl}")
         self.backend, self.ttl, self.clock = backend, float(ttl), clock
         self.l2_ttl = float(l2_ttl if l2_ttl is not None else ttl)  # L2_MEMORY_TTL = SESSION_TTL by default
-        self.owners: Callable[[str], str | None] | None = None  # callable session_id -> owner of an expired session (SessionRecord), set by the manager
+        # callable session_id -> owner of an expired session (SessionRecord), set by the manager
+        self.owners: Callable[[str], str | None] | None = None
 
     def create_session(self, user_id: str | int = DEFAULT_USER) -> str:
         user_id = check_user(user_id)

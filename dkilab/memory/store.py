@@ -101,7 +101,8 @@ class MemoryStore:
                  create: bool = False, index_text: str | None = None):
         self._tmpdir = None
         if index_text not in (None, "1", "2"):
-            raise ValueError(f"index_text {index_text!r}: expected '1' (each turn alone) or '2' (with the turn it replies to)")
+            raise ValueError(
+                f"index_text {index_text!r}: expected '1' (each turn alone) or '2' (with the turn it replies to)")
         self._want_index_text = index_text
         if path in (None, ":memory:"):
             self._tmpdir = tempfile.TemporaryDirectory(prefix="dkilab-store-")
@@ -161,8 +162,9 @@ class MemoryStore:
             raise ValueError(f"{db} is empty (0 bytes): the store was truncated; restore it from a backup, or open "
                              "it with create=True to start an empty store there")
         if leftovers:
-            raise ValueError(f"{db} is missing but {self.path} holds a store's other files ({', '.join(leftovers[:4])}): "
-                             "the store was deleted; restore it, or open it with create=True to start an empty store")
+            raise ValueError(f"{db} is missing but {self.path} holds a store's other files "
+                             f"({', '.join(leftovers[:4])}): the store was deleted; restore it, or open it with "
+                             "create=True to start an empty store")
 
     def _check_meta(self) -> None:
         """A store with messages must still know what it is (its id and, with vectors, its encoder)."""
@@ -279,7 +281,8 @@ class MemoryStore:
         if embeddings is not None:
             shape = getattr(embeddings, "shape", None)
             if shape is None or len(shape) != 2 or shape[0] != len(msgs):
-                raise ValueError(f"add_messages got {len(msgs)} messages but embeddings of shape {shape}; nothing was written")
+                raise ValueError(
+                    f"add_messages got {len(msgs)} messages but embeddings of shape {shape}; nothing was written")
             if not np.all(np.isfinite(embeddings)):
                 raise ValueError("add_messages: embeddings contain NaN or infinity; nothing was written")
         return msgs
@@ -337,7 +340,8 @@ class MemoryStore:
     def _index_text_version(self) -> str:
         """The store's recorded index-text version; a store embedded before versions were recorded is v1."""
         if "index_text" not in self._meta:
-            version = "1" if "embedding_dim" in self._meta else (self._want_index_text or index_text_for(self.embedder.model_name))
+            version = "1" if "embedding_dim" in self._meta else (self._want_index_text
+                                                                 or index_text_for(self.embedder.model_name))
 
             def record():
                 with transaction(self.conn) as c:
@@ -378,7 +382,8 @@ class MemoryStore:
         for user, ids in by_user.items():
             for i in range(0, len(ids), 500):
                 chunk = ids[i:i + 500]
-                q = f"SELECT message_id, content FROM messages WHERE user_id=? AND message_id IN ({','.join('?' * len(chunk))})"
+                marks = ",".join("?" * len(chunk))
+                q = f"SELECT message_id, content FROM messages WHERE user_id=? AND message_id IN ({marks})"
                 out.update({(user, r["message_id"]): r["content"] for r in self.conn.execute(q, [user, *chunk])})
         return out
 
@@ -419,7 +424,8 @@ class MemoryStore:
                      m.topic, m.speaker, json.dumps(m.metadata, ensure_ascii=False, default=str), emb, fts_id),
                 )
                 if cur.rowcount:
-                    c.execute(f"INSERT INTO {fts_table(slot_seq[0])}(rowid, body, extra) VALUES(?,?,?)", (fts_id, body, extra))
+                    c.execute(f"INSERT INTO {fts_table(slot_seq[0])}(rowid, body, extra) VALUES(?,?,?)",
+                              (fts_id, body, extra))
                     slot_seq[1] += 1
                     added += 1
                     continue

@@ -107,7 +107,8 @@ class VectorIndex:
                 (user_id, self._max_rid[ukey]),
             ).fetchall()
             if rows:
-                vecs = np.frombuffer(b"".join(r["embedding"] for r in rows), dtype=np.float32).reshape(len(rows), self.dim)
+                vecs = np.frombuffer(b"".join(r["embedding"] for r in rows), dtype=np.float32).reshape(len(rows),
+                                                                                                       self.dim)
                 index.add_with_ids(vecs, np.fromiter((r["rid"] for r in rows), dtype=np.int64, count=len(rows)))
                 self._max_rid[ukey] = rows[-1]["rid"]
                 self._dirty.add(ukey)
@@ -149,7 +150,8 @@ class VectorIndex:
                 data = self._faiss.serialize_index(index).tobytes()
                 meta = {"store_id": self.store_id, "ntotal": int(index.ntotal), "max_rid": int(self._max_rid[ukey]),
                         "sha256": hashlib.sha256(data).hexdigest(),
-                        "rows_sha256": self._rows_digest(conn, self._users[ukey], self._max_rid[ukey])[2] if conn else None}
+                        "rows_sha256": self._rows_digest(conn, self._users[ukey], self._max_rid[ukey])[2] if conn
+                        else None}
                 tmp, tmp_meta = path.with_suffix(f".tmp{os.getpid()}"), path.with_suffix(f".jtmp{os.getpid()}")
                 try:
                     tmp.write_bytes(data)

@@ -286,7 +286,8 @@ class UserMemory:
         entry = self._store.result_sets.get(self._user_id, cid)
         if entry is None or entry[0] != sig:
             raise ValueError(f"cursor has expired: a user's ranked result sets are kept for an hour, the latest "
-                             f"{RESULT_SETS_PER_USER} of them, in the process that made them; start again without a cursor")
+                             f"{RESULT_SETS_PER_USER} of them, in the process that made them; start again without a "
+                             "cursor")
         return entry[1]
 
     def semantic_search(self, query_text: str | None = None, query_embedding=None, filter=None,
@@ -409,7 +410,8 @@ class UserMemory:
     def speakers(self) -> dict[str, set[str]]:
         """Speaker name -> the roles they speak in, over this user's messages."""
         out: dict[str, set[str]] = {}
-        for r in self._store.conn.execute("SELECT DISTINCT speaker, role FROM messages WHERE user_id=? AND speaker IS NOT NULL",
+        for r in self._store.conn.execute("SELECT DISTINCT speaker, role FROM messages WHERE user_id=? AND speaker IS "
+                                          "NOT NULL",
                                           (self._user_id,)):
             out.setdefault(r[0], set()).add(r[1])
         return out

@@ -101,7 +101,8 @@ class TransformersChatModel:
                 self._batch_worker = _Batcher(self, self.batch_size)
             return self._batch_worker
 
-    def generate_batch(self, prompts: list, max_new_tokens: int = 64, tools: list[dict] | None = None) -> list[Generation]:
+    def generate_batch(self, prompts: list, max_new_tokens: int = 64, tools: list[dict]
+                       | None = None) -> list[Generation]:
         """Greedy generation for several prompts at once (left padding, one forward pass per step):
         token for token what `generate_full` gives each prompt alone. No K/V memories (those differ
         per question); text strategies batch through `batch_size` in the model block."""

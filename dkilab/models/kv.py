@@ -229,7 +229,8 @@ def cache_kwarg(hf, cache) -> dict:
     forward = type(hf).forward
     name = _CACHE_KWARG.get(forward)
     if name is None:
-        name = _CACHE_KWARG[forward] = "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
+        takes_cache = "cache" in inspect.signature(forward).parameters
+        name = _CACHE_KWARG[forward] = "cache" if takes_cache else "past_key_values"
     return {name: cache}
 
 
@@ -257,7 +258,8 @@ def encode_memory_ids(model, ids: list[int], text: str = "") -> MemoryKV:
     cache = DynamicCache()  # full layers everywhere: a sliding layer must keep the whole block (masks do the window)
     device = hf.get_input_embeddings().weight.device
     pos = torch.arange(-len(ids) - 1, 0, device=device).unsqueeze(0)
-    hf(input_ids=torch.tensor([[sink, *ids]], device=device), position_ids=pos, use_cache=True, **cache_kwarg(hf, cache))
+    hf(input_ids=torch.tensor([[sink, *ids]], device=device), position_ids=pos, use_cache=True,
+       **cache_kwarg(hf, cache))
     layers = [(layer.keys.detach().clone(), layer.values.detach().clone())  # type: ignore[union-attr]  # full layers
               for layer in cache.layers]
     return MemoryKV(text, ids, sink, layers, (time.perf_counter() - t) * 1000)

@@ -65,8 +65,8 @@ def load_model(spec: str = DEFAULT_MODEL, *, dtype: str = "auto", device: str = 
     every GPU (`device_map="auto"`), see `resolve_device`; `dtype="auto"` means bf16 on GPU, fp32 on CPU;
     `attn_implementation` auto = what transformers picks (SDPA where the architecture has it); text
     strategies run on that stock kernel, a K/V strategy switches the model to the memory-bias attention
-    over it on first use (`dkilab.models.kv`); `batch_size` questions are decoded together by `generate_batch` (left padding);
-    `concurrency`, `max_retries`, `timeout` and `tokenizer` (the served model's, for exact token
+    over it on first use (`dkilab.models.kv`); `batch_size` questions are decoded together by `generate_batch`
+    (left padding); `concurrency`, `max_retries`, `timeout` and `tokenizer` (the served model's, for exact token
     budgets) are for OpenAI-compatible servers.
     """
     scheme = spec.split(":", 1)[0] if ":" in spec else ""

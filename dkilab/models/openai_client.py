@@ -53,7 +53,8 @@ def served_revision(base_url: str, name: str, timeout: float = 5.0) -> str | Non
     except Exception:  # noqa: BLE001 - down or not OpenAI-compatible: nothing to record
         entry = None
     card = None if entry is None else {k: v for k, v in entry.items() if k not in VOLATILE}
-    digest = None if card is None else hashlib.sha1(json.dumps(card, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    digest = None if card is None else hashlib.sha1(json.dumps(card, sort_keys=True,
+                                                               default=str).encode()).hexdigest()[:16]
     _SERVED[key] = (digest, time.monotonic())
     return digest
 
@@ -99,7 +100,8 @@ class OpenAIChatModel(TextOnlyModel):
                     else _api_messages(messages_or_prompt))
         kw: dict[str, Any] = {k: v for k, v in (("stop", stop), ("seed", seed), ("tools", tools)) if v}
         try:
-            resp = self._client.chat.completions.create(model=self.model_name, messages=messages,  # type: ignore[arg-type]
+            # type: ignore[arg-type]
+            resp = self._client.chat.completions.create(model=self.model_name, messages=messages,
                                                         max_tokens=max_new_tokens, temperature=temperature, **kw)
         except openai.APITimeoutError as e:
             raise EndpointError(f"{self.base_url}: no answer within {self.timeout:g} s "

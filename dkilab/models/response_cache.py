@@ -19,7 +19,8 @@ from dkilab.memory.sqlite import connect, transaction, with_retry
 from dkilab.types import Generation
 
 SCHEMA = """CREATE TABLE IF NOT EXISTS responses(key TEXT PRIMARY KEY, model TEXT NOT NULL, text TEXT NOT NULL,
-    prompt_tokens INTEGER NOT NULL, new_tokens INTEGER NOT NULL, injected_tokens INTEGER NOT NULL, created REAL NOT NULL)"""
+    prompt_tokens INTEGER NOT NULL, new_tokens INTEGER NOT NULL, injected_tokens INTEGER NOT NULL,
+    created REAL NOT NULL)"""
 
 
 def model_identity(model) -> str:

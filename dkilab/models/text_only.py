@@ -44,7 +44,8 @@ class TextOnlyModel:
             return messages_or_prompt
         if self.tokenizer is not None and getattr(self.tokenizer, "chat_template", None):
             kw = {"tools": tools} if tools else {}
-            return self.tokenizer.apply_chat_template(messages_or_prompt, tokenize=False, add_generation_prompt=True, **kw)
+            return self.tokenizer.apply_chat_template(messages_or_prompt, tokenize=False, add_generation_prompt=True,
+                                                      **kw)
         lines = [f"{m['role']}: {m['content']}" for m in messages_or_prompt]
         return "\n".join(([f"tools: {json.dumps(tools, ensure_ascii=False)}"] if tools else []) + lines)
 

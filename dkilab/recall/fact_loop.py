@@ -3,9 +3,9 @@
 Only the model's output is parsed for calls: facts and stored messages appended to the prompt are
 never executed, whatever text they hold. Retrieval is scoped to the trace ids the suffix offered (seed
 §3.3): another id gets a not-found segment and counts as invalid. Unlike the seed's sketch, a loop that
-spends its rounds or its fact budget, or writes a call that cannot be parsed, ends with one more generation that keeps the facts gathered and is
-told to answer now (text protocol: `FINAL` in the prompt's language; native: no tools offered). An
-output that is still a call is a `final_call`: no answer, never an abstention.
+spends its rounds or its fact budget, or writes a call that cannot be parsed, ends with one more generation
+that keeps the facts gathered and is told to answer now (text protocol: `FINAL` in the prompt's language;
+native: no tools offered). An output that is still a call is a `final_call`: no answer, never an abstention.
 """
 from __future__ import annotations
 
@@ -80,7 +80,8 @@ def run_fact_loop(prompt: str, generate: Callable[..., str], formatter: PromptFo
         fact_text = formatter.format_fact_segment(response)
         tokens = counter.count_tokens(fact_text)
         call = FactCall(request.trace_id, request.offset, request.limit, tokens=tokens, found=response.found,
-                        valid=response.found and (offered_set is None or request.trace_id in offered_set), round=round_idx)
+                        valid=response.found and (offered_set is None or request.trace_id in offered_set),
+                        round=round_idx)
         result.fact_calls.append(call)
         if on_call is not None:
             on_call(call, fact_text)

@@ -285,7 +285,8 @@ class GLMFormatter(PromptFormatter):
     CALL, OBSERVATION = "<|tool_call|>", "<|observation|>"
 
     def format_fact_call(self, request: FactRequest, language: str | None = None) -> str:
-        args = json.dumps({"trace_id": request.trace_id, "offset": request.offset, "limit": request.limit}, ensure_ascii=False)
+        args = json.dumps({"trace_id": request.trace_id, "offset": request.offset, "limit": request.limit},
+                          ensure_ascii=False)
         return f"{self.CALL}retrieve_fact\n{args}"
 
     def format_tool_call(self, name: str, args: dict) -> str:

@@ -49,7 +49,8 @@ def _contains(content: str, speaker: str | None, keyword: str) -> bool:
 
 
 class MultiSignalRecall:
-    def __init__(self, config: RecallConfig, reference_resolver: ReferenceResolver | None, memory: Memory, embedder=None):
+    def __init__(self, config: RecallConfig, reference_resolver: ReferenceResolver | None, memory: Memory,
+                 embedder=None):
         self.config, self.resolver, self.memory, self.embedder = config, reference_resolver, memory, embedder
         self._speakers: dict[str, set[str]] | None = None
         # called with (candidates, feature rows) whenever learned fusion ranks (its trainer collects them)
@@ -81,12 +82,15 @@ class MultiSignalRecall:
         keywords: list[tuple[str, float]] = []
         focus = self._timed(lat, "speaker", lambda: self._speaker_filter(query)) if sig.speaker_focus else None
         unfocused = sig.speaker_focus if focus else 1.0  # the weight of the lists searched without the focus
-        window = self._timed(lat, "temporal", lambda: self._date_window(query, asked_at)) if sig.temporal_focus else None
+        window = None
+        if sig.temporal_focus:
+            window = self._timed(lat, "temporal", lambda: self._date_window(query, asked_at))
         if window is not None:
             focus = (focus or {}) | {"time_range": {"since": window[0], "until": window[1]}}
             unfocused = min(unfocused, sig.temporal_focus)
         if sig.keyword_enabled:
-            keywords = self._timed(lat, "keywords", lambda: extract_keywords(query, sig.keyword_topk, sig.keyword_method))
+            keywords = self._timed(lat, "keywords", lambda: extract_keywords(query, sig.keyword_topk,
+                                                                             sig.keyword_method))
             lists["keyword"] = self._timed(lat, "lexical", lambda: self._keyword_hits(query, keywords, focus))
             if focus:
                 lists["keyword_unfocused"] = self._timed(lat, "lexical", lambda: self._keyword_hits(query, keywords))
@@ -138,13 +142,16 @@ class MultiSignalRecall:
         keywords: list[tuple[str, float]] = []
         if sig.keyword_enabled:
             pos = seed_ranking.SEED_POS if sig.keyword_pos == "seed" else ALLOW_POS
-            keywords = self._timed(lat, "keywords", lambda: extract_keywords(query, sig.keyword_topk, sig.keyword_method, pos))
-            lists["keyword"] = self._timed(lat, "lexical", lambda: seed_ranking.keyword_hits(scope.messages, keywords, _contains))
+            keywords = self._timed(lat, "keywords", lambda: extract_keywords(query, sig.keyword_topk,
+                                                                             sig.keyword_method, pos))
+            lists["keyword"] = self._timed(lat, "lexical", lambda: seed_ranking.keyword_hits(scope.messages, keywords,
+                                                                                             _contains))
         if sig.vector_enabled:
             lists["vector"] = self._timed(lat, "vector", lambda: self._vector_hits(query))
         if scope.reference is not None and scope.reference.reference_type != ReferenceType.NONE:
             lists["reference"] = [(m, 1.0) for m in scope.messages]
-        ranked = self._timed(lat, "fusion", lambda: seed_ranking.rank(lists.get("keyword", []), lists.get("vector", [])))
+        ranked = self._timed(lat, "fusion", lambda: seed_ranking.rank(lists.get("keyword", []),
+                                                                      lists.get("vector", [])))
         return self._result(ranked[:max_results], history if session_id else [], scope.reference, lists, keywords,
                             max_results, lat)
 
@@ -214,7 +221,8 @@ class MultiSignalRecall:
         sig = self.config.signals
         kwargs = ({"query_embedding": self.embedder.encode_query(query)} if self.embedder is not None
                   else {"query_text": query})
-        page = self.memory.semantic_search(top_k=sig.vector_top_k, min_score=sig.vector_threshold, filter=filter, **kwargs)
+        page = self.memory.semantic_search(top_k=sig.vector_top_k, min_score=sig.vector_threshold, filter=filter,
+                                           **kwargs)
         return [(h.message, float(h.score or 0.0)) for h in page.items]
 
     # --- fusion -----------------------------------------------------------------------------
@@ -230,7 +238,10 @@ class MultiSignalRecall:
             scores = [s for _, s in hits]
             lo, hi = min(scores), max(scores)
             for rank, (msg, s) in enumerate(hits):
-                part = w / (sig.rrf_k + rank + 1) if sig.fusion == "rrf" else w * ((s - lo) / (hi - lo) if hi > lo else 1.0)
+                if sig.fusion == "rrf":
+                    part = w / (sig.rrf_k + rank + 1)
+                else:
+                    part = w * ((s - lo) / (hi - lo) if hi > lo else 1.0)
                 entry = merged.setdefault(msg.message_id, RecalledMessage(msg, 0.0))
                 entry.score += part
                 entry.signals[name] = s
@@ -248,7 +259,8 @@ class MultiSignalRecall:
         switched-on signals' declared features follow the built-in ones in each row."""
 
         messages, X = learned.candidates(query, ranked, self.memory, keywords=keywords,
-                                         focus_role=(focus or {}).get("role"), asked_at=asked_at, embedder=self.embedder)
+                                         focus_role=(focus or {}).get("role"), asked_at=asked_at,
+                                         embedder=self.embedder)
         X, columns = learned.with_signals(X, messages, query, self._plugins(), lists)
         if self.on_candidates is not None:
             self.on_candidates(messages, X)

@@ -144,7 +144,8 @@ class ReferenceResolver:
         data = self.config.model_dump() | {k: v for k, v in updates.items() if v is not None}
         self.config = ReferenceResolverConfig.model_validate(data)
 
-    def add_mapping(self, keyword: str, scope: str, ref_type: str, language: str = "cn", confidence: float = 0.9) -> None:
+    def add_mapping(self, keyword: str, scope: str, ref_type: str, language: str = "cn",
+                    confidence: float = 0.9) -> None:
         if language not in ("cn", "en"):
             raise ValueError(f"language must be 'cn' or 'en', got {language!r}")
         target = self.config.reference_mappings_cn if language == "cn" else self.config.reference_mappings_en
@@ -188,7 +189,8 @@ class ReferenceResolver:
         if found is not None:
             kw, mapping = found
             result = ResolvedReference(mapping.type, mapping.scope, confidence=mapping.confidence, matched_keyword=kw,
-                                       metadata={"language": language, "recall_turns": self.recall_turns_for(mapping.scope),
+                                       metadata={"language": language,
+                                                 "recall_turns": self.recall_turns_for(mapping.scope),
                                                  "method": "rule"})
             if history:
                 result.resolved_content, result.source_turns = self._resolve_by_scope(
@@ -215,7 +217,8 @@ class ReferenceResolver:
             return out
         scope, ref_type = ReferenceScope(out["scope"]), ReferenceType(out.get("type", out.get("reference_type")))
         res = ResolvedReference(ref_type, scope, confidence=float(out.get("confidence", 0.5)),
-                                metadata={"language": language, "recall_turns": self.recall_turns_for(scope), "method": "llm"})
+                                metadata={"language": language, "recall_turns": self.recall_turns_for(scope),
+                                          "method": "llm"})
         if history:
             res.resolved_content, res.source_turns = self._resolve_by_scope(scope, ref_type, history, None, language)
         return res

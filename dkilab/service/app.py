@@ -211,7 +211,8 @@ def create_app(store, keys: KeyRing, manager=None, gate: Gate | None = None,
     @app.exception_handler(RequestValidationError)
     def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         """422 naming each field, without echoing the input (it may not even be encodable: a lone surrogate)."""
-        return JSONResponse({"detail": [{"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
+        return JSONResponse({"detail": [{"loc": list(e.get("loc", ())), "msg": e.get("msg", ""),
+                                         "type": e.get("type", "")}
                                         for e in exc.errors()]}, 422)
 
     async def user(key: str | None = Security(_api_key)) -> str:
@@ -246,7 +247,8 @@ def create_app(store, keys: KeyRing, manager=None, gate: Gate | None = None,
     async def messages_list(body: MessagesListBody, uid: str = Depends(user)):
         def work(mem):
             try:
-                return _json(page_json(mem.messages_list(body.since, body.until, body.role, body.page_size, body.cursor)))
+                return _json(
+                    page_json(mem.messages_list(body.since, body.until, body.role, body.page_size, body.cursor)))
             except (ValueError, TypeError) as e:
                 raise _unprocessable(e, ("since", "until", "role", "page_size", "cursor")) from None
         return await run(uid, work, light=body.page_size <= LIGHT_PAGE)

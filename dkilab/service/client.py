@@ -72,7 +72,8 @@ class Client:
     @staticmethod
     def _message(d: dict, user_id: str) -> Message:
         return Message(d["message_id"], user_id, d["session_id"], d["turn_id"], d["role"], d["content"],
-                       datetime.fromisoformat(d["timestamp"]), d.get("topic"), d.get("speaker"), d.get("metadata") or {})
+                       datetime.fromisoformat(d["timestamp"]), d.get("topic"), d.get("speaker"),
+                       d.get("metadata") or {})
 
     def _page(self, d: dict) -> Page:
         return Page([Hit(self._message(h["message"], self.user_id), h["score"]) for h in d["items"]], d["next_cursor"])

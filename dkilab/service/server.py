@@ -138,7 +138,8 @@ def spawn(store_path, keys_path, port: int, timeout: float = 60.0):
     import httpx
 
     dkilab = str(Path(sys.executable).parent / "dkilab")
-    proc = subprocess.Popen([dkilab, "serve", "--store", str(store_path), "--keys", str(keys_path), "--port", str(port)],
+    proc = subprocess.Popen([dkilab, "serve", "--store", str(store_path), "--keys", str(keys_path), "--port",
+                             str(port)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

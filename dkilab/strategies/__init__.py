@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dkilab.strategies.base import STRATEGIES, Strategy, StrategyParams, register
 
-BUILTIN = ("no_memory", "full_history", "stable", "recall_v4", "full_attention")  # the answering strategies of the seeds
+# the answering strategies of the seeds
+BUILTIN = ("no_memory", "full_history", "stable", "recall_v4", "full_attention")
 
 
 def create_strategy(name: str, params: dict | None = None, source: str = "<params>") -> Strategy:

@@ -184,7 +184,8 @@ class Strategy(ABC):
         with the reason instead of one error row per question)."""
         if self.needs_kv(preferences):
             self.require_kv(model, "memory")
-            if getattr(model, "model", None) is None:  # context-only, tokenizer alone: nothing is injected, nothing to check
+            # context-only, tokenizer alone: nothing is injected, nothing to check
+            if getattr(model, "model", None) is None:
                 return
             from dkilab.models.kv import check_support
 
@@ -195,8 +196,8 @@ class Strategy(ABC):
         if not getattr(model, "supports_kv", False):
             from dkilab.models.kv import KVUnsupportedError
 
-            raise KVUnsupportedError(f"strategy {self.name!r} injects {why} as K/V memory and needs a local transformers "
-                            f"model; {model!r} has no K/V access")
+            raise KVUnsupportedError(f"strategy {self.name!r} injects {why} as K/V memory and needs a local "
+                                     f"transformers model; {model!r} has no K/V access")
 
     def memory_kv(self, model: ChatModel, text: str):
         """Encode `text` once per model and reuse it (bounded LRU; the K/V of a text depends only on the
@@ -224,7 +225,8 @@ class Strategy(ABC):
         """Drop every cached K/V block (the runner calls it when the cell ends: an 8B model's blocks are GiBs)."""
         self._kv_cache.clear()
 
-    def preference_memories(self, model: ChatModel, preferences: list[str], lang: str, alpha: float) -> tuple[list, str]:
+    def preference_memories(self, model: ChatModel, preferences: list[str], lang: str, alpha: float) -> tuple[list,
+                                                                                                              str]:
         """([(preference K/V, alpha)] or [], the preference text): the seed's L0 block, encoded once."""
         pref = preferences_text(preferences, lang)
         if not pref:

@@ -28,11 +28,12 @@ class FullHistory(Strategy):
         with stages("assembly"):
             head = preferences_text(preferences, lang)
             budget = self.budget(model, question, lang, head)
-            kept, budget.used = newest_that_fit(messages, model, budget.history, lang, self.fields)  # oldest dropped first
+            # oldest dropped first
+            kept, budget.used = newest_that_fit(messages, model, budget.history, lang, self.fields)
             history = history_block(kept, lang, self.fields)
             user_text = question_text(question, lang, head + history)
         with stages("generation"):
             gen, prompt = self.generate(model, user_text, lang)
         return Answer(gen.text, prompt_tokens=gen.prompt_tokens, generated_tokens=gen.new_tokens,
-                      recalled_ids=[m.message_id for m in kept], context_text=head + history, prompt=prompt, budget=budget,
-                      metadata={"dropped_oldest": len(messages) - len(kept)})
+                      recalled_ids=[m.message_id for m in kept], context_text=head + history, prompt=prompt,
+                      budget=budget, metadata={"dropped_oldest": len(messages) - len(kept)})

@@ -76,7 +76,8 @@ class PeerMem0(Strategy):
         key = (memory.source, memory.user_id, count)
         with self._lock:
             if key not in self._memories:
-                self._memories[key] = self._build(memory.recent(count) if count else [], memory.user_id, model, len(self._memories))
+                self._memories[key] = self._build(memory.recent(count) if count else [], memory.user_id, model,
+                                                  len(self._memories))
             return self._memories[key]
 
     def _build(self, messages: list[Message], user_id: str, model, n: int) -> Any:

@@ -113,8 +113,9 @@ class RecallAgentStrategy(Strategy):
                                     for e in out.evidence])
         review = {"memory_view": out.model_dump(mode="json"), "evidence_problems": result.evidence_problems,
                   "agent_stop": result.stop_reason}
-        meta = {"agent_tool_calls": result.tool_calls, "agent_rounds": result.rounds, "policy_steps": result.policy_steps,
-                "policy_fallbacks": result.policy_fallbacks, "agent_steps": result.steps}
+        meta = {"agent_tool_calls": result.tool_calls, "agent_rounds": result.rounds,
+                "policy_steps": result.policy_steps, "policy_fallbacks": result.policy_fallbacks,
+                "agent_steps": result.steps}
         evidence_ids = [e.message_id for e in out.evidence]
         if not p.answer:
             return Answer("", recalled_ids=evidence_ids, rounds=0, metadata=meta, review=review)

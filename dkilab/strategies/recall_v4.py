@@ -201,9 +201,10 @@ class RecallV4(RecallingStrategy):
                              on_call=on_call, native=native)
         gen, prompt = gens[-1]
         final = {"final_call": True, "final_output": loop.output} if loop.final_call else {}
-        return Answer("" if loop.final_call else loop.output, prompt_tokens=gen.prompt_tokens, injected_tokens=gen.injected_tokens,
-                      generated_tokens=sum(g.new_tokens for g, _ in gens), recalled_ids=list(suffix.trace_ids),
-                      summary_ids=[it.trace_id for it in suffix.items if it.type == "summary"],
+        return Answer("" if loop.final_call else loop.output, prompt_tokens=gen.prompt_tokens,
+                      injected_tokens=gen.injected_tokens, generated_tokens=sum(g.new_tokens for g, _ in gens),
+                      recalled_ids=list(suffix.trace_ids), summary_ids=[it.trace_id for it in suffix.items
+                                                                        if it.type == "summary"],
                       fact_calls_offered=suffix.has_fact_call_instruction,
                       fact_calls=loop.fact_calls, rounds=loop.rounds,
                       context_text="\n".join(x for x in (pref, suffix.history_text, *facts) if x), prompt=prompt,

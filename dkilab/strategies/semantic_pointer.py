@@ -86,7 +86,9 @@ class SemanticPointerStrategy(Strategy):
                                                "method": pointer.method if pointer else "no_reference",
                                                "chain": pointer.resolution_chain if pointer else [],
                                                "ambiguous": bool(pointer and pointer.ambiguous),
-                                               "contributing_levels": sum(1 for c in (pointer.resolution_chain if pointer
-                                                                                    else []) if c.startswith("level "))}}
+                                               "contributing_levels": sum(1 for c in (pointer.resolution_chain
+                                                                                      if pointer
+                                                                                    else [])
+                                                                          if c.startswith("level "))}}
         meta = {"policy_steps": resolver.stats["llm_calls"], "policy_fallbacks": resolver.stats["llm_fallbacks"]}
         return Answer(resolved, rounds=0, metadata=meta, review=review)

@@ -10,7 +10,8 @@ T0 = datetime(2025, 3, 1, 9, tzinfo=timezone.utc)
 def chat(user: str, turns, prefix: str | None = None, start: datetime = T0) -> list[Message]:
     """[(day, role, text)] -> messages `{prefix}#{i}` of `user`, one session per day."""
     prefix = prefix or user
-    return [Message(f"{prefix}#{i}", user, f"{prefix}-d{day}", i, role, text, start + timedelta(days=day, minutes=2 * i))
+    return [Message(f"{prefix}#{i}", user, f"{prefix}-d{day}", i, role, text,
+                    start + timedelta(days=day, minutes=2 * i))
             for i, (day, role, text) in enumerate(turns)]
 
 

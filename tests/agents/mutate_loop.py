@@ -15,7 +15,8 @@ MUTATIONS = {  # step -> code that removes it
     "narrow_hits": "reflect.TOO_MANY = 10**6",
     "rewrite_query": "reflect.rewrite_step = lambda state, h: None",
     "cover_hypothesis": "orig = reflect._as\n"
-                        "reflect._as = lambda c, step, why=None: None if step == 'cover_hypothesis' else orig(c, step, why)",
+                        "reflect._as = lambda c, step, why=None: None if step == 'cover_hypothesis' else orig(c, step, "
+                        "why)",
     "conflict context, both sides": "reflect.conflict_step = lambda state: None",
 }
 RUN = """import sys, pytest

@@ -37,7 +37,8 @@ def test_every_explicit_constraint_survives_a_weaker_later_statement():
     assert superseded == []
     figures = evaluate(cases)
     assert figures["constraints_kept"] == 1.0 and figures["accuracy"] >= 0.95, figures
-    assert all(got[c.id] == "newer" for c in cases if c.id in ("zh-seafood-cured", "en-shellfish-cured", "zh-spicy-quit"))
+    assert all(got[c.id] == "newer" for c in cases if c.id in ("zh-seafood-cured", "en-shellfish-cured",
+                                                               "zh-spicy-quit"))
 
 
 def test_the_agent_keeps_both_searches_for_a_clearer_statement_and_then_follows_it(store):
@@ -116,7 +117,8 @@ PROBES = [  # issue 60: an explicit constraint, a hedge a month later, and a que
 
 @pytest.mark.parametrize("user,old,new,question", PROBES, ids=[p[0] for p in PROBES])
 def test_the_probe_pairs_keep_the_explicit_constraint_unsuperseded(store, user, old, new, question):
-    store.add_messages(chat(user, [(0, "user", old), (0, "assistant", "OK."), (30, "user", new), (30, "assistant", "OK.")]))
+    store.add_messages(chat(user, [(0, "user", old), (0, "assistant", "OK."), (30, "user", new),
+                                   (30, "assistant", "OK.")]))
     res = RecallAgent(store.for_user(user), default_days=None).recall(question, now=T0 + timedelta(days=40))
     items = {i.statement: i for i in res.output.memory_view.items()}
     assert old in items and items[old].active and items[old].superseded_by is None  # found, and not lifted
@@ -140,7 +142,9 @@ def test_a_later_statement_wins_only_when_more_explicit_or_announcing_a_change()
 
     assert decide("Do I like jazz?", "I like jazz.", "I don't like jazz.") == [(None, "equally_explicit")]
     assert decide("我喜欢喝咖啡吗？", "我喜欢喝咖啡。", "我不喜欢喝咖啡。") == [(None, "equally_explicit")]
-    assert decide("Where do I live?", "I live in Boston.", "I moved to Denver, I live in Denver now.") == [("u#1", "time")]
-    assert decide("Do I like jazz?", "I like jazz.", "I absolutely never listen to jazz anymore, I hate it.")[0][0] == "u#1"
+    assert decide("Where do I live?", "I live in Boston.", "I moved to Denver, I live in Denver now.") == [("u#1",
+                                                                                                            "time")]
+    assert decide("Do I like jazz?", "I like jazz.",
+                  "I absolutely never listen to jazz anymore, I hate it.")[0][0] == "u#1"
     assert cues.is_request("Can you book me a flight?") and cues.is_request("Maybe you could book a flight?")
     assert not cues.is_request("Maybe I could try a little peanut sauce sometime, I guess?")  # a tentative statement

@@ -122,7 +122,8 @@ def test_llm_policy_runs_valid_calls_and_falls_back_on_bad_ones(alice_store):
     model = Scripted([f.format_tool_call("lexical_search", {"query_text": "辣", "filter": {"role": "user"}}),
                       'lexical_search({"query_text": "辣", "page_size": 9999})',  # invalid argument -> rule step
                       f.format_tool_call("neighbors", {"message_id": "b#404"}),  # an id it never saw -> rule step
-                      f.format_tool_call("lexical_search", {"query_text": "辣", "cursor": "forged"}),  # refused by the tool
+                      # refused by the tool
+                      f.format_tool_call("lexical_search", {"query_text": "辣", "cursor": "forged"}),
                       "STOP", "not json"])
     agent = RecallAgent(alice_store.for_user("alice"), "llm", model, f, max_calls=6)
     res = agent.recall("我能吃辣吗？", now=NOW)
@@ -148,7 +149,8 @@ def test_llm_policy_on_smollm2_counts_fallbacks(alice_store, model):
     planned = sum(1 for s in tools if s["why"] == PLANNED)
     plan_fallbacks = sum(1 for s in fell_back if s["fallback"] != "invalid view")
     stopped = res.stop_reason == "the model stopped"
-    assert planned + plan_fallbacks + stopped == sum(1 for s in asked if "plan_output" in s)  # a call, a fallback or STOP
+    # a call, a fallback or STOP
+    assert planned + plan_fallbacks + stopped == sum(1 for s in asked if "plan_output" in s)
     looped = res.stop_reason == "the model kept repeating a call"  # its last fallback ends the loop instead
     assert len(tools) - planned >= plan_fallbacks - looped  # a rule step ran for every other plan that fell back
     assert res.evidence_problems == [] and isinstance(res.output, RecallOutput) and res.output.memory_view.active()

@@ -33,7 +33,8 @@ def test_relevance_is_judged_against_each_hypothesis(store):
     assert stop["step"] == "stop" and stop["hypotheses"] == {"preferences": "evidence", "constraints": "evidence"}
     assert "cover_hypothesis" not in _steps(res)
     view = res.output.memory_view
-    assert [i.evidence_ids for i in view.constraints] == [["u#2"]] and [i.evidence_ids for i in view.preferences] == [["u#0"]]
+    assert [i.evidence_ids for i in view.constraints] == [["u#2"]] and [i.evidence_ids
+                                                                        for i in view.preferences] == [["u#0"]]
 
 
 def test_a_hypothesis_without_evidence_gets_both_tools_before_it_counts_as_empty(store):
@@ -43,15 +44,18 @@ def test_a_hypothesis_without_evidence_gets_both_tools_before_it_counts_as_empty
     tools_for_constraints = {s["tool"] for s in res.steps if s.get("name") in ("search", "cover_hypothesis")
                              and s["args"].get("query_text", "").endswith(("过敏 忌口 不能", "忌口 不能"))}
     assert tools_for_constraints == {"lexical_search", "semantic_search"}
-    assert "cover_hypothesis" in _steps(res) and res.stop_reason.startswith("every hypothesis has evidence or is shown empty")
+    assert "cover_hypothesis" in _steps(res) and res.stop_reason.startswith("every hypothesis has evidence or is shown "
+                                                                            "empty")
 
 
 def test_the_query_is_rewritten_from_what_the_last_round_found(store):
     """"那个项目" is named "Phoenix" in the first hit; only a search for Phoenix finds its latest news, which
     never says "项目"."""
-    store.add_messages(chat("u", [(0, "user", "我最近在做一个新项目，代号叫 Phoenix，和李明一起负责。"), (0, "assistant", "听起来不错。"),
-                                  (3, "user", "Phoenix 上线推迟到5月3日了，测试环境还没好。"), (3, "assistant", "了解。"),
-                                  (5, "user", "帮我查一下明天的天气。"), (5, "assistant", "明天晴。")]))
+    store.add_messages(chat("u", [(0, "user", "我最近在做一个新项目，代号叫 Phoenix，和李明一起负责。"),
+                                  (0, "assistant", "听起来不错。"), (3, "user",
+                                                               "Phoenix 上线推迟到5月3日了，测试环境还没好。"),
+                                  (3, "assistant", "了解。"), (5, "user", "帮我查一下明天的天气。"),
+                                  (5, "assistant", "明天晴。")]))
     res = RecallAgent(store.for_user("u")).recall("我们上次聊到的那个项目进展怎样了？", now=T0 + timedelta(days=10))
     rewrite = next(s for s in res.steps if s.get("name") == "rewrite_query")
     assert "Phoenix" in rewrite["args"]["query_text"]
@@ -63,7 +67,8 @@ def test_too_many_hits_narrow_the_window_and_tighten_the_query(store):
     """Fourteen coffee statements in 30 days: the agent narrows to the last 7 days with "咖啡" required, and the
     statements that search finds again lead the view (without narrowing the older, wordier ones would)."""
     old = "早上喝了一杯加牛奶加糖的咖啡，配了甜点和茶。"
-    turns = [(d, "user", f"第{d}天{old}") for d in range(0, 20, 2)] + [(d, "user", f"第{d}天喝的是黑咖啡。") for d in (22, 24, 26, 27)]
+    turns = [(d, "user", f"第{d}天{old}") for d in range(0, 20, 2)] + [(d, "user", f"第{d}天喝的是黑咖啡。")
+                                                                     for d in (22, 24, 26, 27)]
     store.add_messages(chat("u", turns))
     now = T0 + timedelta(days=28)
     res = RecallAgent(store.for_user("u")).recall("我喝咖啡有什么偏好？", now=now)
@@ -76,7 +81,8 @@ def test_too_many_hits_narrow_the_window_and_tighten_the_query(store):
 
 
 def test_every_call_names_a_known_step(store):
-    store.add_messages(chat("u", [(0, "user", "我特别能吃辣。"), (9, "user", "我现在不吃辣了。"), (10, "user", "我朋友不吃香菜。")]))
+    store.add_messages(chat("u", [(0, "user", "我特别能吃辣。"), (9, "user", "我现在不吃辣了。"),
+                                  (10, "user", "我朋友不吃香菜。")]))
     res = RecallAgent(store.for_user("u")).recall("我能吃辣吗？", now=T0 + timedelta(days=12))
     names = _steps(res)
     assert names and set(names) <= set(STEPS)

@@ -91,9 +91,11 @@ def test_conflicts_are_adjudicated_by_context_source_time_or_left_unresolved():
     assert [(x.winner, x.reason) for x in adjudicate(st)] == [("u#1", "time")]
     out = synthesize(st)
     old = next(i for i in out.memory_view.items() if i.evidence_ids == ["u#0"])
-    assert old.superseded_by == "u#1" and old.reason == "time" and [i.statement for i in out.memory_view.active()] == ["我现在不吃辣了。"]
+    assert old.superseded_by == "u#1" and old.reason == "time"
+    assert [i.statement for i in out.memory_view.active()] == ["我现在不吃辣了。"]
     # the user's words beat the assistant's paraphrase, whichever is later
-    st = _state("Do I eat meat?", chat("u", [(0, "user", "I don't eat red meat."), (3, "assistant", "Since you love red meat, here is a grill.")]))
+    st = _state("Do I eat meat?", chat("u", [(0, "user", "I don't eat red meat."),
+                                             (3, "assistant", "Since you love red meat, here is a grill.")]))
     st.narrowing.role = None
     st.candidates["u#1"] = candidate(st, st.seen["u#1"], 0, 0.5, "lexical_search")
     st.conflicts = find_conflicts(st.relevant())
@@ -105,7 +107,8 @@ def test_conflicts_are_adjudicated_by_context_source_time_or_left_unresolved():
     assert [(x.winner, x.reason) for x in adjudicate(st)] == [(None, "unresolved")]
     assert all(i.uncertain and i.active for i in synthesize(st).memory_view.items())
     # unrelated statements sharing only a generic word do not conflict
-    st = _state("外卖要注意什么？", chat("u", [(0, "user", "我对花生过敏，千万别选带花生的。"), (1, "user", "我比较喜欢吃甜的。")]))
+    st = _state("外卖要注意什么？", chat("u", [(0, "user", "我对花生过敏，千万别选带花生的。"),
+                                       (1, "user", "我比较喜欢吃甜的。")]))
     assert find_conflicts(st.relevant()) == []
 
 

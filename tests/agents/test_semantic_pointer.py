@@ -5,12 +5,12 @@ import re
 
 import pytest
 
-from dkilab.agents.semantic_pointer import (AgentTree, SemanticPointerConfig, TreeContextResolver, TreeError, TreeMemory,
-                                            detect_references, inject, node_scope)
+from dkilab.agents.semantic_pointer import (AgentTree, SemanticPointerConfig, TreeContextResolver, TreeError,
+                                            TreeMemory, detect_references, inject, node_scope)
 from dkilab.agents.semantic_pointer.refs import loose_json
 
-ROWS = [("root", None, "客户服务总调度"), ("refund", "root", "处理昨天客户的退款资格检查"), ("checker", "refund", "查询客户资料"),
-        ("open", "root", "新开户")]
+ROWS = [("root", None, "客户服务总调度"), ("refund", "root", "处理昨天客户的退款资格检查"),
+        ("checker", "refund", "查询客户资料"), ("open", "root", "新开户")]
 
 
 def test_tree_structure_scopes_and_refusals():
@@ -62,8 +62,8 @@ def test_reference_detection_rules():
 def test_rule_composer_resolves_from_the_nearest_naming_ancestor(store):
     t, tm = _memory(store)
     res = TreeContextResolver(tm, t)
-    out = res.resolve_semantic_pointers({"client_id": "该用户的ID", "date": "查询日期"}, {"content": "查询该用户的余额"},
-                                        "checker", "bob")
+    out = res.resolve_semantic_pointers({"client_id": "该用户的ID", "date": "查询日期"},
+                                        {"content": "查询该用户的余额"}, "checker", "bob")
     assert list(out) == ["client_id"]  # no vague reference in "查询日期": nothing to resolve
     p = out["client_id"]
     assert "C-1029" in p.resolved_desc and "张伟" in p.resolved_desc and "李娜" not in p.resolved_desc
@@ -75,7 +75,8 @@ def test_rule_composer_resolves_from_the_nearest_naming_ancestor(store):
 def test_falls_back_when_no_ancestor_knows_or_confidence_is_low(store):
     t, tm = _memory(store)
     t.add("other", "open", "开户资料审核")
-    p = TreeContextResolver(tm, t).resolve_semantic_pointers({"loan_id": "那笔贷款的编号"}, {}, "checker", "bob")["loan_id"]
+    p = TreeContextResolver(tm, t).resolve_semantic_pointers({"loan_id": "那笔贷款的编号"}, {}, "checker",
+                                                             "bob")["loan_id"]
     assert p.fell_back and p.method == "fallback" and p.confidence == 0.0 and "no ancestor" in p.resolution_chain[0]
     strict = TreeContextResolver(tm, t, {"min_confidence_threshold": 0.85})
     p = strict.resolve_semantic_pointers({"client_id": "该用户的ID"}, {}, "checker", "bob")["client_id"]
@@ -89,7 +90,8 @@ def test_llm_synthesis_tolerant_json_and_counted_fallbacks(store):
     replies = []
     llm = lambda prompt: replies.pop(0)  # noqa: E731  (replies written out: the parsing is under test)
     res = TreeContextResolver(tm, t, llm=llm, config={"cache_ttl_seconds": 0})
-    replies += ["```json\n{'resolved_desc': '昨天第二个客户张伟（C-1029）的ID', 'confidence': 0.9, 'resolution_chain': ['root'],}\n```"]
+    replies += ["```json\n{'resolved_desc': '昨天第二个客户张伟（C-1029）的ID', 'confidence': 0.9, 'resolution_chain': "
+                "['root'],}\n```"]
     p = res.resolve_semantic_pointers({"client_id": "该用户的ID"}, {}, "checker", "bob")["client_id"]
     assert (p.method, p.resolved_desc) == ("llm", "昨天第二个客户张伟（C-1029）的ID")
     replies += ["I think it is the customer."]  # no JSON: the rule composer answers, counted
@@ -187,15 +189,18 @@ def test_two_referents_at_the_nearest_level_keep_the_original_flagged(store):
     assert p.ambiguous and p.fell_back
     # amounts are not identifiers: one loan and its amount is one referent
     rows2 = [("root", None, "信贷审批"), ("approve", "root", "审批贷款"), ("risk", "approve", "风险评估")]
-    t2, tm2 = _tree_memory(store, rows2, [("approve", "core", "待审批：那笔贷款是经营贷 L-7731，申请金额 200 万。")], "erin")
-    p = TreeContextResolver(tm2, t2).resolve_semantic_pointers({"loan_id": "那笔贷款的编号"}, {}, "risk", "erin")["loan_id"]
+    t2, tm2 = _tree_memory(store, rows2, [("approve", "core", "待审批：那笔贷款是经营贷 L-7731，申请金额 200 万。")],
+                           "erin")
+    p = TreeContextResolver(tm2, t2).resolve_semantic_pointers({"loan_id": "那笔贷款的编号"}, {}, "risk",
+                                                               "erin")["loan_id"]
     assert not p.ambiguous and "L-7731" in p.resolved_desc
 
 
 def test_with_a_model_the_model_decides_ambiguity_and_the_rule_decides_only_without_a_usable_reply(store):
     """Seed §3.1: with an LLM, pronoun ambiguity is the model's decision (the §3.4.2 prompt); no rule runs first."""
     rows = [("root", None, "退款调度"), ("refund", "root", "退款处理"), ("check", "refund", "余额查询")]
-    t, tm = _tree_memory(store, rows, [("refund", "core", "今天有两笔退款：客户张伟（C-1029）和客户李娜（C-2077）。")], "gus")
+    t, tm = _tree_memory(store, rows, [("refund", "core", "今天有两笔退款：客户张伟（C-1029）和客户李娜（C-2077）。")],
+                         "gus")
     prompts = []
 
     def resolve(reply):
@@ -206,7 +211,8 @@ def test_with_a_model_the_model_decides_ambiguity_and_the_rule_decides_only_with
             {"client_id": "该客户的ID"}, {"content": "查询该客户余额"}, "check", "gus")["client_id"]
 
     picked = resolve('{"resolved_desc": "客户张伟（C-1029）的ID", "confidence": 0.8, "resolution_chain": ["退款处理"]}')
-    assert picked.method == "llm" and "C-1029" in picked.resolved_desc and not picked.ambiguous  # the model's pick stands
+    # the model's pick stands
+    assert picked.method == "llm" and "C-1029" in picked.resolved_desc and not picked.ambiguous
     assert "C-2077" in prompts[-1]  # it was shown both referents
     kept = resolve('{"resolved_desc": "该客户的ID", "confidence": 0.3, "resolution_chain": ["两个候选"]}')
     assert kept.method == "llm" and kept.ambiguous and kept.fell_back  # its decision not to pick
@@ -221,8 +227,10 @@ def test_facts_from_two_levels_combine_and_the_chain_says_what_each_added(store)
     t, tm = _tree_memory(store, rows, [("root", "core", "本次处理客户张强（客户号 C-6012）的投诉。"),
                                        ("complaint", "core", "张强投诉的订单是 O-6105，商品破损。"),
                                        ("complaint", "user", "赵云的订单 O-6199 已经处理完了。")])
-    p = TreeContextResolver(tm, t).resolve_semantic_pointers({"order_id": "该客户投诉的订单编号"}, {}, "ship", "dana")["order_id"]
+    p = TreeContextResolver(tm, t).resolve_semantic_pointers({"order_id": "该客户投诉的订单编号"}, {}, "ship",
+                                                             "dana")["order_id"]
     assert "C-6012" in p.resolved_desc and "O-6105" in p.resolved_desc
     assert "O-6199" not in p.resolved_desc and "赵云" not in p.resolved_desc  # another customer's line is not added
     assert p.resolution_chain[0].startswith("level 2 (root) named the referent")
-    assert p.resolution_chain[1].startswith("level 1 (complaint) added") and p.source_agent_path == ["complaint", "root"]
+    assert p.resolution_chain[1].startswith("level 1 (complaint) added") and p.source_agent_path == ["complaint",
+                                                                                                     "root"]

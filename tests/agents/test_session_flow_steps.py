@@ -107,7 +107,8 @@ def test_rule_rewrite_fills_the_object_and_only_a_pointed_at_stage():
     assert text == "押品 那审批呢？" and info["filled"] == {"object": "押品"}
     text, info = rewrite_by_rules("Is there a deadline for that?", _hist("How do I check collateral into storage?"),
                                   SCHEMA, resolver, "en")
-    assert info["filled"] == {"object": "押品", "stage": "入库"} and text == "collateral storage Is there a deadline for that?"
+    assert info["filled"] == {"object": "押品",
+                              "stage": "入库"} and text == "collateral storage Is there a deadline for that?"
     # no pointing back: the stage of the last turn is not forced on a new question
     assert rewrite_by_rules("金额上限有什么政策？", _hist("授信怎么申请？", "谁来审批？"), SCHEMA, resolver,
                             "cn")[1]["filled"] == {"object": "授信"}
@@ -138,7 +139,8 @@ def test_retrieval_is_filtered_by_l2_and_relaxed_when_the_filter_leaves_nothing(
     flt = route_filter({"active_domain": ["policy"], "business_object": "押品", "operation_stage": "审批"})
     assert flt == {"metadata": {"domain": ["policy"], "object": "押品"}}  # the stage is left to the query
     docs, relaxed = retrieve(kb, "审批", flt, top_k=5)
-    assert not relaxed and docs and all(d.metadata["domain"] == "policy" and d.metadata["object"] == "押品" for d in docs)
+    assert not relaxed and docs and all(d.metadata["domain"] == "policy" and d.metadata["object"] == "押品"
+                                        for d in docs)
     docs, relaxed = retrieve(kb, "审批", {"metadata": {"object": "房子"}}, top_k=3)
     assert relaxed and len(docs) == 3
     assert route_filter(None) is None and route_filter({"active_domain": [], "business_object": None}) is None
@@ -147,13 +149,15 @@ def test_retrieval_is_filtered_by_l2_and_relaxed_when_the_filter_leaves_nothing(
 # --- whole turns --------------------------------------------------------------------------------
 def test_a_dialogue_on_the_rules_applies_the_four_l2_rules(kb_store):
     flow, manager = _flow(kb_store)
-    queries = ["押品怎么创建？", "那入库呢？", "审批呢？", "创建押品要填什么？", "审批权限有什么规定？", "客户的审批权限呢？"]
+    queries = ["押品怎么创建？", "那入库呢？", "审批呢？", "创建押品要填什么？", "审批权限有什么规定？",
+               "客户的审批权限呢？"]
     sid, results = None, []
     for q in queries:
         r = flow.turn("u1", sid, q)
         sid = r.session_id
         results.append(r)
-    assert [r.l2_rule for r in results] == ["new", "inherit", "inherit", "inherit", "overwrite_intent", "overwrite_object"]
+    assert [r.l2_rule for r in results] == ["new", "inherit", "inherit", "inherit", "overwrite_intent",
+                                            "overwrite_object"]
     stages = [r.l2_after["operation_stage"] for r in results]
     assert stages == ["创建", "入库", "审批", "审批", "审批", "审批"]  # "创建押品要填什么" does not move it back
     assert results[3].extraction["operation_stage"] == "创建"  # ...though the turn is about creation
@@ -281,7 +285,8 @@ def test_dialogues_on_threads_do_not_see_each_other(kb_store):
 
     alone = {q.qid: run(uid, q) for uid, q in items}
     together: dict = {}
-    threads = [threading.Thread(target=lambda uid=uid, q=q: together.__setitem__(q.qid, run(uid, q))) for uid, q in items]
+    threads = [threading.Thread(target=lambda uid=uid, q=q: together.__setitem__(q.qid, run(uid, q))) for uid,
+               q in items]
     for t in threads:
         t.start()
     for t in threads:

@@ -18,7 +18,8 @@ def _data(tmp_path, reply="这个我就不清楚了。"):
     lo = tmp_path / "locomo"
     lo.mkdir(exist_ok=True)
     conv = {"speaker_a": "A", "speaker_b": "B", "session_1": [
-        {"speaker": "A", "text": "Have you ever tried pottery?"}, {"speaker": "B", "text": "No, I haven't tried it yet."},
+        {"speaker": "A", "text": "Have you ever tried pottery?"}, {"speaker": "B",
+                                                                   "text": "No, I haven't tried it yet."},
         {"speaker": "A", "text": "Do you know who painted it?"}, {"speaker": "B", "text": "Sorry, I don't know."}]}
     (lo / "locomo10.json").write_text(json.dumps([{"conversation": conv}] * 6), encoding="utf-8")
     return tmp_path
@@ -85,7 +86,8 @@ def test_the_shipped_labels_fit_the_datasets_and_hold_no_text():
 
     rows = ext.load(os.environ["DKILAB_DATA_DIR"])
     assert len(rows) == len(ext.load_labels()) >= 450
-    assert {(r["lang"], r["part"]) for r in rows} == {("en", "dev"), ("en", "held-out"), ("zh", "dev"), ("zh", "held-out")}
+    assert {(r["lang"], r["part"]) for r in rows} == {("en", "dev"), ("en", "held-out"), ("zh", "dev"),
+                                                      ("zh", "held-out")}
     assert sum(r["label"] == "abstain" and r["lang"] == "zh" for r in rows) >= 50
     shipped = ext.LABELS.read_text(encoding="utf-8")
     assert not [r["key"] for r in rows if len(r["text"]) > 8 and r["text"][:8] in shipped]  # keys, digests, labels only

@@ -22,7 +22,8 @@ def test_the_phrasings_issue_33_quoted_are_right_without_being_trained_on():
 
 
 def test_the_rules_decide_only_what_they_are_sure_of():
-    assert rule_decision("Not mentioned.") is True and rule_decision("不确定。") is True and rule_decision("Unknown.") is True
+    assert rule_decision("Not mentioned.") is True and rule_decision("不确定。") is True
+    assert rule_decision("Unknown.") is True
     assert rule_decision("Lisbon.") is False and rule_decision("是里斯本。") is False
     assert rule_decision("I'm not sure, maybe Lisbon?") is False  # a hedge that offers a value answers
     assert rule_decision("我不太确定，可能是九点半。") is False
@@ -61,7 +62,8 @@ def test_rules_version_2_fixes_what_version_1_got_wrong():
     assert rule_decision("没有足够的信息回答这个问题。") is None
     # a parrot of the prompt's fixed text is no refusal; a refusal that quotes some of it still is one
     assert rule_decision("The [TRUST AND REASONING RULES] say summaries are not complete factual records.") is False
-    assert rule_decision("The [SUMMARY] items above are summaries, not complete factual records, so I cannot say.") is None
+    quoting = "The [SUMMARY] items above are summaries, not complete factual records, so I cannot say."
+    assert rule_decision(quoting) is None
     assert rule_decision("If the memory does not contain the answer, reply exactly: Not mentioned.") is None
 
 
@@ -71,8 +73,8 @@ def test_rules_versions_4_to_6_read_idioms_of_not_knowing_by_whose_they_are():
     for text in ("I'm totally drawing a blank on your nephew's name.", "Where you parked doesn't ring a bell.",
                  "I came up empty when I looked for the receipt.", "Honestly, I'm in the dark on that.",
                  "I'd only be guessing if I named a price.", "Your neighbour's plan is a mystery to me.",
-                 "That lies outside anything you've told me.", "你女儿的老师叫什么，我一无所知。", "这件事我一点印象都没有",
-                 "关于那次搬家，我没有任何头绪。", "这个我真记不起来了。"):
+                 "That lies outside anything you've told me.", "你女儿的老师叫什么，我一无所知。",
+                 "这件事我一点印象都没有", "关于那次搬家，我没有任何头绪。", "这个我真记不起来了。"):
         assert rule_decision(text) is True, text
     for text in ("Your nephew drew a blank in the spelling bee.", "The song didn't ring a bell for your mum.",
                  "She was completely in the dark about the merger.", "I'm guessing you mean the 5th: it was a Friday.",
@@ -81,8 +83,9 @@ def test_rules_versions_4_to_6_read_idioms_of_not_knowing_by_whose_they_are():
         assert rule_decision(text) is not True, text
     # rules version 5: a person in the story as the idiom's subject, or the user's report of someone, answers;
     # the answerer as the nearest subject abstains even after a person in the topic
-    for text in ("Your cousin was clueless about the surprise.", "你老板对这个计划一无所知。", "你妹妹对那家店没什么印象。",
-                 "You told me the address didn't ring a bell for your dad.", "You mentioned that Lena had no idea."):
+    for text in ("Your cousin was clueless about the surprise.", "你老板对这个计划一无所知。",
+                 "你妹妹对那家店没什么印象。", "You told me the address didn't ring a bell for your dad.",
+                 "You mentioned that Lena had no idea."):
         assert rule_decision(text) is False, text
     for text in ("Sadly, the title escapes me.", "Afraid I've got nothing about your gym plans.",
                  "你妹妹去了哪家店，我一点印象都没有。"):
@@ -103,31 +106,36 @@ def test_rules_versions_8_to_10_read_what_people_in_the_story_did_not_do():
     do not. Phrasings outside the labelled set and the fresh check."""
     for text in ("Your landlord never fixed the heating.", "The electrician didn't show up on Tuesday.",
                  "You didn't tell your cousin about the move.", "You told your manager you needed Friday off.",
-                 "You never mentioned the fine to anyone.", "快递员一直没把包裹送到。", "你舅舅也不知道那家店搬到哪了。",
-                 "你没跟你同事提加薪的事。", "房东那边还没退押金。", "Honestly, your nephew hasn't replied yet."):
+                 "You never mentioned the fine to anyone.", "快递员一直没把包裹送到。",
+                 "你舅舅也不知道那家店搬到哪了。", "你没跟你同事提加薪的事。", "房东那边还没退押金。",
+                 "Honestly, your nephew hasn't replied yet."):
         assert rule_decision(text) is False, text
     for text in ("You never told me what your landlord said.", "Your landlord's number never came up.",
-                 "The electrician's quote isn't something I have.", "你舅舅住哪你没跟我说过。", "你邻居家狗的名字你没提过。",
-                 "水管工收了多少钱，我不知道。", "电工发现了什么问题不在我们的聊天记录里。", "You didn't tell me who your coach is."):
+                 "The electrician's quote isn't something I have.", "你舅舅住哪你没跟我说过。",
+                 "你邻居家狗的名字你没提过。", "水管工收了多少钱，我不知道。",
+                 "电工发现了什么问题不在我们的聊天记录里。", "You didn't tell me who your coach is."):
         assert rule_decision(text) is not False, text
     # a Chinese first-person absence with an adverb in between still is the answerer's ("我一点也不记得")
     assert rule_decision("你表姐来玩的事我一点也不记得。") is not False
     # rules version 9: what was not said, named or recorded, with a person as subject, may be the conversation's
     # lack: the learned part decides ("Your cousin was never brought up" abstains, "Your cousin never said" may not)
-    for text in ("Your cousin was never brought up.", "The mechanic hasn't come up yet.", "Your aunt wasn't named anywhere.",
-                 "你舅舅从没被提起过。", "房东没出现在聊天里。", "你同事没说过这件事。"):
+    for text in ("Your cousin was never brought up.", "The mechanic hasn't come up yet.",
+                 "Your aunt wasn't named anywhere.", "你舅舅从没被提起过。", "房东没出现在聊天里。",
+                 "你同事没说过这件事。"):
         assert rule_decision(text) is None, text
     # rules version 10: a way of saying something is missing without a negation is never a sure answer; any
     # recipient after "tell"; the answerer would be making it up; "X的人" is a person; a later fact offers a value
     for text in ("You've kept your salary to yourself.", "You skipped over the part about the venue.",
                  "It slipped my mind entirely, if you ever said it."):
         assert rule_decision(text) is not False, text
-    for text in ("I'd be inventing it.", "There's a hole in my notes about the trip.", "你去了哪家医院，我要是说了那就是瞎编。"):
+    for text in ("I'd be inventing it.", "There's a hole in my notes about the trip.",
+                 "你去了哪家医院，我要是说了那就是瞎编。"):
         assert rule_decision(text) is True, text
     for text in ("You didn't tell your mentor about the offer.", "You said you had nothing planned for Easter.",
                  "你没跟你导师说换方向的事。", "楼下的人也不知道停电的原因。", "起初不确定，后来才知道是周四。"):
         assert rule_decision(text) is False, text
-    for text in ("You didn't tell me about your mentor.", "你没跟我说过你导师的事。", "You didn't mention your mentor."):
+    for text in ("You didn't tell me about your mentor.", "你没跟我说过你导师的事。",
+                 "You didn't mention your mentor."):
         assert rule_decision(text) is not False, text
 
 
@@ -136,8 +144,9 @@ def test_rules_version_11_reads_negations_that_say_nothing_is_missing_and_a_valu
     first clause that answers (a number, a title, "Yes", 是的) makes a later disclaimer about another detail no
     abstention; an idiom of not knowing after a value is left to the learned part, not called sure. Phrasings
     outside the labelled set, the fresh check and the external check; the other direction holds."""
-    for text in ("The concert is on Friday - can't wait!", "这么有名的地方，谁不知道呢，就在西湖边上。", "贵不贵要看季节，旺季三百多。",
-                 "是2019年，不过具体哪个月我记不清了。", "Yes, but I can't remember the exact day.", "Room 214, though I forget the floor.",
+    for text in ("The concert is on Friday - can't wait!", "这么有名的地方，谁不知道呢，就在西湖边上。",
+                 "贵不贵要看季节，旺季三百多。", "是2019年，不过具体哪个月我记不清了。",
+                 "Yes, but I can't remember the exact day.", "Room 214, though I forget the floor.",
                  "是的，不过我不记得是谁推荐的了。"):
         assert rule_decision(text) is False, text
     for text in ("这个我真不知道。", "I can't wait to hear it, but I don't know.", "关于你的新地址，我不知道。",
@@ -168,9 +177,11 @@ def test_rules_version_13_reads_chinese_chat_by_what_it_speaks_of():
     """Chinese: the answerer speaking of nothing it lacks, wondering about the listener, "是啊" before a value,
     answer; a topic not known and then only questions back, or a question then "一时想不起来", abstain. Phrasings
     outside the labelled set, the fresh check and the external check; the other direction holds."""
-    for text in ("我去过三次了，那边的海鲜很好吃。", "故事发生在上海，不知道你有没有看过？", "是啊，门票八十块呢，不知道现在涨没涨价呢？"):
+    for text in ("我去过三次了，那边的海鲜很好吃。", "故事发生在上海，不知道你有没有看过？",
+                 "是啊，门票八十块呢，不知道现在涨没涨价呢？"):
         assert rule_decision(text) is False, text
-    for text in ("那个不清楚，你知道票价是多少吗？", "这个我也不知道，你还记得是哪一年吗？", "餐厅叫什么？一下子想不起来了。"):
+    for text in ("那个不清楚，你知道票价是多少吗？", "这个我也不知道，你还记得是哪一年吗？",
+                 "餐厅叫什么？一下子想不起来了。"):
         assert rule_decision(text) is True, text
     assert rule_decision("这个不清楚，不过应该挺贵的。") is False  # a hedged value after it: an answer, as before
     assert rule_decision("我记得你提过，但具体的我想不起来了。") is not False  # the answerer speaks of what it lacks
@@ -218,13 +229,15 @@ def test_rules_only_stays_selectable_and_each_detector_is_its_own_scoring_identi
     from dkilab.eval.experiment import expand_cells, experiment_from_dict
 
     def cell(**extra):
-        cfg = {"name": "d", "datasets": [{"name": "fixtures", "question_limit": 1}], "strategies": [{"name": "no_memory"}]}
+        cfg = {"name": "d", "datasets": [{"name": "fixtures", "question_limit": 1}],
+               "strategies": [{"name": "no_memory"}]}
         return expand_cells(experiment_from_dict(cfg | extra, "<test>"))[0]
 
     hybrid, rules = cell(), cell(abstention_detector="structural")
     assert hybrid.generation_hash == rules.generation_hash and hybrid.scoring_hash != rules.scoring_hash
     card = hybrid.resolved["metrics"]["abstention_detector"]
-    assert card["name"] == "hybrid" and card["version"].startswith(f"2+rules{RULES_VERSION}+lr") and 0.9 < card["loso_precision_en"] <= 1.0
+    assert card["name"] == "hybrid" and card["version"].startswith(f"2+rules{RULES_VERSION}+lr")
+    assert 0.9 < card["loso_precision_en"] <= 1.0
     assert rules.resolved["metrics"]["abstention_detector"]["name"] == "structural"
     with pytest.raises(Exception, match="abstention_detector"):
         cell(abstention_detector="magic")
@@ -316,7 +329,8 @@ def test_the_dev_sources_alone_choose_c_and_the_threshold():
     chosen point is what validate() and the shipped weights use."""
     from dkilab.bench import abstention_train as at
 
-    rows = [r for r in at.load_sources() if r["source"] in ("templated:not_told", "templated:answer_plain", "hard:titles",
+    rows = [r for r in at.load_sources() if r["source"] in ("templated:not_told", "templated:answer_plain",
+                                                            "hard:titles",
                                                                "templated:outside", "hard:negated_user")]
     rows = [r for i, r in enumerate(rows) if i % 3 == 0]
     chosen = at.select(rows)
@@ -389,9 +403,11 @@ def test_the_judge_is_measured_on_the_fresh_check_and_cells_log_both_figures(mon
     assert out.count("hybrid, same rows") == 2 and "judge replies naming neither label" in out
     card = judge_card("stand-in", ABSTENTION_PROMPT)
     assert {"sample_precision_en", "sample_recall_zh", "fresh_precision_en", "fresh_recall_zh"} <= set(card)
-    expected = at._figures(fresh, [(" not " in f" {r['text'].lower()} ") or get_detector("hybrid").is_abstention(r["text"])
+    expected = at._figures(fresh, [(" not " in f" {r['text'].lower()} ")
+                                   or get_detector("hybrid").is_abstention(r["text"])
                                    for r in fresh])
-    assert card["fresh_recall_en"] == expected["en"]["recall"] and card["fresh_precision_zh"] == expected["zh"]["precision"]
+    assert card["fresh_recall_en"] == expected["en"]["recall"]
+    assert card["fresh_precision_zh"] == expected["zh"]["precision"]
 
 
 def test_weights_fitted_under_other_rules_and_a_bad_fresh_row_say_which_file(tmp_path):

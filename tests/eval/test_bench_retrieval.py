@@ -67,12 +67,14 @@ def test_the_shipped_defaults_are_learned_fusion_over_the_dev_winner_and_each_ro
     assert all(d["split"] == "dev" for d in DEV)
     rows = {s.get("label"): s for s in bench["strategies"]}
     assert set(rows["defaults"]) == {"name", "label"}  # the shipped defaults, nothing set
-    assert rows["weighted"]["params"] == {"recall": {"signals": {"fusion": "weighted"}}} and "embedder" not in rows["weighted"]
+    assert rows["weighted"]["params"] == {"recall": {"signals": {"fusion": "weighted"}}}
+    assert "embedder" not in rows["weighted"]
     assert rows["no_cue_parts"]["params"] == {"recall": {"signals": {
         "fusion_model": "experiments/models/fusion_lr_no_cue_parts.json"}}} and "embedder" not in rows["no_cue_parts"]
     # stock MiniLM for English (the defaults before the fine-tuned encoder), with the fusion model fitted on its
     # stores; turn_alone changes one thing of it, on the English data only (e5 stores keep the turn before)
-    assert rows["stock_minilm"] == {"name": "recall_only", "label": "stock_minilm", "embedder": {"english": "offline:minilm"}}
+    assert rows["stock_minilm"] == {"name": "recall_only", "label": "stock_minilm",
+                                    "embedder": {"english": "offline:minilm"}}
     assert rows["turn_alone"]["embedder"] == {"with_previous_turn": False, "english": "offline:minilm"}
     assert set(rows["turn_alone"]["params"]["recall"]["signals"]) == {"fusion_model"}  # fitted on such stores
     assert {dataset_info(d)["language"] for d in rows["turn_alone"]["datasets"]} == {"en"}
@@ -92,12 +94,15 @@ def test_the_shipped_defaults_are_learned_fusion_over_the_dev_winner_and_each_ro
     study, shipped_model = (json.loads(p.read_text()) for p in (root / "models" / "fusion_lr_minilm_locomo.json",
                                                                  DEFAULT_MODEL))
     parts = shipped_model["models"]
-    assert set(parts) == {"minilm", "minilm:utterance", "minilm-locomo", "minilm-locomo:utterance", "e5", "e5:utterance"}
+    assert set(parts) == {"minilm", "minilm:utterance", "minilm-locomo", "minilm-locomo:utterance", "e5",
+                          "e5:utterance"}
     assert parts["minilm-locomo"] == study["models"]["minilm-locomo"]
     assert "locomo out of fold, on offline:minilm-locomo stores" in parts["minilm-locomo"]["trained_on"]
-    assert parts["minilm-locomo"]["datasets"] == ["locomo", "worksessions"]  # the work sessions: in sample, never trained on
+    # the work sessions: in sample, never trained on
+    assert parts["minilm-locomo"]["datasets"] == ["locomo", "worksessions"]
     assert parts["minilm-locomo"]["adapter"] == weights_digest(LOCOMO_EMBEDDER)  # this adapter's
-    assert parts["minilm"]["trained_on"].startswith("locomo, worksessions (") and parts["minilm"] != parts["minilm-locomo"]
+    assert parts["minilm"]["trained_on"].startswith("locomo, worksessions (")
+    assert parts["minilm"] != parts["minilm-locomo"]
     assert rows["previous_defaults"]["params"] == rows["weighted"]["params"]
     assert rows["previous_defaults"]["embedder"] == {"with_previous_turn": True, "english": "offline:minilm"}
     seed = next(s for s in tune["strategies"] if s.get("label") == "previous_defaults")["params"]["recall"]["signals"]

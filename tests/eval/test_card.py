@@ -37,7 +37,8 @@ def test_every_run_carries_its_card_and_report_prints_it(tmp_path, monkeypatch, 
     assert v4["per_question"]["answer_model_calls"] == 2.0 and v4["per_question"]["prompt_tokens"] > 0
     assert v4["status"] == "finished"
     assert "### Methodology" in parent.data.tags["mlflow.note.content"]
-    assert "| recall_v4@scripted | scripted:tests/data/scripted/script.yaml |" in parent.data.tags["mlflow.note.content"]
+    note = parent.data.tags["mlflow.note.content"]
+    assert "| recall_v4@scripted | scripted:tests/data/scripted/script.yaml |" in note
     # the Overview keeps the comparison after the card
     assert "### Comparison" in mlflow.get_run(parent.info.run_id).data.tags["mlflow.note.content"]
 
@@ -68,7 +69,8 @@ def test_an_unknown_experiment_or_one_without_cards_is_a_one_line_error(tmp_path
     exp = mlflow.create_experiment("old")
     with mlflow.start_run(experiment_id=exp, tags={"dkilab.kind": "experiment"}):  # a run from before cards existed
         pass
-    with pytest.raises(UnknownExperimentError, match="no MLflow experiment named 'nope'.*did you mean|Experiments there"):
+    with pytest.raises(UnknownExperimentError,
+                       match="no MLflow experiment named 'nope'.*did you mean|Experiments there"):
         methodology("nope", uri)
     with pytest.raises(UnknownExperimentError, match="'old': no run has a methodology card"):
         methodology("old", uri)

@@ -52,7 +52,8 @@ def test_two_machines_share_a_config_each_cell_runs_once(tmp_path, server):
         (tmp_path / f"proc{i}.out").write_text(out)
         (tmp_path / f"proc{i}.err").write_text(err)
     # on failure: each process's exit code and the lines that name a cause (progress bars left out)
-    assert all(p.returncode == 0 for p in procs), [(p.returncode, _cause_lines(o[1]), o[0][-600:]) for p, o in zip(procs, outs)]
+    assert all(p.returncode == 0 for p in procs), [(p.returncode, _cause_lines(o[1]), o[0][-600:]) for p,
+                                                   o in zip(procs, outs)]
     runs = _cell_runs(server, "claims")
     hashes = [r.data.tags["dkilab.config_hash"] for r in runs]
     assert len(hashes) == 6 == len(set(hashes))  # every cell exactly once
@@ -153,7 +154,8 @@ def test_a_dead_claim_and_a_failed_cell_go_back_to_the_pool(tmp_path, monkeypatc
     cfg2 = load_experiment(_config(tmp_path, "failing"))
     results = run_experiment(cfg2, uri=uri, progress=False, echo=lambda _: None, claim=True)
     assert all(r.status == "failed" for r in results)
-    assert all(client.get_experiment_by_name(runstate.claim_name("failing", r.cell.config_hash)) is None for r in results)
+    assert all(client.get_experiment_by_name(runstate.claim_name("failing", r.cell.config_hash)) is None
+               for r in results)
 
 
 def test_a_live_claim_is_kept_by_its_heartbeat_however_long_the_cell_runs(tmp_path, monkeypatch):

@@ -72,8 +72,10 @@ def _write_madial(root, lang="en"):
     ]
     memory = [{"7": {"time": "2023-04-02", "scene": "Activity", "emotion": "Happy",
                      "event": "Ann played the piano at the spring concert and felt proud."}},
-              {"8": {"time": "2023-01-10", "scene": "Pets", "emotion": "Sad", "event": "Ann's dog Biscuit caught a cold."}},
-              {"9": {"time": "2023-01-20", "scene": "Pets", "emotion": "Happy", "event": "Biscuit recovered and Ann was relieved."}},
+              {"8": {"time": "2023-01-10", "scene": "Pets", "emotion": "Sad",
+                     "event": "Ann's dog Biscuit caught a cold."}},
+              {"9": {"time": "2023-01-20", "scene": "Pets", "emotion": "Happy",
+                     "event": "Biscuit recovered and Ann was relieved."}},
               {"10": {"time": "2023-02-01", "scene": "Food", "emotion": "Happy", "event": "Someone else ate noodles."}}]
     (d / f"MADial-Bench-{lang}-dialogue.json").write_text("\n".join(json.dumps(x) for x in dialogues) + "\n")
     (d / f"MADial-Bench-{lang}-memory.json").write_text("\n".join(json.dumps(x) for x in memory) + "\n")
@@ -88,16 +90,18 @@ def test_madial_loader_keeps_the_gold_turn_out_of_the_history(tmp_path):
     assert (c1.user_id, c2.user_id) == ("madial-en-u1-d0", "madial-en-u1-d1") and c1.speakers["user"] == "Ann"
     for conv in (c1, c2):
         mem = [m for m in conv.messages if m.metadata["kind"] == "memory"]
-        assert [m.message_id for m in mem] == ["madial:en:mem8", "madial:en:mem9", "madial:en:mem7"]  # by date; mem10 names no user
+        # by date; mem10 names no user
+        assert [m.message_id for m in mem] == ["madial:en:mem8", "madial:en:mem9", "madial:en:mem7"]
         assert len({m.session_id for m in mem}) == 3  # one session each: no reply context between events
         assert {m.user_id for m in conv.messages} == {conv.user_id}
         (q,) = conv.questions
         assert {m.session_id for m in conv.messages if m.metadata["kind"] == "dialogue"} == {q.session_id}
     q1, q2 = c1.questions[0], c2.questions[0]
-    assert (q1.question, q1.answer, q1.evidence_ids) == ("I am so nervous though.", "Remember the spring concert? You shone.",
-                                                         ["madial:en:mem7"])
+    assert (q1.question, q1.answer, q1.evidence_ids) == ("I am so nervous though.",
+                                                         "Remember the spring concert? You shone.", ["madial:en:mem7"])
     d1 = [m for m in c1.messages if m.session_id == q1.session_id]
-    assert [(m.role, m.content) for m in d1] == [("user", "I have a piano recital tomorrow."), ("assistant", "How exciting!")]
+    assert [(m.role, m.content) for m in d1] == [("user", "I have a piano recital tomorrow."),
+                                                 ("assistant", "How exciting!")]
     assert all(q.answer not in m.content for c in (c1, c2) for q in c.questions for m in c.messages)
     d2 = [m for m in c2.messages if m.session_id == q2.session_id]
     assert d2[1].role == "assistant" and d2[1].content == "Oh no, what happened?"  # untagged line: speaker by position

@@ -28,7 +28,8 @@ def _embedder(tmp_path, rows, **spec) -> str:
     f.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\n", encoding="utf-8")
     cfg = experiment_from_dict({"name": "lang", "model": {"spec": "offline:smollm2", "generate": False},
                                 "datasets": [{"name": "mine", "path": str(f)} | spec],
-                                "strategies": [{"name": "recall_v4", "params": {"recall": {"fact_call": {"enabled": False}}}}]})
+                                "strategies": [{"name": "recall_v4",
+                                                "params": {"recall": {"fact_call": {"enabled": False}}}}]})
     (cell,) = expand_cells(cfg)
     return cell.embedder.model
 
@@ -44,7 +45,8 @@ def test_a_normalised_english_file_gets_the_english_encoder_without_naming_one(t
     assert {r["language"] for r in both} == {"en", "zh"}
     assert _embedder(tmp_path, both) == "offline:e5"  # mixed data: the multilingual encoder
     # `language:` on the dataset spec decides where the file does not say
-    assert _embedder(tmp_path, _records("auto", text="我上周二开始跟老师学大提琴了。"), language="en") == "offline:minilm-locomo"
+    assert _embedder(tmp_path, _records("auto", text="我上周二开始跟老师学大提琴了。"),
+                     language="en") == "offline:minilm-locomo"
 
 
 def test_the_language_key_is_refused_when_unknown_and_changes_no_hash_when_unset(tmp_path):

@@ -24,33 +24,44 @@ def _write(tmp_path, name="cfg", **extra):
 
 
 @pytest.mark.parametrize("extra, pattern", [
-    ({"defaults": {"max_new_token": 2}}, r"cfg\.yaml: defaults\.max_new_token: no strategy .*did you mean 'max_new_tokens'"),
-    ({"sweep": {"params.preference_alpah": [0.2, 0.6]}}, r"cfg\.yaml: sweep\.params\.preference_alpah: .*did you mean 'preference_alpha'"),
-    ({"sweep": {"v4.histry_budget": [1, 2]}}, r"sweep\.v4\.histry_budget: strategy 'v4' has no parameter 'histry_budget'.*history_budget"),
-    ({"sweep": {"v4.recall.summary.per_message_treshold": [60]}}, r"cfg\.yaml: invalid params of strategies\.1 \(v4\) at sweep point.*"
-                                                                  r"params\.recall\.summary\.per_message_treshold: unknown key "
-                                                                  r"\(did you mean 'per_message_threshold'\?\)"),
-    ({"sweep": {"v4.recall.summary.per_message_threshold": [60, -1]}}, r"sweep point \{'v4\.recall\.summary\.per_message_threshold': -1\}.*"
-                                                                      r"per_message_threshold: Input should be greater"),
+    ({"defaults": {"max_new_token": 2}},
+     r"cfg\.yaml: defaults\.max_new_token: no strategy .*did you mean 'max_new_tokens'"),
+    ({"sweep": {"params.preference_alpah": [0.2, 0.6]}},
+     r"cfg\.yaml: sweep\.params\.preference_alpah: .*did you mean 'preference_alpha'"),
+    ({"sweep": {"v4.histry_budget": [1, 2]}},
+     r"sweep\.v4\.histry_budget: strategy 'v4' has no parameter 'histry_budget'.*history_budget"),
+    ({"sweep": {"v4.recall.summary.per_message_treshold": [60]}},
+     r"cfg\.yaml: invalid params of strategies\.1 \(v4\) at sweep point.*"
+                                                                  r"params\.recall\.summary\.per_message_treshold: "
+                                                                  r"unknown key \(did you mean "
+                                                                  r"'per_message_threshold'\?\)"),
+    ({"sweep": {"v4.recall.summary.per_message_threshold": [60, -1]}},
+     r"sweep point \{'v4\.recall\.summary\.per_message_threshold': -1\}.*"
+     r"per_message_threshold: Input should be greater"),
     ({"strategies": [{"name": "recall_v4", "params": {"recall": {"summary": {"strategy": "magic"}}}}]},
      r"params\.recall\.summary\.strategy"),
-    ({"strategies": [{"name": "recal_v4"}]}, r"cfg\.yaml: strategies\.0\.name: unknown strategy 'recal_v4' \(did you mean 'recall_v4'\?\)"),
+    ({"strategies": [{"name": "recal_v4"}]},
+     r"cfg\.yaml: strategies\.0\.name: unknown strategy 'recal_v4' \(did you mean 'recall_v4'\?\)"),
     ({"datasets": [{"name": "locomoo"}]}, r"datasets\.0: unknown dataset 'locomoo' \(did you mean 'locomo'\?\)"),
     ({"sweep": {"nothing.x": [1]}}, r"sweep\.nothing\.x"),
     ({"sweep": {"model.max_contxt": [1024]}}, r"sweep\.model\.max_contxt: model has no field"),
     ({"expect": {"v5": {"score": [0, 1]}}}, r"expect\.v5: no strategy with that label"),
-    ({"expect": {"v4@fixturez": {"score": [0, 1]}}}, r"expect\.v4@fixturez: no dataset 'fixturez'.*did you mean 'fixtures'"),
-    ({"strategies": [{"name": "no_memory", "datasets": ["small"]}]}, r"strategies\.0\.datasets: no dataset labelled 'small'"),
+    ({"expect": {"v4@fixturez": {"score": [0, 1]}}},
+     r"expect\.v4@fixturez: no dataset 'fixturez'.*did you mean 'fixtures'"),
+    ({"strategies": [{"name": "no_memory", "datasets": ["small"]}]},
+     r"strategies\.0\.datasets: no dataset labelled 'small'"),
     ({"strategies": [{"name": "recall_v4", "params": {"reference": {"config": "/nonexistent/ref.yaml"}}}]},
      r"strategies\.0 \(recall_v4\): .*ref\.yaml does not exist"),
     ({"judge": {"prompt": "no placeholders"}}, r"judge.*placeholder"),
     ({"datasets": [{"name": "fixtures", "scorer": "bleu"}]}, r"datasets\.0\.scorer: unknown scorer 'bleu'"),
-    ({"model": {"spec": "nosuch:model"}}, r"cfg\.yaml: model\.spec: unknown model loader 'nosuch' in 'nosuch:model'.*registered: "),
+    ({"model": {"spec": "nosuch:model"}},
+     r"cfg\.yaml: model\.spec: unknown model loader 'nosuch' in 'nosuch:model'.*registered: "),
     ({"model": {"spec": "opneai:m@http://x"}}, r"model\.spec: unknown model loader 'opneai'.*did you mean 'openai'"),
     ({"sweep": {"model.spec": ["offline:smollm2", "nosuch:x"]}}, r"sweep\.model\.spec: unknown model loader 'nosuch'"),
     ({"judge": {"model": "nosuch:judge"}}, r"judge\.model: unknown model loader 'nosuch'"),
     # issue 34: a typo in an offline model's name is caught when the file is read, not in every cell
-    ({"model": {"spec": "offline:smolm2"}}, r"model\.spec: unknown offline model 'offline:smolm2' \(did you mean 'offline:smollm2'\?\)"),
+    ({"model": {"spec": "offline:smolm2"}},
+     r"model\.spec: unknown offline model 'offline:smolm2' \(did you mean 'offline:smollm2'\?\)"),
     ({"max_error_rate": 1.5}, r"max_error_rate"),
 ])
 def test_config_errors_name_the_file_and_the_dotted_key(tmp_path, extra, pattern):
@@ -65,7 +76,8 @@ def test_duplicate_yaml_keys_and_bad_overrides_are_refused(tmp_path):
     with pytest.raises(ConfigError, match=r"dup\.yaml: not valid YAML \(line 4.*duplicate key 'name'"):
         load_experiment(path)
     cfg = _write(tmp_path)
-    with pytest.raises(ConfigError, match=r"--set strategies\.5\.params\.x: the config has 2 strategies \(indexes 0-1\)"):
+    with pytest.raises(ConfigError,
+                       match=r"--set strategies\.5\.params\.x: the config has 2 strategies \(indexes 0-1\)"):
         load_experiment(cfg, {"strategies.5.params.x": 3})
     with pytest.raises(ConfigError, match=r"datasets\.0\.question_limit"):
         load_experiment(cfg, {"datasets.0.question_limit": -1})
@@ -90,16 +102,19 @@ def test_cli_user_errors_are_one_line_with_exit_code_2(tmp_path):
     out = subprocess.run(cmd + ["run", str(bad)], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert out.stderr.strip().splitlines() == [f"dkilab: error: {bad}: defaults.max_new_token: no strategy of this "
-                                                "experiment has a parameter 'max_new_token' (did you mean 'max_new_tokens'?)"]
+                                                "experiment has a parameter 'max_new_token' (did you mean "
+                                                "'max_new_tokens'?)"]
     debug = subprocess.run(cmd + ["--debug", "run", str(bad)], cwd=ROOT, capture_output=True, text=True)
     assert debug.returncode != 0 and "Traceback" in debug.stderr
-    for args in (["run", str(_write(tmp_path, "ok")), "--limit", "0"], ["run", str(_write(tmp_path, "ok")), "--limit", "-1"], []):
+    for args in (["run", str(_write(tmp_path, "ok")), "--limit", "0"], ["run", str(_write(tmp_path, "ok")), "--limit",
+                                                                        "-1"], []):
         out = subprocess.run(cmd + args, cwd=ROOT, capture_output=True, text=True)
         assert out.returncode == 2 and "Traceback" not in out.stderr, (args, out.stderr)
     missing = subprocess.run(cmd + ["run", str(tmp_path / "nope.yaml")], cwd=ROOT, capture_output=True, text=True)
     assert missing.returncode == 2 and "nope.yaml does not exist" in missing.stderr
     latin1 = tmp_path / "latin1.yaml"  # issue 28 item 12: a non-UTF-8 file is a user error, not a traceback
-    latin1.write_bytes("name: caf\xe9\ndatasets: [{name: fixtures}]\nstrategies: [{name: no_memory}]\n".encode("latin-1"))
+    latin1.write_bytes(
+        "name: caf\xe9\ndatasets: [{name: fixtures}]\nstrategies: [{name: no_memory}]\n".encode("latin-1"))
     out = subprocess.run(cmd + ["run", str(latin1)], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 2 and out.stderr.strip().splitlines() == [
         f"dkilab: error: {latin1}: not UTF-8 text (byte 9: invalid continuation byte); save it as UTF-8"]
@@ -123,7 +138,8 @@ def test_a_cells_identity_is_its_resolved_config(tmp_path, monkeypatch):
     plain = expand_cells(load_experiment(_write(tmp_path, "a")))[1]
     explicit = expand_cells(load_experiment(_write(
         tmp_path, "b", strategies=[{"name": "no_memory"}, {"name": "recall_v4", "label": "v4",
-                                                           "params": {"preference_alpha": 0.4, "recall": {"enabled": True}}}])))[1]
+                                                           "params": {"preference_alpha": 0.4,
+                                                                      "recall": {"enabled": True}}}])))[1]
     assert plain.config_hash == explicit.config_hash  # a default written out is the same cell
     resolved = plain.resolved
     assert resolved["strategy"]["params"]["recall"]["summary"]["per_message_threshold"] == 200  # every default filled
@@ -132,10 +148,13 @@ def test_a_cells_identity_is_its_resolved_config(tmp_path, monkeypatch):
     assert "system.en" in plain.prompts() and "formatter.constraint.en" in plain.prompts()
     no_memory = expand_cells(load_experiment(_write(tmp_path, "c")))[0]
     other_embedder = expand_cells(load_experiment(_write(tmp_path, "d", embedder={"model": "/models/e5"})))[0]
-    assert no_memory.config_hash != other_embedder.config_hash and other_embedder.resolved["embedder"]["model"] == "/models/e5"
+    assert no_memory.config_hash != other_embedder.config_hash
+    assert other_embedder.resolved["embedder"]["model"] == "/models/e5"
     recall_only = load_experiment(_write(tmp_path, "e", strategies=[{"name": "recall_only"}]))
-    other_model = load_experiment(_write(tmp_path, "f", strategies=[{"name": "recall_only"}], model={"max_context": 4096}))
-    assert expand_cells(recall_only)[0].config_hash == expand_cells(other_model)[0].config_hash  # no model: not part of it
+    other_model = load_experiment(_write(tmp_path, "f", strategies=[{"name": "recall_only"}],
+                                         model={"max_context": 4096}))
+    # no model: not part of it
+    assert expand_cells(recall_only)[0].config_hash == expand_cells(other_model)[0].config_hash
     # a changed default in code, a new strategy version or a changed prompt: a different cell
     class NewDefault(RecallV4.Params):
         preference_alpha: float = Field(0.5, ge=0.0)
@@ -169,7 +188,8 @@ def test_every_experiment_config_validates(path, monkeypatch):
 
 
 def test_strategies_run_on_the_datasets_they_name(tmp_path):
-    path = _write(tmp_path, datasets=[{"name": "fixtures", "limit": 1}, {"name": "fixtures", "label": "small", "limit": 1,
+    path = _write(tmp_path, datasets=[{"name": "fixtures", "limit": 1}, {"name": "fixtures", "label": "small",
+                                                                         "limit": 1,
                                                                           "question_limit": 1}],
                   strategies=[{"name": "no_memory"}, {"name": "recall_v4", "label": "v4", "datasets": ["small"]}],
                   expect={"v4@small": {"errors": [0, 0]}})

@@ -21,7 +21,8 @@ def test_the_shipped_defaults_on_locomo_0_4_are_refused_naming_the_fusion_model(
         _load(tmp_path, [{"name": "locomo", "limit": 5}], [{"name": "recall_v4"}, {"name": "full_attention"}])
     lines = str(e.value).splitlines()
     assert len(lines) == 2 and all("split: cell" in ln for ln in lines)  # one line per cell
-    assert "locomo conversations 0-4" in lines[0] and "the learned fusion model (dkilab/recall/fusion_lr.json)" in lines[0]
+    assert "locomo conversations 0-4" in lines[0]
+    assert "the learned fusion model (dkilab/recall/fusion_lr.json)" in lines[0]
     assert "the encoder adapter offline:minilm-locomo" in lines[0]
 
 

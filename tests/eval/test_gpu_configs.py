@@ -27,7 +27,8 @@ def test_gpu_config_validates(path: Path, monkeypatch):
         assert m.tokenizer == m.spec.split(":", 1)[1].split("@")[0] and "--tool-call-parser" in text
         assert not any(c.instance.needs_kv(c.dataset.has_preferences) for c in cells)
         return
-    assert m.device == "auto" and m.dtype in ("bf16", "bfloat16") and "/" in m.spec  # a hub id, bf16, placed by accelerate
+    # a hub id, bf16, placed by accelerate
+    assert m.device == "auto" and m.dtype in ("bf16", "bfloat16") and "/" in m.spec
 
 
 def test_every_gpu_config_is_listed():

@@ -11,7 +11,8 @@ from dkilab.types import QAItem
 
 @pytest.mark.parametrize("gold, kind", [("7 May 2023", "date"), ("last week", "date"), ("3", "number"),
                                         ("her sister Ana", "person"), ("Caroline", "person"), ("to Paris", "place"),
-                                        ("green tea", "other"), ("上周三", "date"), ("一位同事", "person"), ("浅色橡木", "other")])
+                                        ("green tea", "other"), ("上周三", "date"), ("一位同事", "person"),
+                                        ("浅色橡木", "other")])
 def test_the_answer_type_is_read_from_the_gold(gold, kind):
     assert js.answer_type(gold) == kind
 
@@ -48,4 +49,5 @@ def test_the_judge_generates_the_probes_with_the_answers_in_one_batch(tmp_path):
     texts = judge_texts(judge, [(0, Answer("In May.", strategy="s"), None)], [(None, item)])
     probes = js.probes(item, "7 May 2023").values()
     assert len(texts) == 4 and all(any(p in t for t in texts) for p in probes)
-    assert len(judge_texts(LLMJudge(model=None), [(0, Answer("In May.", strategy="s"), None)], [(None, item)])) == 1  # type: ignore[arg-type]
+    # type: ignore[arg-type]
+    assert len(judge_texts(LLMJudge(model=None), [(0, Answer("In May.", strategy="s"), None)], [(None, item)])) == 1

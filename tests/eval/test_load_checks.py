@@ -43,7 +43,8 @@ def test_labels_names_and_sweeps_that_would_mislead_are_refused():
 
 
 @pytest.mark.parametrize("dataset, words", [
-    ({"categories": ["nosuch"]}, "categories: ['nosuch'] matches no question (its categories: adversarial, single_hop, temporal)"),
+    ({"categories": ["nosuch"]},
+     "categories: ['nosuch'] matches no question (its categories: adversarial, single_hop, temporal)"),
     ({"languages": ["en"], "categories": ["nosuch"]}, "matches no question"),
 ])
 def test_a_filter_that_keeps_nothing_is_an_error_naming_the_key(dataset, words):
@@ -64,7 +65,8 @@ def test_a_filter_that_keeps_nothing_is_an_error_naming_the_key(dataset, words):
     ({"sweep": {"model.concurrency": [1, 2]}}, "sweep.model.concurrency: model.concurrency is how the model runs"),
     ({"embedder": {"model": "offline:nosuch"}}, "embedder.model: unknown encoder 'offline:nosuch'"),
     ({"sweep": {"embedder.model": ["offline:minilm", "nosuch:enc"]}}, "sweep.embedder.model: unknown encoder"),
-    ({"expect": {"no_memory": {"scroe": [0, 1]}}}, "expect.no_memory.scroe: unknown metric 'scroe' (did you mean 'score'"),
+    ({"expect": {"no_memory": {"scroe": [0, 1]}}},
+     "expect.no_memory.scroe: unknown metric 'scroe' (did you mean 'score'"),
 ])
 def test_config_problems_found_at_load_not_after_the_run(edit, needle):
     """Issue 58 items 13 and 14: each was accepted (or found only after data and model had loaded)."""

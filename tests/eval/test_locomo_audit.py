@@ -23,7 +23,8 @@ def data(tmp_path, monkeypatch):
     (audit / "errors_conv_0.json").write_text(json.dumps([
         entry("locomo_0_qa1", "How is the kitten?", "HALLUCINATION"),
         entry("locomo_0_qa0", "What is the kitten called?", "WRONG_CITATION")]))
-    (audit / "errors_conv_1.json").write_text(json.dumps([entry("locomo_1_qa2", "What did Ana show?", "TEMPORAL_ERROR")]))
+    (audit / "errors_conv_1.json").write_text(json.dumps([entry("locomo_1_qa2", "What did Ana show?",
+                                                                "TEMPORAL_ERROR")]))
     monkeypatch.setenv("DKILAB_DATA_DIR", str(tmp_path))
     return tmp_path
 
@@ -54,7 +55,8 @@ def test_another_data_version_or_a_malformed_entry_is_refused_naming_it(data):
         {"question_id": "locomo_1_qa2", "question": "What did Ben show?", "error_type": "TEMPORAL_ERROR"}]))
     with pytest.raises(ConfigError, match=r"locomo_1_qa2 is 'What did Ben show\?' in the audit"):
         load_cell_questions(cell(exclude_audited="audit"), str(data))
-    (data / "audit" / "errors_conv_1.json").write_text(json.dumps([{"question_id": "locomo_1_qa2", "error_type": "TYPO"}]))
+    (data / "audit" / "errors_conv_1.json").write_text(json.dumps([{"question_id": "locomo_1_qa2",
+                                                                    "error_type": "TYPO"}]))
     with pytest.raises(ConfigError, match=r"errors_conv_1.json: entry 0 \('locomo_1_qa2'\).*got 'TYPO'"):
         cell(exclude_audited="audit")
     with pytest.raises(ConfigError, match="holds no errors_conv"):

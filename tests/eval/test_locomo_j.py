@@ -20,7 +20,8 @@ def test_the_prompt_is_read_as_a_literal_and_filled_in():
 
 @pytest.mark.parametrize("reply, verdict", [('{"label": "CORRECT"}', 1.0), ('Sure: {"label": "WRONG"}', 0.0),
                                             ('```json\n{"label": "correct"}\n```', 1.0), ("CORRECT", 1.0),
-                                            ("It is wrong.", 0.0), ("unclear", None), ('{"label": "maybe"} no idea', None)])
+                                            ("It is wrong.", 0.0), ("unclear", None),
+                                            ('{"label": "maybe"} no idea', None)])
 def test_the_verdict_is_the_json_label_else_the_first_label_named(reply, verdict):
     assert LocomoJ("{question}{gold_answer}{generated_answer}").verdict(reply) == verdict
 
@@ -46,10 +47,13 @@ def test_categories_one_to_four_are_judged_with_the_protocol_and_the_card_names_
     cfg = experiment_from_dict({
         "name": "locomo-j", "model": {"spec": f"scripted:{answers}", "max_context": 4096},
         "datasets": [{"name": "fixtures", "limit": 1, "question_limit": 4}], "strategies": [{"name": "no_memory"}],
-        "tracing": False, "judge": {"model": f"scripted:{verdicts}", "protocol": "locomo_j", "prompts_from": str(SCRIPT)}})
+        "tracing": False, "judge": {"model": f"scripted:{verdicts}", "protocol": "locomo_j",
+                                    "prompts_from": str(SCRIPT)}})
     (result,) = run_experiment(cfg, uri=f"sqlite:///{tmp_path / 'm.db'}", progress=False, echo=lambda *a: None)
     judged = [r for r in result.rows if "judge" in r]
-    assert judged and all(r["answerable"] and r["judge"] == 0.0 for r in judged), [(r["answerable"], r.get("judge"), r.get("judge_reply")) for r in result.rows]
+    assert judged and all(r["answerable"] and r["judge"] == 0.0 for r in judged), [(r["answerable"], r.get("judge"),
+                                                                                    r.get("judge_reply"))
+                                                                                   for r in result.rows]
     assert all("judge" not in r for r in result.rows if not r["answerable"])  # left to the hallucination metrics
     assert result.metrics["judge_score"] == 0.0
     assert methodology_card(cfg, [result], {})["judge"]["protocol"] == "locomo_j"

@@ -49,7 +49,8 @@ def test_a_held_out_source_never_fits_the_model_that_scores_it(monkeypatch):
     said: list[str] = []
     fitted: list[set[str]] = []  # the datasets of every fit, in order (memdaily's held out first)
     fit = lodo._fit_best
-    monkeypatch.setattr(lodo, "_fit_best", lambda rows, *a: fitted.append({r["dataset"] for r in rows}) or fit(rows, *a))
+    monkeypatch.setattr(lodo, "_fit_best", lambda rows, *a: fitted.append({r["dataset"] for r in rows})
+                        or fit(rows, *a))
     got = lodo.score_held_out(dev, test, said.append)
     assert fitted and all("memdaily" not in f for f in fitted[:len(fitted) // 2])
     assert all(not any(d.startswith("madial") for d in f) for f in fitted[len(fitted) // 2:])

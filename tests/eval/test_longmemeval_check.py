@@ -17,12 +17,14 @@ SCRIPT = DATA / "longmemeval" / "evaluate_qa.py"
 def test_each_question_type_gets_its_template_and_nothing_else_of_the_script_runs():
     templates = lme.load_templates(SCRIPT)  # the script's body raises: it was not run
     assert set(templates) == {*lme.QUESTION_TYPES, lme.ABSTENTION}
-    assert lme.readable(templates["temporal-reasoning"]).endswith("Q: {question} Gold: {gold} Reply: {prediction} Say yes or no.")
+    assert lme.readable(templates["temporal-reasoning"]).endswith("Q: {question} Gold: {gold} Reply: {prediction} Say "
+                                                                  "yes or no.")
     marks = {"single-session-user": "[basic]", "single-session-assistant": "[basic]", "multi-session": "[basic]",
-             "temporal-reasoning": "[temporal", "knowledge-update": "[update", "single-session-preference": "[preference",
-             lme.ABSTENTION: "[abstention]"}
+             "temporal-reasoning": "[temporal", "knowledge-update": "[update",
+             "single-session-preference": "[preference", lme.ABSTENTION: "[abstention]"}
     for kind, mark in marks.items():
-        item = (QAItem("Q?", None, category="knowledge-update", answerable=False, metadata={"explanation": "never said"})
+        item = (QAItem("Q?", None, category="knowledge-update", answerable=False,
+                       metadata={"explanation": "never said"})
                 if kind == lme.ABSTENTION else QAItem("Q?", "gold {x}", category=kind))
         text = lme.check_text(templates, item, "my reply")
         assert text.startswith(mark) and "Q: Q?" in text and "Reply: my reply" in text, (kind, text)
@@ -63,7 +65,8 @@ def _config(tmp_path, judge_script, **judge):
     return experiment_from_dict({
         "name": "lme-judge", "model": {"spec": f"scripted:{answers}", "max_context": 4096},
         "datasets": [{"name": "longmemeval_s"}], "strategies": [{"name": "full_history"}], "tracing": False,
-        "judge": {"model": f"scripted:{verdicts}", "protocol": "longmemeval", "prompts_from": str(judge_script)} | judge})
+        "judge": {"model": f"scripted:{verdicts}", "protocol": "longmemeval", "prompts_from": str(judge_script)}
+        | judge})
 
 
 def test_every_question_is_judged_by_its_type_and_accuracy_counts_the_abstention_questions(tmp_path, monkeypatch):

@@ -28,7 +28,8 @@ def test_a_metric_declared_once_reaches_the_report_the_plot_and_the_paired_table
     from dkilab.eval.runner import run_experiment
     from dkilab.eval.tables import results_table
 
-    cfg = {"name": "declared-once", "tracing": False, "datasets": [{"name": "fixtures", "limit": 1, "question_limit": 4}],
+    cfg = {"name": "declared-once", "tracing": False, "datasets": [{"name": "fixtures", "limit": 1,
+                                                                    "question_limit": 4}],
            "defaults": {"max_results": 5},
            "strategies": [{"name": "recall_only", "label": "fused"},
                           {"name": "recall_only", "label": "bm25",

@@ -83,7 +83,8 @@ ANSWERS = [
     "She didn't know about the surprise party until Friday.", "He couldn't find his keys, so he was late.",
     "She never mentioned it to her boss, only to her sister.", "The dog is called Unknown Soldier.",
     "她不知道那天会下雨，所以没带伞。", "I'm not sure, maybe Paris.", "Not mentioned. But probably Paris.",
-    "没有提到。不过可能是周二。", "The answer is \"red\"", "Tom: I crashed on the quarry hill yesterday, nothing broken.",
+    "没有提到。不过可能是周二。", "The answer is \"red\"",
+    "Tom: I crashed on the quarry hill yesterday, nothing broken.",
 ]
 
 
@@ -99,7 +100,8 @@ def test_labelled_abstention_set_meets_its_card():
     from dkilab.eval.metrics import load_phrasings
 
     rows = load_phrasings()
-    assert len(rows) >= 400 and len({r["id"] for r in rows}) == len(rows) and len({r["text"] for r in rows}) == len(rows)
+    assert len(rows) >= 400 and len({r["id"] for r in rows}) == len(rows) and len({r["text"]
+                                                                                   for r in rows}) == len(rows)
     for lang in ("en", "zh"):
         answers = [r for r in rows if r["lang"] == lang and not r["abstains"]]
         hard = [r for r in answers if r["kind"] in ("negation", "hedge", "quote")]
@@ -137,7 +139,8 @@ def test_abstention_detector_decides_on_the_whole_answer():
 def test_unsupported_claims():
     ctx = "Maya moved to 27 Linden Row with her cat Pixel; the rent is 1,450 euros."
     assert unsupported_claims("Pixel lives at 27 Linden Row.", ctx) == []
-    assert set(unsupported_claims("Pixel lives at 31 Harbour Street with Jana.", ctx)) == {"31", "Harbour Street", "Jana"}
+    assert set(unsupported_claims("Pixel lives at 31 Harbour Street with Jana.", ctx)) == {"31", "Harbour Street",
+                                                                                           "Jana"}
     assert "1450" in claims("The rent is 1450 euros.") and unsupported_claims("The rent is 1450 euros.", ctx) == []
     assert set(unsupported_claims("您住在翠湖云居，每晚五百元。", "住在翠湖云居，每晚四百八十元")) >= {"五百"}
 
@@ -160,7 +163,8 @@ def test_score_rows_and_aggregate():
     assert agg["errors"] == 1 and agg["questions"] == 4
     assert agg["hallucination_rate"] == 0.5 and agg["answer_score"] == 1.0
     assert agg["fact_call_rate"] == pytest.approx(2 / 3) and agg["valid_call_rate"] == 0.5
-    assert agg["malformed_call_rate"] == 0.5 and agg["evidence_hit_rate"] == 0.5 and agg["mean_rounds"] == pytest.approx(4 / 3)
+    assert agg["malformed_call_rate"] == 0.5 and agg["evidence_hit_rate"] == 0.5
+    assert agg["mean_rounds"] == pytest.approx(4 / 3)
     assert agg["latency_generation_p50_ms"] == 0.0 and agg["prompt_tokens"] == pytest.approx(60)
     # a judge's abstention label overrides the rules
     assert score_answer(un_q, bad, abstained=True)["hallucinated"] == 0.0

@@ -260,10 +260,12 @@ def test_a_run_over_http_to_a_local_mlflow_server(tmp_path):
         assert not exp.artifact_location.startswith(("/", "file:"))  # clients need only the URL
         traces = mlflow.search_traces(locations=[exp.experiment_id], return_type="list")
         assert len(traces) == 8 and all({"score", "response"} <= {a.name for a in t.info.assessments} for t in traces)
-        table = json.loads(Path(mlflow.MlflowClient().download_artifacts(results[0].run_id, "questions.json")).read_text())
+        table = json.loads(
+            Path(mlflow.MlflowClient().download_artifacts(results[0].run_id, "questions.json")).read_text())
         assert len(table["data"]) == len(results[0].rows)
         rep = _cli("report", cfg.name, "--tracking-uri", url, "--allow-scripted", "--format", "json")
-        assert rep.returncode == 0 and [c["cell"] for c in json.loads(rep.stdout)["cells"]] == [r.cell.label for r in results]
+        assert rep.returncode == 0 and [c["cell"] for c in json.loads(rep.stdout)["cells"]] == [r.cell.label
+                                                                                                for r in results]
 
 
 def test_run_rows_are_read_once_per_store_and_run(logged, tmp_path):
@@ -314,7 +316,8 @@ def test_feedback_left_pending_by_a_stopped_run_is_written_by_the_next_once(tmp_
     def state():
         traces = mlflow.search_traces(locations=[exp.experiment_id], return_type="list")
         runs = mlflow.MlflowClient().search_runs([exp.experiment_id], "tags.`dkilab.kind` = 'cell'")
-        return sorted(len(t.info.assessments) for t in traces), sorted(r.data.tags[tracking.ASSESSMENTS_TAG] for r in runs)
+        return sorted(len(t.info.assessments) for t in traces), sorted(r.data.tags[tracking.ASSESSMENTS_TAG]
+                                                                       for r in runs)
 
     counts, tags = state()
     assert len(counts) == 8 and set(counts) == {0} and set(tags) == {"pending"}  # the cells finished, feedback not

@@ -51,7 +51,8 @@ def test_jsonl_json_and_parquet_give_the_same_conversations(tmp_path):
     want = read_normalized(EXAMPLE)
     assert read_normalized(tmp_path / "a.json") == want
     got = read_normalized(tmp_path / "a.parquet")
-    assert [c.messages for c in got] == [c.messages for c in want] and [c.questions for c in got] == [c.questions for c in want]
+    assert [c.messages for c in got] == [c.messages for c in want] and [c.questions for c in got] == [c.questions
+                                                                                                      for c in want]
 
 
 def test_bad_files_name_the_file_the_record_and_the_field(tmp_path):

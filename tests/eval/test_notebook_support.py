@@ -4,7 +4,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from dkilab.notebook import load_predictions, load_runs, plot_categories, plot_headlines, render_fact_calls, render_suffix
+from dkilab.notebook import (load_predictions, load_runs, plot_categories, plot_headlines, render_fact_calls,
+                             render_suffix)
 
 
 def test_load_runs_gives_cells_in_config_order_with_intervals_and_params(scripted_run):
@@ -74,7 +75,8 @@ def test_sweep_heatmap_and_frontier_show_the_grid_with_labels():
 
     runs = pd.DataFrame({"param.t": [15, 15, 300, 300], "param.b": [96, 512, 96, 512], "score": [0.1, 0.2, 0.3, 0.4],
                          "prompt_tokens": [100, 500, 120, 520]}, index=list("abcd"))
-    fig = plot_sweep(runs, "param.t", "param.b", ["score", "prompt_tokens", "not_logged"], {"param.t": "threshold (tokens)"})
+    fig = plot_sweep(runs, "param.t", "param.b", ["score", "prompt_tokens", "not_logged"],
+                     {"param.t": "threshold (tokens)"})
     heat = [ax for ax in fig.axes if ax.get_title()]
     assert [ax.get_title() for ax in heat] == ["answer score (0-1)", "prompt tokens (mean)"]  # unknown metric: no panel
     assert heat[0].get_xlabel() == "threshold (tokens)" and heat[0].get_ylabel() == "param.b"
@@ -91,7 +93,8 @@ def test_retrieval_misses_take_misses_only_round_robin_over_cells():
     from dkilab.notebook import retrieval_misses
     from dkilab.types import Conversation, Message
 
-    msgs = [Message(f"m{i}", "u", "s", i, "user", f"text {i}", datetime(2026, 1, 1, tzinfo=timezone.utc)) for i in range(6)]
+    msgs = [Message(f"m{i}", "u", "s", i, "user", f"text {i}", datetime(2026, 1, 1, tzinfo=timezone.utc))
+            for i in range(6)]
     preds = pd.DataFrame([
         {"cell": "fused@a", "question": "q1", "evidence_ids": ["m1"], "recalled_ids": ["m1", "m2"]},  # a hit
         {"cell": "fused@a", "question": "q2", "evidence_ids": ["m3"], "recalled_ids": ["m2", "m4"]},

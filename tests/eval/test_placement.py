@@ -40,10 +40,10 @@ def _save_tiny(path, hidden=64, layers=2):
     tok = tiny_tokenizer()
     tok.chat_template = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
                          "{% if add_generation_prompt %}assistant:{% endif %}")
-    cfg = AutoConfig.for_model("llama", vocab_size=len(tok), bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                               pad_token_id=tok.pad_token_id, hidden_size=hidden, intermediate_size=hidden * 4,
-                               num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                               max_position_embeddings=4096, tie_word_embeddings=False)
+    cfg = AutoConfig.for_model("llama", vocab_size=len(tok), bos_token_id=tok.bos_token_id,
+                               eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, hidden_size=hidden,
+                               intermediate_size=hidden * 4, num_hidden_layers=layers, num_attention_heads=4,
+                               num_key_value_heads=2, max_position_embeddings=4096, tie_word_embeddings=False)
     AutoModelForCausalLM.from_config(cfg).save_pretrained(path)
     tok.save_pretrained(path)
     return str(path)
@@ -60,7 +60,8 @@ def test_the_judge_loads_like_the_model_under_test_unless_it_says_otherwise(tmp_
     own = make_judge(JudgeSpec(model=spec, dtype="float32"), ModelSpec(spec=spec, dtype="bf16"))
     assert own.model.model.dtype == torch.float32
     # unset placement is not part of the judge's identity (the model block's dtype and device are)
-    assert "dtype" not in JudgeSpec(model=spec).resolved() and JudgeSpec(model=spec, dtype="bf16").resolved()["dtype"] == "bf16"
+    assert "dtype" not in JudgeSpec(model=spec).resolved() and JudgeSpec(model=spec,
+                                                                         dtype="bf16").resolved()["dtype"] == "bf16"
 
 
 def test_models_and_kv_blocks_are_freed_between_cells_and_each_model_loads_once(tmp_path, monkeypatch):
@@ -102,7 +103,8 @@ def test_models_and_kv_blocks_are_freed_between_cells_and_each_model_loads_once(
     # cells are grouped by model: a, a, b, b (each model loaded once), results back in config order
     assert [spec for spec, _ in loads] == [a, b]
     assert [ln.split(": ")[0].split("] ")[1] for ln in lines if ln.startswith("[")] == [
-        r.cell.label for r in results if r.cell.model.spec == a] + [r.cell.label for r in results if r.cell.model.spec == b]
+        r.cell.label for r in results if r.cell.model.spec == a] + [r.cell.label for r in results
+                                                                    if r.cell.model.spec == b]
     assert [r.cell.model.spec for r in results] == [a, b, a, b]
     assert alive_bytes == [0, 0]  # measured: no parameter bytes of another model alive when a model loads
     gc.collect()
@@ -137,7 +139,8 @@ def test_a_cell_killed_9_mid_run_resumes_where_it_stopped_with_the_same_answers(
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     from dkilab.eval.experiment import expand_cells
 
-    journal = Journal.for_cell(uri, name, expand_cells(load_experiment(path))[0].config_hash)  # named by the cell's hash
+    # named by the cell's hash
+    journal = Journal.for_cell(uri, name, expand_cells(load_experiment(path))[0].config_hash)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and sum(len(f.read_text().splitlines()) for f in journal.files()) < 3:
         assert proc.poll() is None, proc.stdout.read()
@@ -158,7 +161,8 @@ def test_a_cell_killed_9_mid_run_resumes_where_it_stopped_with_the_same_answers(
     import mlflow
 
     mlflow.set_tracking_uri(uri)
-    run = mlflow.search_runs(experiment_names=[name], filter_string="tags.`dkilab.kind` = 'cell' and attributes.status = 'FINISHED'",
+    run = mlflow.search_runs(experiment_names=[name],
+                             filter_string="tags.`dkilab.kind` = 'cell' and attributes.status = 'FINISHED'",
                              output_format="list")[0]
     resumed = [(r["qid"], r["prediction"]) for r in run_rows(run.info.run_id)]
     assert read_metrics(run, uri)["resumed_questions"] >= 3

@@ -45,12 +45,13 @@ def test_figures_count_precision_recall_and_hedged_guesses():
 
 # --- issue 61: the clause-level decision, written here (not from the check set) in the five shapes --------------
 SHAPED = {
-    "long_decline": ["I looked back through our conversations and there's nothing about your cousin's wedding. I'd rather "
-                     "not invent a date, so I can't tell you.",
+    "long_decline": ["I looked back through our conversations and there's nothing about your cousin's wedding. I'd "
+                     "rather not invent a date, so I can't tell you.",
                      "我翻了翻之前的聊天，没找到你表姐婚礼的日期。我不想瞎猜，所以没法告诉你。"],
     "decline_offer": ["You haven't told me your landlord's name yet. If you share it, I'll remember it for next time.",
                       "你还没告诉过我房东叫什么。你说一下的话，我会记住的。"],
-    "concessive_answer": ["You never said what time the ferry left, but you mentioned you sailed to Capri on a Tuesday.",
+    "concessive_answer": ["You never said what time the ferry left, but you mentioned you sailed to Capri on a "
+                          "Tuesday.",
                           "Not the blue one: you bought the green jacket, as you told me last week.",
                           "你没说渡轮几点开，不过你提到过你是周二坐船去的卡普里。",
                           "不用担心，你的航班在周五下午，你上次订票的时候说过。"],

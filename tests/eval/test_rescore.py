@@ -257,7 +257,8 @@ def test_answers_stored_before_kind_and_review_read_back_with_them():
     assert a.kind == "pointer" and a.review == {"pointer": {"fell_back": True}} and a.metadata == {"policy_steps": 1}
     assert answer_from_json({"text": "", "metadata": {"retrieval_only": True}}).kind == "ranking"
     assert answer_from_json({"text": "", "metadata": {"context_only": True}}).kind == "context"
-    assert answer_from_json({"text": "x", "kind": "answer", "review": {"formatter": "generic"}}).review == {"formatter": "generic"}
+    assert answer_from_json({"text": "x", "kind": "answer",
+                             "review": {"formatter": "generic"}}).review == {"formatter": "generic"}
 
 
 def test_a_scoring_error_fails_the_rescored_cell_and_the_next_run_redoes_it(tmp_path, in_root, monkeypatch,
@@ -281,7 +282,8 @@ def test_a_scoring_error_fails_the_rescored_cell_and_the_next_run_redoes_it(tmp_
     assert sum("re-scoring FAILED" in ln for ln in lines) == 2
     mlflow.set_tracking_uri(uri)
     bad = [r for r in _cells(uri, SCRIPTED_NAME) if r.info.status == "FAILED"]
-    assert len(bad) == 2 and all("cell_error.txt" in {a.path for a in mlflow.MlflowClient().list_artifacts(r.info.run_id)}
+    assert len(bad) == 2 and all("cell_error.txt" in {a.path
+                                                      for a in mlflow.MlflowClient().list_artifacts(r.info.run_id)}
                                  for r in bad)
     monkeypatch.setattr(rescore, "rescore_cell", real)
     again = run_experiment(load_experiment(SCRIPTED), uri=uri, echo=lambda *a: None, **QUIET)

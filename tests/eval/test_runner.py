@@ -28,7 +28,8 @@ from tests.conftest import ROOT
 
 CI_DIR = ROOT / "experiments" / "ci"
 DATA_BACKED = {"retrieval_locomo", "sweep_locomo", "sweep_memdaily"}  # need DKILAB_DATA_DIR: make test-slow
-SPECIAL = {"resume", "scripted_fact_calls", "gpu_path", "personas"}  # run by their own tests (below; test_scripted.py, tests/gpu)
+# run by their own tests (below; test_scripted.py, tests/gpu)
+SPECIAL = {"resume", "scripted_fact_calls", "gpu_path", "personas"}
 CI_CONFIGS = sorted(p for p in CI_DIR.glob("*.yaml") if p.stem not in DATA_BACKED | SPECIAL)
 # the configs that generate with the real model on many prompts (30 s to 2 min each here): `make test-slow`
 # and CI run them; the default run keeps the two light ones end to end
@@ -79,8 +80,10 @@ def _check_ci_specifics(stem, results):
         budgets = sorted({dict(k)["v4.history_budget"] for k in cells})
         thresholds = sorted({dict(k)["v4.recall.summary.per_message_threshold"] for k in cells})
         for t in thresholds:
-            small, large = (cells[(("v4.history_budget", b), ("v4.recall.summary.per_message_threshold", t))] for b in budgets)
-            assert small.metrics["prompt_tokens"] < large.metrics["prompt_tokens"] - 40, (t, small.metrics, large.metrics)
+            small, large = (cells[(("v4.history_budget", b), ("v4.recall.summary.per_message_threshold", t))]
+                            for b in budgets)
+            assert small.metrics["prompt_tokens"] < large.metrics["prompt_tokens"] - 40, (t, small.metrics,
+                                                                                          large.metrics)
             assert all(r["budget"]["history"] <= budgets[0] for r in small.rows)
     if stem == "agents_recall":  # every view's evidence is the stored text; the LLM policy really ran
         for res in results:
@@ -97,7 +100,8 @@ def _check_ci_specifics(stem, results):
         rows = by["l2@session_flow"].rows
         assert len(rows) == 113 and all("#" in r["qid"] and r["l2_rule"] for r in rows)
         assert {r["user_id"] for r in rows} == {f"session-user-{q}" for q in {r["qid"].split("#")[0] for r in rows}}
-        assert by["l2@session_flow"].metrics["ellipsis_recall_at_1"] > by["query@session_flow"].metrics["ellipsis_recall_at_1"]
+        ellipsis = {k: by[k].metrics["ellipsis_recall_at_1"] for k in ("l2@session_flow", "query@session_flow")}
+        assert ellipsis["l2@session_flow"] > ellipsis["query@session_flow"]
         assert all(r["session_turn"]["extraction_method"] in ("llm", "llm_fallback") for r in by["llm@one"].rows)
     if stem == "context_only":  # nothing generated; one matched budget per question across strategies
         by_q: dict = {}
@@ -279,7 +283,8 @@ def test_error_rows_do_not_stop_the_run_and_finished_cells_are_read_back(tmp_pat
     from dkilab.eval.report import report
 
     # by default one failed question fails the cell: FAILED, rows kept, redone by the next run
-    strict = load_experiment(_config(tmp_path, "errors", datasets=[{"name": "fixtures", "limit": 1, "question_limit": 4}]))
+    strict = load_experiment(_config(tmp_path, "errors", datasets=[{"name": "fixtures", "limit": 1,
+                                                                    "question_limit": 4}]))
     lines = []
     failed = run_experiment(strict, uri=uri, progress=False, echo=lines.append)
     boom = next(r for r in failed if r.cell.strategy.name == "test_boom")
@@ -308,7 +313,8 @@ def test_error_rows_do_not_stop_the_run_and_finished_cells_are_read_back(tmp_pat
     assert t2.loc["test_boom@fixtures", "errors"] == 1 and t2["score"].tolist() == pytest.approx(t1["score"].tolist())
     assert [r.get("prediction") for r in again[1].load_rows()] == [r.get("prediction") for r in first[1].rows]
     table, pairs, notes = report("errors", uri)  # `dkilab report errors`
-    assert list(table.index) == ["no_memory@fixtures", "test_boom@fixtures"] and table.loc["test_boom@fixtures", "errors"] == 1
+    assert list(table.index) == ["no_memory@fixtures", "test_boom@fixtures"] and table.loc["test_boom@fixtures",
+                                                                                           "errors"] == 1
     assert {"score_low", "score_high"} <= set(table.columns)
     assert set(pairs["metric"]) >= {"score"} and (pairs["n"] == 3).all()  # the questions both cells answered
     from dkilab.text.abstention.learned import get_detector, load_weights
@@ -353,7 +359,8 @@ def test_smoke_runs_are_kept_apart_and_a_report_after_mixed_runs_is_clean(tmp_pa
     from dkilab.cli import main
     from dkilab.notebook import load_runs
 
-    strategies = [{"name": "recall_only", "label": "a"}, {"name": "recall_only", "label": "b", "params": {"max_results": 3}}]
+    strategies = [{"name": "recall_only", "label": "a"}, {"name": "recall_only", "label": "b",
+                                                          "params": {"max_results": 3}}]
     path = _config(tmp_path, "mixed", strategies=strategies, datasets=[{"name": "fixtures", "question_limit": 3}])
     for args in (["--limit", "1"], ["--limit", "2"], []):
         assert main(["run", str(path), "--tracking-uri", uri, *args]) == 0
@@ -367,7 +374,8 @@ def test_smoke_runs_are_kept_apart_and_a_report_after_mixed_runs_is_clean(tmp_pa
     out = capsys.readouterr().out
     assert "a@fixtures" in out and "b@fixtures" in out and "Traceback" not in out
     table, pairs, _ = report("mixed", uri)
-    assert list(table.index) == ["a@fixtures", "b@fixtures"] and set(table["questions"]) == {float(table["questions"].iloc[0])}
+    assert list(table.index) == ["a@fixtures",
+                                 "b@fixtures"] and set(table["questions"]) == {float(table["questions"].iloc[0])}
     runs = load_runs("mixed", uri)
     assert list(runs.index) == ["a@fixtures", "b@fixtures"] and runs.loc["b@fixtures", "param.max_results"] == 4
     smoke, _, _ = report("mixed-limit1", uri)  # the smoke runs, kept in their own experiment
@@ -383,7 +391,8 @@ def test_a_cell_that_raises_ends_failed_and_only_it_runs_again(tmp_path, uri):
     assert [r.status for r in first] == ["finished", "failed"] and "DatasetNotFoundError" in first[1].error
     assert any("FAILED (DatasetNotFoundError" in line for line in lines)
     assert check_expectations(cfg, first) == [f"{first[1].cell.label}: cell failed ({first[1].error})"]
-    assert _statuses(uri, "ci-resume") == [("recall_only@example", "FAILED", None), ("recall_only@fixtures", "FINISHED", "1")]
+    assert _statuses(uri, "ci-resume") == [("recall_only@example", "FAILED", None),
+                                           ("recall_only@fixtures", "FINISHED", "1")]
     (parent,) = _runs(uri, "ci-resume", kind="experiment")
     assert parent.info.status == "FAILED"
     import mlflow
@@ -411,7 +420,8 @@ def test_a_ctrl_c_python_swallows_still_stops_the_run(tmp_path, uri, test_strate
     monkeypatch.setattr(sys, "unraisablehook", swallowed.append)  # what prints "Exception ignored in ..."
     assert main(["run", str(path), "--tracking-uri", uri]) == 130
     assert [type(u.exc_value) for u in swallowed] == [KeyboardInterrupt]  # it was dropped where it landed
-    assert _statuses(uri, "swallowed") == [("test_swallowed_ctrl_c@fixtures", "KILLED", None)]  # the next cell never ran
+    # the next cell never ran
+    assert _statuses(uri, "swallowed") == [("test_swallowed_ctrl_c@fixtures", "KILLED", None)]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # and the handler is Python's again
     from dkilab.eval import interrupt
 
@@ -468,8 +478,9 @@ def test_a_stopped_sweep_resumes_without_redoing_finished_cells(tmp_path, uri, m
     with err.open("w") as err_file:  # a file, not a pipe nobody reads while we wait
         # SIGINT back to its default first: a test run started in the background of a non-interactive shell
         # inherits SIGINT ignored, and Python then never raises KeyboardInterrupt (the run would finish)
-        proc = subprocess.Popen(_cli(path, uri), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err_file, text=True, env=ENV,
-                                start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        proc = subprocess.Popen(_cli(path, uri), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err_file, text=True,
+                                env=ENV, start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT,
+                                                                                                  signal.SIG_DFL))
     # stopped while the second cell runs: signalled once its MLflow run exists (not after a fixed sleep,
     # which a fast machine outran by finishing all three cells)
     assert _wait_for_running(uri, "no_memory@fixtures[max_new_tokens=48]", proc), err.read_text()[-2000:]
@@ -484,7 +495,8 @@ def test_a_stopped_sweep_resumes_without_redoing_finished_cells(tmp_path, uri, m
     out = subprocess.run(_cli(path, uri), cwd=ROOT, capture_output=True, text=True, env=ENV)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "skipped" in out.stdout.split("[1/3]")[1].splitlines()[0]
-    assert "score" in out.stdout.split("[2/3]")[1].splitlines()[0] and "score" in out.stdout.split("[3/3]")[1].splitlines()[0]
+    assert "score" in out.stdout.split("[2/3]")[1].splitlines()[0]
+    assert "score" in out.stdout.split("[3/3]")[1].splitlines()[0]
     statuses = _statuses(uri, "resume")
     assert sum(s[1] == "FINISHED" and s[2] == "1" for s in statuses) == 3
     assert [s for s in statuses if s[1] != "FINISHED"] == [("no_memory@fixtures[max_new_tokens=48]", "KILLED", None)]
@@ -545,7 +557,8 @@ def test_accelerate_launch_shards_questions_over_two_cpu_processes(tmp_path, uri
     assert len(made) == 2 and sum(made) == 4 * len(answerable) >= 4, out.stderr[-2000:]
     assert all(r.get("judge") is not None for r in answerable)
     # the traces' feedback was written after the cells, and the run says how much
-    assert _runs(uri, "sharded")[0].data.tags[tracking.ASSESSMENTS_TAG] == str(sum(len(t.info.assessments) for t in traces))
+    assert _runs(uri, "sharded")[0].data.tags[tracking.ASSESSMENTS_TAG] == str(sum(len(t.info.assessments)
+                                                                                   for t in traces))
 
 
 def test_llm_judge_scores_answers_and_logs_its_model_and_prompt(tmp_path, uri, model):
@@ -596,7 +609,8 @@ def test_a_cell_whose_endpoint_fails_mid_run_is_failed_not_good_and_reruns_whole
     server = Server(plan=[(503, 0)] + [(200, 0)] * 3 + [(500, 0)] * 40)  # 1 retried blip, 3 answers, then down
     try:
         spec = f"openai:fake@{server.url}"
-        path = _config(tmp_path, "endpoint", model={"spec": spec, "max_context": 2048, "max_retries": 1, "concurrency": 1},
+        path = _config(tmp_path, "endpoint", model={"spec": spec, "max_context": 2048, "max_retries": 1,
+                                                    "concurrency": 1},
                        # no_memory: the fake echoes the prompt, and a whole history echoed back took the abstention
                        # detector's e5 pass 40 s to read
                        strategies=[{"name": "no_memory"}],
@@ -625,7 +639,8 @@ def test_an_endpoint_answering_null_content_gives_error_rows_not_empty_answers(t
     try:
         path = _config(tmp_path, "nullcontent", model={"spec": f"openai:fake@{server.url}", "max_context": 2048,
                                                        "max_retries": 0, "concurrency": 1},
-                       strategies=[{"name": "no_memory"}], datasets=[{"name": "fixtures", "limit": 1, "question_limit": 4}])
+                       strategies=[{"name": "no_memory"}], datasets=[{"name": "fixtures", "limit": 1,
+                                                                      "question_limit": 4}])
         lines = []
         [cell] = run_experiment(load_experiment(path), uri=uri, progress=False, echo=lines.append)
         assert cell.status == "failed" and cell.metrics["errors"] == cell.metrics["questions"] > 0
@@ -641,7 +656,8 @@ def test_a_failing_cell_does_not_stop_a_two_process_sweep(tmp_path, uri, model):
     empty = tmp_path / "no-data"
     empty.mkdir()
     path = _config(tmp_path, "twoproc", strategies=[{"name": "no_memory"}],
-                   datasets=[{"name": "locomo", "question_limit": 1}, {"name": "fixtures", "limit": 1, "question_limit": 2}])
+                   datasets=[{"name": "locomo", "question_limit": 1}, {"name": "fixtures", "limit": 1,
+                                                                       "question_limit": 2}])
     launcher = Path(sys.executable).parent / "accelerate"
     out = subprocess.run([str(launcher), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
                           "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "dkilab.cli", "run", str(path),
@@ -650,8 +666,10 @@ def test_a_failing_cell_does_not_stop_a_two_process_sweep(tmp_path, uri, model):
     assert out.returncode == 1, out.stderr[-2000:]
     assert "FAILED: no_memory@locomo: cell failed (CellFailedOnARank: process 0 (of 2)" in out.stderr
     runs = {r.info.run_name: r for r in _runs(uri, "twoproc")}
-    assert runs["no_memory@fixtures"].info.status == "FINISHED" and runs["no_memory@fixtures"].data.metrics["questions"] == 2
-    assert runs["no_memory@locomo"].info.status == "FAILED" and "process 1 (of 2)" in runs["no_memory@locomo"].data.tags["dkilab.error"]
+    assert runs["no_memory@fixtures"].info.status == "FINISHED"
+    assert runs["no_memory@fixtures"].data.metrics["questions"] == 2
+    assert runs["no_memory@locomo"].info.status == "FAILED"
+    assert "process 1 (of 2)" in runs["no_memory@locomo"].data.tags["dkilab.error"]
 
 
 def test_report_says_why_a_real_metric_has_no_value_and_what_a_typo_meant(tmp_path, uri, capsys):
@@ -664,7 +682,8 @@ def test_report_says_why_a_real_metric_has_no_value_and_what_a_typo_meant(tmp_pa
     capsys.readouterr()
     assert main(["report", "why", "--tracking-uri", uri, "--metrics", "recall_at_10,hallucination_rate"]) == 2
     err = capsys.readouterr().err
-    assert "'hallucination_rate' (unanswerable questions answered anyway" in err and "--questions-per-conversation run may draw none" in err
+    assert "'hallucination_rate' (unanswerable questions answered anyway" in err
+    assert "--questions-per-conversation run may draw none" in err
     assert "no such metric" not in err and "recall_at_10" in err  # and what the experiment does have
     assert main(["report", "why", "--tracking-uri", uri, "--metrics", "recall_at_1O"]) == 2
     assert "no such metric in this experiment: 'recall_at_1O' (did you mean 'recall_at_10'?)" in capsys.readouterr().err

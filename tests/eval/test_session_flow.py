@@ -38,7 +38,8 @@ def test_the_gold_l2_states_follow_the_four_rules_from_the_gold_meanings():
             for n, t in enumerate(d.turns, 1):
                 intent, obj, stage = t.gold
                 state, _ = m.l2.apply_update(sid, intent, {"active_domain": [SCHEMA.domain_of(intent)],
-                                                           "business_object": obj, "operation_stage": stage}, user_id="u")
+                                                           "business_object": obj, "operation_stage": stage},
+                                             user_id="u")
                 last = state["operation_chain"][-1]
                 got = (last["intent"], last["business_object"], last["operation_stage"])
                 assert got == tuple(t.l2 or t.gold), f"{d.id} turn {n}"
@@ -70,7 +71,8 @@ def test_limit_takes_both_languages_and_the_knowledge_base_is_tagged():
     assert len(convs[0].messages) == len(load_documents(KB))
     assert all(m.metadata.keys() == {"domain", "object", "stage"} for m in convs[0].messages)
     task = convs[0].questions[0].task
-    assert task == {"dialogue_id": "zh-01", "user": "session-user-zh-01", "turns": ["押品怎么创建？", "那入库呢？", "审批呢？"]}
+    assert task == {"dialogue_id": "zh-01", "user": "session-user-zh-01",
+                    "turns": ["押品怎么创建？", "那入库呢？", "审批呢？"]}
     assert "gold" not in task  # task inputs reach the strategy; gold never does
 
 
@@ -114,7 +116,8 @@ def test_a_failed_dialogue_counts_every_turn_it_was_asked(tmp_path):
 
     cfg = experiment_from_dict({"name": "sf", "tracing": False, "datasets": [{"name": "session_flow"}],
                                 "strategies": [{"name": "session_l2", "params": {"rewriter": "rules",
-                                                                                  "extractor": "rules", "answer": False}}]})
+                                                                                  "extractor": "rules",
+                                                                                 "answer": False}}]})
     cell = expand_cells(cfg)[0]
     items = [(c, q) for c in load_session_flow() for q in c.questions]
     failed = list(range(0, len(items), 4))  # 8 of 32 dialogues fail at once (an endpoint down for their first turn)

@@ -11,7 +11,8 @@ from tests.conftest import ROOT
 
 def _cfg(tmp_path, **extra):
     data = {"name": "noop", "model": {"max_context": 1536}, "defaults": {"history_budget": 256}, "tracing": False,
-            "datasets": [{"name": "fixtures", "question_limit": 1}], "strategies": [{"name": "recall_v4", "label": "v4"}]}
+            "datasets": [{"name": "fixtures", "question_limit": 1}], "strategies": [{"name": "recall_v4",
+                                                                                     "label": "v4"}]}
     path = tmp_path / "noop.yaml"
     path.write_text(yaml.safe_dump(data | extra, allow_unicode=True))
     return path
@@ -20,8 +21,10 @@ def _cfg(tmp_path, **extra):
 def test_the_old_gpu_kv_alpha_file_is_refused():
     """experiments/gpu/kv_alpha.yaml before this check: preference alphas on LoCoMo, which has no preferences
     (10 of its 15 cells identical); its history cap renamed to today's key so the sweep check is what fails."""
-    with pytest.raises(ConfigError, match=r"old_gpu_kv_alpha\.yaml: sweep\.stable\.preference_alpha: cannot change cell "
-                                          r"stable@locomo\[preference_alpha=0\.0\]: there is no preference block to scale"):
+    with pytest.raises(ConfigError,
+                       match=r"old_gpu_kv_alpha\.yaml: sweep\.stable\.preference_alpha: cannot change cell "
+                                          r"stable@locomo\[preference_alpha=0\.0\]: there is no preference block to "
+                                          r"scale"):
         load_experiment(ROOT / "tests" / "data" / "old_gpu_kv_alpha.yaml")
     cells = check_config(load_experiment(ROOT / "experiments" / "gpu" / "kv_alpha.yaml"))
     assert {c.dataset.name for c in cells if "preference_alpha" in str(c.point)} == {"fixtures"}
@@ -88,7 +91,8 @@ def test_variants_that_change_nothing_are_named_after_the_run(tmp_path):
                             fa("tight_weighted", history_budget=24, recall={"signals": {"fusion": "weighted"}}),
                             fa("roomy", history_budget=400)])
     said: list[str] = []
-    run_experiment(load_experiment(path), uri=f"sqlite:///{tmp_path / 'mlflow.db'}", progress=False, echo=lambda *a: said.append(" ".join(map(str, a))))
+    run_experiment(load_experiment(path), uri=f"sqlite:///{tmp_path / 'mlflow.db'}", progress=False,
+                   echo=lambda *a: said.append(" ".join(map(str, a))))
     notes = [s for s in said if s.startswith("note: ")]
     assert any("tight_learned and tight_weighted: recall.signals.fusion = learned and weighted gave the same" in n
                for n in notes), said

@@ -19,8 +19,9 @@ import pytest
 
 from tests.conftest import ROOT, _free_port
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("chromium") is None,
-                                                   reason="Debian's chromium is not installed (make setup installs it)")]
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(shutil.which("chromium") is None,
+                                 reason="Debian's chromium is not installed (make setup installs it)")]
 
 
 @pytest.fixture(scope="module")
@@ -107,8 +108,8 @@ def test_the_traces_table_reads_pass_as_good_and_shows_the_gold_as_an_expectatio
 def test_the_reviewing_recipes_screenshots_are_taken_and_show_their_answers(ui, tmp_path):
     url, exp_id, parent, cells, results = ui
     out = tmp_path / "shots"
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "mlflow_screenshots.py"), url, "ci-scripted-fact-calls",
-                           str(out)], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "mlflow_screenshots.py"), url,
+                           "ci-scripted-fact-calls", str(out)], capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
     for name in ("parent", "cell", "runs", "chart", "traces", "trace"):
         assert (out / f"{name}.png").stat().st_size > 20_000, name  # a rendered page, not a blank one

@@ -24,8 +24,8 @@ def test_the_smoke_bundle_passes_on_cpu_with_figures_per_architecture(tmp_path):
 def test_the_bundle_imports_nothing_beyond_torch_transformers_and_tokenizers():
     code = ("import sys, dkilab.gpu.bundle as b, dkilab.bench.gpu, dkilab.models.chat, dkilab.models.kv, "
             "dkilab.models.tiny, dkilab.gpu.smoke\n"
-            "heavy = {'mlflow', 'faiss', 'jieba', 'pandas', 'sklearn', 'gguf', 'sentence_transformers', 'onnxruntime'}\n"
-            "print(sorted(heavy & {m.split('.')[0] for m in sys.modules}))")
+            "heavy = {'mlflow', 'faiss', 'jieba', 'pandas', 'sklearn', 'gguf', 'sentence_transformers', "
+            "'onnxruntime'}\nprint(sorted(heavy & {m.split('.')[0] for m in sys.modules}))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == "[]"
 

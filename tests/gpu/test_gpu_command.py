@@ -34,8 +34,8 @@ def test_every_problem_is_named_before_a_model_loads(tmp_path, monkeypatch, caps
         "datasets": [{"name": "locomo", "split": "test"}], "judge": {"model": "openai:judge@http://127.0.0.1:9/v1"}}
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    code = main(["gpu", "--cpu", str(path), "--data-dir", str(tmp_path / "no-data"), "--report-dir", str(tmp_path / "r"),
-                 "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}"])
+    code = main(["gpu", "--cpu", str(path), "--data-dir", str(tmp_path / "no-data"), "--report-dir",
+                 str(tmp_path / "r"), "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}"])
     out = capsys.readouterr()
     assert code == 1 and "problem(s) before anything ran" in out.err
     problems = [ln for ln in out.out.splitlines() if "PROBLEM" in ln]
@@ -74,10 +74,12 @@ def test_the_whole_path_on_cpu_smoke_plan_runs_and_one_report_folder(tmp_path, c
     assert main(["gpu", "--cpu", CONFIG, "--report-dir", str(report), "--tracking-uri", uri]) == 0
     out = capsys.readouterr().out
     smoke = json.loads((report / "smoke.json").read_text())
-    assert [r["check"] for r in smoke] == ["kv", "batched", "judge", "accelerate"] and all(r["ok"] for r in smoke), smoke
+    assert [r["check"] for r in smoke] == ["kv", "batched", "judge", "accelerate"] and all(r["ok"]
+                                                                                           for r in smoke), smoke
     assert "architectures exact and continuous" in smoke[0]["detail"] and "each process judged" in smoke[3]["detail"]
     plan = json.loads((report / "plan.json").read_text())
-    assert plan == [{**plan[0], "config": CONFIG, "cells": 2, "finished_before": 0, "questions": 8}] and plan[0]["estimate_s"] > 0
+    assert plan == [{**plan[0], "config": CONFIG, "cells": 2, "finished_before": 0,
+                     "questions": 8}] and plan[0]["estimate_s"] > 0
     assert "prefill" in out and "decode" in out  # measured, not assumed
     folder = report / "ci-gpu-path"
     table = (folder / "table.md").read_text()

@@ -154,6 +154,7 @@ def test_the_shipped_adapter_runs_as_onnx_with_the_merged_weights_vectors():
     from dkilab.encoders.embedder import LOCOMO_EMBEDDER, resolve_model_path
 
     assert (ADAPTER_DIR / "adapter_model.safetensors").exists()
-    ref = SentenceTransformer(resolve_model_path(LOCOMO_EMBEDDER), device="cpu").encode(TEXTS, normalize_embeddings=True)
+    ref = SentenceTransformer(resolve_model_path(LOCOMO_EMBEDDER), device="cpu").encode(TEXTS,
+                                                                                        normalize_embeddings=True)
     got = Embedder("offline:minilm-locomo").encode(TEXTS)
     assert float(np.min(np.sum(got * ref, 1))) > 0.99999

@@ -44,11 +44,13 @@ def test_paging_has_no_gaps_or_repeats_while_inserting(tmp_path):
 
 
 @settings(max_examples=25, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["u1", "u2", "u3"]), st.lists(st.sampled_from(WORDS), min_size=1, max_size=4)),
+@given(st.lists(st.tuples(st.sampled_from(["u1", "u2", "u3"]), st.lists(st.sampled_from(WORDS), min_size=1,
+                                                                        max_size=4)),
                 min_size=1, max_size=30))
 def test_users_never_see_each_others_messages(tmp_path_factory, plan):
     with MemoryStore.open(tmp_path_factory.mktemp("iso")) as store:
-        msgs = [Message(f"m{i}", user, f"{user}-s", i, "user", " ".join(words) + f" secret{user}", T0 + timedelta(minutes=i))
+        msgs = [Message(f"m{i}", user, f"{user}-s", i, "user", " ".join(words) + f" secret{user}",
+                        T0 + timedelta(minutes=i))
                 for i, (user, words) in enumerate(plan)]
         store.add_messages(msgs, embeddings=random_unit(len(msgs), seed=len(msgs)))
         owner = {m.message_id: m.user_id for m in msgs}
@@ -58,7 +60,8 @@ def test_users_never_see_each_others_messages(tmp_path_factory, plan):
             got = set()
             for w in WORDS + ["secretu1", "secretu2", "secretu3", '"secretu1"']:
                 got |= {h.message_id for h in view.lexical_search(w, page_size=200).items}
-            got |= {h.message_id for h in view.semantic_search(query_embedding=random_unit(1, seed=7)[0], top_k=50).items}
+            got |= {h.message_id for h in view.semantic_search(query_embedding=random_unit(1, seed=7)[0],
+                                                               top_k=50).items}
             got |= {h.message_id for h in view.messages_list(page_size=1000).items}
             assert got <= mine, {m: owner[m] for m in got - mine}
             assert {h.message_id for h in view.messages_list(page_size=1000).items} == mine

@@ -23,7 +23,8 @@ def test_per_user_limit_total_limit_and_ttl():
     sets.put("bob", "b2", 5)  # over the total: the least recently used set of anyone (alice's a2) goes, from both
     assert sets.get("alice", "a2") is None and len(sets) == 3
     sets.put("alice", "a4", 6)  # alice's cache forgot a2 when the total evicted it, so a3 stays hers until the
-    assert sets.get("alice", "a3") is None and sets.get("bob", "b1") == 4 and sets.get("alice", "a4") == 6  # total evicts it
+    # total evicts it
+    assert sets.get("alice", "a3") is None and sets.get("bob", "b1") == 4 and sets.get("alice", "a4") == 6
     assert sets.get("bob", "a4") is None  # keyed by user: another user's cid is not found
     clock.t = 11
     assert sets.get("alice", "a4") is None and sets.get("bob", "b2") is None  # an hour (here 10 s) later: gone

@@ -245,7 +245,8 @@ def test_l2_four_rules_and_audit(env):
     assert s5["operation_chain"][-1]["operation_stage"] is None
     # rule 1: a different intent overwrites everything
     s6 = l2.update_l2_state(sid, "policy_question", {"active_domain": ["policy"]})
-    assert s6["operation_chain"] == [{**s6["operation_chain"][0]}] and s6["operation_chain"][0]["business_object"] is None
+    assert s6["operation_chain"] == [{**s6["operation_chain"][0]}]
+    assert s6["operation_chain"][0]["business_object"] is None
     assert l2.get_l2_state(sid) == s6
     hist = l2.l2_history(sid)
     assert [h["rule"] for h in hist] == ["new", "inherit", "inherit", "inherit", "overwrite_object", "overwrite_intent"]

@@ -262,7 +262,9 @@ def test_a_store_embedded_before_index_text_versions_keeps_v1(embedder, tmp_path
     with MemoryStore.open(tmp_path / "s", embedder=embedder) as s:
         s.add_messages([msg("r1", "Yes, yesterday!", turn=2)])
         assert s._meta["index_text"] == "1"
-        hit = s.for_user("alice").semantic_search(query_embedding=embedder.encode([index_text(msg("r1", "Yes, yesterday!", turn=2), version="1")])[0], top_k=1)
+        hit = s.for_user("alice").semantic_search(
+            query_embedding=embedder.encode([index_text(msg("r1", "Yes, yesterday!", turn=2), version="1")])[0],
+            top_k=1)
         assert hit.items[0].message_id == "r1" and hit.items[0].score > 0.999
 
 
@@ -352,7 +354,8 @@ def test_the_int8_minilm_build_ranks_like_fp32_and_is_built_once(tmp_path, monke
     a, b = fp32.encode(texts), int8.encode(texts)
     assert b.shape == (4, 384) and np.allclose(np.linalg.norm(b, axis=1), 1, atol=1e-4)
     assert float((a * b).sum(1).min()) > 0.9
-    for q in ("what is my cat called?", "when is the vet?", "which city did we visit in May?", "what does my sister do?"):
+    for q in ("what is my cat called?", "when is the vet?", "which city did we visit in May?",
+              "what does my sister do?"):
         assert int(np.argmax(a @ fp32.encode_query(q))) == int(np.argmax(b @ int8.encode_query(q)))
     built = list((tmp_path / "cache" / "encoders").glob("*-int8-*"))
     assert len(built) == 1 and (built[0] / "model_int8.onnx").exists()
@@ -376,7 +379,8 @@ def test_a_store_can_embed_each_turn_alone_and_keeps_to_its_choice(embedder, tmp
     m1, m2 = msg("q1", "Where did you go last week?", turn=0), msg("a1", "To Lisbon, for the conference.", turn=1)
     alone = MemoryStore.open(tmp_path / "v1", embedder=embedder, index_text="1")
     alone.add_messages([m1, m2])
-    hit = alone.for_user("alice").semantic_search(query_embedding=embedder.encode([index_text(m2, version="1")])[0], top_k=1)
+    hit = alone.for_user("alice").semantic_search(query_embedding=embedder.encode([index_text(m2, version="1")])[0],
+                                                  top_k=1)
     assert hit.items[0].message_id == "a1" and hit.items[0].score > 0.999  # embedded without the question
     alone.close()
     with pytest.raises(ValueError, match="embeds index text v1; it cannot take v2"):
@@ -441,4 +445,5 @@ def test_a_store_of_a_local_model_directory_is_keyed_by_its_weights(tmp_path):
     at_old = store_path([conv], "mine", Embedder(str(model)))
     (model / "sub" / "model.safetensors").write_bytes(b"new weights")
     assert store_path([conv], "mine", Embedder(str(model))) != at_old  # the cached dataset store too
-    assert store_path([conv], "mine", Embedder("offline:minilm")) == store_path([conv], "mine", Embedder("offline:minilm"))
+    assert store_path([conv], "mine", Embedder("offline:minilm")) == store_path([conv], "mine",
+                                                                                Embedder("offline:minilm"))

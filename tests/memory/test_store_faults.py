@@ -148,7 +148,8 @@ def test_a_recreated_database_with_an_old_index_indexes_its_new_messages(persist
         (path / f"memory.sqlite{extra}").unlink(missing_ok=True)
     with pytest.raises(ValueError, match="memory.sqlite is missing"):  # refused unless asked for (issue 28)
         MemoryStore.open(path, embedder=embedder)
-    with MemoryStore.open(path, embedder=embedder, create=True) as s, pytest.warns(RuntimeWarning, match="another store"):
+    with MemoryStore.open(path, embedder=embedder, create=True) as s, pytest.warns(RuntimeWarning,
+                                                                                   match="another store"):
         s.add_messages([msg("new-1", "I bought a red bicycle yesterday")])
         hits = s.for_user("alice").semantic_search("red bicycle", top_k=5).items
         assert [h.message_id for h in hits] == ["new-1"]
@@ -196,7 +197,8 @@ def test_cursors_reveal_nothing(two):
     import base64
 
     alice, _ = two
-    for cursor in (alice.messages_list(page_size=1).next_cursor, alice.lexical_search("thing", page_size=1).next_cursor):
+    for cursor in (alice.messages_list(page_size=1).next_cursor, alice.lexical_search("thing",
+                                                                                      page_size=1).next_cursor):
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         assert not any(word in raw for word in (b"snap", b'"rid"', b'"cid"', b'"sig"'))
         with pytest.raises(ValueError):  # not readable JSON under the base64

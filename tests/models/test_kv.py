@@ -1,4 +1,5 @@
-"""K/V memory injection on the real offline SmolLM2 (fp32): the properties docs/architecture.md §2 (K/V injection) asks for."""
+"""K/V memory injection on the real offline SmolLM2 (fp32): the properties docs/architecture.md §2 (K/V
+injection) asks for."""
 import torch
 import pytest
 
@@ -104,7 +105,8 @@ def test_alpha_curve_matches_the_direct_computation(model, mem):
     assert rows[1]["kl_to_none"] == pytest.approx(kl(half, base), rel=1e-3, abs=1e-5)
     assert rows[1]["kl_to_full"] == pytest.approx(kl(half, full), rel=1e-3, abs=1e-5)
     first = model.encode(" Pixel")[0]  # p(answer) is teacher-forced over all its tokens, so below p(first token)
-    assert rows[2]["p_answer"] > rows[0]["p_answer"] and rows[2]["answer_logprob"] <= float(torch.log_softmax(full, -1)[first])
+    assert rows[2]["p_answer"] > rows[0]["p_answer"] and rows[2]["answer_logprob"] <= float(torch.log_softmax(full,
+                                                                                                              -1)[first])
     with pytest.raises(ValueError, match="at least one probe"):
         alpha_curve(model, [], [0.5])
 

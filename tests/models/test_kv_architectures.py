@@ -1,6 +1,6 @@
 """K/V injection on tiny random-weight models of every common architecture (offline, fixed seed),
-in eager and SDPA attention: the alpha properties of docs/architecture.md §2 (K/V injection) hold for each, or the model is
-refused with an error naming the architecture and the reason."""
+in eager and SDPA attention: the alpha properties of docs/architecture.md §2 (K/V injection) hold for each, or
+the model is refused with an error naming the architecture and the reason."""
 import pytest
 import torch
 

@@ -41,7 +41,8 @@ def test_offline_model_is_cached_as_safetensors(model):
 def test_a_local_model_directory_loads_like_the_offline_spec(model):
     local = load_model(str(_gguf_cache(offline_gguf("offline:smollm2"))), max_context=1024)
     assert local is not model and local.context_window == 1024
-    assert local.generate("The capital of France is", max_new_tokens=4) == model.generate("The capital of France is", max_new_tokens=4)
+    assert local.generate("The capital of France is", max_new_tokens=4) == model.generate("The capital of France is",
+                                                                                          max_new_tokens=4)
 
 
 def test_unknown_specs_fail_clearly(tmp_path):

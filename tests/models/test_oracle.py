@@ -49,7 +49,8 @@ def test_visible_evidence_is_answered_and_missing_evidence_is_declined():
 
 def test_a_summarised_evidence_message_is_fetched_then_answered():
     prompt = ('[SUMMARY trace_id="c:1" conf=medium]\nuser adopted a cat\n[/SUMMARY]\n'
-              'To check a summary call retrieve_fact(trace_id="c:1", limit=5)\nCurrent user question: What is my cat called?')
+              'To check a summary call retrieve_fact(trace_id="c:1", limit=5)\nCurrent user question: What is my cat '
+              'called?')
     call = _ask(_oracle(), prompt)
     assert call == 'retrieve_fact(trace_id="c:1", offset=0, limit=50)'
     fetched = prompt + f'\n[FACT_SEGMENT trace_id="c:1" offset=0]\n{EVIDENCE}\n[/FACT_SEGMENT]'

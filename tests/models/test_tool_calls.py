@@ -25,7 +25,8 @@ CALLS = {
                          "<arg_value>4</arg_value>\n</tool_call>"),
     "deepseek v3": ("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>retrieve_fact\n```json\n"
                     f"{J}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"),
-    "deepseek v3.1": f"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>retrieve_fact<｜tool▁sep｜>{J}<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+    "deepseek v3.1": f"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>retrieve_fact<｜tool▁sep｜>{J}<｜tool▁call▁end｜><｜"
+                     "tool▁calls▁end｜>",
     "hermes string arguments": f'<tool_call>{{"name": "retrieve_fact", "arguments": {json.dumps(J)}}}</tool_call>',
 }
 
@@ -108,9 +109,11 @@ def test_tools_round_trip_through_apply_chat_template(tool_model):
     # the fact loop's native turns render as the template's own tool call + tool result
     turns = [{"role": "assistant", "content": "", "tool_calls": [
         {"id": "call_0", "type": "function", "function": {"name": "retrieve_fact", "arguments": ARGS}}]},
-        {"role": "tool", "tool_call_id": "call_0", "name": "retrieve_fact", "content": "[FACT_SEGMENT] the cat is pixel"}]
+        {"role": "tool", "tool_call_id": "call_0", "name": "retrieve_fact",
+         "content": "[FACT_SEGMENT] the cat is pixel"}]
     rendered = tool_model.render(msgs + turns, tools=[RETRIEVE_FACT_TOOL])
-    assert [(c.name, c.arguments) for c in parse_tool_calls(rendered.split("<assistant>")[1])] == [("retrieve_fact", ARGS)]
+    assert [(c.name, c.arguments) for c in parse_tool_calls(rendered.split("<assistant>")[1])] == [("retrieve_fact",
+                                                                                                    ARGS)]
     assert "<tool_result>[FACT_SEGMENT] the cat is pixel</tool_result>" in rendered
 
 

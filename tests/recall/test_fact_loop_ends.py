@@ -47,7 +47,8 @@ def test_native_last_generation_is_offered_no_tools(memory):
         offered_tools.append(tools)
         return '<tool_call>{"name": "retrieve_fact", "arguments": {"trace_id": "m1"}}</tool_call>'
 
-    res = run_fact_loop("q", generate, NativeToolFormatter("en"), FactRetriever(memory), cfg, offered=["m1"], native=True)
+    res = run_fact_loop("q", generate, NativeToolFormatter("en"), FactRetriever(memory), cfg, offered=["m1"],
+                        native=True)
     assert offered_tools == [True, True, False] and res.final_call
 
 
@@ -80,7 +81,8 @@ def test_a_tool_happy_model_never_has_a_call_recorded_as_its_answer(tmp_path):
         "strategies": [
             v4 | {"label": "small_fact_budget", "params": {"recall": v4["params"]["recall"] | {
                 "fact_call": {"max_fact_tokens": 20}}}},
-            v4 | {"label": "two_rounds", "params": {"recall": v4["params"]["recall"] | {"fact_call": {"max_rounds": 2}}}}]})
+            v4 | {"label": "two_rounds", "params": {"recall": v4["params"]["recall"]
+                                                    | {"fact_call": {"max_rounds": 2}}}}]})
     cwd = os.getcwd()
     os.chdir(ROOT)
     try:

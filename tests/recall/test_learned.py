@@ -101,7 +101,8 @@ def test_a_memory_with_only_the_query_tools_gets_the_same_features(memory, quest
 
 def test_the_store_keeps_each_users_turn_order_and_sees_new_turns(store):
     store.add_messages(HISTORY[:3])
-    other = [Message("m1", "bob", "s0", 0, "user", "A different m1.", T0), Message("m9", "bob", "s0", 1, "user", "x", T0)]
+    other = [Message("m1", "bob", "s0", 0, "user", "A different m1.", T0),
+             Message("m9", "bob", "s0", 1, "user", "x", T0)]
     store.add_messages(other)
     alice, bob = store.for_user("alice"), store.for_user("bob")
     assert alice.adjacent(["m1", "m2"], reach=2) == {"m1": ("m0", None, "m2", None), "m2": ("m1", "m0", None, None)}
@@ -142,7 +143,8 @@ def test_the_model_of_the_stores_encoder_scores_and_a_bad_file_names_itself(tmp_
     assert model.part_for("offline:minilm-locomo", "What do I like?") == "minilm"  # a model without its part
     bad = {"missing.json": None, "garbled.json": "{not json", "no_models.json": {"features": list(learned.FEATURES)},
            "features.json": {"features": ["cos", "made_up"], "models": {"en": part(1.0)}},
-           "shape.json": {"features": list(learned.FEATURES), "models": {"en": {"mean": [0], "scale": [1], "coef": [1]}}}}
+           "shape.json": {"features": list(learned.FEATURES), "models": {"en": {"mean": [0], "scale": [1],
+                                                                                "coef": [1]}}}}
     for name, content in bad.items():
         path = tmp_path / name
         if content is not None:
@@ -182,7 +184,8 @@ def test_a_conversational_cue_takes_the_utterance_part_and_a_question_never_does
     assert model.part_for(None, "我好想去海边。") == "e5:utterance"  # over the service: the language picks the family
     only_cues = learned.FusionModel({"features": list(learned.FEATURES), "default": "minilm",
                                      "models": {"minilm": part, "e5:utterance": part}})
-    assert [only_cues.part_for("offline:e5", q) for q in ("我去了哪里？", "我好想去海边。")] == ["minilm", "e5:utterance"]
+    assert [only_cues.part_for("offline:e5", q) for q in ("我去了哪里？", "我好想去海边。")] == ["minilm",
+                                                                                    "e5:utterance"]
     # a model without cue parts (the ablation models before them) ranks a cue as before
     plain = learned.FusionModel({"features": list(learned.FEATURES), "default": "minilm", "models": {"minilm": part}})
     assert plain.part_for("offline:minilm", cue) == "minilm"
@@ -222,7 +225,8 @@ def test_the_fusion_model_is_part_of_a_cells_identity(tmp_path, monkeypatch):
 
     def cell(**signals):
         cfg = experiment_from_dict({"name": "x", "datasets": [{"name": "fixtures"}], "tracing": False,
-                                    "strategies": [{"name": "recall_only", "params": {"recall": {"signals": signals}}}]})
+                                    "strategies": [{"name": "recall_only",
+                                                    "params": {"recall": {"signals": signals}}}]})
         return expand_cells(cfg)[0]
 
     shipped_cell = cell()
@@ -240,7 +244,8 @@ def test_the_fusion_model_is_part_of_a_cells_identity(tmp_path, monkeypatch):
     monkeypatch.undo()
     # so are the date rules (they feed the date features), and under temporal_focus they are part of the cell
     focused, weighted = cell(fusion="weighted", temporal_focus=0.3), cell(fusion="weighted")
-    assert "date_rules" in focused.identity["strategy_identity"] and "date_rules" not in weighted.identity["strategy_identity"]
+    assert "date_rules" in focused.identity["strategy_identity"]
+    assert "date_rules" not in weighted.identity["strategy_identity"]
     monkeypatch.setattr(learned, "DATE_RULES", "dates-changed")
     from dkilab.recall import temporal
 
@@ -269,7 +274,8 @@ def test_the_trainer_fits_one_part_per_encoder_family_and_dataset_language():
     assert {k: len(v) for k, v in got.items()} == {"minilm": 7, "e5:en": 5, "e5:zh": 5}
     assert all(r["dataset"] == "memdaily" for r in got["e5:zh"]) and tiny[0] in got["minilm"]
     assert {k: len(v) for k, v in fusion_train.parts(locomo_e + memdaily, min_questions=6).items()} == {"e5": 10}
-    assert set(fusion_train.parts(locomo_m + memdaily, min_questions=4)) == {"minilm", "e5"}  # the shipped question parts
+    # the shipped question parts
+    assert set(fusion_train.parts(locomo_m + memdaily, min_questions=4)) == {"minilm", "e5"}
     # a dataset of conversational cues (mostly) fits its family's utterance part, any language, if it has enough
     cues = [r | {"kind": "utterance"} for r in rows("madial_en", "minilm", ["en"] * 3)]
     cues += [r | {"kind": "question"} for r in rows("madial_en", "minilm", ["en"])]  # a cue that ends with "?"
@@ -333,7 +339,9 @@ def test_the_trainer_neither_builds_nor_recalls_the_dev_stores_whose_rows_it_wou
     rows = fusion_train.collect(None, datasets=[{"name": "fixtures"}], stand_ins=True)
     assert rows == [{"dataset": "fixtures", "model": E5_EMBEDDER, "stand_in": True, "index_text": "2", "family": "e5"}]
     assert not list((tmp_path / "cache").rglob("*.sqlite*"))  # no store was built
-    assert fusion_train._out_of_fold_parts(rows, lambda _: None) == ([], {"e5": json.loads(study.read_text())["models"]["e5"]})
+    assert fusion_train._out_of_fold_parts(rows, lambda _: None) == ([],
+                                                                     {"e5": json.loads(study.read_text())["models"][
+                                                                         "e5"]})
     assert len(fusion_train.collect(None, datasets=[{"name": "fixtures"}])) > 1  # without stand-ins: recalled
     assert list((tmp_path / "cache").rglob("*.sqlite*"))  # ... on a store it built
 
@@ -374,7 +382,8 @@ def test_the_english_e5_ablation_model_differs_from_the_shipped_one_only_by_its_
     cues = {"minilm:utterance", "e5:utterance"}
     tuned = {"minilm-locomo", "minilm-locomo:utterance"}  # the fine-tuned English encoder's (no e5 store's)
     assert set(ablation) == {"minilm", "e5:en", "e5:zh", *cues} and set(shipped) == {"minilm", "e5", *cues, *tuned}
-    assert ablation["minilm"]["coef"] == shipped["minilm"]["coef"] and ablation["e5:zh"]["coef"] == shipped["e5"]["coef"]
+    assert ablation["minilm"]["coef"] == shipped["minilm"]["coef"]
+    assert ablation["e5:zh"]["coef"] == shipped["e5"]["coef"]
     assert all(ablation[k]["coef"] == shipped[k]["coef"] for k in cues)
     model = learned.load_model(path)
     assert [model.part_for("offline:e5", q) for q in ("Where did I go?", "我去了哪里？")] == ["e5:en", "e5:zh"]
@@ -411,8 +420,9 @@ def test_the_cue_kinds_script_counts_every_question_of_a_dataset(tmp_path):
 
 def test_the_shipped_model_carries_a_guard_that_hands_back_the_weighted_order(memory, tmp_path):
     """The shipped model carries a range guard (`--train`); experiments/models/fusion_lr_unguarded.json
-    (`--train --no-guard`) holds its parts to the last digit and no guard. A question whose candidates lie outside a guard gets the weighted fusion's order (same
-    ids, same scores, no `learned` score); inside it, the model's. The guard is in the model's digest."""
+    (`--train --no-guard`) holds its parts to the last digit and no guard. A question whose candidates lie
+    outside a guard gets the weighted fusion's order (same ids, same scores, no `learned` score); inside it, the
+    model's. The guard is in the model's digest."""
     guarded = json.loads(learned.DEFAULT_MODEL.read_text())
     shipped = json.loads((learned.ROOT / "experiments" / "models" / "fusion_lr_unguarded.json").read_text())
     assert {k: v["coef"] for k, v in guarded["models"].items()} == {k: v["coef"] for k, v in shipped["models"].items()}
@@ -498,9 +508,11 @@ def test_train_takes_a_studys_part_for_the_datasets_it_lists_and_refuses_fitting
 
     def rows(dataset):
         return [{"dataset": dataset, "model": LOCOMO_EMBEDDER, "family": "minilm-locomo", "index_text": "1",
-                 "user": f"u{k}", "qid": f"{dataset}{k}", "ids": [f"m{i}" for i in range(6)], "X": rng.normal(size=(6, n)),
-                 "gold": {"m0"}, "language": "en", "kind": learned.QUESTION, "query": "Which port?"} for k in range(3)]
-    stand_in = {"dataset": "locomo", "model": LOCOMO_EMBEDDER, "stand_in": True, "index_text": "1", "family": "minilm-locomo"}
+                 "user": f"u{k}", "qid": f"{dataset}{k}", "ids": [f"m{i}" for i in range(6)],
+                 "X": rng.normal(size=(6, n)), "gold": {"m0"}, "language": "en", "kind": learned.QUESTION,
+                 "query": "Which port?"} for k in range(3)]
+    stand_in = {"dataset": "locomo", "model": LOCOMO_EMBEDDER, "stand_in": True, "index_text": "1",
+                "family": "minilm-locomo"}
     for dataset, ok in (("worksessions", True), ("other_en", False)):
         monkeypatch.setattr(fusion_train, "collected", lambda d, emb, spec, echo=print, dataset=dataset, **kw: (
             [stand_in] if spec["name"] == "locomo" else rows(dataset)) if emb.get("english") is None else [])

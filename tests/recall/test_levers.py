@@ -150,4 +150,5 @@ def test_feedback_terms_find_a_message_that_shares_no_word_with_the_question(sto
     signals = identity_params(params)["recall"]["signals"]
     assert not {"prf_docs", "prf_terms", "prf_weight"} & set(signals) and "speaker_focus" in signals
     on = RecallOnly.Params(recall={"signals": {"prf_docs": 2}})
-    assert {"prf_docs": 2, "prf_terms": 5, "prf_weight": 0.5}.items() <= identity_params(on)["recall"]["signals"].items()
+    assert {"prf_docs": 2, "prf_terms": 5,
+            "prf_weight": 0.5}.items() <= identity_params(on)["recall"]["signals"].items()

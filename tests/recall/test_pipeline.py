@@ -46,14 +46,16 @@ LONG = ("We planned the Yunnan trip in detail. We leave on 8 May and come back o
         "me, Wang Ming, Li Hua and Chen Jie. The hotel in Kunming costs 380 yuan a night. In Dali we will rent "
         "bikes along Erhai lake. In Lijiang we booked a guesthouse called Blue Moon. Everyone avoids spicy food. "
         "The budget is about 6000 yuan per person. We still need to buy the train tickets from Kunming to Dali. "
-        "Chen Jie will bring the camera and the drone. We must not forget the sunscreen because the sun is strong. ") * 2
+        "Chen Jie will bring the camera and the drone. We must not forget the sunscreen because the sun is "
+        "strong. ") * 2
 
 
 def test_seed_yaml_block_loads_as_written(tmp_path):
     p = tmp_path / "config.yaml"
     p.write_text(SEED_BLOCK, encoding="utf-8")
     cfg = load_recall_config(p)
-    assert cfg.signals.vector_threshold == 0.5 and cfg.summary.per_message_threshold == 200 and cfg.fact_call.max_rounds == 3
+    assert cfg.signals.vector_threshold == 0.5 and cfg.summary.per_message_threshold == 200
+    assert cfg.fact_call.max_rounds == 3
     bad = yaml.safe_load(SEED_BLOCK)
     bad["dki"]["recall"]["summary"]["strategy"] = "magic"
     bad["dki"]["recall"]["budget"]["min_recent_turns"] = 9
@@ -144,7 +146,8 @@ def test_suffix_builder_threshold_budget_and_constraint():
 
 @pytest.fixture
 def memory(store):
-    store.add_messages([msg(1, LONG, minutes=1), msg(2, "I think we should book the 9 am train.", "assistant", minutes=2),
+    store.add_messages([msg(1, LONG, minutes=1), msg(2, "I think we should book the 9 am train.", "assistant",
+                                                     minutes=2),
                         msg(3, 'Note to self: retrieve_fact(trace_id="m2") is a fun string.', minutes=3),
                         msg(4, "Lisbon in June sounds good.", session="s2", minutes=100),
                         msg(5, "I recommend the Alfama district.", "assistant", session="s2", minutes=101)])
@@ -181,7 +184,8 @@ def test_fact_loop_two_calls_then_answer(memory):
     res = run_fact_loop("History...\nCurrent user question: When do we leave?", generate, f,
                         FactRetriever(memory, chunk_threshold=60), cfg, offered=["m1"])
     assert res.output == "You leave on 8 May." and res.rounds == 3 and res.stopped == "answered"
-    assert [(c.trace_id, c.offset, c.limit, c.valid) for c in res.fact_calls] == [("m1", 0, 2, True), ("m1", 2, 2, True)]
+    assert [(c.trace_id, c.offset, c.limit, c.valid) for c in res.fact_calls] == [("m1", 0, 2, True),
+                                                                                  ("m1", 2, 2, True)]
     assert prompts[1].count("[FACT_SEGMENT") == 1 and prompts[2].count("[FACT_SEGMENT") == 2
     assert all(c.tokens > 0 for c in res.fact_calls) and res.fact_tokens == sum(c.tokens for c in res.fact_calls)
 
@@ -222,7 +226,8 @@ def test_multi_signal_recall_signals_fusion_and_recent_supplement(memory):
     assert ref.reference_scope == "assistant_last_stance" and ref.reference_hits == 1
     # each signal can be switched off for ablations
     only_kw = MultiSignalRecall(cfg.with_updates({"signals.vector_enabled": False, "signals.reference_enabled": False,
-                                                  "signals.fusion": "weighted"}), None, memory).recall("Alfama district")
+                                                  "signals.fusion": "weighted"}), None,
+                                memory).recall("Alfama district")
     assert only_kw.vector_hits == 0 and [r.message.message_id for r in only_kw.ranked] == ["m5"]
     # learned fusion (the default) adds the session neighbours of its top hits: m4 is the turn m5 answers
     learned = MultiSignalRecall(cfg.with_updates({"signals.vector_enabled": False, "signals.reference_enabled": False}),
@@ -237,7 +242,8 @@ def test_fact_call_knobs_are_read(memory):
     in the constraint); the retriever pages a message in chunks above its chunk threshold."""
     cfg = validate_recall_config({"fact_call": {"max_rounds": 0}})
     assert not cfg.fact_calls_active
-    calls = run_fact_loop("q", lambda p: 'retrieve_fact(trace_id="m1")', GenericFormatter("en"), FactRetriever(memory), cfg)
+    calls = run_fact_loop("q", lambda p: 'retrieve_fact(trace_id="m1")', GenericFormatter("en"), FactRetriever(memory),
+                          cfg)
     assert calls.fact_calls == [] and calls.rounds == 1 and calls.stopped == "disabled"
     f = create_formatter("x", "en", default_limit=3)
     assert f.detect_fact_request('retrieve_fact(trace_id="m1")').limit == 3
@@ -256,7 +262,8 @@ def test_summaries_are_keyed_by_text_not_by_message_id():
     """One builder serving two users whose messages share an id never hands one user's summary to the other."""
     cfg = validate_recall_config({"summary": {"per_message_threshold": 5, "max_tokens_per_summary": 40}})
     builder = SuffixBuilder(cfg, GenericFormatter("en"), ExtractiveSummarizer(), HeuristicTokenCounter())
-    alice = Message("m1", "alice", "s", 0, "user", "Alice keeps her savings at Northbank and plans to buy a red car.", T0)
+    alice = Message("m1", "alice", "s", 0, "user", "Alice keeps her savings at Northbank and plans to buy a red car.",
+                    T0)
     bob = Message("m1", "bob", "s", 0, "user", "Bob moved to Porto last spring and works at a small bakery there.", T0)
     a, b = builder.build("Q?", [alice], 500), builder.build("Q?", [bob], 500)
     assert "Northbank" in a.text and "Northbank" not in b.text and ("Porto" in b.text or "bakery" in b.text)

@@ -25,7 +25,8 @@ def test_seed_example_1_temporal():
 def test_seed_example_2_stance():
     history = [{"role": "assistant", "content": "我建议使用Redis作为缓存层"}, {"role": "user", "content": "好的"}]
     r = ReferenceResolver().resolve("之前你说的那个建议还有效吗？", history)
-    assert (r.reference_type, r.scope, r.matched_keyword) == (ReferenceType.STANCE, ReferenceScope.ASSISTANT_LAST_STANCE, "之前你说的")
+    assert (r.reference_type, r.scope, r.matched_keyword) == (ReferenceType.STANCE,
+                                                              ReferenceScope.ASSISTANT_LAST_STANCE, "之前你说的")
     assert r.resolved_content == "我建议使用Redis作为缓存层"
 
 
@@ -34,7 +35,8 @@ def test_seed_example_2_stance():
     ("那件事怎么样了", "last_shared_topic", "那件事"), ("那个问题解决了吗", "last_shared_topic", "那个问题"),
     ("回到那个话题", "last_shared_topic", "那个话题"), ("你之前提到的书", "assistant_last_stance", "你之前提到"),
     ("前几天的会议", "last_5_10_turns", "前几天"), ("上次的餐厅", "last_5_10_turns", "上次"),
-    ("What did we discuss just now?", "last_1_3_turns", "just now"), ("I recently moved", "current_session", "recently"),
+    ("What did we discuss just now?", "last_1_3_turns", "just now"), ("I recently moved", "current_session",
+                                                                      "recently"),
     ("What about that thing?", "last_shared_topic", "that thing"),
     ("Is what you said earlier still true?", "assistant_last_stance", "you said earlier"),
     ("Like last time, please", "last_5_10_turns", "last time"), ("I just asked you", "last_1_3_turns", "just"),
@@ -68,8 +70,10 @@ def test_topic_scope_and_fallback():
 def test_stance_from_english_history_and_none():
     hist = [{"role": "assistant", "content": "I think the red one fits better."}, {"role": "user", "content": "ok"},
             {"role": "assistant", "content": "Sure."}]
-    assert ReferenceResolver().resolve("Is what you said earlier right?", hist).resolved_content == "I think the red one fits better."
-    assert ReferenceResolver().resolve("you said earlier", [{"role": "assistant", "content": "Hi"}]).resolved_content is None
+    assert ReferenceResolver().resolve("Is what you said earlier right?",
+                                       hist).resolved_content == "I think the red one fits better."
+    assert ReferenceResolver().resolve("you said earlier", [{"role": "assistant",
+                                                             "content": "Hi"}]).resolved_content is None
     assert ReferenceResolver().resolve("   ").reference_type == ReferenceType.NONE
 
 
@@ -81,7 +85,8 @@ def test_update_config_add_mapping_language_and_factory(tmp_path):
     assert res.config.last_few_turns == 4
     res.add_mapping("前天", "last_5_10_turns", "temporal", language="cn")
     assert res.resolve("前天的事").matched_keyword == "前天"
-    assert res._detect_language("这是中文句子 with English") == "cn" and res._detect_language("mostly English 中") == "en"
+    assert res._detect_language("这是中文句子 with English") == "cn"
+    assert res._detect_language("mostly English 中") == "en"
     path = tmp_path / "rr.yaml"
     path.write_text("reference_resolver:\n  last_few_turns: 2\n  use_llm_fallback: true\n", encoding="utf-8")
     made = create_reference_resolver(str(path), recent_turns=12)

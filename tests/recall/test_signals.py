@@ -56,7 +56,8 @@ def test_its_features_join_the_rows_and_the_shipped_model_gives_them_zero_weight
 def test_a_model_fitted_with_a_signals_feature_scores_it_and_reads_it_as_its_mean_when_off():
     shipped = json.loads(learned.DEFAULT_MODEL.read_text())
     fitted = {**shipped, "features": [*shipped["features"], "log_recency_rank"], "guard": None,
-              "models": {k: {f: [*v[f], 0.0 if f == "mean" else 1.0 if f == "scale" else -2.0] for f in ("mean", "scale", "coef")}
+              "models": {k: {f: [*v[f], 0.0 if f == "mean" else 1.0 if f == "scale" else -2.0]
+                             for f in ("mean", "scale", "coef")}
                          | {"trained_on": v.get("trained_on", "")} for k, v in shipped["models"].items()}}
     model = learned.FusionModel(fitted, "fitted.json")
     assert model.columns == (*learned.FEATURES, "log_recency_rank")

@@ -91,7 +91,8 @@ def small_service(tmp_path):
     store = MemoryStore.open(tmp_path / "store")
     key = add_key(tmp_path / "keys.yaml", "alice")
     port = free_port()
-    server = uvicorn.Server(uvicorn_config(create_app(store, KeyRing.from_file(tmp_path / "keys.yaml"), body_timeout=0.5),
+    server = uvicorn.Server(uvicorn_config(create_app(store, KeyRing.from_file(tmp_path / "keys.yaml"),
+                                                      body_timeout=0.5),
                                            "127.0.0.1", port, header_timeout=0.5))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

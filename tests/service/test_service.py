@@ -223,7 +223,8 @@ def test_recall_v4_strategy_over_http_recalls_what_it_recalls_in_process(service
                     local = s.answer(q.question, service.store.for_user(conv.user_id), None, session_id=sid)
                     remote = s.answer(q.question, service.client(conv.user_id), None, session_id=sid)
                     assert remote.recalled_ids == local.recalled_ids, q.question
-                    assert remote.recalled_ids or s is seed, q.question  # the seed's may be empty: no keyword, no cosine >= 0.5
+                    # the seed's may be empty: no keyword, no cosine >= 0.5
+                    assert remote.recalled_ids or s is seed, q.question
 
 
 def test_a_server_that_went_away_is_a_connection_error_naming_the_url():

@@ -66,5 +66,6 @@ def test_each_users_memory_holds_only_that_users_messages(server):
             texts[c.user_id] = " ".join(h["memory"] for h in mem.get_all(filters={"user_id": c.user_id})["results"])
         a, b = convs
         assert a.messages[0].content[:20] in texts[a.user_id] and a.messages[0].content[:20] not in texts[b.user_id]
-        assert strategy.memory_for(store.for_user(a.user_id), model) is strategy.memory_for(store.for_user(a.user_id), model)
+        assert strategy.memory_for(store.for_user(a.user_id), model) is strategy.memory_for(store.for_user(a.user_id),
+                                                                                            model)
         store.close()

@@ -105,7 +105,8 @@ def test_recall_v4_summarises_long_messages_with_trace_ids(memory, model):
 
 def test_recall_v4_fallbacks(memory, model):
     flat = create_strategy("recall_v4", {**SMALL, "recall": {"strategy": "flat_history",
-                                                               "budget": {"min_recent_turns": 1, "max_recent_turns": 1}}})
+                                                               "budget": {"min_recent_turns": 1,
+                                                                          "max_recent_turns": 1}}})
     ans = flat.answer("Where is my new flat?", memory, model)
     assert ans.recalled_ids == ["u1:6", "u1:7"] and ans.fact_calls == [] and ans.summary_ids == []
     assert ans.metadata["recall_strategy"] == "flat_history"
@@ -198,7 +199,8 @@ def test_the_history_budget_is_one_figure_recorded_with_every_answer(memory, mod
     capped = create_strategy("recall_v4", {**SMALL, "history_budget": 50, "recall": {"fact_call": {"enabled": False}}}
                              ).answer("Where is my new flat?", memory, model)
     assert capped.budget.total == 50 and capped.metadata["history_tokens"] <= 50
-    fa = create_strategy("full_attention", {**SMALL, "history_budget": 64}).answer("Where is my new flat?", memory, model)
+    fa = create_strategy("full_attention", {**SMALL, "history_budget": 64}).answer("Where is my new flat?", memory,
+                                                                                   model)
     # the K/V block is the history lines (within the budget) under the history heading, which every strategy
     # counts in `instructions` (text strategies have it in their prompt), plus its newline and the BOS sink
     head = model.count_tokens(HISTORY_HEAD["en"])
@@ -214,9 +216,11 @@ def test_recall_knobs_from_yaml_reach_their_components(memory, model, tmp_path):
     assert isinstance(llm._builder(model, "en").summarizer, LLMSummarizer)
     assert isinstance(create_strategy("recall_v4", SMALL)._builder(model, "en").summarizer, ExtractiveSummarizer)
     ref = tmp_path / "ref.yaml"
-    ref.write_text("reference_resolver:\n  reference_mappings_en:\n    that gadget: {scope: last_1_3_turns, type: temporal}\n")
+    ref.write_text(
+        "reference_resolver:\n  reference_mappings_en:\n    that gadget: {scope: last_1_3_turns, type: temporal}\n")
     strategy = create_strategy("recall_v4", {"reference": {"config": str(ref), "last_few_turns": 2}})
-    assert strategy._resolver.config.last_few_turns == 2 and "that gadget" in strategy._resolver.config.reference_mappings_en
+    assert strategy._resolver.config.last_few_turns == 2
+    assert "that gadget" in strategy._resolver.config.reference_mappings_en
     assert strategy.identity("m")["reference_resolver"]["last_few_turns"] == 2
 
 
@@ -236,7 +240,8 @@ def test_one_strategy_instance_over_two_users_with_colliding_ids_never_mixes_the
         strategy = create_strategy(name, {"max_new_tokens": 1, **({"recall": {"summary": {"per_message_threshold": 20}}}
                                                                    if name == "recall_v4" else {})})
         for user, other in (("alice", "bob"), ("bob", "alice"), ("alice", "bob")):
-            answer = strategy.answer("Tell me about the bees, honey, bicycles, Lisbon or Porto.", store.for_user(user), model)
+            answer = strategy.answer("Tell me about the bees, honey, bicycles, Lisbon or Porto.", store.for_user(user),
+                                     model)
             seen = answer.prompt + answer.context_text
             assert story[user].split()[0] in seen, (user, seen[:300])
             marker = {"alice": "library", "bob": "garage"}  # words of each story the question does not contain

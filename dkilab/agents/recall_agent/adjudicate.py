@@ -22,7 +22,8 @@ from dkilab.types import Message
 
 RETRACTIONS = ["开玩笑", "说错了", "不对不对", "搞错了", "just kidding", "i was joking", "scratch that", "i misspoke",
                "that was wrong"]
-GENERIC = {"吃", "喝", "菜", "饮食", "口味", "外卖", "餐厅", "food", "eat", "drink", "diet", "dish", "menu", "工作", "work",
+GENERIC = {"吃", "喝", "菜", "饮食", "口味", "外卖", "餐厅", "food", "eat", "drink", "diet", "dish", "menu", "工作",
+           "work",
            "job", "住", "live"}  # too general for two statements sharing them to be about the same thing
 SLOTS = [  # mutually exclusive facts: two statements filling one slot conflict even without negation
     ["住在", "搬到", "搬去", "live in", "lives in", "living in", "moved to"],

@@ -41,8 +41,8 @@ class RecallResult:
 
 
 class RecallAgent:
-    def __init__(self, memory: Memory, policy: str = "rule", model: ChatModel | None = None, formatter=None, max_calls: int = 12,
-                 max_items: int = 5, default_days: int | None = 30, skill: str | None = None):
+    def __init__(self, memory: Memory, policy: str = "rule", model: ChatModel | None = None, formatter=None,
+                 max_calls: int = 12, max_items: int = 5, default_days: int | None = 30, skill: str | None = None):
         if policy not in ("rule", "llm"):
             raise ValueError(f"policy must be 'rule' or 'llm', got {policy!r}")
         self.policy: LLMPolicy | RulePolicy
@@ -115,7 +115,7 @@ class RecallAgent:
             state.last_hits = [m for m, _ in hits]
             r = reflect(state, call, hits)
             out.update(hits=[m.message_id for m, _ in hits], reflection=r.verdict())
-        state.steps.append({"step": len(state.calls), "name": call.step, "tool": call.tool, "args": _jsonable(call.args),
-                            "why": call.why,
+        state.steps.append({"step": len(state.calls), "name": call.step, "tool": call.tool,
+                            "args": _jsonable(call.args), "why": call.why,
                             "hits": [m.message_id for m, _ in hits], "reflection": r.verdict()})
         return r, cursor

@@ -78,8 +78,8 @@ def evaluate(cases=None) -> dict[str, Any]:
     for lang in sorted({c.lang for c in cases}):
         out[f"accuracy_{lang}"] = _share([c for c in cases if c.lang == lang], got)
     keep = [c for c in cases if c.expect == "keep_both"]
-    out["constraints_kept"] = round(sum(got[c.id] in ("keep_both", "no_conflict", "older") for c in keep) / len(keep), 3) \
-        if keep else None
+    kept = sum(got[c.id] in ("keep_both", "no_conflict", "older") for c in keep)
+    out["constraints_kept"] = round(kept / len(keep), 3) if keep else None
     out["failures"] = {c.id: got[c.id] for c in cases if got[c.id] != c.expect}
     return out
 

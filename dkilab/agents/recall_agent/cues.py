@@ -10,22 +10,23 @@ from functools import lru_cache
 from dkilab.memory.view import TimeRange
 
 KIND_CUES = {
-    "constraints": ["不能", "不要", "别给", "禁止", "必须", "一定要", "过敏", "忌口", "避免", "千万别", "不许", "不可以",
-                    "要求", "忌讳", "限制", "requirement",
-                    "can't", "cannot", "must", "never", "avoid", "allergic", "allergy", "allergies", "forbidden", "not allowed",
-                    "restriction", "rule", "rules"],
+    "constraints": ["不能", "不要", "别给", "禁止", "必须", "一定要", "过敏", "忌口", "避免", "千万别", "不许",
+                    "不可以", "要求", "忌讳", "限制", "requirement",
+                    "can't", "cannot", "must", "never", "avoid", "allergic", "allergy", "allergies", "forbidden",
+                    "not allowed", "restriction", "rule", "rules"],
     "preferences": ["喜欢", "爱吃", "爱喝", "偏好", "口味", "喜好", "格式", "风格", "更愿意", "最爱", "讨厌", "饮食",
                     "习惯", "prefer", "preference", "preferences", "like", "likes", "love", "favorite", "favourite",
                     "enjoy", "hate", "dislike", "taste", "style", "format", "diet", "habit", "habits"],
-    "profile": ["工作", "职业", "住在", "住哪", "公司", "老家", "年龄", "几岁", "学校", "专业", "名字", "叫什么", "背景",
-                "家人", "上司", "同事", "朋友", "孩子", "宠物", "job", "work", "works", "live", "lives", "occupation",
-                "company", "name", "age", "hometown", "background", "profession", "family", "pet", "pets"],
+    "profile": ["工作", "职业", "住在", "住哪", "公司", "老家", "年龄", "几岁", "学校", "专业", "名字", "叫什么",
+                "背景", "家人", "上司", "同事", "朋友", "孩子", "宠物", "job", "work", "works", "live", "lives",
+                "occupation", "company", "name", "age", "hometown", "background", "profession", "family", "pet",
+                "pets"],
 }
 TOPICS = [  # a question touching one term pulls in the whole list as evidence terms (synonyms, §4.1)
     ["饮食", "吃", "辣", "菜", "素", "肉", "海鲜", "甜", "咖啡", "茶", "酒", "过敏", "忌口", "口味", "花生", "牛奶",
      "乳糖", "外卖", "点菜", "餐厅", "food", "eat", "spicy", "vegetarian", "vegan", "meat", "seafood", "coffee", "tea",
-     "allergic", "dessert", "sugar", "dish", "cuisine", "diet", "dietary", "peanut", "milk", "dairy", "lactose", "gluten", "drink",
-     "alcohol", "restaurant", "dinner", "lunch", "menu", "snack"],
+     "allergic", "dessert", "sugar", "dish", "cuisine", "diet", "dietary", "peanut", "milk", "dairy", "lactose",
+     "gluten", "drink", "alcohol", "restaurant", "dinner", "lunch", "menu", "snack"],
     ["格式", "要点", "表格", "列表", "结论", "双语", "简洁", "详细", "总结", "markdown", "bullet", "table", "summary",
      "summaries", "summarise", "summarize", "format", "concise", "brief", "bilingual", "style", "length", "emoji"],
     ["日程", "会议", "截止", "预约", "安排", "提醒", "待办", "ddl", "meeting", "deadline", "appointment", "schedule",
@@ -39,39 +40,42 @@ TOPICS = [  # a question touching one term pulls in the whole list as evidence t
     ["作息", "睡", "起床", "早起", "熬夜", "sleep", "wake", "morning", "night", "bedtime"],
     ["运动", "跑步", "健身", "游泳", "瑜伽", "exercise", "run", "running", "gym", "swim", "swimming", "yoga", "sport"],
     ["猫", "狗", "宠物", "cat", "cats", "dog", "dogs", "pet", "pets"],
-    ["旅行", "出差", "飞机", "航班", "机票", "高铁", "座位", "酒店", "travel", "flight", "flights", "ticket", "seat", "train",
-     "hotel", "trip"],
+    ["旅行", "出差", "飞机", "航班", "机票", "高铁", "座位", "酒店", "travel", "flight", "flights", "ticket", "seat",
+     "train", "hotel", "trip"],
 ]
 QUESTION_WORDS = {"记得", "记不记得", "还记得", "知道", "什么", "哪些", "哪里", "是不是", "有没有", "说过", "提过",
                   "吗", "呢", "一下", "告诉", "我", "你", "我们", "remember", "recall", "know", "what", "which", "did",
                   "do", "does", "tell", "mention", "mentioned", "say", "said", "i", "me", "my", "you", "your", "about"}
 ASSISTANT_CUES = ["你说过", "你答应", "你建议", "你推荐", "你承诺", "助手", "you said", "you promised", "you suggested",
                   "you recommended", "you told me"]
-TIMELINE_CUES = ["日程", "待办", "要办", "安排", "最近有什么", "schedule", "to-do", "todo", "upcoming", "plans", "agenda"]
-EXACT_CUES = ["是不是说过", "有没有说过", "有没有提过", "是不是提过", "did i say", "did i mention", "did i tell", "have i said",
-              "have i mentioned"]
+TIMELINE_CUES = ["日程", "待办", "要办", "安排", "最近有什么", "schedule", "to-do", "todo", "upcoming", "plans",
+                 "agenda"]
+EXACT_CUES = ["是不是说过", "有没有说过", "有没有提过", "是不是提过", "did i say", "did i mention", "did i tell",
+              "have i said", "have i mentioned"]
 WINDOWS = [  # (label, days, cues): §4.2(1)
-    ("short", 7, ["刚才", "这两天", "最近", "这周", "本周", "今天", "昨天", "just now", "this week", "recently", "lately",
-                  "these days", "today", "yesterday"]),
-    ("medium", 30, ["上次", "之前", "以前提到", "我们聊过", "last time", "before", "earlier", "previously", "we talked"]),
-    ("long", 180, ["一直", "习惯", "从小", "多年", "长期", "向来", "always", "usually", "habit", "for years", "long-term",
-                   "since childhood"]),
+    ("short", 7, ["刚才", "这两天", "最近", "这周", "本周", "今天", "昨天", "just now", "this week", "recently",
+                  "lately", "these days", "today", "yesterday"]),
+    ("medium", 30, ["上次", "之前", "以前提到", "我们聊过", "last time", "before", "earlier", "previously",
+                    "we talked"]),
+    ("long", 180, ["一直", "习惯", "从小", "多年", "长期", "向来", "always", "usually", "habit", "for years",
+                   "long-term", "since childhood"]),
 ]
 LADDER = [7, 30, 180, None]  # widening steps in days (None: all time)
 NEGATIONS = ["不", "没", "别", "非", "无", "never", "not", "no", "don't", "doesn't", "didn't", "can't", "cannot",
              "won't", "nor", "quit", "stopped"]
-CHANGE = ["现在", "开始", "不再", "已经不", "改成", "换成", "搬到", "戒了", "以后", "从今天起", "如今", "now", "no longer",
-          "anymore", "switched", "moved", "these days", "started", "quit", "from now on", "changed", "stopped"]
+CHANGE = ["现在", "开始", "不再", "已经不", "改成", "换成", "搬到", "戒了", "以后", "从今天起", "如今", "now",
+          "no longer", "anymore", "switched", "moved", "these days", "started", "quit", "from now on", "changed",
+          "stopped"]
 HEDGES = ["可能", "也许", "大概", "好像", "有时", "偶尔", "说不定", "不确定", "maybe", "perhaps", "might", "sometimes",
           "not sure", "probably", "occasionally"]
-HYPOTHETICAL = ["如果", "假如", "要是", "假设", "开玩笑", "比如说", "if ", "suppose", "imagine", "joking", "hypothetically",
-                "what if"]
-THIRD_PARTY = ["我朋友", "我同事", "我妈", "我爸", "我老婆", "我老公", "我姐", "我哥", "我弟", "我妹", "我女儿", "我儿子",
-               "他", "她", "my friend", "my wife", "my husband", "my sister", "my brother", "my mom", "my mother",
-               "my dad", "my father", "my colleague", "my son", "my daughter", " he ", " she "]
-REQUEST_STARTS = ["帮我", "请帮", "请你", "给我", "提醒我", "麻烦", "你帮", "can you", "could you", "would you", "please",
-                  "book", "find", "order", "remind", "help", "draft", "write", "translate", "set", "check", "plan",
-                  "summarise", "summarize", "make", "explain", "convert", "suggest", "any ideas"]
+HYPOTHETICAL = ["如果", "假如", "要是", "假设", "开玩笑", "比如说", "if ", "suppose", "imagine", "joking",
+                "hypothetically", "what if"]
+THIRD_PARTY = ["我朋友", "我同事", "我妈", "我爸", "我老婆", "我老公", "我姐", "我哥", "我弟", "我妹", "我女儿",
+               "我儿子", "他", "她", "my friend", "my wife", "my husband", "my sister", "my brother", "my mom",
+               "my mother", "my dad", "my father", "my colleague", "my son", "my daughter", " he ", " she "]
+REQUEST_STARTS = ["帮我", "请帮", "请你", "给我", "提醒我", "麻烦", "你帮", "can you", "could you", "would you",
+                  "please", "book", "find", "order", "remind", "help", "draft", "write", "translate", "set", "check",
+                  "plan", "summarise", "summarize", "make", "explain", "convert", "suggest", "any ideas"]
 STANDING = ["以后", "从现在", "每次", "总是", "from now on", "always", "never", "whenever", "every time"]
 _EN_WORD = re.compile(r"[a-z][a-z'\-]*")
 _DAY = re.compile(r"(\d{4})[年\-/.](\d{1,2})[月\-/.](\d{1,2})日?")
@@ -137,9 +141,9 @@ def negated(clause: str) -> bool:
 
 
 # --- explicitness (seed recall-agent §4.6: the later *and more explicit* statement wins) ------------
-STRONG = ["绝对", "一定", "千万", "坚决", "永远", "从来不", "从不", "必须", "严禁", "务必", "完全不", "一点都不", "一口都不",
-          "absolutely", "definitely", "never", "always", "must", "strictly", "under no circumstances", "certainly",
-          "at all", "100%", "completely"]
+STRONG = ["绝对", "一定", "千万", "坚决", "永远", "从来不", "从不", "必须", "严禁", "务必", "完全不", "一点都不",
+          "一口都不", "absolutely", "definitely", "never", "always", "must", "strictly", "under no circumstances",
+          "certainly", "at all", "100%", "completely"]
 CONSTRAINTS = ["过敏", "不能吃", "不能喝", "不能碰", "禁止", "忌口", "不可以吃", "不耐受", "医生说", "医生不让", "确诊",
                "allergic", "allergy", "can't eat", "cannot eat", "can't have", "cannot have", "must not", "intolerant",
                "diagnosed", "doctor said", "doctor told", "not allowed"]
@@ -155,7 +159,8 @@ def hedges(statement: str) -> int:
 
 def is_constraint(statement: str) -> bool:
     """A stated constraint: an allergy, a diagnosis, "can't eat", "must not", 绝对不, never."""
-    return has_cue(statement, CONSTRAINTS) is not None or (negated(statement) and has_cue(statement, STRONG) is not None)
+    return has_cue(statement, CONSTRAINTS) is not None or (negated(statement)
+                                                           and has_cue(statement, STRONG) is not None)
 
 
 def explicitness(statement: str, role: str = "user") -> float:

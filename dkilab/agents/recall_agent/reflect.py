@@ -188,11 +188,13 @@ def narrow_step(state: AgentState, h: int) -> ToolCall:
     if days is not None and nar.now is not None:
         f["time_range"] = {**f.get("time_range", {}), "since": nar.now - timedelta(days=days)}
     words = [w for w in state.hypotheses[h].query.split() if w != key and not w.startswith('"')][:6]
-    what = (f"window {nar.days or nar.window}{'d' if nar.days else ''} -> {days}d, " if days is not None else "") + f'require "{key}"'
+    what = (f"window {nar.days or nar.window}{'d' if nar.days else ''} -> {days}d, " if days is not None
+            else "") + f'require "{key}"'
     state.narrowed.append(f"{state.hypotheses[h].kind}: {what}")
     state.narrowed_for.add(h)
     return ToolCall("lexical_search", {"query_text": " ".join([f'"{key}"', *words]), "filter": f, "page_size": 20},
-                    f"too many hits ({len(state.relevant(h))}) for {state.hypotheses[h].kind}: {what}", h, "narrow_hits")
+                    f"too many hits ({len(state.relevant(h))}) for {state.hypotheses[h].kind}: {what}", h,
+                    "narrow_hits")
 
 
 def rewrite_step(state: AgentState, h: int) -> ToolCall | None:

@@ -68,7 +68,8 @@ class Candidate:
 
     @cached_property
     def explicit_constraint(self) -> bool:
-        """A constraint stated without a hedge ("我对海鲜过敏，绝对不能吃海鲜"): only as explicit a statement lifts it."""
+        """A constraint stated without a hedge ("我对海鲜过敏，绝对不能吃海鲜"): only as explicit a statement
+        lifts it."""
         return cues.is_constraint(self.statement) and cues.hedges(self.statement) == 0
 
 
@@ -108,11 +109,13 @@ class AgentState:
     status: dict[int, str] = field(default_factory=dict)  # at the stop: evidence | empty, per hypothesis
     steps: list[dict] = field(default_factory=list)
     stop_reason: str = ""
-    last_hits: list[Message] = field(default_factory=list)  # the last call's results, unfiltered (the LLM policy reads them)
+    # the last call's results, unfiltered (the LLM policy reads them)
+    last_hits: list[Message] = field(default_factory=list)
     fallbacks: int = 0  # LLM policy steps that fell back to the rule step
     repeats: int = 0  # the LLM policy's plans in a row that repeated an earlier call
     policy_steps: int = 0
 
     def relevant(self, hypothesis: int | None = None) -> list[Candidate]:
-        out = [c for c in self.candidates.values() if c.flag is None and (hypothesis is None or c.hypothesis == hypothesis)]
+        out = [c for c in self.candidates.values() if c.flag is None and (hypothesis is None
+                                                                          or c.hypothesis == hypothesis)]
         return sorted(out, key=lambda c: -c.rank)

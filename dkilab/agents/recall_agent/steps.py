@@ -71,7 +71,8 @@ class ToolCall:
 def question_terms(question: str) -> list[str]:
     """Content words of the question without question words and memory-kind cues."""
     kinds = {c for cs in cues.KIND_CUES.values() for c in cs}
-    return [t for t in content_tokens(question) if t not in cues.QUESTION_WORDS and t not in kinds and len(t.strip()) > 0
+    return [t for t in content_tokens(question) if t not in cues.QUESTION_WORDS and t not in kinds
+            and len(t.strip()) > 0
             and not t.isdigit()]
 
 

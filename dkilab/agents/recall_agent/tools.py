@@ -48,12 +48,15 @@ class NeighborsArgs(_Args):
     after: int = Field(5, ge=0, le=50)
 
 
-ARGS: dict[str, type[BaseModel]] = {"messages_list": MessagesListArgs, "lexical_search": LexicalArgs, "semantic_search": SemanticArgs,
+ARGS: dict[str, type[BaseModel]] = {"messages_list": MessagesListArgs, "lexical_search": LexicalArgs,
+                                    "semantic_search": SemanticArgs,
         "neighbors": NeighborsArgs}
 SIGNATURES = {
     "messages_list": "messages_list(since, until, role, page_size, cursor) - messages in time order",
-    "lexical_search": 'lexical_search(query_text, filter{role, time_range{since, until}}, page_size, cursor) - keywords; "quoted" = phrase',
-    "semantic_search": "semantic_search(query_text, filter{role, time_range{since, until}}, top_k, min_score) - by meaning",
+    "lexical_search": 'lexical_search(query_text, filter{role, time_range{since, until}}, page_size, cursor) - '
+                      'keywords; "quoted" = phrase',
+    "semantic_search": "semantic_search(query_text, filter{role, time_range{since, until}}, top_k, min_score) - by "
+                       "meaning",
     "neighbors": "neighbors(message_id, before, after) - the messages around one message",
 }
 

@@ -61,7 +61,8 @@ class TreeMemory:
                 msgs = [m for m in msgs if shares_word(m.content, words)]
             msgs = msgs[-self.max_lines:]
             core = [m.content for m in msgs if m.metadata.get("kind") == "core" or m.role == "system"]
-            talk = [f"{m.role}: {m.content}" for m in msgs if not (m.metadata.get("kind") == "core" or m.role == "system")]
+            talk = [f"{m.role}: {m.content}" for m in msgs if not (m.metadata.get("kind") == "core"
+                                                                   or m.role == "system")]
             out.append({"agent_id": anc, "level": level, "conversation_history": "\n".join(talk),
                         "core_memory": "\n".join(core), "agent_description": tree.node(anc).description,
                         "scope": scope})

@@ -8,22 +8,23 @@ import re
 
 # reference -> entity kind; the longest match wins ("那笔贷款" before "那")
 REFERENCES = {
-    "person": ["该用户", "该客户", "这位客户", "那位客户", "这个客户", "那个客户", "这个用户", "那个用户", "此人", "该人",
-               "他", "她", "对方", "that customer", "this customer", "the customer", "that client", "this client",
-               "the client", "this user", "that user", "the user", "this person", "that person", "he", "she", "him",
-               "该借款人", "这位借款人", "那位借款人", "该申请人", "这位申请人", "the borrower", "that borrower", "this borrower",
-               "the applicant", "this applicant",
+    "person": ["该用户", "该客户", "这位客户", "那位客户", "这个客户", "那个客户", "这个用户", "那个用户", "此人",
+               "该人", "他", "她", "对方", "that customer", "this customer", "the customer", "that client",
+               "this client", "the client", "this user", "that user", "the user", "this person", "that person", "he",
+               "she", "him", "该借款人", "这位借款人", "那位借款人", "该申请人", "这位申请人", "the borrower",
+               "that borrower", "this borrower", "the applicant", "this applicant",
                "her", "his", "their", "them"],
     "order": ["这个订单", "该订单", "那个订单", "这笔订单", "this order", "that order", "the order"],
     "loan": ["那笔贷款", "这笔贷款", "该贷款", "这笔借款", "那笔借款", "this loan", "that loan", "the loan"],
-    "collateral": ["该押品", "这个押品", "那个押品", "这件押品", "this collateral", "that collateral", "the collateral"],
+    "collateral": ["该押品", "这个押品", "那个押品", "这件押品", "this collateral", "that collateral",
+                   "the collateral"],
     "account": ["该账户", "这个账户", "那个账户", "this account", "that account", "the account"],
-    "generic": ["上述", "以上", "前面提到的", "这个", "那个", "它", "the above", "mentioned above", "aforementioned", "it",
-                "that one", "this one", "the same"],
+    "generic": ["上述", "以上", "前面提到的", "这个", "那个", "它", "the above", "mentioned above", "aforementioned",
+                "it", "that one", "this one", "the same"],
 }
 ENTITY_WORDS = {  # words a memory line about that kind of entity contains
-    "person": ["客户", "用户", "先生", "女士", "申请人", "借款人", "customer", "client", "user", "applicant", "borrower",
-               "mr", "ms", "mrs"],
+    "person": ["客户", "用户", "先生", "女士", "申请人", "借款人", "customer", "client", "user", "applicant",
+               "borrower", "mr", "ms", "mrs"],
     "order": ["订单", "order"],
     "loan": ["贷款", "借款", "loan"],
     "collateral": ["押品", "抵押", "collateral"],

@@ -28,11 +28,14 @@ from dkilab.text.segment import content_tokens
 from dkilab.tracing import span
 
 _LINE = re.compile(r"[^。！？!?\n;；]+[。！？!?;；]?")
-_SURNAMES = "王李张刘陈杨黄赵吴周徐孙马朱胡郭何高林罗郑梁谢宋唐许韩冯邓曹彭曾肖田董袁潘蒋蔡余杜叶程苏魏吕丁任沈姚卢姜崔钟谭陆汪范金石廖贾夏韦方白邹孟熊秦邱江尹薛段雷侯龙史陶黎贺顾毛郝龚邵万钱严武戴莫孔汤"
-_NAMED = re.compile(rf"(?:客户|用户|申请人|借款人)[：:\s]?[{_SURNAMES}][\u4e00-\u9fff]{{1,2}}|[{_SURNAMES}][\u4e00-\u9fff]?(?:先生|女士)"
-                    r"|(?:customer|client|applicant|borrower|Mr\.?|Ms\.?|Mrs\.?)\s+[A-Z][a-z]+")
-_DEFINITE = re.compile(r"第[一二三四五六七八九十\d]+[个位笔单件]|昨天|今天|前天|上周|本周|刚才|上午|下午|当前|这位|那位|这笔|那笔"
-                       r"|\b(?:first|second|third|last|yesterday|today|this morning|last week|current|who)\b",
+_SURNAMES = ("王李张刘陈杨黄赵吴周徐孙马朱胡郭何高林罗郑梁谢宋唐许韩冯邓曹彭曾肖田董袁潘蒋蔡余杜叶程苏魏吕丁任沈姚"
+             "卢姜崔钟谭陆汪范金石廖贾夏韦方白邹孟熊秦邱江尹薛段雷侯龙史陶黎贺顾毛郝龚邵万钱严武戴莫孔汤")
+_NAMED = re.compile(rf"(?:客户|用户|申请人|借款人)[：:\s]?[{_SURNAMES}][\u4e00-\u9fff]{{1,2}}|"
+                    fr"[{_SURNAMES}][\u4e00-\u9fff]?(?:先生|女士)|(?:customer|client|applicant|borrower|Mr\.?|Ms\.?|"
+                    r"Mrs\.?)\s+[A-Z][a-z]+")
+_DEFINITE = re.compile(r"第[一二三四五六七八九十\d]+[个位笔单件]|昨天|今天|前天|上周|本周|刚才|上午|下午|当前|这位|"
+                       r"那位|这笔|那笔|\b(?:first|second|third|last|yesterday|today|this morning|last week|current|"
+                       r"who)\b",
                        re.I)
 _ROLE = re.compile(r"^\s*(?:user|assistant|system)\s*:\s*")
 _PREFIX = re.compile(r"^\s*(?:任务目标|目标|task goal|goal|core memory)\s*[:：]\s*", re.I)
@@ -99,8 +102,8 @@ class TreeContextResolver:
         for name, desc in param_descriptions.items():
             if self.config.enable_ambiguity_detection and not self._detect_ambiguous_references(desc):
                 continue
-            key = (id(self.memory.store), getattr(self.memory.store, "path", None), user_id, self.tree.version, agent_id,
-                   name, desc, json.dumps(current_context, sort_keys=True, default=str, ensure_ascii=False),
+            key = (id(self.memory.store), getattr(self.memory.store, "path", None), user_id, self.tree.version,
+                   agent_id, name, desc, json.dumps(current_context, sort_keys=True, default=str, ensure_ascii=False),
                    self.memory.version(user_id))
             hit = self._cache.get(key)
             if hit is not None:
@@ -171,7 +174,8 @@ class TreeContextResolver:
         text = "\n\n".join(f"[父级{a['level']} {a['agent_id']}] {a['agent_description']}\n{a['core_memory']}\n"
                            f"{a['conversation_history']}".strip() for a in ancestors) or "（无）"
         reply = self.llm(SYNTH_PROMPT.format(param_name=param_name, original_desc=original_desc,
-                                             current_context=json.dumps(current_context, ensure_ascii=False, default=str),
+                                             current_context=json.dumps(
+                                                 current_context, ensure_ascii=False, default=str),
                                              ancestor_contexts=text))
         data = loose_json(reply)
         try:
@@ -188,8 +192,9 @@ class TreeContextResolver:
 
 AMBIGUOUS_CONFIDENCE = 0.3  # below any sensible min_confidence_threshold
 _ENTITY_ID = re.compile(r"(?<![A-Za-z0-9])[A-Za-z]{1,4}[-_]?\d{3,}[A-Za-z0-9\-]*")
-_NAME = re.compile(rf"(?:客户|用户|申请人|借款人)[：:\s]?([{_SURNAMES}][\u4e00-\u9fff]{{1,2}})|([{_SURNAMES}][\u4e00-\u9fff]?)(?:先生|女士)"
-                   r"|(?:customer|client|applicant|borrower|Mr\.?|Ms\.?|Mrs\.?)\s+([A-Z][a-z]+)")
+_NAME = re.compile(rf"(?:客户|用户|申请人|借款人)[：:\s]?([{_SURNAMES}][\u4e00-\u9fff]{{1,2}})|"
+                   fr"([{_SURNAMES}][\u4e00-\u9fff]?)(?:先生|女士)|(?:customer|client|applicant|borrower|Mr\.?|Ms\.?|"
+                   r"Mrs\.?)\s+([A-Z][a-z]+)")
 
 
 def entities(line: str) -> tuple[set[str], set[str]]:

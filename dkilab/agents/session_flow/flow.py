@@ -143,7 +143,8 @@ class SessionFlow:
                     elif "rewrite" in raw:
                         notes.append("rewrite: LLM output unusable, rules used")
                 if method == "none":
-                    rewritten, info = rewrite_by_rules(query, history, self.schema, self.resolver, lang, cfg.history_turns)
+                    rewritten, info = rewrite_by_rules(query, history, self.schema, self.resolver, lang,
+                                                       cfg.history_turns)
                     method = "rules" if cfg.rewriter == "rules" else "llm_fallback"
                     filled = info["filled"]
             out.update(rewritten=rewritten, method=method)
@@ -188,7 +189,8 @@ class SessionFlow:
                 system, head, ask = ANSWER[lang]
                 body = "\n".join([head, *(f"[{i}] {d.content}" for i, d in enumerate(docs, 1)), "",
                                   ask.format(q=rewritten)])
-                gen = self.model.generate_full([{"role": "system", "content": system}, {"role": "user", "content": body}],
+                gen = self.model.generate_full([{"role": "system", "content": system},
+                                                {"role": "user", "content": body}],
                                                max_new_tokens=cfg.max_new_tokens)
                 calls += 1
                 answer, prompt_tokens, new_tokens = gen.text.strip(), gen.prompt_tokens, gen.new_tokens
@@ -196,8 +198,8 @@ class SessionFlow:
         if answer:
             with self._step(times, "l1_write_answer", session_id=sid):
                 m.l1.save_assistant_answer(sid, turn_id, answer, user_id=user)
-        return TurnResult(sid, turn_id, query, rewritten, method, extraction, emethod, before, after, rule, flt, relaxed,
-                          [d.message_id for d in docs], answer, filled=filled, new_session=sid != session_id,
+        return TurnResult(sid, turn_id, query, rewritten, method, extraction, emethod, before, after, rule, flt,
+                          relaxed, [d.message_id for d in docs], answer, filled=filled, new_session=sid != session_id,
                           prompt_tokens=prompt_tokens, generated_tokens=new_tokens, llm_calls=calls,
                           latency_ms=times, raw=raw, notes=notes)
 

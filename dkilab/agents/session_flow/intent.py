@@ -23,7 +23,8 @@ def extraction_messages(query: str, schema: DomainSchema, language: str, l2_entr
     system, state, ask = PROMPT[language]
     body = ""
     if l2_entry:
-        body += state.format(state=json.dumps({k: l2_entry.get(k) for k in ("intent", "active_domain", "business_object",
+        body += state.format(state=json.dumps({k: l2_entry.get(k) for k in ("intent", "active_domain",
+                                                                            "business_object",
                                                                              "operation_stage")}, ensure_ascii=False))
     return [{"role": "system", "content": system.format(values=schema.describe(language))},
             {"role": "user", "content": body + ask.format(q=query)}]
@@ -48,7 +49,8 @@ def _loads(blob: str) -> dict | None:
             out = json.loads(attempt)
         except json.JSONDecodeError:
             try:
-                out = ast.literal_eval(attempt.replace("null", "None").replace("true", "True").replace("false", "False"))
+                out = ast.literal_eval(attempt.replace("null", "None").replace("true", "True").replace("false",
+                                                                                                       "False"))
             except (ValueError, SyntaxError, MemoryError, RecursionError):
                 continue
         if isinstance(out, dict):

@@ -17,8 +17,8 @@ from dkilab.eval.datasets.normalized import cached, fingerprint, read_normalized
 from dkilab.eval.datasets.worksessions import load_worksessions
 
 __all__ = ["DATA_ENV", "DatasetNotFoundError", "data_dir", "register_dataset", "load_locomo", "load_fixtures",
-           "load_memdaily", "load_worksessions", "load_madial", "load_madial_en", "load_madial_zh", "load_dataset", "dataset_info",
-           "resolve_path", "dataset_available", "source_digest", "DATASETS"]
+           "load_memdaily", "load_worksessions", "load_madial", "load_madial_en", "load_madial_zh", "load_dataset",
+           "dataset_info", "resolve_path", "dataset_available", "source_digest", "DATASETS"]
 
 
 def resolve_path(path: str, data: str | None = None) -> Path:

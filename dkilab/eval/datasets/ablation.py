@@ -23,7 +23,8 @@ def ablation_split(conversations: list[Conversation], every: int = 2) -> list[Co
             if any(q is p for p in probes):
                 questions.append(replace(q, answer=None, answerable=False, category="ablation",
                                          qid=f"{q.qid or q.question}:ablated",
-                                         metadata={**q.metadata, "probe_of": q.answer, "removed": list(q.evidence_ids)}))
+                                         metadata={**q.metadata, "probe_of": q.answer,
+                                                   "removed": list(q.evidence_ids)}))
             elif not set(q.evidence_ids) & removed:
                 questions.append(q)
         messages = [m for m in conv.messages if m.message_id not in removed]

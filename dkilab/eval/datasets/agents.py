@@ -82,15 +82,17 @@ def _load(path: Path, model, what: str) -> list:
     raw = read_yaml(require(path, what, "It ships with the repository (datasets/fixtures/agents/)."))
     if not isinstance(raw, list):
         raise ValueError(f"{path}: expected a list of cases")
-    cases = [validate(model, c, str(path), f"case {c.get('id', i) if isinstance(c, dict) else i}") for i, c in enumerate(raw)]
+    cases = [validate(model, c, str(path), f"case {c.get('id', i) if isinstance(c, dict) else i}") for i,
+             c in enumerate(raw)]
     dup = sorted({c.id for c in cases if sum(d.id == c.id for d in cases) > 1})
     if dup:
         raise ValueError(f"{path}: duplicate case ids {dup}")
     return cases
 
 
-@register_dataset("agent_recall", language="mixed", scorer="auto", version="1", description="Recall-agent scenarios (dkilab's own, 40 cases, zh+en): gold statements, evidence, conflicts.",
-                  sources=(str(RECALL),))
+@register_dataset("agent_recall", language="mixed", scorer="auto", version="1",
+                  description="Recall-agent scenarios (dkilab's own, 40 cases, zh+en): gold statements, evidence, "
+                              "conflicts.", sources=(str(RECALL),))
 def load_agent_recall(data=None, limit: int | None = None, question_limit: int | None = None,
                       path: str | Path | None = None) -> list[Conversation]:
     out = []
@@ -114,8 +116,9 @@ def load_agent_recall(data=None, limit: int | None = None, question_limit: int |
     return out
 
 
-@register_dataset("agent_pointers", language="mixed", scorer="auto", version="1", description="Semantic-pointer scenarios (dkilab's own, 30 agent trees, zh+en): gold facts, distractors, fallbacks.",
-                  sources=(str(POINTERS),))
+@register_dataset("agent_pointers", language="mixed", scorer="auto", version="1",
+                  description="Semantic-pointer scenarios (dkilab's own, 30 agent trees, zh+en): gold facts, "
+                              "distractors, fallbacks.", sources=(str(POINTERS),))
 def load_agent_pointers(data=None, limit: int | None = None, question_limit: int | None = None,
                         path: str | Path | None = None) -> list[Conversation]:
     start = datetime.fromisoformat("2025-06-02T09:00:00+00:00")
@@ -142,28 +145,32 @@ def load_agent_pointers(data=None, limit: int | None = None, question_limit: int
     return out
 
 
-@register_dataset("agent_recall_heldout", language="mixed", scorer="auto", version="1", description="Held-out recall-agent scenarios (16, written after the rules were frozen).",
+@register_dataset("agent_recall_heldout", language="mixed", scorer="auto", version="1",
+                  description="Held-out recall-agent scenarios (16, written after the rules were frozen).",
                   sources=(str(RECALL_HELDOUT),))
 def load_agent_recall_heldout(data=None, limit: int | None = None, question_limit: int | None = None,
                               path: str | Path | None = None) -> list[Conversation]:
     return load_agent_recall(data, limit, question_limit, path or RECALL_HELDOUT)
 
 
-@register_dataset("agent_pointers_heldout", language="mixed", scorer="auto", version="1", description="Held-out semantic-pointer scenarios (14, written after the rules were frozen).",
+@register_dataset("agent_pointers_heldout", language="mixed", scorer="auto", version="1",
+                  description="Held-out semantic-pointer scenarios (14, written after the rules were frozen).",
                   sources=(str(POINTERS_HELDOUT),))
 def load_agent_pointers_heldout(data=None, limit: int | None = None, question_limit: int | None = None,
                                 path: str | Path | None = None) -> list[Conversation]:
     return load_agent_pointers(data, limit, question_limit, path or POINTERS_HELDOUT)
 
 
-@register_dataset("agent_pointers_hard", language="mixed", scorer="auto", version="1", description="Semantic-pointer trees with two candidate referents (ambiguous) or facts on several levels (multi_level), dev half.",
-                  sources=(str(POINTERS_HARD),))
+@register_dataset("agent_pointers_hard", language="mixed", scorer="auto", version="1",
+                  description="Semantic-pointer trees with two candidate referents (ambiguous) or facts on several "
+                              "levels (multi_level), dev half.", sources=(str(POINTERS_HARD),))
 def load_agent_pointers_hard(data=None, limit: int | None = None, question_limit: int | None = None,
                              path: str | Path | None = None) -> list[Conversation]:
     return load_agent_pointers(data, limit, question_limit, path or POINTERS_HARD)
 
 
-@register_dataset("agent_pointers_hard_heldout", language="mixed", scorer="auto", version="1", description="Held-out half of the ambiguous and multi-level pointer trees.",
+@register_dataset("agent_pointers_hard_heldout", language="mixed", scorer="auto", version="1",
+                  description="Held-out half of the ambiguous and multi-level pointer trees.",
                   sources=(str(POINTERS_HARD_HELDOUT),))
 def load_agent_pointers_hard_heldout(data=None, limit: int | None = None, question_limit: int | None = None,
                                      path: str | Path | None = None) -> list[Conversation]:

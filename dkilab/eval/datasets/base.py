@@ -48,8 +48,8 @@ def register_dataset(name: str, *, language: str, scorer: str = "auto", version:
     enters its cells' identity)."""
     def deco(fn):
         doc = sys.modules[fn.__module__].__doc__ or fn.__doc__ or ""
-        DATASETS.add(name, fn, language=language, scorer=scorer, version=version, sources=tuple(sources), preferences=preferences,
-                     choices=choices,
+        DATASETS.add(name, fn, language=language, scorer=scorer, version=version, sources=tuple(sources),
+                     preferences=preferences, choices=choices,
                      description=description or doc.strip().split("\n")[0])
         return fn
 

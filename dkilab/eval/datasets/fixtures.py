@@ -21,7 +21,8 @@ FIXTURES = Path(__file__).resolve().parents[3] / "datasets" / "fixtures" / "memo
 def load_fixtures(data=None, limit: int | None = None, question_limit: int | None = None,
                   path: str | Path | None = None) -> list[Conversation]:
     """`data` (the third-party data dir) is not used: the fixtures ship with the repository."""
-    src = require(Path(path) if path else FIXTURES, "dkilab fixtures", "They ship with the repository (datasets/fixtures/).")
+    src = require(Path(path) if path else FIXTURES, "dkilab fixtures",
+                  "They ship with the repository (datasets/fixtures/).")
     raw = json.loads(src.read_text(encoding="utf-8"))
     out = []
     for c in raw["conversations"][:limit]:
@@ -30,7 +31,8 @@ def load_fixtures(data=None, limit: int | None = None, question_limit: int | Non
             start = datetime.fromisoformat(s["start"])
             for i, (role, text) in enumerate(s["turns"]):
                 if role not in ("user", "assistant"):
-                    raise ValueError(f"{src}: {uid} {s['session_id']}#{i}: role must be user or assistant, got {role!r}")
+                    raise ValueError(
+                        f"{src}: {uid} {s['session_id']}#{i}: role must be user or assistant, got {role!r}")
                 msgs.append(Message(f"{s['session_id']}#{i}", uid, s["session_id"], i // 2, role, text,
                                     start + timedelta(minutes=2 * i), speaker=speakers.get(role)))
         ids = {m.message_id for m in msgs}

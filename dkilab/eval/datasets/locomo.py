@@ -65,7 +65,8 @@ def _turn_text(t: dict) -> str:
 
 
 @register_dataset("locomo", language="en", scorer="locomo", version="2", sources=(FILE,))
-def load_locomo(data: str | None = None, limit: int | None = None, question_limit: int | None = None) -> list[Conversation]:
+def load_locomo(data: str | None = None, limit: int | None = None, question_limit: int
+                | None = None) -> list[Conversation]:
     path = require(data_dir(data) / FILE, "LoCoMo", HOW)
     raw = json.loads(path.read_text(encoding="utf-8"))
     convs, dropped = [], 0

@@ -25,7 +25,8 @@ def _files(path: Path) -> list[Path]:
     if path.is_dir():
         found = sorted(path.glob("errors_conv_*.json"))
         if not found:
-            raise ConfigError(f"exclude_audited: {path} holds no errors_conv_*.json (the audit's `audit` folder: {SOURCE})")
+            raise ConfigError(
+                f"exclude_audited: {path} holds no errors_conv_*.json (the audit's `audit` folder: {SOURCE})")
         return found
     if path.is_file():
         return [path]

@@ -63,7 +63,8 @@ def load_madial(lang: str, data: str | None = None, limit: int | None = None,
     for i, d in enumerate(dialogues):
         m = _TURN.match(d["dialogue"][1].strip())
         if m is None:
-            raise ValueError(f"{dia_path}, dialogue {i}: the first turn {d['dialogue'][1][:60]!r} does not name the user")
+            raise ValueError(
+                f"{dia_path}, dialogue {i}: the first turn {d['dialogue'][1][:60]!r} does not name the user")
         names.setdefault(d["user-id"], m.group(1).strip())
     memory: dict[int, list[Message]] = {uid: [] for uid in names}
     for row in _lines(mem_path):
@@ -85,19 +86,21 @@ def load_madial(lang: str, data: str | None = None, limit: int | None = None,
         uid, lines = d["user-id"], d["dialogue"]
         t = min(d["test-turn"])
         if not 2 <= t < len(lines) or t % 2:
-            raise ValueError(f"{dia_path}, dialogue {i}: test-turn {t} is not an assistant turn of the dialogue ({len(lines)} lines)")
+            raise ValueError(f"{dia_path}, dialogue {i}: test-turn {t} is not an assistant turn of the dialogue "
+                             f"({len(lines)} lines)")
         user, session = f"madial-{lang}-u{uid}-d{i}", f"madial:{lang}:d{i}"
         start = DIALOGUE_EPOCH + timedelta(days=i)
         turns = [_turn(x, n, names[uid]) for n, x in enumerate(lines[1:t + 1], 1)]  # <BOD> is line 0
         msgs = [replace(m, user_id=user, metadata=dict(m.metadata)) for m in memory[uid]]  # no dict shared by two users
-        msgs += [Message(f"{session}:{n + 1}", user, session, n + 1, "assistant" if who == "Assistant" else "user", text,
-                         start + timedelta(minutes=n), speaker=who, metadata={"kind": "dialogue"})
+        msgs += [Message(f"{session}:{n + 1}", user, session, n + 1, "assistant" if who == "Assistant" else "user",
+                         text, start + timedelta(minutes=n), speaker=who, metadata={"kind": "dialogue"})
                  for n, (who, text) in enumerate(turns[:-2])]
         (_, question), (_, gold) = turns[-2], turns[-1]
         evidence = [f"madial:{lang}:mem{r}" for r in d["relevant-id"]]
         missing = [e for e in evidence if e not in {m.message_id for m in memory[uid]}]
         if missing:
-            raise ValueError(f"{dia_path}: {session}:t{t} names memory ids {missing} that {mem_path} lacks for {names[uid]}")
+            raise ValueError(
+                f"{dia_path}: {session}:t{t} names memory ids {missing} that {mem_path} lacks for {names[uid]}")
         q = QAItem(question, gold, "memory_recall", evidence, True, start + timedelta(minutes=len(turns)),
                    qid=f"{session}:t{t}", metadata={"dialogue": i}, session_id=session)
         out.append(Conversation(user, user, msgs, [q][:question_limit], language="cn" if lang == "zh" else "en",

@@ -38,7 +38,8 @@ def _bad(q: dict) -> bool:
 
 
 @register_dataset("memdaily", language="cn", scorer="choice", version="1", sources=(f"{DIR}/*.json",), choices=True)
-def load_memdaily(data: str | None = None, limit: int | None = None, question_limit: int | None = None) -> list[Conversation]:
+def load_memdaily(data: str | None = None, limit: int | None = None, question_limit: int
+                  | None = None) -> list[Conversation]:
     root = require(data_dir(data) / DIR, "MemDaily", HOW)
     files = sorted(root.glob("*.json"))
     if not files:

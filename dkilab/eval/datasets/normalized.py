@@ -164,15 +164,17 @@ def from_records(records) -> list[Conversation]:
     out = []
     for r in records:
         msgs = [Message(m["message_id"], m["user_id"], m["session_id"], m["turn_id"], m["role"], m["content"],
-                        to_utc(m["timestamp"]), topic=m["topic"], speaker=m["speaker"], metadata=json.loads(m["metadata"]))
+                        to_utc(m["timestamp"]), topic=m["topic"], speaker=m["speaker"],
+                        metadata=json.loads(m["metadata"]))
                 for m in r["messages"]]
         qs = [QAItem(q["question"], q["answer"], _category_out(q["category"]), list(q["evidence_ids"]), q["answerable"],
                      to_utc(q["question_date"]) if q["question_date"] else None,
-                     {c["key"]: c["text"] for c in q["choices"]} or None, qid=q["qid"], metadata=json.loads(q["metadata"]))
+                     {c["key"]: c["text"] for c in q["choices"]} or None, qid=q["qid"],
+                     metadata=json.loads(q["metadata"]))
               for q in r["questions"]]
         out.append(Conversation(r["conversation_id"], r["user_id"], msgs, qs, language=r["language"],
-                                speakers={s["role"]: s["name"] for s in r["speakers"]}, preferences=list(r["preferences"]),
-                                metadata=json.loads(r["metadata"])))
+                                speakers={s["role"]: s["name"] for s in r["speakers"]},
+                                preferences=list(r["preferences"]), metadata=json.loads(r["metadata"])))
     return out
 
 

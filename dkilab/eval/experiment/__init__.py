@@ -60,4 +60,7 @@ from dkilab.eval.experiment.schema import (
     model_weights_digest,
 )
 
-__all__ = ["CELL_LEVEL_METRICS", "Cell", "DatasetSpec", "EmbedderSpec", "ExperimentConfig", "JudgeSpec", "ModelSpec", "SWEEP_ROOTS", "StrategySpec", "apply_overrides", "check_config", "check_embedder", "check_live_sweep", "check_metric_name", "check_model_spec", "expand_cells", "experiment_from_dict", "header_comment", "identity_params", "load_experiment", "model_weights_digest", "parse_set", "with_question_limit"]
+__all__ = ["CELL_LEVEL_METRICS", "Cell", "DatasetSpec", "EmbedderSpec", "ExperimentConfig", "JudgeSpec", "ModelSpec",
+           "SWEEP_ROOTS", "StrategySpec", "apply_overrides", "check_config", "check_embedder", "check_live_sweep",
+           "check_metric_name", "check_model_spec", "expand_cells", "experiment_from_dict", "header_comment",
+           "identity_params", "load_experiment", "model_weights_digest", "parse_set", "with_question_limit"]

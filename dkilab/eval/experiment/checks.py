@@ -1,4 +1,5 @@
-"""The load-time checks of an experiment that need the registries: every key, metric, model spec, sweep point and budget, one-line errors naming the file and key."""
+"""The load-time checks of an experiment that need the registries: every key, metric, model spec, sweep point
+and budget, one-line errors naming the file and key."""
 from __future__ import annotations
 
 import re
@@ -32,7 +33,8 @@ def check_config(cfg: ExperimentConfig, source: str = "<config>", budgets: bool 
 
 
     if cfg.name.startswith(CLAIM_PREFIX):
-        fail("name", f"{cfg.name!r}: names starting with {CLAIM_PREFIX!r} are dkilab's cell claims (`dkilab run --claim`)")
+        fail("name",
+             f"{cfg.name!r}: names starting with {CLAIM_PREFIX!r} are dkilab's cell claims (`dkilab run --claim`)")
 
     for i, s in enumerate(cfg.strategies):
         if s.name not in STRATEGIES:
@@ -61,7 +63,8 @@ def check_config(cfg: ExperimentConfig, source: str = "<config>", budgets: bool 
             fail(f"sweep.{key}", f"repeats {repeated[0]!r}: each value is one cell, so a repeat would run nothing new")
         first = rest.split(".")[0]
         if root == "params" and not any(first in fs for fs in fields.values()):
-            fail(f"sweep.{key}", f"no strategy of this experiment has a parameter {first!r}{did_you_mean(first, every)}")
+            fail(f"sweep.{key}",
+                 f"no strategy of this experiment has a parameter {first!r}{did_you_mean(first, every)}")
         if root in keys and first not in fields[root]:
             fail(f"sweep.{key}", f"strategy {root!r} has no parameter {first!r}{did_you_mean(first, fields[root])}")
         specs: dict[str, type[BaseModel]] = {"model": ModelSpec, "embedder": EmbedderSpec}
@@ -156,7 +159,8 @@ def check_model_spec(spec, key: str, fail) -> None:
     elif m and m.group(1) == "openai":
         name, _, url = spec[len("openai:"):].partition("@")
         if not name or not url:
-            fail(key, f"{spec!r}: an endpoint is openai:<model>@<base_url>, e.g. openai:qwen2.5-7b@http://127.0.0.1:8000/v1")
+            fail(key,
+                 f"{spec!r}: an endpoint is openai:<model>@<base_url>, e.g. openai:qwen2.5-7b@http://127.0.0.1:8000/v1")
     elif m and m.group(1) == "scripted" and spec != _oracle_spec() and not Path(spec[len("scripted:"):]).is_file():
         fail(key, f"{spec!r}: no answers file {spec[len('scripted:'):]!r} (relative to {Path.cwd()}; "
                   "or scripted:oracle, the built-in persona)")

@@ -1,4 +1,5 @@
-"""A cell and its identity: the resolved params, versions and specs hashed into its generation and scoring hashes, and the expansion of a config into cells."""
+"""A cell and its identity: the resolved params, versions and specs hashed into its generation and scoring
+hashes, and the expansion of a config into cells."""
 from __future__ import annotations
 
 import copy

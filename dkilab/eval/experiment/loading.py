@@ -44,7 +44,8 @@ def apply_overrides(data: dict, overrides: dict[str, Any], source: str = "--set"
     return data
 
 
-def load_experiment(path: str | Path, overrides: dict[str, Any] | None = None, budgets: bool = True) -> ExperimentConfig:
+def load_experiment(path: str | Path, overrides: dict[str, Any] | None = None,
+                    budgets: bool = True) -> ExperimentConfig:
     """Read and check an experiment YAML (`overrides` = dotted keys set first, e.g. from --set): every
     cell's params are validated here, so a typo fails now with the file and key, not after a model loads."""
     data = read_yaml(path)

@@ -296,7 +296,8 @@ class JudgeSpec(_Strict):
         return {"judge": proto.template}
 
     def resolved(self) -> dict[str, Any]:
-        unset = {k for k in ("dtype", "device") if getattr(self, k) is None} | {"batch_size", "prompts_from"}  # not identity
+        # not identity
+        unset = {k for k in ("dtype", "device") if getattr(self, k) is None} | {"batch_size", "prompts_from"}
         if self.protocol == "dkilab":
             unset.add("protocol")
         out = self.model_dump(exclude=unset) | {"prompt": self.prompt or text.JUDGE_PROMPT,

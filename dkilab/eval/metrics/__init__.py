@@ -34,9 +34,9 @@ from dkilab.eval.metrics.qa import (
 from dkilab.eval.metrics.retrieval import RECALL_KS, evidence_recall, reciprocal_rank
 from dkilab.eval.metrics.score import STAGES, score_answer
 
-__all__ = ["METRICS", "SCORERS", "is_abstention", "detector_card", "evaluate_detector", "load_phrasings", "Metric", "Scored", "aggregate",
-           "aggregate_by_category", "category_metrics", "declare", "declared", "metric", "metrics_version",
-           "primary_metric", "scorer", "table_metrics", "claims", "unsupported_claims", "unsupported_rate",
-           "choice_accuracy", "exact_match", "f1_multi", "f1_score", "locomo_score", "normalize_answer", "pick_choice",
-           "zh_exact_match", "zh_f1", "zh_tokens", "RECALL_KS", "evidence_recall", "reciprocal_rank", "STAGES",
-           "score_answer"]
+__all__ = ["METRICS", "SCORERS", "is_abstention", "detector_card", "evaluate_detector", "load_phrasings", "Metric",
+           "Scored", "aggregate", "aggregate_by_category", "category_metrics", "declare", "declared", "metric",
+           "metrics_version", "primary_metric", "scorer", "table_metrics", "claims", "unsupported_claims",
+           "unsupported_rate", "choice_accuracy", "exact_match", "f1_multi", "f1_score", "locomo_score",
+           "normalize_answer", "pick_choice", "zh_exact_match", "zh_f1", "zh_tokens", "RECALL_KS", "evidence_recall",
+           "reciprocal_rank", "STAGES", "score_answer"]

@@ -125,5 +125,6 @@ def save_judge_card(model: str, prompt: str, figures: dict[str, dict[str, float]
     out: dict[str, Any] = {}
     for prefix, part in (("sample", figures), ("fresh", fresh or {})):
         for lang, m in part.items():
-            out |= {f"{prefix}_precision_{lang}": round(m["precision"], 3), f"{prefix}_recall_{lang}": round(m["recall"], 3)}
+            out |= {f"{prefix}_precision_{lang}": round(m["precision"], 3),
+                    f"{prefix}_recall_{lang}": round(m["recall"], 3)}
     path.write_text(json.dumps(out), encoding="utf-8")

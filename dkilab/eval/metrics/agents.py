@@ -27,7 +27,8 @@ def _statements(q: Scored) -> list[dict] | None:
     return None if g is None or "statements" not in g else g["statements"]
 
 
-@metric("view_recall", label="view recall (0-1)", rate=True, plot=2, kind="any", higher_is_better=True, per_category=True, rank=5, headline=True,
+@metric("view_recall", label="view recall (0-1)", rate=True, plot=2, kind="any", higher_is_better=True,
+        per_category=True, rank=5, headline=True,
         description="gold statements the memory view states (an active item citing their evidence)")
 def _view_recall(q: Scored):
     view, gold = _view(q), _statements(q)
@@ -117,8 +118,9 @@ def _evidence_verbatim(q: Scored):
     return len(view["evidence"]) - len(q.answer.metadata.get("evidence_problems", []))
 
 
-declare("evidence_validity", field="evidence_verbatim", aggregation="ratio", ratio_of=("evidence_verbatim", "evidence_items"),
-        higher_is_better=True, rank=10, description="evidence items that are the stored message verbatim (must be 1.0)")
+declare("evidence_validity", field="evidence_verbatim", aggregation="ratio",
+        ratio_of=("evidence_verbatim", "evidence_items"), higher_is_better=True, rank=10,
+        description="evidence items that are the stored message verbatim (must be 1.0)")
 
 
 @metric("agent_tool_calls", kind="any", rank=44, description="query-tool calls per question (one per loop round)")
@@ -142,8 +144,9 @@ def _policy_fallbacks(q: Scored):
     return q.answer.metadata.get("policy_fallbacks")
 
 
-declare("policy_fallback_rate", field="policy_fallbacks", aggregation="ratio", ratio_of=("policy_fallbacks", "policy_steps"),
-        higher_is_better=False, rank=45, description="LLM-policy steps whose output was unusable (the rule step ran)")
+declare("policy_fallback_rate", field="policy_fallbacks", aggregation="ratio",
+        ratio_of=("policy_fallbacks", "policy_steps"), higher_is_better=False, rank=45,
+        description="LLM-policy steps whose output was unusable (the rule step ran)")
 
 
 # --- semantic pointers ----------------------------------------------------------------------------
@@ -157,7 +160,8 @@ def _has(text: str, alternatives) -> bool:
     return any(a.lower() in text.lower() for a in alts)
 
 
-@metric("pointer_accuracy", label="pointer accuracy (0-1)", rate=True, plot=3, kind="agent", higher_is_better=True, per_category=True, rank=2, headline=True,
+@metric("pointer_accuracy", label="pointer accuracy (0-1)", rate=True, plot=3, kind="agent", higher_is_better=True,
+        per_category=True, rank=2, headline=True,
         description="pointers that name every gold fact (cases an ancestor can resolve)")
 def _pointer_accuracy(q: Scored):
     pg = _pointer(q)

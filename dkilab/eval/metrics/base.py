@@ -171,7 +171,8 @@ def plotted() -> list[Metric]:
 
 def narrow_metrics(view: str) -> list[str]:
     """The report's default columns for `view` ("answers" or "context"), in table order."""
-    return [m.name for m in sorted((m for m in declared() if view in m.narrow), key=lambda m: (m.rank is None, m.rank or 0))]
+    return [m.name for m in sorted((m for m in declared() if view in m.narrow),
+                                   key=lambda m: (m.rank is None, m.rank or 0))]
 
 
 def headline_metrics(metrics, counts: tuple[str, ...] = ("questions", "errors")) -> list[str]:

@@ -94,7 +94,8 @@ def _resampled_percentiles(values: np.ndarray, groups: np.ndarray, n: int, idx: 
     return out
 
 
-def intervals(rows: list[dict[str, Any]], names: list[str] | None = None, seed: int = 0) -> dict[str, tuple[float, float]]:
+def intervals(rows: list[dict[str, Any]], names: list[str] | None = None, seed: int = 0) -> dict[str,
+                                                                                                 tuple[float, float]]:
     """name -> 95% interval for every declared metric (or `names`) the rows give one for."""
     out = {}
     for m in declared():
@@ -134,7 +135,8 @@ def ci_keys(name: str) -> tuple[str, str]:
 
 
 def with_intervals(rows: list[dict[str, Any]], names: list[str] | None = None, only: bool = False) -> dict[str, float]:
-    """Aggregates (only `names` if `only`) plus the 95% intervals of `names` (default: all) as `<metric>_ci95_low|high` keys."""
+    """Aggregates (only `names` if `only`) plus the 95% intervals of `names` (default: all) as
+    `<metric>_ci95_low|high` keys."""
 
     metrics = aggregate(rows)
     if only and names is not None:

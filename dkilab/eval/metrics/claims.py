@@ -59,6 +59,8 @@ def unsupported_rate(answer: str, context: str) -> float | None:
 
 @metric("unsupported_claim_rate", label="unsupported claims (share, lower is better)", rate=True, plot=7,
         narrow=("answers",), higher_is_better=False, subset="answerable", rank=12,
-        description="share of an answer's claims (numbers, dates, names, nouns) found nowhere in what the model was given")
+        description="share of an answer's claims (numbers, dates, names, nouns) found nowhere in what the model was "
+                    "given")
 def _unsupported(q: Scored):
-    return unsupported_rate(q.answer.text, q.item.question + "\n" + q.answer.context_text) if q.item.answerable else None
+    return unsupported_rate(q.answer.text,
+                            q.item.question + "\n" + q.answer.context_text) if q.item.answerable else None

@@ -25,8 +25,9 @@ def _gold(q: Scored) -> set[str]:
     return set(q.item.evidence_ids) if q.item.answerable else set()
 
 
-@metric("evidence_visible", label="gold evidence seen verbatim (share)", rate=True, plot=5, kind="context", higher_is_better=True, subset="answerable", per_category=True,
-        rank=21, headline=True, description="share of gold evidence messages the model sees word for word")
+@metric("evidence_visible", label="gold evidence seen verbatim (share)", rate=True, plot=5, kind="context",
+        higher_is_better=True, subset="answerable", per_category=True, rank=21, headline=True,
+        description="share of gold evidence messages the model sees word for word")
 def _verbatim(q: Scored):
     gold = _gold(q)
     if not gold:
@@ -35,8 +36,9 @@ def _verbatim(q: Scored):
     return len(gold & seen) / len(gold)
 
 
-@metric("evidence_reachable", rate=True, narrow=("context",), kind="context", higher_is_better=True, subset="answerable", per_category=True,
-        rank=22, description="share of gold evidence messages seen verbatim or one offered fact call away")
+@metric("evidence_reachable", rate=True, narrow=("context",), kind="context", higher_is_better=True,
+        subset="answerable", per_category=True, rank=22,
+        description="share of gold evidence messages seen verbatim or one offered fact call away")
 def _reachable(q: Scored):
     gold = _gold(q)
     if not gold:
@@ -67,8 +69,8 @@ def answer_in_text(gold: str, context: str) -> bool:
     return f" {gold} " in f" {normalize_answer(context)} "
 
 
-@metric("answer_in_context", rate=True, narrow=("context",), kind="context", higher_is_better=True, subset="answerable", per_category=True,
-        rank=23, description="the (short) gold answer string appears in what the model was given")
+@metric("answer_in_context", rate=True, narrow=("context",), kind="context", higher_is_better=True, subset="answerable",
+        per_category=True, rank=23, description="the (short) gold answer string appears in what the model was given")
 def _answer_in_context(q: Scored):
     gold = gold_answer_text(q.item)
     return None if gold is None else float(answer_in_text(gold, q.answer.context_text))

@@ -71,8 +71,9 @@ class LLMJudge:
     """`protocol`: a published judge protocol (`longmemeval_check.LongMemEval`, `locomo_j.LocomoJ`) that gives
     the prompt of each answer and reads the verdict of each reply, instead of `prompt` and CORRECT/WRONG."""
 
-    def __init__(self, model: ChatModel, prompt: str | None = None, max_new_tokens: int = 6, abstention_prompt: str | None = None,
-                 abstention: bool = False, protocol: Any = None, stress: bool = False):
+    def __init__(self, model: ChatModel, prompt: str | None = None, max_new_tokens: int = 6,
+                 abstention_prompt: str | None = None, abstention: bool = False, protocol: Any = None,
+                 stress: bool = False):
         self.model, self.prompt, self.max_new_tokens = model, check_prompt(prompt or JUDGE_PROMPT), max_new_tokens
         self.abstention_prompt = check_prompt(abstention_prompt or ABSTENTION_PROMPT, ("{question}", "{prediction}"))
         self.abstention = abstention  # also label abstention (DECLINES / ANSWERS) for the hallucination metrics

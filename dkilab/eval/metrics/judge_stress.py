@@ -19,9 +19,11 @@ from dkilab.types import QAItem
 
 VAGUE_LIMIT = 0.10
 # what `dkilab report` shows of a judged cell beside its headline: the judge's score and its errors on the probes
-JUDGE_COLUMNS = ("judge_score", "judge_accuracy", "judge_accepts_vague", "judge_accepts_wrong", "judge_rejects_paraphrase")
+JUDGE_COLUMNS = ("judge_score", "judge_accuracy", "judge_accepts_vague", "judge_accepts_wrong",
+                 "judge_rejects_paraphrase")
 KINDS = ("vague", "wrong", "paraphrase")
-FIELDS = {"vague": "stress_vague_accepted", "wrong": "stress_wrong_accepted", "paraphrase": "stress_paraphrase_rejected"}
+FIELDS = {"vague": "stress_vague_accepted", "wrong": "stress_wrong_accepted",
+          "paraphrase": "stress_paraphrase_rejected"}
 
 declare("judge_accepts_vague", field=FIELDS["vague"], subset="answerable", higher_is_better=False, rank=5.1,
         description="share of vague-but-wrong probes (the gold's type, no specifics) the judge accepted")
@@ -49,8 +51,9 @@ _ZH_DAYS = "一二三四五六日"
 _VAGUE = {"date": ("sometime last year", "a while ago"), "number": ("a few", "several"),
           "person": ("a family member", "someone they know"), "place": ("somewhere nearby", "a place they like"),
           "other": ("something related to their interests", "it had to do with their plans")}
-_VAGUE_ZH = {"date": ("去年某个时候", "之前某一天"), "number": ("几个", "好几次"), "person": ("一位家人", "一个认识的人"),
-             "place": ("附近某个地方",), "other": ("和兴趣有关的事情", "跟计划有关的东西")}
+_VAGUE_ZH = {"date": ("去年某个时候", "之前某一天"), "number": ("几个", "好几次"),
+             "person": ("一位家人", "一个认识的人"), "place": ("附近某个地方",),
+             "other": ("和兴趣有关的事情", "跟计划有关的东西")}
 
 
 def answer_type(gold: str) -> str:
@@ -61,7 +64,8 @@ def answer_type(gold: str) -> str:
         if re.fullmatch(r"\s*\d+\s*\S{0,2}\s*", gold):
             return "number"
         return "person" if re.search(r"妈|爸|姐|妹|哥|弟|朋友|同事|老板|邻居|孩子|儿子|女儿", gold) else "other"
-    if _YEAR.search(gold) or _MONTH.search(gold) or _DAY.search(gold) or re.search(r"\bago\b|\blast (week|month|year)\b", gold, re.I):
+    if (_YEAR.search(gold) or _MONTH.search(gold) or _DAY.search(gold)
+            or re.search(r"\bago\b|\blast (week|month|year)\b", gold, re.I)):
         return "date"
     if re.fullmatch(r"\s*(about |around )?\d+(\.\d+)?\s*\w{0,10}\s*", gold, re.I):
         return "number"
@@ -81,12 +85,13 @@ def _wrong(gold: str, key: str) -> str:
     changed = _YEAR.sub(lambda m: str(int(m.group(0)) - 3), gold)
     changed = _MONTH.sub(lambda m: _MONTHS[(next(i for i, x in enumerate(_MONTHS) if x.lower().startswith(
         m.group(0).lower()[:3])) + 5) % 12], changed)
-    changed = _DAY.sub(lambda m: _DAYS[(next(i for i, x in enumerate(_DAYS) if x.lower() == m.group(0).lower()) + 3) % 7],
-                       changed)
+    changed = _DAY.sub(
+        lambda m: _DAYS[(next(i for i, x in enumerate(_DAYS) if x.lower() == m.group(0).lower()) + 3) % 7], changed)
     if changed == gold:
         changed = _NUMBER.sub(lambda m: str(int(m.group(0)) + 7), gold)
     if changed == gold:
-        changed = re.sub(r"(周|星期)([一二三四五六日])", lambda m: m.group(1) + _ZH_DAYS[(_ZH_DAYS.index(m.group(2)) + 3) % 7], gold)
+        changed = re.sub(r"(周|星期)([一二三四五六日])", lambda m: m.group(1)
+                         + _ZH_DAYS[(_ZH_DAYS.index(m.group(2)) + 3) % 7], gold)
     if changed == gold:
         names = [n for n in _NAME.findall(gold) if n.lower() not in _NOT_NAMES]
         if names:

@@ -19,8 +19,8 @@ def score_answer(item: QAItem, answer: Answer, scorer: str = "auto", abstained: 
 
 
 # --- quality ----------------------------------------------------------------------------------
-@metric("score", label="answer score (0-1)", rate=True, plot=0, higher_is_better=True, per_category=True, rank=0, headline=True,
-        description="the dataset's primary measure; on unanswerable questions 1 for an abstention")
+@metric("score", label="answer score (0-1)", rate=True, plot=0, higher_is_better=True, per_category=True, rank=0,
+        headline=True, description="the dataset's primary measure; on unanswerable questions 1 for an abstention")
 def _score(q: Scored):
     return q.quality.get("score")
 
@@ -52,7 +52,8 @@ def _evidence(q: Scored):
     return len(gold & set(q.answer.recalled_ids)) / len(gold) if gold and q.item.answerable else None
 
 
-@metric("fact_call_rate", label="fact-call rate (share of questions)", rate=True, plot=8, field="fact_called", higher_is_better=None, per_category=True, rank=15,
+@metric("fact_call_rate", label="fact-call rate (share of questions)", rate=True, plot=8, field="fact_called",
+        higher_is_better=None, per_category=True, rank=15,
         description="share of questions with at least one retrieve_fact call")
 def _fact_called(q: Scored):
     return float(bool(q.answer.fact_calls))
@@ -114,12 +115,14 @@ def _tokens_processed(q: Scored):
     a = q.answer
     return spent if spent is not None else a.prompt_tokens + a.injected_tokens + a.generated_tokens
 
-@metric("prompt_tokens", label="prompt tokens (mean)", plot=9, narrow=("answers", "context"), higher_is_better=False, rank=40, kind="context", description="tokens of the final visible prompt")
+@metric("prompt_tokens", label="prompt tokens (mean)", plot=9, narrow=("answers", "context"), higher_is_better=False,
+        rank=40, kind="context", description="tokens of the final visible prompt")
 def _prompt_tokens(q: Scored):
     return q.answer.prompt_tokens
 
 
-@metric("injected_tokens", label="injected K/V tokens (mean)", plot=10, narrow=("context",), higher_is_better=False, rank=41, kind="context", description="K/V memory columns attended to")
+@metric("injected_tokens", label="injected K/V tokens (mean)", plot=10, narrow=("context",), higher_is_better=False,
+        rank=41, kind="context", description="K/V memory columns attended to")
 def _injected(q: Scored):
     return q.answer.injected_tokens
 
@@ -143,7 +146,8 @@ def _stage_metric(stage: str) -> None:
 
     metric(f"latency_{stage}_p50_ms", field=field, aggregation="p50", higher_is_better=False, kind="any",
            rank={"recall": 50, "total": 51}.get(stage), plot=11 if stage == "total" else None,
-           label="latency p50 (ms)" if stage == "total" else "", narrow=("answers", "context") if stage == "total" else ())(fn)
+           label="latency p50 (ms)" if stage == "total" else "",
+           narrow=("answers", "context") if stage == "total" else ())(fn)
     declare(f"latency_{stage}_p95_ms", field=field, aggregation="p95", higher_is_better=False)
 
 

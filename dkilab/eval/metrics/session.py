@@ -77,7 +77,8 @@ def entity_f1(pred: dict | None, gold: dict | None) -> float:
 def same_state(pred: dict | None, gold: dict) -> bool:
     p = pred or {}
     return (p.get("intent") == gold["intent"] and sorted(p.get("active_domain") or []) == sorted(gold["active_domain"])
-            and p.get("business_object") == gold["business_object"] and p.get("operation_stage") == gold["operation_stage"])
+            and p.get("business_object") == gold["business_object"]
+            and p.get("operation_stage") == gold["operation_stage"])
 
 
 @metric("intent_accuracy", rate=True, paired=True, kind="any", higher_is_better=True, per_category=True, rank=3,
@@ -131,7 +132,9 @@ def _rewrite_fallback(q: Scored):
         description="session flow: LLM extractions without a JSON object with a known intent (rules used)")
 def _intent_fallback(q: Scored):
     t = _turn(q)
-    return None if t is None or t[0]["extraction_method"] == "rules" else float(t[0]["extraction_method"] == "llm_fallback")
+    if t is None or t[0]["extraction_method"] == "rules":
+        return None
+    return float(t[0]["extraction_method"] == "llm_fallback")
 
 
 @metric("filter_relaxed_rate", field="filter_relaxed", kind="any", higher_is_better=False,

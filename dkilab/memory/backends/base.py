@@ -128,7 +128,8 @@ class FallbackBackend:
         """Make SQLite primary (if the row still names Redis at `epoch`)."""
         reason = f"{type(exc).__name__}: {exc}"
         c.execute("UPDATE hot_primary SET epoch=epoch+1, active='sqlite', next_try=?, changed_at=?, reason=? "
-                  "WHERE id=1 AND active='redis' AND epoch=?", (self.wall() + self.retry_after, self.wall(), reason[:500], epoch))
+                  "WHERE id=1 AND active='redis' AND epoch=?", (self.wall() + self.retry_after, self.wall(),
+                                                                reason[:500], epoch))
         self._observe(self._row(c)[1], f" ({reason})")
 
     def _write(self, on_primary: Callable[[Any, tuple[str, int]], Any], on_mirror: Callable[[Any], Any]):

@@ -52,7 +52,8 @@ class SQLiteBackend:
         if row is None or row["expires_at"] <= now:
             return False
         data = json.loads(row["data"]) | {"last_active": now}
-        c.execute("UPDATE sessions SET data=?, expires_at=? WHERE session_id=?", (json.dumps(data), now + ttl, session_id))
+        c.execute("UPDATE sessions SET data=?, expires_at=? WHERE session_id=?",
+                  (json.dumps(data), now + ttl, session_id))
         c.execute("UPDATE l2_state SET expires_at=MAX(expires_at, ?) WHERE session_id=? AND expires_at>?",
                   (now + l2_ttl, session_id, now))
         return True
@@ -119,6 +120,8 @@ class SQLiteBackend:
         self._tx(lambda c: self.put_l2_in(c, session_id, state, expires_at))
 
     def expiry(self, session_id: str, now: float) -> tuple[float | None, float | None]:
-        s = self.conn.execute("SELECT expires_at FROM sessions WHERE session_id=? AND expires_at>?", (session_id, now)).fetchone()
-        l2 = self.conn.execute("SELECT expires_at FROM l2_state WHERE session_id=? AND expires_at>?", (session_id, now)).fetchone()
+        s = self.conn.execute("SELECT expires_at FROM sessions WHERE session_id=? AND expires_at>?",
+                              (session_id, now)).fetchone()
+        l2 = self.conn.execute("SELECT expires_at FROM l2_state WHERE session_id=? AND expires_at>?",
+                               (session_id, now)).fetchone()
         return (s[0] if s else None), (l2[0] if l2 else None)

@@ -37,7 +37,8 @@ class RecallSignal(ABC):
             len(messages), 1)
 
 
-SIGNALS: Registry[type[RecallSignal]] = Registry("recall signal", discover="dkilab.recall.signals", subclass_of=RecallSignal)
+SIGNALS: Registry[type[RecallSignal]] = Registry("recall signal", discover="dkilab.recall.signals",
+                                                 subclass_of=RecallSignal)
 
 
 def register_signal(cls: type[RecallSignal]) -> type[RecallSignal]:

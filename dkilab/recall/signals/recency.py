@@ -22,4 +22,5 @@ class Recency(RecallSignal):
     def feature_rows(self, query: str, messages: list[Message], scores: dict[str, float]) -> np.ndarray:
         order = sorted(range(len(messages)), key=lambda i: messages[i].timestamp, reverse=True)
         rank = {i: r for r, i in enumerate(order)}
-        return np.array([[math.log1p(rank[i])] for i in range(len(messages))], dtype=np.float64).reshape(len(messages), 1)
+        return np.array([[math.log1p(rank[i])] for i in range(len(messages))], dtype=np.float64).reshape(len(messages),
+                                                                                                         1)

@@ -89,7 +89,8 @@ _EN_ABSENCE = [re.compile(p, re.I) for p in (
     rf"\b(?:is|are|was|were|has been|have been|had been|'s)\s*(?:not|n't|never)\s*(?:been\s*)?(?:ever\s*)?"
     rf"(?:{_MENTION}|brought up)\b",
     rf"\b(?:has|have|had)\s*(?:not|n't|never)\s*(?:ever\s*)?been\s*(?:{_MENTION}|brought up)\b",
-    rf"\b(?:isn't|aren't|wasn't|weren't|hasn't been|haven't been|hadn't been)\s*(?:ever\s*)?(?:{_MENTION}|brought up)\b",
+    rf"\b(?:isn't|aren't|wasn't|weren't|hasn't been|haven't been|hadn't been)\s*(?:ever\s*)?"
+    rf"(?:{_MENTION}|brought up)\b",
     rf"^(?:nothing|no details?|no information|none)(?: at all)? (?:was|were|has been|is|had been) "
     rf"(?:ever )?(?:{_MENTION})\b",
     # existential: there is no mention / information
@@ -113,7 +114,8 @@ _EN_THIRD_MENTION = re.compile(
     rf"^(?P<subj>[\w' ]+?) (?:(?:has|have|had|did|does|do|was|were|is)\s*)?(?:n't|not|never)\s*(?:ever )?"
     rf"(?P<verb>{_MENTION})\b(?P<rest>.*)$", re.I)
 EN_FILLER = [re.compile(p, re.I) for p in (
-    r"^(?:(?:i'm |i am )?sorry|i apologi[sz]e|apologies) for (?:any|the) (?:confusion|inconvenience|misunderstanding)\b",
+    r"^(?:(?:i'm |i am )?sorry|i apologi[sz]e|apologies) for (?:any|the) "
+    r"(?:confusion|inconvenience|misunderstanding)\b",
     r"^(?:sorry|i'm sorry|i am sorry|apologies|my apologies|unfortunately|sadly|hmm+|um+|well|oh|ah|ok|okay|"
     r"alas|i'm afraid|i am afraid|honestly|to be honest)\b[,.!]?",
     r"^(?:answer|a|reply|response|the answer is|final answer)\s*[:\-]",
@@ -134,15 +136,16 @@ _ZH_SAY = r"(?:提到|提及|提过|提起|提|说过|说明|说|讲过|讲|告�
 _ZH_INFO = (r"(?:信息|记录|内容|资料|印象|记忆|答案|说明|细节|数据|情况|消息|线索|依据)")
 _ZH_ABSENCE = [re.compile(p) for p in (
     rf"^(?:答案[是为：:]?)?(?:并)?(?:没有|没|未|从未|从来没有?|从没)(?:有)?(?:被)?{_ZH_SAY}",
-    rf"(?:没有|没|未|从未|从来没有?|从没|并未|并没有|都没|也没)(?:有)?(?:人)?(?:被)?(?:(?:跟|和|对|向|给)(?:我|我们|你|您))?"
-    rf"{_ZH_SAY}(?:过|到|起)?",
+    r"(?:没有|没|未|从未|从来没有?|从没|并未|并没有|都没|也没)(?:有)?(?:人)?(?:被)?(?:(?:跟|和|对|向|给)(?:我|我们|你|"
+    fr"您))?{_ZH_SAY}(?:过|到|起)?",
     rf"(?:{_ZH_INFO}|我|我们|这里|这边).{{0,6}}(?:没有|没|无)$",
     rf"{_ZH_SOURCE}(?:中|里|当中|里面|内)?(?:并|也|都)?(?:没有|没|未|无|找不到|查不到|看不出|不包含|不含)",
     rf"(?:没有|没|无|暂无|并无|毫无)(?:任何|相关|这方面的?|足够的?|具体的?|有关的?|此类|该)*{_ZH_INFO}",
     rf"^(?:暂)?无(?:相关)?{_ZH_INFO}", r"^未知", r"答案未知", r"无从(?:得知|知晓|判断|查证)", r"不得而知",
     r"(?:无法|没法|没办法|不能|难以)(?:确定|得知|回答|判断|知道|确认|回复|答复|得出)", r"答不(?:上来|出来)",
-    r"(?:回答|答)不了", r"(?:信息|资料|内容|线索)不(?:足|够)", r"(?:找不到|查不到|搜不到|没找到|没有找到|未找到|看不出来?|没有发现|没发现|未发现)",
-    r"(?:没有|没)印象", r"什么都没(?:说|提|讲)", r"没人(?:提|说|讲)",
+    r"(?:回答|答)不了", r"(?:信息|资料|内容|线索)不(?:足|够)",
+    r"(?:找不到|查不到|搜不到|没找到|没有找到|未找到|看不出来?|没有发现|没发现|未发现)", r"(?:没有|没)印象",
+    r"什么都没(?:说|提|讲)", r"没人(?:提|说|讲)",
 )]
 _ZH_KNOW = re.compile(r"(?:不|没)(?:太|大|是很|很)?(?:知道|清楚|记得|确定|了解|肯定)|(?:记不清|说不准|说不清)")
 _ZH_THIRD = re.compile(r"(?:他|她|它|他们|她们|它们|对方|客户|老板|经理|[A-Za-z]+)")
@@ -150,17 +153,21 @@ _ZH_FIRST = re.compile(r"(?:我|我们|您|你|咱们|大家|没人|谁|两位|�
 _ZH_WH = re.compile(r"(?:什么|哪|谁|几|多少|怎么|如何|为什么|是否|何时|何地)")
 ZH_FILLER = [re.compile(p) for p in (
     r"^(?:抱歉|对不起|很抱歉|非常抱歉|很遗憾|遗憾的是|不好意思|嗯+|呃+|唔|哦|好的|那个|其实|说实话|老实说)[，,。！!]?",
-    r"^(?:答案|回答|答复)(?:是|为)?[：:]?", r"^(?:关于|对于|至于)(?:这|那)(?:一点|个|件事|方面|个问题)?$", r"^对此$", r"^(?:根据|按照|依据|从|据|看了|翻了|查了|查看了|看过|翻看了|我翻了|我看了|我查了)"
+    r"^(?:答案|回答|答复)(?:是|为)?[：:]?", r"^(?:关于|对于|至于)(?:这|那)(?:一点|个|件事|方面|个问题)?$", r"^对此$",
+    r"^(?:根据|按照|依据|从|据|看了|翻了|查了|查看了|看过|翻看了|我翻了|我看了|我查了)"
     r".*(?:对话|聊天|记录|所知|来看|看|信息)(?:来看|看来|中|里)?$",
     r"^(?:还有|有没有)(?:其他|别的|什么).*(?:吗|呢)[？?]?$", r"^(?:您|你)(?:能|可以|可否|得|需要|要|方便)(?:再)?.*"
     r"(?:告诉|提醒|查|说|确认|补充).*$", r"^(?:请|麻烦)(?:您|你)?.*(?:告诉|提醒|查|说|补充).*$",
-    r"^(?:好像|似乎|看起来|可能|也许|应该|大概|我想|我觉得|我猜|我认为|据我所知)", r"^(?:但|但是|不过|可是|只是|而且|并且|所以|然后)",
+    r"^(?:好像|似乎|看起来|可能|也许|应该|大概|我想|我觉得|我猜|我认为|据我所知)",
+    r"^(?:但|但是|不过|可是|只是|而且|并且|所以|然后)",
 )]
 _ZH_HEDGE_ONLY = re.compile(r"^(?:好像|似乎|看起来|我想|我觉得|我认为|据我所知)")
 
-QUOTED = re.compile(r"\"[^\"]*\"|“[^”]*”|「[^」]*」|『[^』]*』|《[^》]*》|‘[^’]*’|(?<![A-Za-z])'(?:[^']|'(?=[A-Za-z]))+'(?![A-Za-z])")
+QUOTED = re.compile(
+    r"\"[^\"]*\"|“[^”]*”|「[^」]*」|『[^』]*』|《[^》]*》|‘[^’]*’|(?<![A-Za-z])'(?:[^']|'(?=[A-Za-z]))+'(?![A-Za-z])")
 _CLAUSE_SPLIT = re.compile(r"(?<=[.!?。！？；;…])\s*|(?<!\d)[,，、](?!\d)\s*|\s+[-–—]+\s+|[:：]\s+|\s*[—–]{1,2}\s*|"
-                           r"\s+(?=(?:but|though|although|however|except|only|just|yet)\b)|(?=(?:但是|不过|可是|只是|但))",
+                           r"\s+(?=(?:but|though|although|however|except|only|just|yet)\b)|(?=(?:但是|不过|可是|只是|"
+                           r"但))",
                            re.I)
 _WORD = re.compile(r"[A-Za-z0-9]|[\u4e00-\u9fff]")
 
@@ -270,7 +277,8 @@ def _zh_kind(clause: str) -> str:
             return "absence"  # "她的名字一直没有提到": the information itself was not given
         if _zh_subject_is_third(before):
             after = core[m.end():].strip(" 了啊呢吧")
-            if not after or re.match(r"^(?:过|到|起)?(?:我|我们)", after) or _ZH_WH.search(after) or re.search(_ZH_INFO, after):
+            if not after or re.match(r"^(?:过|到|起)?(?:我|我们)", after) or _ZH_WH.search(after) or re.search(_ZH_INFO,
+                                                                                                         after):
                 return "absence"
             if re.search(r"(?:价格|名字|日期|时间|地址|原因|年龄|金额|细节|具体)", after):
                 return "absence"
@@ -279,8 +287,8 @@ def _zh_kind(clause: str) -> str:
     return "content"
 
 
-PREFIX = re.compile(r"^(?:(?:the )?(?:final )?answer(?: is)?|a|reply|response|user|assistant|答案(?:是|为)?|回答|答复|用户|助手)"
-                     r"\s*[:：]\s*", re.I)
+PREFIX = re.compile(r"^(?:(?:the )?(?:final )?answer(?: is)?|a|reply|response|user|assistant|答案(?:是|为)?|回答|答复|"
+                    r"用户|助手)\s*[:：]\s*", re.I)
 
 
 def clauses(answer: str) -> list[Clause]:
@@ -299,7 +307,8 @@ def clauses(answer: str) -> list[Clause]:
 
 PROTOCOL = re.compile(r"^\s*(?:not mentioned|没有提到)\s*[.。!！]", re.I)
 _OFFER = re.compile(r"^(?:but|however|though|although|still|probably|maybe|perhaps|possibly|likely|i think|i believe|"
-                    r"i guess|my guess|if i had to|但|但是|不过|可是|可能|也许|大概|估计|我觉得|我猜|我认为|应该)", re.I)
+                    r"i guess|my guess|if i had to|但|但是|不过|可是|可能|也许|大概|估计|我觉得|我猜|我认为|应该)",
+                    re.I)
 
 
 class StructuralDetector:

@@ -35,37 +35,46 @@ _CJK = re.compile(r"[\u4e00-\u9fff]")
 _TOPIC = re.compile(r"^(?:关于|至于|对于|说到|about(?!\s+\d)|regarding|as for|as to)", re.I)
 _YES_NO = re.compile(r"^(?:yes|yeah|yep|no|nope|没有|没|不是|不|是的|是|对|没错)$", re.I)
 _EN_CONTRAST = r"(?:but|though|although|however|still|yet|and|so)"
-_CUT = re.compile(rf"[.;!?。；！？…]+\s*|[,，:：、]\s*|\s+(?={_EN_CONTRAST}\b)|(?=(?:不过|但是|可是|但|所以)(?!是))", re.I)
-_LEAD = re.compile(rf"^(?:(?:{_EN_CONTRAST}|actually|well|also|then|anyway)\b|不过|但是|可是|但|所以|其实|而且)\s*", re.I)
+_CUT = re.compile(rf"[.;!?。；！？…]+\s*|[,，:：、]\s*|\s+(?={_EN_CONTRAST}\b)|(?=(?:不过|但是|可是|但|所以)(?!是))",
+                  re.I)
+_LEAD = re.compile(rf"^(?:(?:{_EN_CONTRAST}|actually|well|also|then|anyway)\b|不过|但是|可是|但|所以|其实|而且)\s*",
+                   re.I)
 _CONTRAST = re.compile(r"^(?:(?:but|though|although|however|still|yet)\b|不过|但是|可是|但)", re.I)
 
 # a report of what the user said: the value follows it in the same segment
-_EN_REPORT = re.compile(r"^(?:as )?you (?:did |also |once |already |definitely )?(?:mention(?:ed)?|said|say|told me|tell me|"
-                        r"told us|wrote|shared|let me know)(?: (?:before|earlier|once|last time|previously))?(?: that)?\s+(?P<v>.+)$", re.I)
-_ZH_REPORT = re.compile(r"^你(?:确实|之前|以前|上次|也)?(?:跟我|和我|对我)?(?:提到过|提过|提到|说过|讲过|告诉过我|告诉我)(?:了)?(?P<v>.+)$")
+_EN_REPORT = re.compile(r"^(?:as )?you (?:did |also |once |already |definitely )?(?:mention(?:ed)?|said|say|told me|"
+                        r"tell me|told us|wrote|shared|let me know)(?: (?:before|earlier|once|last time|"
+                        r"previously))?(?: that)?\s+(?P<v>.+)$", re.I)
+_ZH_REPORT = re.compile(
+    r"^你(?:确实|之前|以前|上次|也)?(?:跟我|和我|对我)?(?:提到过|提过|提到|说过|讲过|告诉过我|告诉我)(?:了)?(?P<v>.+)$")
 # attributions: a segment that only says where the value came from
 _EN_ATTRIBUTION = re.compile(
-    r"^(?:(?:as|like) you (?:told me|said|mentioned|wrote)|(?:from|going by|according to|based on) (?:what you (?:told me|said|"
-    r"mentioned|wrote)|our (?:earlier |last |previous )?(?:chats?|conversations?|talk))|you (?:mentioned|said|told me) (?:it|that|"
-    r"so)|as far as you told me|so that'?s my answer|that'?s what you told me)\b", re.I)
-_ZH_ATTRIBUTION = re.compile(r"^(?:按你说的|按照你说的|照你说的|根据你说的|据你说|你(?:之前|以前|上次)?(?:跟我)?(?:说过|提过|讲过)的?|"
-                             r"这是你(?:之前|以前|上次)?(?:告诉我|跟我说|说|提)的|这是我们(?:之前|以前|上次)?聊到的|"
-                             r"你上次聊到的时候提过|所以答案就是这个|你之前说过)")
+    r"^(?:(?:as|like) you (?:told me|said|mentioned|wrote)|(?:from|going by|according to|"
+    r"based on) (?:what you (?:told me|said|mentioned|wrote)|our (?:earlier |last |previous )?(?:chats?|conversations?|"
+    r"talk))|you (?:mentioned|said|told me) (?:it|that|so)|as far as you told me|so that'?s my answer|"
+    r"that'?s what you told me)\b", re.I)
+_ZH_ATTRIBUTION = re.compile(r"^(?:按你说的|按照你说的|照你说的|根据你说的|据你说|你(?:之前|以前|"
+                             r"上次)?(?:跟我)?(?:说过|提过|讲过)的?|这是你(?:之前|以前|上次)?(?:告诉我|跟我说|说|提)的|"
+                             r"这是我们(?:之前|以前|上次)?聊到的|你上次聊到的时候提过|所以答案就是这个|你之前说过)")
 # a correction, a reassurance or a regret, a yes or a no: what may open a committed answer
 _EN_OPENER = re.compile(
-    r"^(?:(?:no|nope|not|it wasn't|it isn't|it's not|that wasn't|that's not) (?!(?:sure|certain|something|anything|much|that|idea|clue|record|information|details?|mentioned|told)\b)"
-    r"[\w' -]{1,30}|no need to worry|don't worry|not to worry|good news|unfortunately|sadly|i'm afraid|"
-    r"unfortunately it'?s not what you hoped|it'?s not what you hoped|yes|yeah|yep|no|nope)$", re.I)
-_ZH_OPENER = re.compile(r"^(?:不是[\u4e00-\u9fffA-Za-z0-9]{1,12}|不用担心|别担心|放心|很遗憾|可惜|和你希望的不一样|没有|不是|不|是的|对|没错|嗯)$")
+    r"^(?:(?:no|nope|not|it wasn't|it isn't|it's not|that wasn't|that's not) (?!(?:sure|certain|something|anything|"
+    r"much|that|idea|clue|record|information|details?|mentioned|told)\b)[\w' -]{1,30}|no need to worry|don't worry|"
+    r"not to worry|good news|unfortunately|sadly|i'm afraid|unfortunately it'?s not what you hoped|"
+    r"it'?s not what you hoped|yes|yeah|yep|no|nope)$", re.I)
+_ZH_OPENER = re.compile(
+    r"^(?:不是[\u4e00-\u9fffA-Za-z0-9]{1,12}|不用担心|别担心|放心|很遗憾|可惜|和你希望的不一样|没有|不是|不|是的|对|"
+    r"没错|嗯)$")
 
 # a guess with a value
 _EN_GUESS = re.compile(
     r"(?:\bif i (?:had|have) to guess\b[, ]*(?:i'?d say|i would say|i'?d guess|it'?s|it would be|probably|maybe)?|"
     r"\bmy (?:best |only )?guess (?:would be|is|'d be)|\bi'?d (?:guess|say|bet)|\bi would (?:guess|say|bet)|"
     r"\b(?:probably|maybe|perhaps|possibly|likely)\b)\s*:?\s*(?P<v>.*)$", re.I)
-_ZH_GUESS = re.compile(r"(?:硬要猜的话|要我猜的话|如果要猜的话?|我(?:最好的)?猜测?(?:是|的话)?|(?:最好的)?猜测是|只能猜|我觉得是|可能是|也许是|"
-                       r"大概是|估计是|或许是|应该是|多半是)(?P<v>.*)$")
-_DECLINE = re.compile(r"\b(?:not?|never|nothing|none|unsure|unknown|uncertain|unclear|lack\w*|without)\b|n't|[不没无未]", re.I)
+_ZH_GUESS = re.compile(r"(?:硬要猜的话|要我猜的话|如果要猜的话?|我(?:最好的)?猜测?(?:是|的话)?|(?:最好的)?猜测是|"
+                       r"只能猜|我觉得是|可能是|也许是|大概是|估计是|或许是|应该是|多半是)(?P<v>.*)$")
+_DECLINE = re.compile(
+    r"\b(?:not?|never|nothing|none|unsure|unknown|uncertain|unclear|lack\w*|without)\b|n't|[不没无未]", re.I)
 
 
 def _segments(text: str) -> list[str]:

@@ -46,7 +46,8 @@ def features(answer: str, structural: StructuralDetector | None = None) -> list[
     """The hand features beside the e5 vector: the structural verdict, its absence / content clause counts."""
     parts = clauses(answer)
     verdict = (structural or StructuralDetector()).is_abstention(answer)
-    return [float(verdict), float(sum(c.kind == "absence" for c in parts)), float(sum(c.kind == "content" for c in parts))]
+    return [float(verdict), float(sum(c.kind == "absence" for c in parts)),
+            float(sum(c.kind == "content" for c in parts))]
 
 
 @lru_cache(maxsize=1)
@@ -91,8 +92,8 @@ def design(texts: list[str], vectors=None):
 def load_weights(path: str = str(WEIGHTS)) -> dict[str, Any]:
     p = Path(path)
     if not p.is_file():
-        raise FileNotFoundError(f"{p}: no weights for the learned abstention component (`dkilab bench abstention --train` "
-                                "writes them)")
+        raise FileNotFoundError(f"{p}: no weights for the learned abstention component (`dkilab bench abstention "
+                                f"--train` writes them)")
     w = json.loads(p.read_text(encoding="utf-8"))
     for key in ("version", "coef", "intercept", "threshold"):
         if key not in w:
@@ -130,14 +131,16 @@ class HybridDetector:
     def digest(self) -> str:
         """A digest of what decides (rules version, coefficients, intercept, threshold): in the cell's detector card."""
         w = self.weights
-        return hashlib.sha1(json.dumps([RULES_VERSION, w["coef"], w["intercept"], w["threshold"]]).encode()).hexdigest()[:12]
+        return hashlib.sha1(json.dumps([RULES_VERSION, w["coef"], w["intercept"],
+                                        w["threshold"]]).encode()).hexdigest()[:12]
 
     def probability(self, answers: list[str]):
         w = self.weights
         X = design(answers)
         if len(w["coef"]) != X.shape[1]:
-            raise ValueError(f"the abstention weights (version {w['version']}) have {len(w['coef'])} coefficients but the "
-                             f"detector's design has {X.shape[1]} columns: refit them with `dkilab bench abstention --train`")
+            raise ValueError(f"the abstention weights (version {w['version']}) have {len(w['coef'])} coefficients but "
+                             f"the detector's design has {X.shape[1]} columns: refit them with `dkilab bench "
+                             "abstention --train`")
         z = X @ np.asarray(w["coef"], dtype=np.float32) + float(w["intercept"])
         return 1.0 / (1.0 + np.exp(-z))
 

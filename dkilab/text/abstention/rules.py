@@ -29,30 +29,33 @@ CUES = re.compile(r"\b(?:not?|n't|never|none|nothing|nobody|nowhere|neither|nor|
                    # name to yourself", "You left out the address", "It slipped past me"): never a sure answer
                    r"to yourself|left\b[^.;]*\bout|slipp\w*|held back|withh[eo]ld\w*|omit\w*|skipp\w*|glossed over|"
                    r"hole|gap|in the dark|making it up|invent\w*|mystery)\b|"
-                   r"n't|[不没無无未缺忘否别莫]|想不|记不|印象|记录|提过|提到|聊过|告诉|确定|猜|抱歉|遗憾|恐怕|瞎编|乱编|编的|骗你|"
-                   r"漏掉|略过|保密|空白", re.I)
+                   r"n't|[不没無无未缺忘否别莫]|想不|记不|印象|记录|提过|提到|聊过|告诉|确定|猜|抱歉|遗憾|恐怕|瞎编|"
+                   r"乱编|编的|骗你|漏掉|略过|保密|空白", re.I)
 
 
-_FRAGMENT = re.compile(r"(?:unknown|not sure|unsure|no idea|no clue|i (?:don't|do not) know|n/?a|insufficient (?:information|info|data)|"
-                       r"not enough (?:information|info)|can't say|cannot say|hard to say|no information|"
-                       r"未知|不确定|不知道|不清楚|不详|无从得知|无法确定|没法确定|没有提到|没提到|没有信息|不记得)"
-                       r"(?:[,，]\s*(?:sorry|i'm afraid|抱歉))?", re.I)
+_FRAGMENT = re.compile(r"(?:unknown|not sure|unsure|no idea|no clue|i (?:don't|do not) know|n/?a|"
+                       r"insufficient (?:information|info|data)|not enough (?:information|info)|can't say|cannot say|"
+                       r"hard to say|no information|未知|不确定|不知道|不清楚|不详|无从得知|无法确定|没法确定|没有提到|"
+                       r"没提到|没有信息|不记得)(?:[,，]\s*(?:sorry|i'm afraid|抱歉))?", re.I)
 
 
-_GUESS = re.compile(r"\b(?:i think it was|i believe it was|probably|maybe|perhaps|possibly)\b|可能是|大概是|好像是|应该是|也许是",
+_GUESS = re.compile(r"\b(?:i think it was|i believe it was|probably|maybe|perhaps|possibly)\b|可能是|大概是|好像是|"
+                    r"应该是|也许是",
                     re.I)
-_HEDGE = re.compile(r"^(?:probably|maybe|perhaps|possibly|likely|i think|i believe|i guess|my guess|if i had to|可能|也许|大概|"
-                    r"估计|我觉得|我猜|我认为|应该)", re.I)
+_HEDGE = re.compile(r"^(?:probably|maybe|perhaps|possibly|likely|i think|i believe|i guess|my guess|if i had to|可能|"
+                    r"也许|大概|估计|我觉得|我猜|我认为|应该)", re.I)
 _CONTRAST = re.compile(r"^(?:but|however|though|although|still|yet|但是?|不过|可是|后来才?|最后)\s*[,，]?\s*", re.I)
 SPEAKER = re.compile(r"\b(?:i|i'm|i've|i'd|me|my|mine|we|we've|us|our)\b|我", re.I)
 _ZH_ATTRIBUTIVE = re.compile(r"^不[\u4e00-\u9fff]{1,4}的[\u4e00-\u9fff]")
 _ZH_FIRST_PERSON_ABSENCE = re.compile(r"我(?:们)?(?:一点儿?(?:也|都)|完全|真的|实在|确实|也|还|都|根本|压根儿?)*"
                                       r"(?:无法|不|没|记不|想不|答不|说不)")
 # a run of two or more capitalised words ("Nothing Else Matters", "I Can't Remember"): a title or a name
-_TITLE_RUN = re.compile(r"\b[A-Z][\w'’]*(?:[ ,]+(?:(?:of|to|a|an|the|for|in|on|and|or|me|you|my|it|is|be)\b[ ]*)*[A-Z][\w'’]*)+")
-_PERSON_NOUN = (r"(?:sister|brother|boss|mum|mom|mother|dad|father|colleague|son|daughter|husband|wife|partner|landlord|"
-                r"landlady|doctor|friend|teacher|manager|neighbou?r|roommate|flatmate|aunt|uncle|cousin|grandma|grandmother|"
-                r"grandpa|grandfather|kids?|children|girlfriend|boyfriend|co-?worker|parents?|family|"
+_TITLE_RUN = re.compile(
+    r"\b[A-Z][\w'’]*(?:[ ,]+(?:(?:of|to|a|an|the|for|in|on|and|or|me|you|my|it|is|be)\b[ ]*)*[A-Z][\w'’]*)+")
+_PERSON_NOUN = (r"(?:sister|brother|boss|mum|mom|mother|dad|father|colleague|son|daughter|husband|wife|partner|"
+                r"landlord|landlady|doctor|friend|teacher|manager|neighbou?r|roommate|flatmate|aunt|uncle|cousin|"
+                r"grandma|grandmother|grandpa|grandfather|kids?|children|girlfriend|boyfriend|co-?worker|parents?|"
+                r"family|"
                 # rules version 8: trades and other people a user deals with
                 r"plumber|electrician|mechanic|builder|contractor|lawyer|solicitor|accountant|dentist|nurse|vet|"
                 r"therapist|coach|trainer|tutor|agent|realtor|estate agent|driver|courier|nanny|babysitter|cleaner|"
@@ -61,8 +64,8 @@ _PERSON_NOUN = (r"(?:sister|brother|boss|mum|mom|mother|dad|father|colleague|son
 _EN_NOUN_PHRASE = rf"(?:your|my|his|her|their|the|our) (?:\w+ )?{_PERSON_NOUN}s?\b(?!'s)"
 _EN_PERSON = re.compile(rf"^(?:(?:he|she|they)\b|{_EN_NOUN_PHRASE}|"
                         r"(?:nobody|no one)\b)", re.I)
-_ZH_PERSON_NOUN = (r"(?:妈妈|爸爸|爸|妈|同事|老板|哥哥|姐姐|妹妹|弟弟|儿子|女儿|老公|老婆|丈夫|妻子|朋友|房东|医生|老师|经理|客户|邻居|"
-                   r"室友|家人|父母|孩子|领导|男朋友|女朋友|"
+_ZH_PERSON_NOUN = (r"(?:妈妈|爸爸|爸|妈|同事|老板|哥哥|姐姐|妹妹|弟弟|儿子|女儿|老公|老婆|丈夫|妻子|朋友|房东|医生|"
+                   r"老师|经理|客户|邻居|室友|家人|父母|孩子|领导|男朋友|女朋友|"
                    # 规则第 8 版：行当和用户打交道的人
                    r"水管工|电工|修车师傅|师傅|中介|律师|会计|牙医|护士|兽医|教练|家教|司机|快递员|快递|保姆|保洁|前台|"
                    r"服务员|店员|客服|物业|保安|同学|舍友|上司|主管|表哥|表姐|表弟|表妹|堂哥|堂姐|叔叔|舅舅|姑姑|阿姨|"
@@ -70,10 +73,10 @@ _ZH_PERSON_NOUN = (r"(?:妈妈|爸爸|爸|妈|同事|老板|哥哥|姐姐|妹妹
 _ZH_NOUN_PHRASE = rf"(?:你|他|她)?的?{_ZH_PERSON_NOUN}"  # 你妹妹, 她的同事, 水管工
 _ZH_PERSON = re.compile(rf"^(?:他们|她们|他|她|没人|{_ZH_NOUN_PHRASE}|老[\u4e00-\u9fff])(?!的)")
 # what a person in the story did not know, remember or find: a fact about them, not about the conversation
-_KNOWING = re.compile(r"\b(?:know|knew|known|remember\w*|recall\w*|idea|sure|find|found|forg[eo]t\w*|heard|understand\w*|"
-                      r"notice\w*|realis\w*|realiz\w*|tell anyone|told anyone|blank|clue|in the dark|ring (?:a|any) bells?)\b|"
-                      r"知道|清楚|记得|确定|想不起|想起|记不|听说|明白|发现|忘|跟任何人|告诉任何人|告诉别人|一无所知|印象|头绪|一头雾水|"
-                      r"摸不着头脑", re.I)
+_KNOWING = re.compile(r"\b(?:know|knew|known|remember\w*|recall\w*|idea|sure|find|found|forg[eo]t\w*|heard|"
+                      r"understand\w*|notice\w*|realis\w*|realiz\w*|tell anyone|told anyone|blank|clue|in the dark|"
+                      r"ring (?:a|any) bells?)\b|知道|清楚|记得|确定|想不起|想起|记不|听说|明白|发现|忘|跟任何人|"
+                      r"告诉任何人|告诉别人|一无所知|印象|头绪|一头雾水|摸不着头脑", re.I)
 _TO_US = re.compile(r"\b(?:to|with) (?:me|us)\b|\b(?:told|tell|shared|mentioned|said) (?:me|us)\b|"
                     r"(?:跟|和|对|向|给)(?:我|我们)|告诉(?:我|我们)", re.I)
 # idioms that only sound like absence: "不知道为什么，你那天特别开心" (for some reason, you were happy)
@@ -82,8 +85,8 @@ WH = re.compile(r"\b(?:why|what|where|when|which|who|whose|how|whether)\b|什么
 # the user's own words reported back: "You said you don't eat pork", "You don't drive at night, you told me",
 # "你说过你不吃猪肉", "你不喝咖啡，你跟我说过": a fact about the user, whatever its negation
 _REPORTED_USER = re.compile(
-    r"^(?:as )?you (?:said|told me|mentioned)(?: that)? you(?:'re| are| were)? (?:don't|do not|didn't|did not|can't|cannot|"
-    r"never|won't|aren't|weren't|not|no longer)\b|"
+    r"^(?:as )?you (?:said|told me|mentioned)(?: that)? you(?:'re| are| were)? (?:don't|do not|didn't|did not|can't|"
+    r"cannot|never|won't|aren't|weren't|not|no longer)\b|"
     r"^you (?:don't|do not|didn't|did not|can't|cannot|never|aren't|weren't)\b[^.;]*,\s*(?:as )?you (?:told me|said)\b|"
     # rules version 10: "You said you had no plans"
     r"^(?:as )?you (?:said|told me|mentioned)(?: that)? you (?:had|have|'d|'ve) (?:no|nothing)\b|"
@@ -91,24 +94,25 @@ _REPORTED_USER = re.compile(
     r"^你(?:不|从来不|从不|没)[^，,。]+[，,]\s*你(?:跟我|和我)?(?:说过|说的|告诉过我)", re.I)
 # an embedded question, then "I don't know": "你最后选了哪套房子，我不知道", "What colour it was, I couldn't say"
 _DONT_KNOW_LAST = re.compile(
-    r"^(?:我|我们)?(?:真|也|实在|确实|完全|真的|一时|一下子|暂时)?(?:不知道|不清楚|说不上来|说不准|说不好|不记得|记不得|记不清|想不起来|答不上来|没法说|"
-    r"不确定)(?:了|啊|呢)?$|^(?:i|we) (?:really |honestly |just )?(?:couldn't|can't|cannot|don't|do not) (?:say|tell|know|recall|"
-    r"remember)$", re.I)
+    r"^(?:我|我们)?(?:真|也|实在|确实|完全|真的|一时|一下子|暂时)?(?:不知道|不清楚|说不上来|说不准|说不好|不记得|"
+    r"记不得|记不清|想不起来|答不上来|没法说|不确定)(?:了|啊|呢)?$|^(?:i|we) (?:really |honestly |just )?(?:couldn't|"
+    r"can't|cannot|don't|do not) (?:say|tell|know|recall|remember)$", re.I)
 # the Chinese negative potential complement on a verb of saying or judging, said by the answerer or of the
 # record: "我说不出来", "从之前的对话里判断不出来" (an inability to say, not a fact about someone in the story)
-_ZH_SOURCE_ADVERBIAL = re.compile(r"^(?:从|根据|按照?|就|在)[^，,。]{0,14}?(?:对话|聊天|记录|消息|内容|信息)(?:里|中|来看|看来|上|看)?")
-_ZH_CANNOT_SAY = re.compile(r"^(?:我|我们)?(?:也|真|实在|确实|完全|真的|暂时|还)?(?:说|判断|想|答|回答|看|查|确定|分辨|猜)"
-                            r"(?:不出来?|不上来)(?:了|啊|呢|吧)?$")
+_ZH_SOURCE_ADVERBIAL = re.compile(
+    r"^(?:从|根据|按照?|就|在)[^，,。]{0,14}?(?:对话|聊天|记录|消息|内容|信息)(?:里|中|来看|看来|上|看)?")
+_ZH_CANNOT_SAY = re.compile(r"^(?:我|我们)?(?:也|真|实在|确实|完全|真的|暂时|还)?(?:说|判断|想|答|回答|看|查|确定|分辨|"
+                            r"猜)(?:不出来?|不上来)(?:了|啊|呢|吧)?$")
 # idioms of not knowing (rules version 4). Said by the answerer ("I'm drawing a blank on it", "I'm in the
 # dark about that", "我一无所知") they abstain; said of a person in the story ("Your boss drew a blank") they
 # are a fact about that person. The first kind needs the answerer as subject, the second takes the topic as
 # subject ("What your boss said doesn't ring a bell", "That's a mystery to me", "这个我毫无头绪").
 _EN_IDIOM_I = re.compile(
-    r"\b(?:i'm|i am|we're|we are|i've been|we've been)(?: \w+ly)?(?: just| still)? (?:drawing a (?:complete |total )?blank|"
-    r"coming up (?:empty|blank|short)|(?:completely |totally )?in the dark|stumped|at a loss|clueless)\b|"
+    r"\b(?:i'm|i am|we're|we are|i've been|we've been)(?: \w+ly)?(?: just| still)? (?:drawing a (?:complete |"
+    r"total )?blank|coming up (?:empty|blank|short)|(?:completely |totally )?in the dark|stumped|at a loss|clueless)\b|"
     r"\bi (?:draw|drew|have drawn|'ve drawn) a (?:complete |total )?blank\b|\bi (?:come|came|have come|'ve come) up "
-    r"(?:empty|blank|short)\b|\b(?:i'd|i would|we'd|we would) (?:only |just )?be (?:making (?:it|that|something|things) "
-    r"up|guessing|inventing|making things up)\b|"
+    r"(?:empty|blank|short)\b|\b(?:i'd|i would|we'd|we would) (?:only |just )?be (?:making (?:it|that|something|"
+    r"things) up|guessing|inventing|making things up)\b|"
     # rules version 6: the first the answerer hears of it, what the answerer cannot speak to, a gap in what it knows
     r"\bthe first (?:i'm|i am|i've|i have) (?:hearing|heard) (?:of|about)\b|"
     r"\bi(?: can't| cannot| can not| am not able to|'m not able to| am unable to|'m unable to) (?:speak to|answer for|"
@@ -126,11 +130,12 @@ _EN_LEAD = re.compile(r"^(?:(?:honestly|frankly|truthfully|sadly|unfortunately|r
 _EN_REPORTED_OPENER = re.compile(r"^(?:as )?you (?:said|told me|mentioned|wrote)(?: that)?\s+", re.I)
 _EN_FOR_SOMEONE = re.compile(r"\bfor (?:him|her|them|your|his|their|[A-Z][a-z]+)\b")
 _ZH_IDIOM = re.compile(r"(?:一无所知|毫无头绪|没(?:有)?(?:什么|任何)?头绪|一头雾水|摸不着头脑|不得而知|"
-                       r"无从(?:知道|得知|知晓|判断|说起|查证)|没(?:有)?(?:什么|任何)?印象|(?:一点|什么|任何)印象(?:都|也)没(?:有)?|"
-                       r"(?:想|记)不起来|"
+                       r"无从(?:知道|得知|知晓|判断|说起|查证)|没(?:有)?(?:什么|任何)?印象|(?:一点|什么|任何)印象(?:都|"
+                       r"也)没(?:有)?|(?:想|记)不起来|"
                        r"脑子(?:里)?一片空白|两眼一抹黑|"
                        # rules version 6
-                       r"(?:还是)?第一次听(?:说|到)|头一回听|(?:没法|无法|不能)替你(?:回答|作答)|推断不出|推不出|推断不了|判断不了|"
+                       r"(?:还是)?第一次听(?:说|到)|头一回听|(?:没法|无法|不能)替你(?:回答|作答)|推断不出|推不出|"
+                       r"推断不了|判断不了|"
                        # rules version 10: the answerer would be making it up ("我要是说了就是瞎编", "那是在骗你")
                        r"(?:就是|那是|那就是|都是)(?:在)?(?:瞎编|乱编|编的|骗你|胡说|乱说|乱猜|瞎猜))(?!的)")
 _ZH_TOPIC_START = re.compile(r"^(?:这个|这件事|这事|那个|那件事|那事|这|那|对此|关于这个|至于这个)")
@@ -141,20 +146,20 @@ _ZH_TOPIC_START = re.compile(r"^(?:这个|这件事|这事|那个|那件事|那�
 _NOT_ABSENCE = re.compile(
     r"\b(?:can'?t|cannot|couldn'?t) (?:wait|believe|get enough|stop (?:smiling|thinking)|help (?:but|myself))\b|"
     r"\b(?:i'?ll|i will|we'?ll|i) (?:never|not) forget\b|\bwill never forget\b|\bdon'?t (?:worry|hesitate)\b|"
-    r"\bnever (?:give up|say never|gets? old)\b|\bnot (?:only|just|bad|to mention)\b|\bno (?:wonder|problem|worries|doubt)\b|"
-    r"\bwho (?:doesn'?t|wouldn'?t|don'?t) (?:love|like|know|enjoy)\b|"
-    r"(?:只)?不过|不错|不客气|没问题|不用谢|没关系|不得不|忍不住|了不起|不少|不停|不断|差不多|不仅|不但|不光|不只|不止|不管|"
-    r"不如|没错|不然|不久|难不(?:倒|住)|不(?:算|低|贵|便宜|远|小|高|长|短)(?!清楚|确定|记得|了解|知道|明白|懂|太)|"
+    r"\bnever (?:give up|say never|gets? old)\b|\bnot (?:only|just|bad|to mention)\b|\bno (?:wonder|problem|worries|"
+    r"doubt)\b|\bwho (?:doesn'?t|wouldn'?t|don'?t) (?:love|like|know|enjoy)\b|"
+    r"(?:只)?不过|不错|不客气|没问题|不用谢|没关系|不得不|忍不住|了不起|不少|不停|不断|差不多|不仅|不但|不光|不只|不止|"
+    r"不管|不如|没错|不然|不久|难不(?:倒|住)|不(?:算|低|贵|便宜|远|小|高|长|短)(?!清楚|确定|记得|了解|知道|明白|懂|太)|"
     r"(?:怎么|哪)(?:可能|能|会)?不(?:知道|记得|了解|认识|喜欢)|能不(?:知道|记得|了解)(?:嘛|吗|呢)|"
     r"(?:有谁|谁|哪有人|还会有人|还有人|哪个人|没有人|没人)(?:会)?不(?:知道|认识|了解|喜欢|记得)|"
     # rules version 13: wondering about the listener ("不知道你会不会喜欢", "不知道你有没有看过"): no absence
     r"不知道你们?(?:会不会|喜不喜欢|有没有|是不是|是否|能不能|感不感兴趣|爱不爱|觉得|看过|听过|去过)|"
     r"([\u4e00-\u9fff])不\1|(?:知道|了解|晓得|好|对|是|行|喜欢|记得|认识)不(?=\s*[？?])", re.I)
-# rules version 11: a first clause that is a bare answer word ("是的", "对", "没错", "知道", "看过", "Yes", "Yep") or states
-# a number, a date or a title, with no word of absence, answers; what follows may disclaim another part ("他出生于
-# 1962年，但我不知道他在哪里出生", "Yes, but I don't remember the year")
-_ANSWER_WORD = re.compile(r"^(?:是的?|是(?:啊|呀|呢)|嗯+|对(?:的|呀|啊)?|没错|当然(?:了|啦)?|知道(?:呀|啊)?|看过(?:呀|啊)?|听过(?:呀|啊)?|去过(?:呀|啊|的)?|"
-                          r"yes|yeah|yep|yup|definitely|absolutely)$", re.I)
+# rules version 11: a first clause that is a bare answer word ("是的", "对", "没错", "知道", "看过", "Yes", "Yep") or
+# states a number, a date or a title, with no word of absence, answers; what follows may disclaim another part
+# ("他出生于 1962年，但我不知道他在哪里出生", "Yes, but I don't remember the year")
+_ANSWER_WORD = re.compile(r"^(?:是的?|是(?:啊|呀|呢)|嗯+|对(?:的|呀|啊)?|没错|当然(?:了|啦)?|知道(?:呀|啊)?|看过(?:呀|"
+                          r"啊)?|听过(?:呀|啊)?|去过(?:呀|啊|的)?|yes|yeah|yep|yup|definitely|absolutely)$", re.I)
 _TOPIC_OPENER = re.compile(r"^(?:关于|至于|对于|说到)|^(?:about|regarding|as for|as to|on)\b", re.I)
 # rules version 12 (written from the English dev part of the check on replies by other people): words of knowing,
 # telling, records and the answerer's role. A clause without one of them, and without a word of absence, tells
@@ -171,11 +176,12 @@ EN_ABOUT_KNOWING = re.compile(
 # rules version 13 (written from the Chinese dev part of the check on replies by other people): words of knowing,
 # telling and records in Chinese; a Chinese answer that speaks of the answerer without one of them, and without a
 # word of absence, answers
-ZH_ABOUT_KNOWING = re.compile(r"知道|清楚|记得|记住|了解|印象|确定|信息|记录|资料|内容|聊|提|说过|讲过|告诉|问|答|猜|想起|想不|忘|听说|"
-                               r"范围|超出|以外|之外|空白|头绪|数据|知识|懂|明白|查")
-# a topic, then "don't know", then only questions back ("这个不清楚，你知道导演是谁吗？", "这就不知道了，你知道他是哪里人吗？")
-_ZH_TOPIC_UNKNOWN = re.compile(r"^(?:这个|这|那个|那|这事|那事)?(?:就|我)?(?:也|真|还真是?|实在|确实)?(?:不知道|不清楚|不记得|不了解|说不上来)"
-                               r"(?:了|呢|啊|呀)?$")
+ZH_ABOUT_KNOWING = re.compile(r"知道|清楚|记得|记住|了解|印象|确定|信息|记录|资料|内容|聊|提|说过|讲过|告诉|问|答|猜|"
+                              r"想起|想不|忘|听说|范围|超出|以外|之外|空白|头绪|数据|知识|懂|明白|查")
+# a topic, then "don't know", then only questions back ("这个不清楚，你知道导演是谁吗？",
+# "这就不知道了，你知道他是哪里人吗？")
+_ZH_TOPIC_UNKNOWN = re.compile(r"^(?:这个|这|那个|那|这事|那事)?(?:就|我)?(?:也|真|还真是?|实在|确实)?(?:不知道|不清楚|"
+                               r"不记得|不了解|说不上来)(?:了|呢|啊|呀)?$")
 RULES_VERSION = "14"  # 14: `commit.commitment` decides first (a reply that commits to a value answers)
 
 
@@ -278,29 +284,33 @@ def _person_does_not_know(parts) -> bool:
 # rules version 8: a person of the user's life named by a noun ("Your brother", "The plumber", "中介那边"), not a
 # pronoun or a name (the user themself, in a dataset that speaks of the user in the third person)
 _EN_NOUN_PERSON = re.compile(rf"^{_EN_NOUN_PHRASE}", re.I)
-_ZH_NOUN_PERSON = re.compile(rf"^(?:{_ZH_NOUN_PHRASE}|[\u4e00-\u9fff]{{1,6}}的人)(?:那边|那儿|们)?(?:也|还|都|一直|从来|根本|并|就|却|压根儿?)*"
-                             r"(?:没|不|未|从没|从未)")  # the subject, then its negation ("你邻居家猫的品种" is a topic)
+_ZH_NOUN_PERSON = re.compile(rf"^(?:{_ZH_NOUN_PHRASE}|[\u4e00-\u9fff]{{1,6}}的人)(?:那边|那儿|们)?(?:也|还|都|一直|"
+                             r"从来|根本|并|就|却|压根儿?)*"
+                             # the subject, then its negation ("你邻居家猫的品种" is a topic)
+                             r"(?:没|不|未|从没|从未)")
 # the user telling (or not telling) someone else: "You didn't mention the party to your boss", "You told your
 # sister you couldn't make it", "你没跟你妈说这件事"
 _EN_NEG = r"(?:(?:didn't|did not|never|haven't|have not|hadn't|had not|still haven't|also|already|only) )?(?:ever )?"
 _EN_TOLD_OTHER = re.compile(  # rules version 10: any recipient after "tell" ("You didn't tell your sponsor")
-    rf"^you {_EN_NEG}(?:tell|told|warn(?:ed)?|remind(?:ed)?|invite[d]?|ask(?:ed)?|text(?:ed)?|call(?:ed)?|e-?mail(?:ed)?) "
-    rf"(?:(?:your|his|her|their) [\w-]+|(?:the|your) (?:\w+ )?{_PERSON_NOUN}s?|any(?:one|body))\b|"
+    rf"^you {_EN_NEG}(?:tell|told|warn(?:ed)?|remind(?:ed)?|invite[d]?|ask(?:ed)?|text(?:ed)?|call(?:ed)?|"
+    fr"e-?mail(?:ed)?) (?:(?:your|his|her|their) [\w-]+|(?:the|your) (?:\w+ )?{_PERSON_NOUN}s?|any(?:one|body))\b|"
     rf"^you {_EN_NEG}(?:tell|told|mention(?:ed)?|say|said|show(?:ed|n)?|share[d]?|explain(?:ed)?|admit(?:ted)?|reply|"
     rf"replied|answer(?:ed)?|introduce[d]?|text(?:ed)?|e-?mail(?:ed)?) "
     rf"(?:(?!what|where|when|which|who|whose|how|why|whether)[\w'-]+ ){{0,5}}?(?:to|with) "
     rf"(?:(?:your|his|her|their|the) [\w-]+|any(?:one|body))\b", re.I)
-_ZH_TOLD_OTHER = re.compile(r"^你(?:也|还|一直|从来|从)?(?:没|没有|不|不想|不敢)?(?:(?:跟|和|对|向|给)(?!我)(?:你的?)?[\u4e00-\u9fff]{1,6}?"
-                            r"(?:说|讲|提|聊|谈|解释|交代|透露)|告诉(?!过?我)(?:你的?)?[\u4e00-\u9fff]{1,6})")
+_ZH_TOLD_OTHER = re.compile(r"^你(?:也|还|一直|从来|从)?(?:没|没有|不|不想|不敢)?(?:(?:跟|和|对|向|"
+                            r"给)(?!我)(?:你的?)?[\u4e00-\u9fff]{1,6}?(?:说|讲|提|聊|谈|解释|交代|透露)|"
+                            r"告诉(?!过?我)(?:你的?)?[\u4e00-\u9fff]{1,6})")
 
 
 # what was or was not said, named or recorded (rules version 9): with a person as subject ("Your boss wasn't
 # mentioned", "The plumber never came up", "Your sister didn't say", "你的房东没有出现在聊天里") it may be the
 # conversation that lacks it, an abstention; the learned component decides those
 _EN_SAYING = re.compile(r"\b(?:mention\w*|say|says|said|tell|tells|told|talk\w*|discuss\w*|spoke|spoken|speak\w*|"
-                        r"c[oa]me up|comes up|coming up|br(?:ing|ought) up|named?|specif\w*|shar\w*|record\w*|not(?:e|ed)|"
-                        r"cover\w*|appear\w*|given|stated?|referr\w*|reference\w*)\b", re.I)
-_ZH_SAYING = re.compile(r"(?:没|不|未|从没|从未)(?:有)?(?:被|跟你|和你|对你|向你)?(?:提|说|讲|聊|谈|告诉|出现|记录|透露|交代)")
+                        r"c[oa]me up|comes up|coming up|br(?:ing|ought) up|named?|specif\w*|shar\w*|record\w*|not(?:e|"
+                        r"ed)|cover\w*|appear\w*|given|stated?|referr\w*|reference\w*)\b", re.I)
+_ZH_SAYING = re.compile(
+    r"(?:没|不|未|从没|从未)(?:有)?(?:被|跟你|和你|对你|向你)?(?:提|说|讲|聊|谈|告诉|出现|记录|透露|交代)")
 
 
 def _someone_in_the_story_did_not(bare: str, parts) -> bool:
@@ -341,7 +351,8 @@ def _answerer_does_not_know(bare: str, parts, text: str = "") -> bool:
         if not after_a_value(at):
             return True
     for k, c in enumerate(parts):  # the non-filler clauses
-        if after_a_value(k) and not re.search(r"[\u4e00-\u9fff]", c.text):  # Chinese opens with its topic: "你换工作的事，我..."
+        # Chinese opens with its topic: "你换工作的事，我..."
+        if after_a_value(k) and not re.search(r"[\u4e00-\u9fff]", c.text):
             continue
         if re.search(r"[\u4e00-\u9fff]", c.text):
             core = _ZH_SOURCE_ADVERBIAL.sub("", strip_fillers(c.text, ZH_FILLER))  # "从聊天记录里推不出"
@@ -355,7 +366,8 @@ def _answerer_does_not_know(bare: str, parts, text: str = "") -> bool:
             continue
         core = strip_fillers(masked(c.text), EN_FILLER).strip()
         m = _EN_IDIOM_TOPIC.search(core)
-        if m and not _someone_else(core) and not _EN_FOR_SOMEONE.search(core[m.end():]) and not re.match(r"^you\b", core, re.I):
+        if m and not _someone_else(core) and not _EN_FOR_SOMEONE.search(core[m.end():]) and not re.match(r"^you\b",
+                                                                                                         core, re.I):
             return True
     return False
 
@@ -479,7 +491,8 @@ def rule_decision(answer: str) -> bool | None:
     if any(_offers_a_value(parts, k) for k in range(len(parts))) or _value_first(parts):
         return False
     last = parts[-1].text if parts else ""
-    cannot_say = (len(parts) >= 2 and _DONT_KNOW_LAST.match(last)) or _ZH_CANNOT_SAY.match(_ZH_SOURCE_ADVERBIAL.sub("", last))
+    cannot_say = (len(parts) >= 2 and _DONT_KNOW_LAST.match(last)) or _ZH_CANNOT_SAY.match(_ZH_SOURCE_ADVERBIAL.sub("",
+                                                                                                                    last))
     if cannot_say and all(WH.search(c.text) for c in parts[:-1]):
         return True
     bare = masked(text)
