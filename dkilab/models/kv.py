@@ -258,8 +258,8 @@ def encode_memory_ids(model, ids: list[int], text: str = "") -> MemoryKV:
     cache = DynamicCache()  # full layers everywhere: a sliding layer must keep the whole block (masks do the window)
     device = hf.get_input_embeddings().weight.device
     pos = torch.arange(-len(ids) - 1, 0, device=device).unsqueeze(0)
-    hf(input_ids=torch.tensor([[sink, *ids]], device=device), position_ids=pos, use_cache=True,
-       **cache_kwarg(hf, cache))
+    hf(input_ids=torch.tensor([[sink, *ids]], device=device), position_ids=pos, use_cache=True, logits_to_keep=1,
+       **cache_kwarg(hf, cache))  # the cache is what it is for: the vocabulary projection of one position only
     layers = [(layer.keys.detach().clone(), layer.values.detach().clone())  # type: ignore[union-attr]  # full layers
               for layer in cache.layers]
     return MemoryKV(text, ids, sink, layers, (time.perf_counter() - t) * 1000)
@@ -349,7 +349,7 @@ def prefill(model, prompt_ids: list[int], memories=None):
     device = hf.get_input_embeddings().weight.device
     out = hf(input_ids=torch.tensor([prompt_ids], device=device),
              position_ids=torch.arange(len(prompt_ids), device=device).unsqueeze(0),
-             use_cache=True, **cache_kwarg(hf, cache), **kwargs)
+             use_cache=True, logits_to_keep=1, **cache_kwarg(hf, cache), **kwargs)  # the last position's only
     return out.logits[0, -1].float(), cache, bias, injected
 
 

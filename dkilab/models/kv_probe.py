@@ -34,12 +34,12 @@ def _score(model, prompt_ids: list[int], answer_ids: list[int], memories) -> tup
     ids = prompt_ids + answer_ids
     device = hf.get_input_embeddings().weight.device
     kwargs = {"memory_bias": bias} if bias is not None else {}
+    keep = len(answer_ids) + 1  # logits from the prompt's last position on
     out = hf(input_ids=torch.tensor([ids], device=device), position_ids=torch.arange(len(ids), device=device)[None],
-             use_cache=cache is not None, **cache_kwarg(hf, cache), **kwargs)
-    logp = torch.log_softmax(out.logits[0].float(), -1)
-    n = len(prompt_ids)
-    answer = logp[n - 1:len(ids) - 1].gather(1, torch.tensor(answer_ids, device=device)[:, None]).sum()
-    return logp[n - 1], float(answer)
+             use_cache=cache is not None, logits_to_keep=keep, **cache_kwarg(hf, cache), **kwargs)
+    logp = torch.log_softmax(out.logits[0, -keep:].float(), -1)
+    answer = logp[:-1].gather(1, torch.tensor(answer_ids, device=device)[:, None]).sum()
+    return logp[0], float(answer)
 
 
 def _kl(logp: torch.Tensor, logq: torch.Tensor) -> float:

@@ -273,7 +273,7 @@ def test_leave_one_source_out_holds_each_source_out_of_its_own_training(monkeypa
 
 @pytest.mark.slow
 def test_bench_prints_both_validations_every_source_and_the_probes(capsys, monkeypatch):
-    """The bench's whole output on every 6th row of each source (the validation's logic is checked on a
+    """The bench's whole output on every 12th row of each source (the validation's logic is checked on a
     slice above; the full figures come from `dkilab bench abstention`, 5 min here)."""
     from dkilab.bench import abstention_train
     from dkilab.cli import main
@@ -281,7 +281,7 @@ def test_bench_prints_both_validations_every_source_and_the_probes(capsys, monke
     every = abstention_train.load_sources()
     per: dict = {}
     monkeypatch.setattr(abstention_train, "load_sources", lambda: [
-        r for r in every if per.setdefault(r["source"], []).append(r) or len(per[r["source"]]) % 6 == 1])
+        r for r in every if per.setdefault(r["source"], []).append(r) or len(per[r["source"]]) % 12 == 1])
     assert main(["bench", "abstention"]) == 0
     out = capsys.readouterr().out
     from dkilab.bench.abstention import FRESH_ROUNDS

@@ -34,15 +34,14 @@ def test_runs_resume_and_report_against_the_postgres_backed_server():
         with server:
             first = dkilab("run", CONFIG, "--tracking-uri", server.url)
             assert first.returncode == 0, first.stdout + first.stderr
-            again = dkilab("run", CONFIG, "--tracking-uri", server.url)
-            assert again.returncode == 0 and again.stdout.count("finished before") == 2, again.stdout
+            # a rerun finds both cells finished: asserted after the restart below, against the same data
 
             mlflow.set_tracking_uri(server.url)
             exp = mlflow.get_experiment_by_name("ci-scripted-fact-calls")
             assert exp.artifact_location.startswith("mlflow-artifacts:")  # clients need only the URL
             runs = mlflow.search_runs([exp.experiment_id], output_format="list")
             cells = [r for r in runs if r.data.tags.get("mlflow.parentRunId")]
-            assert len(cells) == 2 and {r.info.status for r in cells} == {"FINISHED"}  # the rerun made none
+            assert len(cells) == 2 and {r.info.status for r in cells} == {"FINISHED"}
             traces = mlflow.search_traces(locations=[exp.experiment_id], return_type="list")
             assert len(traces) == 8 and all("score" in {a.name for a in t.info.assessments} for t in traces)
             arts = {a.path for a in mlflow.MlflowClient().list_artifacts(cells[0].info.run_id)}
