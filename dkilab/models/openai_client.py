@@ -100,9 +100,9 @@ class OpenAIChatModel(TextOnlyModel):
                     else _api_messages(messages_or_prompt))
         kw: dict[str, Any] = {k: v for k, v in (("stop", stop), ("seed", seed), ("tools", tools)) if v}
         try:
-            # type: ignore[arg-type]
-            resp = self._client.chat.completions.create(model=self.model_name, messages=messages,
-                                                        max_tokens=max_new_tokens, temperature=temperature, **kw)
+            resp = self._client.chat.completions.create(
+                messages=messages,  # type: ignore[arg-type]
+                model=self.model_name, max_tokens=max_new_tokens, temperature=temperature, **kw)
         except openai.APITimeoutError as e:
             raise EndpointError(f"{self.base_url}: no answer within {self.timeout:g} s "
                                 f"({self.max_retries + 1} tries)") from e
