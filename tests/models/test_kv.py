@@ -111,6 +111,26 @@ def test_alpha_curve_matches_the_direct_computation(model, mem):
         alpha_curve(model, [], [0.5])
 
 
+def test_projecting_only_the_read_positions_keeps_the_full_forwards_logits(model):
+    """prefill and the probe's teacher forcing project the vocabulary for the positions they read only
+    (`logits_to_keep`): the same logits as the whole forward's, to fp32 rounding, and the same next token."""
+    from dkilab.models.kv import prefill
+    from dkilab.models.kv_probe import _score
+
+    prompt = model.encode(PROMPT * 6)  # a few hundred tokens, where a row-count-dependent kernel could differ
+    answer = model.encode(" Pixel, and she is grey")
+    with torch.inference_mode():
+        whole = model.model(input_ids=torch.tensor([prompt + answer])).logits[0].float()
+    last, *_ = prefill(model, prompt)
+    reference = whole[len(prompt) - 1]
+    assert float((last - reference).abs().max()) < 1e-4 and int(last.argmax()) == int(reference.argmax())
+    logp, answer_logprob = _score(model, prompt, answer, None)
+    full = torch.log_softmax(whole, -1)
+    expected = sum(float(full[len(prompt) - 1 + i, t]) for i, t in enumerate(answer))
+    assert float((logp - full[len(prompt) - 1]).abs().max()) < 1e-4
+    assert answer_logprob == pytest.approx(expected, abs=1e-3)
+
+
 def test_encoding_a_memory_builds_no_autograd_graph(model):
     """encode_memory, prefill and decode run under torch.inference_mode (no graph kept per token: memory
     and time). A helper added above encode_memory once took its decorator, and the memory forward ran with
