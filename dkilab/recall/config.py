@@ -29,10 +29,11 @@ class SignalsConfig(_Strict):
     # minimum cosine similarity (seed: 0.5, which drops most relevant MiniLM / e5 cosines; the fused rank decides)
     vector_threshold: float = Field(0.0, ge=-1, le=1)
     reference_enabled: bool = True  # reference resolution (ReferenceResolver)
-    # the history a question with no session id resolves its reference against: `recent`, the last
-    # 2 x default_recall_turns messages, or `scope`, the conversation's latest turns up to the widest scope the
-    # resolver maps a cue to (最近 = 50 turns, 刚才 = 3: each scope keeps its own window, seed §2.2.2)
-    reference_window: Literal["recent", "scope"] = knob("recent", off="recent")
+    # the history a question with no session id resolves its reference against: `scope`, the conversation's
+    # latest turns up to the widest scope the resolver maps a cue to (最近 = 50 turns, 刚才 = 3: each scope keeps
+    # its own window, seed §2.2.2), or `recent`, the last 2 x default_recall_turns messages (before the scope
+    # became a feature of the learned fusion)
+    reference_window: Literal["recent", "scope"] = "scope"
     # --- dkilab additions (not in the seed): how the signals are fused --------------------
     # The defaults are the dev-split winner (experiments/retrieval_tune_dev.yaml), checked on held-back data
     # by `dkilab bench retrieval`; the seed's own values are noted where they differ.

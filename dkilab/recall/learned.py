@@ -58,7 +58,8 @@ WIDE = 1000  # semantic_search's cap: the cosine floor beyond it, where the memo
 FEATURES = ("fused", "log_fused_rank", "cos", "cos_gap", "log_cos_rank", "lex", "log_lex_rank", "speaker",
             "is_question", "chars_share", "prev_fused", "prev_cos", "prev_lex", "next_fused", "next_cos", "next_lex",
             "max_cos_prev", "max_cos_next", "session_best", "log_session_rank", "session_hits", "keyword_share",
-            "date_cue", "in_window", "log_days_off", "z_cos", "z_lex", "z_fused", "z_prev_cos", "z_next_cos")
+            "date_cue", "in_window", "log_days_off", "z_cos", "z_lex", "z_fused", "z_prev_cos", "z_next_cos",
+            "in_scope", "log_scope_rank")
 QUESTION, UTTERANCE = "question", "utterance"  # `cue_kind`; an `utterance` part serves conversational cues
 ROUTING = "cue3"  # the version of `cue_kind`'s rule, part of a model's digest (a cell's identity)
 _CLOSERS = "\"'“‘「『(（"
@@ -290,8 +291,11 @@ def _rank_of(values: dict[str, float], ids: list[str]) -> dict[str, int]:
 
 
 def candidates(query: str, ranked: list[RecalledMessage], memory: Memory, *, keywords: list[tuple[str, float]],
-               focus_role: str | None, asked_at=None, embedder=None) -> tuple[list[Message], np.ndarray]:
-    """The candidates (fused list plus the neighbours of its top hits) and their feature rows (`FEATURES`)."""
+               focus_role: str | None, asked_at=None, embedder=None, scope: dict[str, int] | None = None
+               ) -> tuple[list[Message], np.ndarray]:
+    """The candidates (fused list plus the neighbours of its top hits) and their feature rows (`FEATURES`).
+    `scope`: the messages of the question's resolved reference scope (seed §2.2.2: 刚才 = the last 3 turns,
+    最近 = 50, 那件事 = the last shared topic), each with its rank there, newest 0."""
     if not ranked:
         return [], np.zeros((0, len(FEATURES)))
     links, read = _neighbours(memory, ranked, NEIGHBOR_TOP)
@@ -344,7 +348,8 @@ def candidates(query: str, ranked: list[RecalledMessage], memory: Memory, *, key
             session_best.get(m.session_id, 0.0), math.log1p(session_rank.get(m.session_id, SESSION_TOP)),
             float(session_hits.get(m.session_id, 0)),
             sum(1 for w in words if w in text) / len(words) if words else 0.0,
-            *temporal, 0.0, 0.0, 0.0, 0.0, 0.0])
+            *temporal, 0.0, 0.0, 0.0, 0.0, 0.0,
+            *((1.0, math.log1p(scope[i])) if scope and i in scope else (0.0, 0.0))])
     X = np.asarray(rows, dtype=np.float64)
     col = {n: k for k, n in enumerate(FEATURES)}
     chars = X[:, col["chars_share"]]

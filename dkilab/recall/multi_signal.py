@@ -258,9 +258,10 @@ class MultiSignalRecall:
         """The weighted fusion's list and the neighbours of its top hits, ordered by the fusion model; the
         switched-on signals' declared features follow the built-in ones in each row."""
 
+        scope = {m.message_id: r for r, (m, _) in enumerate(lists.get("reference", []))}
         messages, X = learned.candidates(query, ranked, self.memory, keywords=keywords,
                                          focus_role=(focus or {}).get("role"), asked_at=asked_at,
-                                         embedder=self.embedder)
+                                         embedder=self.embedder, scope=scope)
         X, columns = learned.with_signals(X, messages, query, self._plugins(), lists)
         if self.on_candidates is not None:
             self.on_candidates(messages, X)

@@ -11,6 +11,7 @@ import pytest
 from dkilab.recall import MultiSignalRecall, RecallConfig
 from dkilab.memory.store import index_text
 from dkilab.recall import learned
+from dkilab.recall.reference import ReferenceResolver
 from dkilab.types import Message
 from tests.recall.test_levers import ASKED, HISTORY, m  # the same hand-made history
 
@@ -72,6 +73,24 @@ def test_the_named_speaker_and_a_date_cue_are_features(memory):
     assert rows["m3"][COL["in_window"]] == 0.0 and rows["m3"][COL["log_days_off"]] > 0
     rows, _ = features(memory, "What did we cook for dinner?")
     assert all(r[COL["date_cue"]] == 0.0 for r in rows.values())
+
+
+def test_the_reference_scope_is_a_feature_with_each_messages_rank_in_it(memory):
+    """`in_scope`, `log_scope_rank`: the messages of the question's resolved scope ("just now" = the last 3
+    turns, newest rank 0), 0 for the others and for every candidate of a question without a reference."""
+    cfg = RecallConfig()
+    msr = MultiSignalRecall(cfg, ReferenceResolver(), memory)
+    got = {}
+    msr.on_candidates = lambda msgs, X: got.update({x.message_id: row for x, row in zip(msgs, X)})
+    result = msr.recall("What did you say about chess just now?", max_results=8, asked_at=ASKED)
+    assert result.reference_scope == "last_1_3_turns" and result.reference_hits == 6
+    scope = ["m7", "m6", "m5", "m4", "m3", "m2"]  # newest first
+    assert set(scope) <= set(got)
+    for rank, i in enumerate(scope):
+        assert got[i][COL["in_scope"]] == 1.0 and got[i][COL["log_scope_rank"]] == pytest.approx(np.log1p(rank))
+    assert all(row[COL["in_scope"]] == row[COL["log_scope_rank"]] == 0.0 for i, row in got.items() if i not in scope)
+    rows, _ = features(memory, "What did Ben cook for dinner?", reference_enabled=True)
+    assert all(row[COL["in_scope"]] == row[COL["log_scope_rank"]] == 0.0 for row in rows.values())
 
 
 class ToolsOnly:

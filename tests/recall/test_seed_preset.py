@@ -84,14 +84,12 @@ def test_the_reference_scope_is_the_keyword_range_without_a_session_id(embedder,
 
 
 def test_the_scope_window_reaches_the_scopes_own_turns_without_a_session_id(embedder, tmp_path):
-    """`reference_window: scope`: "最近" reaches the last 50 turns and "刚才" the last 3 with no session id (every
-    LoCoMo question); the default (`recent`) resolves against the last 10 messages."""
+    """By default "最近" reaches the last 50 turns and "刚才" the last 3 with no session id (every LoCoMo
+    question); `reference_window: recent` resolves against the last 10 messages, as before the scope became a
+    feature of the learned fusion."""
     store = _store(tmp_path, embedder, [f"第{i}句：今天聊了天气和工作。" for i in range(140)])
     try:
         base = {"signals": {"fusion": "weighted", "keyword_enabled": False, "vector_enabled": False}}
-        recent = MultiSignalRecall(validate_recall_config(base), ReferenceResolver(), store.for_user("u"))
-        assert recent.recall("我们最近聊了些什么？").reference_hits == 10
-        base["signals"]["reference_window"] = "scope"
         msr = MultiSignalRecall(validate_recall_config(base), ReferenceResolver(), store.for_user("u"))
         lately = msr.recall("我们最近聊了些什么？", max_results=200)
         assert lately.reference_scope == "current_session" and lately.reference_hits == 100  # 50 turns
@@ -99,6 +97,10 @@ def test_the_scope_window_reaches_the_scopes_own_turns_without_a_session_id(embe
         just = msr.recall("你刚才说的是什么意思？")
         assert just.reference_scope == "last_1_3_turns" and just.reference_hits == 6  # 3 turns
         assert {r.message.message_id for r in just.ranked} == {f"t{i}" for i in range(134, 140)}
-        assert "reference_window" not in identity_params(validate_recall_config({}))["signals"]
+        base["signals"]["reference_window"] = "recent"
+        recent = MultiSignalRecall(validate_recall_config(base), ReferenceResolver(), store.for_user("u"))
+        assert recent.recall("我们最近聊了些什么？").reference_hits == 10
+        assert identity_params(validate_recall_config({}))["signals"]["reference_window"] == "scope"
+        assert identity_params(validate_recall_config(base))["signals"]["reference_window"] == "recent"
     finally:
         store.close()
