@@ -31,8 +31,7 @@ class SignalsConfig(_Strict):
     reference_enabled: bool = True  # reference resolution (ReferenceResolver)
     # the history a question with no session id resolves its reference against: `scope`, the conversation's
     # latest turns up to the widest scope the resolver maps a cue to (最近 = 50 turns, 刚才 = 3: each scope keeps
-    # its own window, seed §2.2.2), or `recent`, the last 2 x default_recall_turns messages (before the scope
-    # became a feature of the learned fusion)
+    # its own window, seed §2.2.2), or `recent`, the last 2 x default_recall_turns messages
     reference_window: Literal["recent", "scope"] = "scope"
     # --- dkilab additions (not in the seed): how the signals are fused --------------------
     # The defaults are the dev-split winner (experiments/retrieval_tune_dev.yaml), checked on held-back data

@@ -85,8 +85,7 @@ def test_the_reference_scope_is_the_keyword_range_without_a_session_id(embedder,
 
 def test_the_scope_window_reaches_the_scopes_own_turns_without_a_session_id(embedder, tmp_path):
     """By default "最近" reaches the last 50 turns and "刚才" the last 3 with no session id (every LoCoMo
-    question); `reference_window: recent` resolves against the last 10 messages, as before the scope became a
-    feature of the learned fusion."""
+    question); `reference_window: recent` resolves against the last 10 messages."""
     store = _store(tmp_path, embedder, [f"第{i}句：今天聊了天气和工作。" for i in range(140)])
     try:
         base = {"signals": {"fusion": "weighted", "keyword_enabled": False, "vector_enabled": False}}
