@@ -118,6 +118,22 @@ def test_a_memory_with_only_the_query_tools_gets_the_same_features(memory, quest
     assert [r.message.message_id for r in a.ranked] == [r.message.message_id for r in b.ranked]
 
 
+def test_the_scope_features_are_the_same_through_the_query_tools_alone(memory):
+    """A question that carries a reference gets the same scope columns through a memory with the query tools
+    alone (the recall service's client) as through the store."""
+    rows = []
+    for mem in (memory, ToolsOnly(memory)):
+        msr = MultiSignalRecall(RecallConfig(), ReferenceResolver(), mem)
+        got = {}
+        msr.on_candidates = lambda msgs, X, got=got: got.update({x.message_id: row for x, row in zip(msgs, X)})
+        msr.recall("What did you say about chess just now?", max_results=8, asked_at=ASKED)
+        rows.append(got)
+    fast, slow = rows
+    assert set(fast) == set(slow) and sum(r[COL["in_scope"]] for r in fast.values()) == 6
+    for mid in fast:
+        assert np.allclose(fast[mid], slow[mid], atol=1e-5), mid
+
+
 def test_the_store_keeps_each_users_turn_order_and_sees_new_turns(store):
     store.add_messages(HISTORY[:3])
     other = [Message("m1", "bob", "s0", 0, "user", "A different m1.", T0),
