@@ -29,7 +29,7 @@ import os
 import pickle
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -221,28 +221,71 @@ def _objective(figures: dict[str, float]) -> float:
     return float(np.mean([v for k, v in figures.items() if k.endswith(("recall@10", "ndcg@10"))]))
 
 
-def cross_validate(rows, C: float, folds: int = FOLDS) -> dict[str, float]:
-    """Figures of `C` over `folds` folds of users (each dataset's users dealt round-robin)."""
+def fold_figures(rows, C: float, folds: int = FOLDS) -> list[tuple[int, dict[str, float]]]:
+    """Each fold's (question count, figures) of `C` over `folds` folds of users (each dataset's users dealt
+    round-robin)."""
     users = sorted({(r["dataset"], r["user"]) for r in rows})
     fold = {u: k % folds for k, u in enumerate(users)}
-    pooled: dict[str, list[float]] = {}
+    out = []
     for k in range(folds):
         train = [r for r in rows if fold[(r["dataset"], r["user"])] != k]
         held = [r for r in rows if fold[(r["dataset"], r["user"])] == k]
-        if not held or not train:
-            continue
-        scaler, lr = _fit(train, C)
-        n = len(held)
-        for name, v in _score(held, scaler, lr).items():
-            pooled.setdefault(name, []).append(v * n)
-            pooled.setdefault(name + "#n", []).append(n)
-    return {k: sum(v) / sum(pooled[k + "#n"]) for k, v in pooled.items() if not k.endswith("#n")}
+        if held and train:
+            out.append((len(held), _score(held, *_fit(train, C))))
+    return out
 
 
-def choose_c(rows) -> tuple[float, dict[float, dict[str, float]]]:
-    """The C of `CS` with the best cross-validated `_objective` on `rows`, and every C's figures."""
-    cv = {C: cross_validate(rows, C) for C in CS}
-    return max(CS, key=lambda C: _objective(cv[C])), cv
+def _pool(folds: list[tuple[int, dict[str, float]]]) -> dict[str, float]:
+    """The folds' figures, each weighted by its question count."""
+    names = {k for _, fig in folds for k in fig}
+    return {k: sum(n * fig[k] for n, fig in folds if k in fig) / sum(n for n, fig in folds if k in fig)
+            for k in sorted(names)}
+
+
+def cross_validate(rows, C: float, folds: int = FOLDS) -> dict[str, float]:
+    """Figures of `C` over `folds` folds of users (each dataset's users dealt round-robin)."""
+    return _pool(fold_figures(rows, C, folds))
+
+
+class Choice(NamedTuple):
+    """`choose_c`'s answer: the chosen C, every C's cross-validated figures, the C with the best objective and
+    the standard error of that objective over the folds."""
+    C: float
+    cv: dict[float, dict[str, float]]
+    best: float
+    se: float
+
+    def line(self) -> str:
+        why = "the best" if self.C == self.best else (
+            f"the most regularised within one standard error ({self.se:.3f}) of C={self.best}'s "
+            f"{_objective(self.cv[self.best]):.3f}")
+        return f"C={self.C} (cross-validated objective {_objective(self.cv[self.C]):.3f}, {why})"
+
+
+def one_standard_error(objectives: dict[float, float], best_folds: list[float]) -> tuple[float, float, float]:
+    """(chosen C, best C, standard error): the smallest C (the strongest regularisation) whose objective is
+    within one standard error of the best's, the error taken over the best C's folds. Near-ties go to the
+    simpler model: a C chosen by a margin the folds cannot resolve transferred worse to data not fitted on
+    (docs/retrieval.md, "How C is chosen")."""
+    best = max(objectives, key=lambda C: objectives[C])
+    se = float(np.std(best_folds, ddof=1) / np.sqrt(len(best_folds))) if len(best_folds) > 1 else 0.0
+    return min(C for C, v in objectives.items() if v >= objectives[best] - se), best, se
+
+
+C_RULES = ("one_se", "best")  # how `choose_c` picks C; the first ships (experiments/bench/c_rule_dev.py)
+
+
+def choose_c(rows, rule: str = C_RULES[0]) -> Choice:
+    """The C of `CS` chosen on `rows`' cross-validated `_objective` by `rule` (`one_se`: the one-standard-error
+    rule; `best`: the highest objective), and every C's figures."""
+    if rule not in C_RULES:
+        raise ValueError(f"fusion training: unknown C rule {rule!r}: one of {', '.join(C_RULES)}")
+    folds = {C: fold_figures(rows, C) for C in CS}
+    cv = {C: _pool(f) for C, f in folds.items()}
+    top = max(CS, key=lambda C: _objective(cv[C]))
+    chosen, best, se = one_standard_error({C: _objective(cv[C]) for C in CS},
+                                          [_objective(fig) for _, fig in folds[top]])
+    return Choice(chosen if rule == "one_se" else best, cv, best, se)
 
 
 def _out_of_fold_parts(rows: list[dict[str, Any]], echo=print) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -333,7 +376,8 @@ def train(data_dir=None, out: Path | None = None, echo=print, turn_alone: bool =
                                  f"its study's fit ({models[part].get('trained_on')})")
             echo(f"{part}: {names} dev are in its study's fit too")
             continue
-        best, cv = choose_c(mine)
+        choice = choose_c(mine)
+        best, cv = choice.C, choice.cv
         echo(f"{part} ({names}, {len(mine)} questions):")
         for C, fig in cv.items():
             echo(f"  C={C:<5} cross-validated: " + ", ".join(f"{k} {v:.3f}" for k, v in sorted(fig.items())))
@@ -343,7 +387,7 @@ def train(data_dir=None, out: Path | None = None, echo=print, turn_alone: bool =
                         "trained_on": f"{names} ({len(mine)} questions), index text v{mine[0]['index_text']}",
                         "cross_validated": {k: round(v, 4) for k, v in cv[best].items()}}
         top = sorted(zip(learned.FEATURES, models[part]["coef"]), key=lambda x: -abs(x[1]))[:6]
-        echo(f"  chose C={best}; heaviest: " + ", ".join(f"{n} {c:+.2f}" for n, c in top))
+        echo(f"  chose {choice.line()}; heaviest: " + ", ".join(f"{n} {c:+.2f}" for n, c in top))
     model: dict[str, Any] = {"version": "lr2", "features": list(learned.FEATURES), "default": default_part(models),
                              "models": models}
     if guard:  # the range of every row fitted on: a question outside it gets the weighted order (RangeGuard)

@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from dkilab.bench.fusion_train import DEV, STOCK, _fit, _objective, choose_c, collected, default_part, for_spec, parts
+from dkilab.bench.fusion_train import C_RULES, DEV, STOCK, _fit, choose_c, collected, default_part, for_spec, parts
 from dkilab.bench.retrieval import CONFIG, SINGLE, load_config
 from dkilab.config import read_yaml
 from dkilab.eval.datasets import dataset_info
@@ -92,17 +92,18 @@ def collect_all(data_dir=None, echo=print, turn_alone: bool = False) -> tuple[li
     return dev, test
 
 
-def _fit_best(rows: list[dict], echo, name: str):
-    best, cv = choose_c(rows)  # as `--train` chooses it
-    echo(f"  {name}: {len(rows)} questions, C={best} (cross-validated objective {_objective(cv[best]):.3f})")
-    return _fit(rows, best)
+def _fit_best(rows: list[dict], echo, name: str, rule: str = C_RULES[0]):
+    choice = choose_c(rows, rule)  # as `--train` chooses it
+    echo(f"  {name}: {len(rows)} questions, {choice.line()}")
+    return _fit(rows, choice.C)
 
 
-def fit_parts(train: list[dict], echo=print):
-    """The shipped model's structure (`fusion_train.parts`) fitted on `train`: a `FusionModel`."""
+def fit_parts(train: list[dict], echo=print, rule: str = C_RULES[0]):
+    """The shipped model's structure (`fusion_train.parts`) fitted on `train`, each part's C chosen by `rule`
+    (`fusion_train.choose_c`): a `FusionModel`."""
     models = {}
     for name, mine in parts(train).items():
-        scaler, lr = _fit_best(mine, echo, name)
+        scaler, lr = _fit_best(mine, echo, name, rule)
         models[name] = {"mean": scaler.mean_.tolist(), "scale": scaler.scale_.tolist(), "coef": lr.coef_[0].tolist()}
     return learned.FusionModel({"version": "lodo", "features": list(learned.FEATURES), "default": default_part(models),
                                 "models": models}, "<leave-one-dataset-out>")

@@ -163,7 +163,8 @@ def write_fusion_model(rows, out: Path, echo=print) -> None:
     from dkilab.bench import fusion_train
     from dkilab.recall import learned
 
-    best, cv = fusion_train.choose_c(rows)
+    choice = fusion_train.choose_c(rows)
+    best, cv = choice.C, choice.cv
     scaler, lr = fusion_train._fit(rows, best)
     model = json.loads(learned.DEFAULT_MODEL.read_text(encoding="utf-8"))
     names = list(dict.fromkeys(r["dataset"] for r in rows))
@@ -180,7 +181,7 @@ def write_fusion_model(rows, out: Path, echo=print) -> None:
     # `--train` checks both: the adapter it was fitted for, and the stores' index text
     model["models"]["minilm-locomo"].update(adapter=weights_digest(LOCOMO_EMBEDDER), index_text=rows[0]["index_text"])
     out.write_text(json.dumps(model, indent=1) + "\n", encoding="utf-8")
-    echo(f"wrote {out} (minilm-locomo part: C={best}, cross-validated " + ", ".join(
+    echo(f"wrote {out} (minilm-locomo part: {choice.line()}; cross-validated " + ", ".join(
         f"{k} {v:.3f}" for k, v in sorted(cv[best].items())) + ")")
 
 

@@ -381,6 +381,19 @@ def test_the_trainer_neither_builds_nor_recalls_the_dev_stores_whose_rows_it_wou
     assert list((tmp_path / "cache").rglob("*.sqlite*"))  # ... on a store it built
 
 
+def test_c_is_the_strongest_regularisation_within_one_standard_error_of_the_best():
+    """A near-tie the folds cannot resolve goes to the smaller C (it transferred better to the held-out work
+    sessions: docs/retrieval.md); a lead larger than the folds' standard error keeps the best C."""
+    from dkilab.bench.fusion_train import one_standard_error
+
+    folds = [0.70, 0.75, 0.72, 0.78, 0.73]  # the best C's objective per fold: standard error 0.0136
+    near_tie = {0.01: 0.725, 0.1: 0.733, 1.0: 0.734}
+    assert one_standard_error(near_tie, folds) == (0.01, 1.0, pytest.approx(0.0136, abs=1e-4))
+    assert one_standard_error({0.01: 0.70, 0.1: 0.725, 1.0: 0.734}, folds)[0] == 0.1
+    assert one_standard_error({0.01: 0.70, 0.1: 0.71, 1.0: 0.734}, folds)[0] == 1.0
+    assert one_standard_error({0.01: 0.70, 0.1: 0.71, 1.0: 0.734}, [0.734])[0] == 1.0  # one fold: no error, the best
+
+
 def test_the_trainer_fits_a_model_recall_can_load(tmp_path, monkeypatch):
     """`dkilab bench retrieval --train` end to end on the bundled fixtures (English and Chinese questions of
     four users): features collected through recall itself, C chosen by cross-validation over users, a model
@@ -393,6 +406,7 @@ def test_the_trainer_fits_a_model_recall_can_load(tmp_path, monkeypatch):
     model = fusion_train.train(out=out, echo=lines.append, datasets=[{"name": "fixtures"}])
     assert set(model["models"]) == {"e5"} and model["models"]["e5"]["C"] in fusion_train.CS  # bilingual: e5 stores
     assert any("cross-validated" in line for line in lines) and f"wrote {out}" in lines[-1]
+    assert any(line.startswith("  chose C=") and "cross-validated objective" in line for line in lines)
     loaded = learned.load_model(out)
     assert loaded.digest != learned.load_model().digest
     assert loaded.guard is not None and any(line.startswith("guard: the ranges of") for line in lines)  # by default
