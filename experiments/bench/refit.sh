@@ -3,14 +3,14 @@
 # before: what a change to the recall features or the stores' index text needs (docs/retrieval.md).
 # Each step's output goes to $OUT/<step>.txt (default experiments/bench/refit-out/, not committed).
 # Needs $DKILAB_DATA_DIR. About 2 hours on 2 cores from cold caches (e5 stores are most of it).
-#     bash experiments/bench/refit.sh [FIRST_STEP]    (restart at a step: study, train, ablations, bench, lodo)
+#     bash experiments/bench/refit.sh [FIRST_STEP]    (restart at a step: study, train, ablations, bench, lodo, rule)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 : "${DKILAB_DATA_DIR:?set DKILAB_DATA_DIR to the datasets directory}"
 OUT=${OUT:-experiments/bench/refit-out}
 BIN=${BIN:-.venv/bin}
 mkdir -p "$OUT"
-steps=(study train ablations bench lodo)
+steps=(study train ablations bench lodo rule)
 start=${1:-study}
 run() {  # run STEP-NAME COMMAND...: its output to $OUT/STEP-NAME.txt, timed
     local name=$1; shift
@@ -40,6 +40,8 @@ for step in "${steps[@]}"; do
         run lodo "$BIN/dkilab" bench retrieval --leave-one-dataset-out --turn-alone
         run lodo_mrr "$BIN/dkilab" bench retrieval --leave-one-dataset-out --metric mrr
         run lodo_turn_alone_mrr "$BIN/dkilab" bench retrieval --leave-one-dataset-out --turn-alone --metric mrr ;;
+    rule)  # the dev study behind the C rule every fit above uses (dev rows only; docs/retrieval.md, "How C is chosen")
+        run c_rule_dev "$BIN/python" experiments/bench/c_rule_dev.py ;;
     esac
 done
 ((go)) || { echo "unknown step $start: one of ${steps[*]}"; exit 2; }
