@@ -16,7 +16,8 @@ names them `e5:en`, `e5:zh`; it ships as an ablation model (`experiments/models/
 the default: it won LoCoMo test but lost MADial-Bench en (`dkilab bench retrieval`, docs/retrieval.md). A dataset
 counts in the language of most of its questions; a language with fewer than `MIN_PART` questions of a family joins
 that family's largest part. Each part's C is chosen by 5-fold cross-validation over conversations (users) on the dev
-split, by the mean of its recall@10 and NDCG@10. The held-back data (`dkilab bench retrieval`) is never read here.
+split, on the mean of its recall@10 and NDCG@10: the most regularised C within one standard error of the best
+(`one_standard_error`). The held-back data (`dkilab bench retrieval`) is never read here.
 
     dkilab bench retrieval --train [--data-dir DIR]     writes dkilab/recall/fusion_lr.json
     ... --train --no-cue-parts --out F                  the ablation model without the cue parts (`parts`)

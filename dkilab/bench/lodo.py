@@ -109,6 +109,27 @@ def fit_parts(train: list[dict], echo=print, rule: str = C_RULES[0]):
                                 "models": models}, "<leave-one-dataset-out>")
 
 
+def dev_held_out(rows: list[dict], echo=lambda _: None, rule: str = C_RULES[0]
+                 ) -> dict[str, tuple[float, float, float]]:
+    """{dev dataset (encoder family): (recall@10, NDCG@10, MRR)} of the shipped structure fitted on every other
+    source's dev rows of `rows` (`fit_parts`, C by `rule`), for each source in turn: the dev studies' held-out
+    figures (experiments/bench/*_dev.py), which never read a test split."""
+    out = {}
+    for held in dict.fromkeys(source(r["dataset"]) for r in rows):
+        echo(f"{rule}, {held} held out:")
+        model = fit_parts([r for r in rows if source(r["dataset"]) != held], echo=echo, rule=rule)
+        got: dict[str, list] = {}
+        for r in rows:
+            if source(r["dataset"]) == held:
+                m = metric_row(r, _order(model.score(r["X"], model.part_for(r["model"], r["query"]))))
+                got.setdefault(f"{r['dataset']} ({r['model'].split(':')[-1]})", []).append(
+                    (m["recall_at_10"], m["ndcg_at_10"], m["mrr"]))
+        for k, v in got.items():
+            recall, ndcg_, mrr = (float(x) for x in np.mean(v, axis=0))
+            out[k] = (recall, ndcg_, mrr)
+    return out
+
+
 def _order(scores: np.ndarray) -> np.ndarray:
     return np.argsort(-scores, kind="stable")
 

@@ -24,29 +24,13 @@ from dkilab.bench import lodo
 from dkilab.bench.fusion_train import C_RULES
 
 
-def held_out(rows: list[dict], rule: str, echo) -> dict[str, tuple[float, float, float]]:
-    """{dev dataset: (recall@10, NDCG@10, MRR)} of the structure fitted without its source, C by `rule`."""
-    out = {}
-    for held in dict.fromkeys(lodo.source(r["dataset"]) for r in rows):
-        echo(f"{rule}, {held} held out:")
-        model = lodo.fit_parts([r for r in rows if lodo.source(r["dataset"]) != held], echo=echo, rule=rule)
-        got: dict[str, list] = {}
-        for r in rows:
-            if lodo.source(r["dataset"]) == held:
-                m = lodo.metric_row(r, lodo._order(model.score(r["X"], model.part_for(r["model"], r["query"]))))
-                got.setdefault(f"{r['dataset']} ({r['model'].split(':')[-1]})", []).append(
-                    (m["recall_at_10"], m["ndcg_at_10"], m["mrr"]))
-        out.update({k: tuple(np.mean(v, axis=0)) for k, v in got.items()})
-    return out
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data-dir", default=None)
     args = ap.parse_args()
     dev, _ = lodo.collect_all(args.data_dir, echo=lambda _: None)
     print("dev rows only; each dev source scored by the structure fitted on the other sources' dev rows")
-    table = {rule: held_out(dev, rule, print) for rule in C_RULES}
+    table = {rule: lodo.dev_held_out(dev, print, rule) for rule in C_RULES}
     print("\nrecall@10 / NDCG@10 / MRR")
     names = list(table[C_RULES[0]])
     print(f"{'held-out dev rows':<40} " + " ".join(f"{rule:>22}" for rule in C_RULES))

@@ -81,23 +81,6 @@ def with_variant(rows: list[dict], variant: str, msgs, means) -> list[dict]:
     return out
 
 
-def held_out(rows: list[dict]) -> dict[str, tuple[float, float, float]]:
-    """{dev dataset: (recall@10, NDCG@10, MRR)} of the structure fitted without its source."""
-    from dkilab.bench import lodo
-
-    out = {}
-    for held in dict.fromkeys(lodo.source(r["dataset"]) for r in rows):
-        model = lodo.fit_parts([r for r in rows if lodo.source(r["dataset"]) != held], echo=lambda _: None)
-        got: dict[str, list] = {}
-        for r in rows:
-            if lodo.source(r["dataset"]) == held:
-                m = lodo.metric_row(r, lodo._order(model.score(r["X"], model.part_for(r["model"], r["query"]))))
-                got.setdefault(f"{r['dataset']} ({r['model'].split(':')[-1]})", []).append(
-                    (m["recall_at_10"], m["ndcg_at_10"], m["mrr"]))
-        out.update({k: tuple(np.mean(v, axis=0)) for k, v in got.items()})
-    return out
-
-
 def main() -> None:
     from dkilab.bench import lodo
 
@@ -111,7 +94,7 @@ def main() -> None:
     print("dev rows only; each dev source scored by the structure fitted on the other sources' dev rows")
     print("recall@10 / NDCG@10 / MRR")
     variants = args.variants
-    table = {v: held_out(with_variant(dev, v, msgs, means)) for v in variants}
+    table = {v: lodo.dev_held_out(with_variant(dev, v, msgs, means)) for v in variants}
     names = list(table[variants[0]])
     print(f"{'held-out dev rows':<40} " + " ".join(f"{v:>22}" for v in variants))
     for n in names:
