@@ -168,8 +168,9 @@ def test_the_length_study_sets_each_variant_from_the_messages_own_lengths():
     assert got["role_candidates"][0] == pytest.approx(-got["role_candidates"][2])  # against the other user turn
     assert got["none"].tolist() == [0.0] * 4 and r["X"][0, col] == 9.0  # the rows themselves are not changed
     rows = _rows("locomo", "dev", 3, 1.0, 5) + _rows("worksessions", "dev", 3, 1.0, 6)
-    held = study.held_out(rows)
+    held = lodo.dev_held_out(rows)  # what both dev studies (length, C rule) report
     assert set(held) == {"locomo (minilm)", "worksessions (minilm)"} and all(v[0] == 1.0 for v in held.values())
+    assert lodo.dev_held_out(rows, rule="best").keys() == held.keys()
 
 
 def test_two_processes_collecting_the_same_features_both_get_them_and_leave_one_cache_file(tmp_path, monkeypatch):
