@@ -392,6 +392,10 @@ def test_c_is_the_strongest_regularisation_within_one_standard_error_of_the_best
     assert one_standard_error({0.01: 0.70, 0.1: 0.725, 1.0: 0.734}, folds)[0] == 0.1
     assert one_standard_error({0.01: 0.70, 0.1: 0.71, 1.0: 0.734}, folds)[0] == 1.0
     assert one_standard_error({0.01: 0.70, 0.1: 0.71, 1.0: 0.734}, [0.734])[0] == 1.0  # one fold: no error, the best
+    from dkilab.bench.fusion_train import choose_c
+
+    with pytest.raises(ValueError, match="unknown C rule 'median'"):
+        choose_c([], rule="median")  # a misspelt rule fails before any fit
 
 
 def test_the_trainer_fits_a_model_recall_can_load(tmp_path, monkeypatch):
