@@ -109,25 +109,41 @@ def fit_parts(train: list[dict], echo=print, rule: str = C_RULES[0]):
                                 "models": models}, "<leave-one-dataset-out>")
 
 
-def dev_held_out(rows: list[dict], echo=lambda _: None, rule: str = C_RULES[0]
-                 ) -> dict[str, tuple[float, float, float]]:
-    """{dev dataset (encoder family): (recall@10, NDCG@10, MRR)} of the shipped structure fitted on every other
-    source's dev rows of `rows` (`fit_parts`, C by `rule`), for each source in turn: the dev studies' held-out
-    figures (experiments/bench/*_dev.py), which never read a test split."""
-    out = {}
+def dev_held_out_rows(rows: list[dict], echo=lambda _: None, rule: str = C_RULES[0], fit=None
+                      ) -> dict[str, list[dict]]:
+    """{dev dataset (encoder family): its metric rows (`metric_row`)} of the shipped structure fitted on every
+    other source's dev rows of `rows` (`fit(train, echo, rule)`, default `fit_parts`: anything with
+    `part_for` and `score`), for each source in turn: the dev studies' held-out rows, which never read a
+    test split."""
+    out: dict[str, list[dict]] = {}
     for held in dict.fromkeys(source(r["dataset"]) for r in rows):
         echo(f"{rule}, {held} held out:")
-        model = fit_parts([r for r in rows if source(r["dataset"]) != held], echo=echo, rule=rule)
-        got: dict[str, list] = {}
+        model = (fit or fit_parts)([r for r in rows if source(r["dataset"]) != held], echo, rule)
         for r in rows:
             if source(r["dataset"]) == held:
-                m = metric_row(r, _order(model.score(r["X"], model.part_for(r["model"], r["query"]))))
-                got.setdefault(f"{r['dataset']} ({r['model'].split(':')[-1]})", []).append(
-                    (m["recall_at_10"], m["ndcg_at_10"], m["mrr"]))
-        for k, v in got.items():
-            recall, ndcg_, mrr = (float(x) for x in np.mean(v, axis=0))
-            out[k] = (recall, ndcg_, mrr)
+                out.setdefault(f"{r['dataset']} ({r['model'].split(':')[-1]})", []).append(
+                    metric_row(r, _order(model.score(r["X"], model.part_for(r["model"], r["query"])))))
     return out
+
+
+def dev_held_out(rows: list[dict], echo=lambda _: None, rule: str = C_RULES[0]
+                 ) -> dict[str, tuple[float, float, float]]:
+    """{dev dataset (encoder family): (recall@10, NDCG@10, MRR)} of `dev_held_out_rows`."""
+    return {k: tuple(float(np.mean([m[f] for m in v])) for f in ("recall_at_10", "ndcg_at_10", "mrr"))
+            for k, v in dev_held_out_rows(rows, echo, rule).items()}
+
+
+def dev_lines(table: dict[str, dict[str, tuple[float, float, float]]]) -> list[str]:
+    """The dev studies' table of {column: `dev_held_out`}: recall@10 / NDCG@10 / MRR of each held-out dev
+    dataset under each column, and their mean over the datasets."""
+    cols = list(table)
+    names = list(table[cols[0]])
+    cell = "%.3f / %.3f / %.3f"
+    lines = ["recall@10 / NDCG@10 / MRR", f"{'held-out dev rows':<40} " + " ".join(f"{c:>22}" for c in cols)]
+    lines += [f"{n:<40} " + " ".join((cell % table[c][n]).rjust(22) for c in cols) for n in names]
+    lines.append(f"{'mean':<40} " + " ".join((cell % tuple(np.mean([table[c][n] for n in names], axis=0))).rjust(22)
+                                               for c in cols))
+    return lines
 
 
 def _order(scores: np.ndarray) -> np.ndarray:

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import argparse
 
-import numpy as np
-
 from dkilab.bench import lodo
 from dkilab.bench.fusion_train import C_RULES
 
@@ -31,13 +29,9 @@ def main() -> None:
     dev, _ = lodo.collect_all(args.data_dir, echo=lambda _: None)
     print("dev rows only; each dev source scored by the structure fitted on the other sources' dev rows")
     table = {rule: lodo.dev_held_out(dev, print, rule) for rule in C_RULES}
-    print("\nrecall@10 / NDCG@10 / MRR")
-    names = list(table[C_RULES[0]])
-    print(f"{'held-out dev rows':<40} " + " ".join(f"{rule:>22}" for rule in C_RULES))
-    for n in names:
-        print(f"{n:<40} " + " ".join(("%.3f / %.3f / %.3f" % table[rule][n]).rjust(22) for rule in C_RULES))
-    print(f"{'mean':<40} " + " ".join(("%.3f / %.3f / %.3f" % tuple(np.mean([table[rule][n] for n in names], axis=0))
-                                       ).rjust(22) for rule in C_RULES))
+    print()
+    for line in lodo.dev_lines(table):
+        print(line)
 
 
 if __name__ == "__main__":

@@ -92,15 +92,9 @@ def main() -> None:
     msgs = messages({r["dataset"] for r in dev}, args.data_dir)
     means = store_means(msgs)
     print("dev rows only; each dev source scored by the structure fitted on the other sources' dev rows")
-    print("recall@10 / NDCG@10 / MRR")
-    variants = args.variants
-    table = {v: lodo.dev_held_out(with_variant(dev, v, msgs, means)) for v in variants}
-    names = list(table[variants[0]])
-    print(f"{'held-out dev rows':<40} " + " ".join(f"{v:>22}" for v in variants))
-    for n in names:
-        print(f"{n:<40} " + " ".join(("%.3f / %.3f / %.3f" % table[v][n]).rjust(22) for v in variants))
-    print(f"{'mean':<40} " + " ".join(("%.3f / %.3f / %.3f" % tuple(np.mean([table[v][n] for n in names], axis=0))
-                                       ).rjust(22) for v in variants))
+    table = {v: lodo.dev_held_out(with_variant(dev, v, msgs, means)) for v in args.variants}
+    for line in lodo.dev_lines(table):
+        print(line)
 
 
 if __name__ == "__main__":

@@ -40,8 +40,10 @@ for step in "${steps[@]}"; do
         run lodo "$BIN/dkilab" bench retrieval --leave-one-dataset-out --turn-alone
         run lodo_mrr "$BIN/dkilab" bench retrieval --leave-one-dataset-out --metric mrr
         run lodo_turn_alone_mrr "$BIN/dkilab" bench retrieval --leave-one-dataset-out --turn-alone --metric mrr ;;
-    rule)  # the dev study behind the C rule every fit above uses (dev rows only; docs/retrieval.md, "How C is chosen")
-        run c_rule_dev "$BIN/python" experiments/bench/c_rule_dev.py ;;
+    rule)  # the dev studies behind choices every fit above keeps (dev rows only; docs/retrieval.md): the C rule
+        # ("How C is chosen") and one vector per message, not two (after "Stores embed each turn ...")
+        run c_rule_dev "$BIN/python" experiments/bench/c_rule_dev.py
+        run two_vectors_dev "$BIN/python" experiments/bench/two_vectors_dev.py ;;
     esac
 done
 ((go)) || { echo "unknown step $start: one of ${steps[*]}"; exit 2; }

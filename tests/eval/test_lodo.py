@@ -173,6 +173,40 @@ def test_the_length_study_sets_each_variant_from_the_messages_own_lengths():
     assert lodo.dev_held_out(rows, rule="best").keys() == held.keys()
 
 
+def test_the_two_vector_study_adds_the_alone_cosine_and_its_one_vector_column_is_the_shipped_structure(monkeypatch):
+    """experiments/bench/two_vectors_dev.py: each candidate's cosine with its turn embedded alone (and its
+    z-score) joins the feature row; over the built-in columns alone its fit scores exactly as the shipped
+    structure (`lodo.fit_parts`), and the alone cosine ranks where it marks the evidence."""
+    import importlib.util
+
+    path = learned.ROOT / "experiments" / "bench" / "two_vectors_dev.py"
+    spec = importlib.util.spec_from_file_location("two_vectors_dev", path)
+    study = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(study)
+    rows = _rows("locomo", "dev", 3, 1.0, 7) + _rows("worksessions", "dev", 3, 1.0, 8)
+    shipped = lodo.dev_held_out_rows(rows)
+    mine = lodo.dev_held_out_rows(rows, fit=lambda train, _e, rule: study.Wide(train, N, rule))
+    assert {k: [m["mrr"] for m in v] for k, v in mine.items()} == {k: [m["mrr"] for m in v] for k, v in shipped.items()}
+
+    class Unit:  # an encoder whose vectors say which candidate the question is about
+        def encode_query(self, text):
+            return np.array([1.0, 0.0])
+
+    hidden = []
+    for r in rows:  # `cos` no longer marks the gold; the alone vector does
+        X = r["X"].copy()
+        X[:, GOOD] = 0.0
+        hidden.append({**r, "X": X})
+    alone = {"offline:minilm": {f"{r['dataset']}/{i}": np.array([1.0, 0.0]) if i in r["gold"] else np.array([0.0, 1.0])
+                                for r in hidden for i in r["ids"]}}
+    monkeypatch.setattr(study, "Embedder", lambda model: Unit())
+    wide = study.widened(hidden, alone)
+    assert wide[0]["X"].shape == (12, N + 2) and sorted(wide[0]["X"][:, N]) == [0.0] * 11 + [1.0]
+    one = lodo.dev_held_out_rows(wide, fit=lambda train, _e, rule: study.Wide(train, N, rule))
+    two = lodo.dev_held_out_rows(wide, fit=lambda train, _e, rule: study.Wide(train, N + 2, rule))
+    assert all(np.mean([m["mrr"] for m in two[k]]) == 1.0 > np.mean([m["mrr"] for m in one[k]]) for k in two)
+
+
 def test_two_processes_collecting_the_same_features_both_get_them_and_leave_one_cache_file(tmp_path, monkeypatch):
     """`fusion_train.collected` from two processes at once (a `--train` beside a `--leave-one-dataset-out`):
     each gets the rows, the cache ends as one whole file that a third call reads, and no temporary file stays."""
