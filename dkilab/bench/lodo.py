@@ -129,7 +129,10 @@ def dev_held_out_rows(rows: list[dict], echo=lambda _: None, rule: str = C_RULES
 def dev_held_out(rows: list[dict], echo=lambda _: None, rule: str = C_RULES[0]
                  ) -> dict[str, tuple[float, float, float]]:
     """{dev dataset (encoder family): (recall@10, NDCG@10, MRR)} of `dev_held_out_rows`."""
-    return {k: tuple(float(np.mean([m[f] for m in v])) for f in ("recall_at_10", "ndcg_at_10", "mrr"))
+    def mean(v: list[dict], f: str) -> float:
+        return float(np.mean([m[f] for m in v]))
+
+    return {k: (mean(v, "recall_at_10"), mean(v, "ndcg_at_10"), mean(v, "mrr"))
             for k, v in dev_held_out_rows(rows, echo, rule).items()}
 
 
@@ -148,6 +151,14 @@ def dev_lines(table: dict[str, dict[str, tuple[float, float, float]]]) -> list[s
 
 def _order(scores: np.ndarray) -> np.ndarray:
     return np.argsort(-scores, kind="stable")
+
+
+def model_order(model: learned.FusionModel, row: dict) -> np.ndarray:
+    """The order a fusion model with its range guard gives `row`'s candidates, as recall uses it: its part's
+    scores, or the weighted order where the guard says the row lies outside the fitted range."""
+    if model.guard is not None and model.guard.outside(row["X"]):
+        return weighted_order(row["X"])
+    return _order(model.score(row["X"], model.part_for(row["model"], row["query"])))
 
 
 def weighted_order(X: np.ndarray) -> np.ndarray:
@@ -196,7 +207,7 @@ def score_held_out(dev: list[dict], test: list[dict], echo=print) -> dict[str, d
             parts = _order(model.score(r["X"], model.part_for(r["model"], r["query"])))
             pooled = _order(lr.decision_function(scaler.transform(r["X"])))
             mine = _order(shipped.score(r["X"], shipped.part_for(r["model"], r["query"])))
-            orders = {"shipped": weighted if shipped.guard.outside(r["X"]) else mine, "shipped_unguarded": mine,
+            orders = {"shipped": model_order(shipped, r), "shipped_unguarded": mine,
                       "weighted": weighted,
                       "lodo_parts": parts,
                       "lodo_parts_guarded": weighted if guard.outside(r["X"]) else parts,

@@ -24,10 +24,7 @@ def rows(model, test: list[dict]) -> dict[str, list[dict]]:
     """{test dataset: metric rows} of `model`'s order (the weighted order where its guard says so)."""
     out: dict[str, list[dict]] = {}
     for r in test:
-        order = lodo._order(model.score(r["X"], model.part_for(r["model"], r["query"])))
-        if model.guard is not None and model.guard.outside(r["X"]):
-            order = lodo.weighted_order(r["X"])
-        out.setdefault(r["dataset"], []).append(lodo.metric_row(r, order))
+        out.setdefault(r["dataset"], []).append(lodo.metric_row(r, lodo.model_order(model, r)))
     return out
 
 
