@@ -273,24 +273,31 @@ def test_leave_one_source_out_holds_each_source_out_of_its_own_training(monkeypa
 
 @pytest.mark.slow
 def test_bench_prints_both_validations_every_source_and_the_probes(capsys, monkeypatch):
-    """The bench's whole output on every 12th row of each source (the validation's logic is checked on a
-    slice above; the full figures come from `dkilab bench abstention`, 5 min here)."""
+    """The bench's whole output on every 12th row of each source, of each fresh-check round and of the held-back
+    replies (the validation's logic is checked on a slice above, the whole fresh check and held-back figures
+    against the weights' card in `test_the_fresh_check_is_never_trained_on...`; the full figures come from
+    `dkilab bench abstention`, 5 min here)."""
+    from dkilab.bench import abstention as bench
     from dkilab.bench import abstention_train
     from dkilab.cli import main
 
+    def every_12th(rows: list[dict], key: str) -> list[dict]:
+        per: dict = {}
+        return [r for r in rows if per.setdefault(r[key], []).append(r) or len(per[r[key]]) % 12 == 1]
+
     every = abstention_train.load_sources()
-    per: dict = {}
-    monkeypatch.setattr(abstention_train, "load_sources", lambda: [
-        r for r in every if per.setdefault(r["source"], []).append(r) or len(per[r["source"]]) % 12 == 1])
+    fresh = every_12th(abstention_train.load_fresh_check(), "round")
+    monkeypatch.setattr(abstention_train, "load_sources", lambda: every_12th(every, "source"))
+    monkeypatch.setattr(bench, "load_fresh_check", lambda: fresh)
+    monkeypatch.setattr(bench, "load_held_back", lambda: every_12th(abstention_train.load_held_back(), "lang"))
     assert main(["bench", "abstention"]) == 0
     out = capsys.readouterr().out
     from dkilab.bench.abstention import FRESH_ROUNDS
-    from dkilab.bench.abstention_train import load_fresh_check
 
     sources = {r["source"] for r in every}
     assert f"from {len(sources)} sources" in out and all(f"    {s} " in out for s in sources)
 
-    assert f"fresh check ({len(load_fresh_check())} phrasings never trained on" in out
+    assert f"fresh check ({len(fresh)} phrasings never trained on" in out
     assert all(f"hybrid, round {k}" in out for k in FRESH_ROUNDS)  # every round, with what it is
     loso = next(line for line in out.splitlines() if "leave-one-source-out" in line)
     pooled = next(line for line in out.splitlines() if "pooled 5-fold" in line)
