@@ -207,17 +207,18 @@ def score_held_out(dev: list[dict], test: list[dict], echo=print) -> dict[str, d
             parts = _order(model.score(r["X"], model.part_for(r["model"], r["query"])))
             pooled = _order(lr.decision_function(scaler.transform(r["X"])))
             mine = _order(shipped.score(r["X"], shipped.part_for(r["model"], r["query"])))
-            orders = {"shipped": model_order(shipped, r), "shipped_unguarded": mine,
+            outside, shipped_outside = guard.outside(r["X"]), shipped.guard.outside(r["X"])
+            orders = {"shipped": weighted if shipped_outside else mine, "shipped_unguarded": mine,
                       "weighted": weighted,
                       "lodo_parts": parts,
-                      "lodo_parts_guarded": weighted if guard.outside(r["X"]) else parts,
+                      "lodo_parts_guarded": weighted if outside else parts,
                       "lodo_pooled": pooled, "lodo_hybrid": rrf(pooled, weighted),
-                      "lodo_guarded": weighted if guard.outside(r["X"]) else pooled}
+                      "lodo_guarded": weighted if outside else pooled}
             for p, order in orders.items():
                 by[p].append(metric_row(r, order))
             for p in ("lodo_guarded", "lodo_parts_guarded"):
-                by[p][-1]["to_weighted"] = guard.outside(r["X"])
-            by["shipped"][-1]["to_weighted"] = shipped.guard.outside(r["X"])
+                by[p][-1]["to_weighted"] = outside
+            by["shipped"][-1]["to_weighted"] = shipped_outside
     return out
 
 
