@@ -3,6 +3,7 @@ prefill/decode throughput, on random-weight models built from published configs 
 
     dkilab bench gpu                    # on a GPU: Llama-3.1-8B and Qwen2.5-7B shapes in bf16
     dkilab bench gpu --shapes tiny      # on the CPU, CI-sized (fp32)
+    dkilab bench gpu --shapes smollm2   # on the CPU, SmolLM2-135M's shape (fp32)
     python -m dkilab.bench.gpu ...      # the same, with only torch, transformers and tokenizers installed
 
 Tables (every figure a median of `--repeats` timed runs after one warm-up, measured in this run):
@@ -13,9 +14,11 @@ Tables (every figure a median of `--repeats` timed runs after one warm-up, measu
   per question, so "with encode" is what it costs against full_history per question);
 - session: a 5-turn session whose memory block is encoded once and reused; time to first token per
   turn, memory as text re-read every turn against the block;
+- per question at batch 1 and 8: full_attention's cost (each question's own block encoded, then the
+  questions decoded together by `dkilab.models.kv_batch`) against full_history's (the same memory as text,
+  the questions decoded together), as a ratio per question;
 - memory: device bytes per K/V block and per memory token.
-Random weights give the arithmetic and memory traffic of the real model, not its answers. K/V decoding
-here is one question at a time (batch 1), as `dkilab.models.kv.decode` runs it.
+Random weights give the arithmetic and memory traffic of the real model, not its answers.
 """
 from __future__ import annotations
 
@@ -43,6 +46,12 @@ SHAPES: dict[str, dict[str, tuple[str, dict[str, Any]]]] = {
                                      use_sliding_window=False, rope_parameters={"rope_type": "default",
                                                                                 "rope_theta": 1000000.0})),
     },
+    "smollm2": {  # config.json of HuggingFaceTB/SmolLM2-135M-Instruct: a CPU-sized real shape
+        "smollm2-135m": ("llama", dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                                       num_attention_heads=9, num_key_value_heads=3, vocab_size=49152,
+                                       max_position_embeddings=8192, rms_norm_eps=1e-5, tie_word_embeddings=True,
+                                       rope_parameters={"rope_type": "default", "rope_theta": 100000.0})),
+    },
     "tiny": {
         "tiny-llama": ("llama", dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
                                      num_key_value_heads=2, vocab_size=2048, max_position_embeddings=4096,
@@ -53,7 +62,8 @@ SHAPES: dict[str, dict[str, tuple[str, dict[str, Any]]]] = {
     },
 }
 # (prompt tokens for throughput, memory tokens, question tokens, new tokens) per size
-LENGTHS = {"7b": (512, (1024, 4096), 64, 32), "tiny": (128, (256, 1024), 32, 16)}
+LENGTHS = {"7b": (512, (1024, 4096), 64, 32), "smollm2": (256, (512, 2048), 32, 16),
+           "tiny": (128, (256, 1024), 32, 16)}
 BATCHES = (1, 8, 32)
 TURNS = 5
 
@@ -97,7 +107,7 @@ class _IdsModel:
         self.model, self.eos_token_ids = hf, []
         self.tokenizer = self  # kv reads bos/eos ids off the tokenizer
 
-    bos_token_id, eos_token_id = 1, 2
+    bos_token_id, eos_token_id, pad_token_id = 1, 2, 3
 
 
 def _random_ids(n: int, vocab: int, seed: int, batch: int = 1) -> list[list[int]]:
@@ -176,6 +186,35 @@ def one_question(model: _IdsModel, timer: _Timer, memory: int, question: int, st
             "block_bytes": block.nbytes, "bytes_per_memory_token": block.nbytes / (memory + 1)}
 
 
+def per_question(model: _IdsModel, timer: _Timer, memory: int, question: int, steps: int, repeats: int,
+                 batches: tuple[int, ...] = (1, 8)) -> list[dict]:
+    """Per question, full_attention against full_history at each batch size: text = memory + question as
+    one prompt, the batch decoded together; K/V = each question's own block encoded, then the questions
+    decoded together with their blocks (`kv_batch.decode_many`)."""
+    from dkilab.models.kv_batch import decode_many
+    from dkilab.models.kv import prepare_model, stock_attention
+
+    hf = model.model
+    vocab = hf.config.vocab_size
+    rows = []
+    for b in batches:
+        mems = _random_ids(memory, vocab, 31, b)
+        qs = _random_ids(question, vocab, 32, b)
+        stock_attention(hf)
+        text = timer.median(lambda: _decode_plain(hf, [[1, *m, *q] for m, q in zip(mems, qs)], steps), repeats)
+        prepare_model(hf)
+
+        def kv():
+            blocks = [_memory(model, m) for m in mems]
+            decode_many(model, [(q, [(blk, 1.0)]) for q, blk in zip(qs, blocks)], steps)
+
+        kv_s = timer.median(kv, repeats)
+        stock_attention(hf)
+        rows.append({"batch": b, "memory_tokens": memory, "new_tokens": steps, "text_ms_per_question": text / b * 1e3,
+                     "kv_ms_per_question": kv_s / b * 1e3, "kv_over_text": kv_s / text})
+    return rows
+
+
 def session(model: _IdsModel, timer: _Timer, memory: int, question: int, steps: int, repeats: int) -> list[dict]:
     """TTFT per turn of a TURNS-turn session: the history grows by question + answer each turn. Text re-reads
     memory + history + question every turn; K/V encodes the block on turn 1 (counted there) and reuses it."""
@@ -224,6 +263,7 @@ def run_bench(shapes: str, device: str, dtype: str, repeats: int, echo=print) ->
              f"built in {time.perf_counter() - t:.1f} s")
         entry = {"parameters": params, "throughput": throughput(hf, timer, prompt, steps, repeats),
                  "one_question": [one_question(model, timer, m, question, steps, repeats) for m in memories],
+                 "per_question": per_question(model, timer, memories[0], question, steps, repeats),
                  "session": session(model, timer, memories[0], question, steps, repeats)}
         if device.startswith("cuda"):
             entry["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
@@ -248,6 +288,10 @@ def tables(name: str, e: dict) -> str:
               f"{r['text_per_token_ms']:.2f} | {r['kv_per_token_ms']:.2f} | {r['kv_over_text']:.2f} | "
               f"{r['kv_encoded_over_text']:.2f} | {r['block_bytes'] / 2**20:.1f} | {r['bytes_per_memory_token']:,.0f} |"
               for r in e["one_question"]]
+    lines += ["", "| batch | memory tokens | full_history ms per question | full_attention ms per question "
+              "(own block encoded) | full_attention / full_history |", "|---|---|---|---|---|"]
+    lines += [f"| {r['batch']} | {r['memory_tokens']} | {r['text_ms_per_question']:.2f} | "
+              f"{r['kv_ms_per_question']:.2f} | {r['kv_over_text']:.2f} |" for r in e.get("per_question", [])]
     lines += ["", "| turn | history tokens | TTFT text ms | TTFT K/V ms (turn 1: + encode) | K/V / text |",
               "|---|---|---|---|---|"]
     lines += [f"| {r['turn']} | {r['history_tokens']} | {r['text_ttft_ms']:.2f} | {r['kv_ttft_ms']:.2f} | "
@@ -259,7 +303,8 @@ def tables(name: str, e: dict) -> str:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shapes", choices=sorted(SHAPES), default=None,
-                   help="7b (Llama-3.1-8B, Qwen2.5-7B; the default on a GPU) or tiny (the default on the CPU)")
+                   help="7b (Llama-3.1-8B, Qwen2.5-7B; the default on a GPU), smollm2 (SmolLM2-135M) or tiny "
+                        "(the default on the CPU)")
     p.add_argument("--cpu", action="store_true", help="run on the CPU even where CUDA is available")
     p.add_argument("--repeats", type=int, default=3, help="timed runs per figure (median; after one warm-up)")
     p.add_argument("--out", default=None, help="folder for bench_gpu.json and bench_gpu.md")

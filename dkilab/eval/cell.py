@@ -197,13 +197,12 @@ def _answer(strategy: Strategy, item: QAItem, conv: Conversation, memory: Memory
 
 
 def in_flight(model: ChatModel | None, strategy: Strategy, preferences: bool = True) -> int:
-    """Questions answered at once: an endpoint's `concurrency`, a local model's `batch_size` when the
-    strategy injects no K/V here (K/V generations decode one question at a time: their memories
-    differ per question)."""
+    """Questions answered at once: an endpoint's `concurrency`, a local model's `batch_size` (text and
+    K/V generations alike: questions with different memory blocks decode together, `models.kv_batch`)."""
     if model is None:
         return 1
     if getattr(model, "supports_kv", False):
-        return 1 if strategy.needs_kv(preferences) else max(1, int(getattr(model, "batch_size", 1) or 1))
+        return max(1, int(getattr(model, "batch_size", 1) or 1))
     return max(1, int(getattr(model, "concurrency", 1) or 1))
 
 

@@ -10,6 +10,8 @@ Writes DIR/smoke.json and DIR/smoke.md:
   front, KL(alpha 1e-6 || alpha 0) and KL(alpha 1 || alpha 0) (the memory matters), against
   `smoke.TOLERANCE`;
 - `batched`: left-padded batched greedy decoding against one prompt at a time, token for token;
+- `kv_batched`: questions with different K/V blocks and alphas decoded together (`models.kv_batch`)
+  against each decoded alone, token for token;
 - `attention`: the stock kernel, the memory-bias kernel with no memory, and the stock kernel again give
   the same logits (the runner switches between them per cell);
 - `freed`: device memory after each model is released, against before it was built.
@@ -116,6 +118,32 @@ def batched_rows(device: str, dtypes: list[str], new_tokens: int = 16) -> list[d
     return rows
 
 
+def kv_batched_rows(device: str, dtypes: list[str], new_tokens: int = 16) -> list[dict]:
+    from dkilab.models.chat import TransformersChatModel
+    from dkilab.models.kv import decode, encode_memory, prepare_model
+    from dkilab.models.kv_batch import decode_many
+    from dkilab.models.tiny import tiny_model
+
+    rows = []
+    for dtype in dtypes:
+        for arch in ("llama", "qwen2"):
+            hf, tok = tiny_model(arch, attn="sdpa", dtype=dtype, device=device)
+            model = TransformersChatModel(prepare_model(hf), tok, name=f"tiny-{arch}")
+            model.eos_token_ids = []
+            blocks = [encode_memory(model, p) for p in BATCH_PROMPTS[1:3]]
+            memories = [[(blocks[0], 1.0)], [(blocks[1], 0.5), (blocks[0], 1.0)], None, [(blocks[1], 0.0)]]
+            reqs = [(model.encode(p), m) for p, m in zip(BATCH_PROMPTS, memories)]
+            together = [t for t, _ in decode_many(model, reqs, new_tokens)]
+            alone = [decode(model, ids, m, new_tokens)[0] for ids, m in reqs]
+            same = sum(a == b for a, b in zip(together, alone))
+            first = [next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None) for a, b in zip(together, alone)]
+            rows.append({"check": "kv_batched", "arch": arch, "dtype": dtype, "prompts": len(reqs), "identical": same,
+                         "first_divergence": first, "ok": same == len(reqs)})
+            del hf, model, blocks
+            _release(device)
+    return rows
+
+
 def attention_rows(device: str, dtypes: list[str]) -> list[dict]:
     import torch
 
@@ -165,6 +193,10 @@ def to_markdown(env: dict, rows: list[dict]) -> str:
               "| arch | dtype | identical | first divergence per prompt | ok |", "|---|---|---|---|---|"]
     lines += [f"| {r['arch']} | {r['dtype']} | {r['identical']}/{r['prompts']} | {r['first_divergence']} | "
               f"{'yes' if r['ok'] else 'NO'} |" for r in rows if r["check"] == "batched"]
+    lines += ["", "## K/V questions decoded together (own blocks and alphas) against one at a time", "",
+              "| arch | dtype | identical | first divergence per question | ok |", "|---|---|---|---|---|"]
+    lines += [f"| {r['arch']} | {r['dtype']} | {r['identical']}/{r['prompts']} | {r['first_divergence']} | "
+              f"{'yes' if r['ok'] else 'NO'} |" for r in rows if r["check"] == "kv_batched"]
     lines += ["", "## Stock kernel, memory-bias kernel, stock again (max abs logit difference)", "",
               "| dtype | memory-bias vs stock | stock again vs stock | ok |", "|---|---|---|---|"]
     lines += [f"| {r['dtype']} | {r['memory_bias_vs_stock']:.3g} | {r['stock_again_vs_stock']:.3g} | "
@@ -189,7 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     dtypes = ["float32"] if args.cpu else ["float32", "bfloat16"]
     env = environment(device)
     t = time.perf_counter()
-    rows = kv_rows(device, dtypes) + batched_rows(device, dtypes) + attention_rows(device, dtypes)
+    rows = (kv_rows(device, dtypes) + batched_rows(device, dtypes) + kv_batched_rows(device, dtypes)
+            + attention_rows(device, dtypes))
     env["seconds"] = round(time.perf_counter() - t, 1)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -66,8 +66,7 @@ def cell_seconds(cell, questions: int, tp: Throughput, judge_tp: Throughput | No
     name = cell.strategy.name
     text_history = 0 if name in NO_HISTORY | HISTORY_AS_KV else budget
     prompt = text_history + 120  # the question, the instructions and the chat template around the history
-    kv = cell.instance.needs_kv(cell.dataset.has_preferences)  # K/V questions decode one at a time
-    batched = not kv and cell.model.batch_size > 1
+    batched = cell.model.batch_size > 1  # K/V questions decode together too (models.kv_batch)
     per_q = tp.seconds(prompt, new, batched) * ROUNDS.get(name, 1.0)
     if name in HISTORY_AS_KV:
         per_q += budget / tp.prefill_tok_s  # the history block encoded once per question

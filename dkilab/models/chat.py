@@ -78,8 +78,8 @@ class TransformersChatModel:
 
         ids = self.encode(self.render(messages_or_prompt, tools))
         self._check_window(len(ids), max_new_tokens)
-        if self.batch_size > 1 and not memories and not temperature and not stop:
-            return self._batcher().submit(ids, max_new_tokens)
+        if self.batch_size > 1 and not temperature and not stop:
+            return self._batcher().submit(ids, max_new_tokens, memories or None)
         new, injected = decode(self, ids, memories, max_new_tokens, temperature, stop, seed)
         text = self.decode_new(new)
         for s in stop or []:
@@ -104,8 +104,8 @@ class TransformersChatModel:
     def generate_batch(self, prompts: list, max_new_tokens: int = 64, tools: list[dict]
                        | None = None) -> list[Generation]:
         """Greedy generation for several prompts at once (left padding, one forward pass per step):
-        token for token what `generate_full` gives each prompt alone. No K/V memories (those differ
-        per question); text strategies batch through `batch_size` in the model block."""
+        token for token what `generate_full` gives each prompt alone. No K/V memories here: strategies
+        batch through `batch_size` in the model block, K/V ones too (`dkilab.models.kv_batch`)."""
         rendered = [self.encode(self.render(p, tools)) for p in prompts]
         for ids in rendered:
             self._check_window(len(ids), max_new_tokens)
@@ -166,19 +166,20 @@ _BATCHER_LOCK = threading.Lock()
 
 
 class _Batcher:
-    """Coalesces concurrent greedy text generations into `decode_batch` calls of up to `size` prompts
-    (the runner answers `batch_size` questions in threads; each strategy still calls `generate`). A
-    batch waits at most `wait` seconds for company; prompts with another `max_new_tokens` go in
-    another batch. An error reaches every caller of its batch; the worker goes on."""
+    """Coalesces concurrent greedy generations into batches of up to `size` prompts (the runner answers
+    `batch_size` questions in threads; each strategy still calls `generate`): text prompts into
+    `decode_batch`, prompts with K/V memories into `kv_batch.decode_many`. A batch waits at most `wait`
+    seconds for company; prompts with another `max_new_tokens`, or the other kind, go in another batch.
+    An error reaches every caller of its batch; the worker goes on."""
 
     def __init__(self, model: TransformersChatModel, size: int, wait: float = 0.05):
         self.model, self.size, self.wait = model, size, wait
         self.queue: queue.Queue = queue.Queue()
         threading.Thread(target=self._run, name="dkilab-batcher", daemon=True).start()
 
-    def submit(self, prompt_ids: list[int], max_new_tokens: int) -> Generation:
+    def submit(self, prompt_ids: list[int], max_new_tokens: int, memories=None) -> Generation:
         fut: Future = Future()
-        self.queue.put((prompt_ids, max_new_tokens, fut))
+        self.queue.put((prompt_ids, max_new_tokens, fut, memories))
         return fut.result()
 
     def close(self) -> None:
@@ -200,12 +201,13 @@ class _Batcher:
                     closing = True
                     break
                 batch.append(item)
-            groups: dict[int, list] = {}
+            groups: dict[tuple[int, bool], list] = {}
             for item in batch:
-                groups.setdefault(item[1], []).append(item)
-            for max_new, items in groups.items():
+                groups.setdefault((item[1], item[3] is not None), []).append(item)
+            for (max_new, kv), items in groups.items():
                 try:
-                    gens = self.model.decode_batch([i[0] for i in items], max_new)
+                    gens = (self._decode_kv(items, max_new) if kv
+                            else self.model.decode_batch([i[0] for i in items], max_new))
                     for item, gen in zip(items, gens):
                         item[2].set_result(gen)
                 except BaseException as exc:
@@ -214,3 +216,10 @@ class _Batcher:
                             item[2].set_exception(exc)
             if closing:
                 return
+
+    def _decode_kv(self, items: list, max_new: int) -> list[Generation]:
+        from dkilab.models.kv_batch import decode_many
+
+        out = decode_many(self.model, [(i[0], i[3]) for i in items], max_new)
+        return [Generation(self.model.decode_new(new).strip(), len(i[0]), len(new), injected, token_ids=new)
+                for i, (new, injected) in zip(items, out)]

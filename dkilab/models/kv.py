@@ -41,15 +41,18 @@ class KVUnsupportedError(TypeError):
 
 
 def _with_bias(attention_mask, memory_bias, query, key):
-    """The float mask plus log(alpha) on the memory's key columns (the first len(memory_bias) ones)."""
+    """The float mask plus log(alpha) on the memory's key columns (the first memory_bias.shape[-1] ones);
+    `memory_bias` is one row for every sequence, or one row per sequence of the batch (`kv_batch`)."""
     kv_len = key.shape[-2]
-    bias = torch.zeros(kv_len, dtype=query.dtype, device=query.device)
-    bias[: memory_bias.shape[0]] = memory_bias.to(device=query.device, dtype=query.dtype)
+    rows = memory_bias.reshape(-1, memory_bias.shape[-1])
+    bias = torch.zeros(rows.shape[0], kv_len, dtype=query.dtype, device=query.device)
+    bias[:, : rows.shape[1]] = rows.to(device=query.device, dtype=query.dtype)
+    bias = bias.view(rows.shape[0], 1, 1, kv_len)
     if attention_mask is None:
-        return bias.view(1, 1, 1, kv_len)
+        return bias
     if attention_mask.dtype == torch.bool:
         attention_mask = torch.where(attention_mask, 0.0, torch.finfo(query.dtype).min).to(query.dtype)
-    return attention_mask[..., :kv_len].to(query.device) + bias.view(1, 1, 1, kv_len)
+    return attention_mask[..., :kv_len].to(query.device) + bias
 
 
 def _memory_bias_sdpa(module, query, key, value, attention_mask, memory_bias=None, **kwargs):

@@ -10,6 +10,7 @@ the old version then run again.
 """
 from __future__ import annotations
 
+import threading
 import time
 import weakref
 from abc import ABC, abstractmethod
@@ -101,6 +102,7 @@ class Strategy(ABC):
         # model -> {text: K/V}: held by the model object itself (weakly), so a model that is gone and a new
         # one that reuses its memory address never share entries
         self._kv_cache: weakref.WeakKeyDictionary[Any, LRUCache] = weakref.WeakKeyDictionary()
+        self._kv_lock = threading.Lock()
         self.kv_cache_bytes = KV_CACHE_BYTES  # the runner sets model.kv_cache_mb
         self.response_cache = None  # a ResponseCache when the experiment sets model.cache
 
@@ -207,18 +209,20 @@ class Strategy(ABC):
             return PlannedKV(text, model.count_tokens(text))
         from dkilab.models.kv import encode_memory
 
-        cache = self._kv_cache.get(model)
-        if cache is None:  # LRU bounded in bytes; each block counts at least 1/256 of the cap (<= 256 blocks)
-            floor = max(1, self.kv_cache_bytes // 256)
-            cache = self._kv_cache[model] = LRUCache(self.kv_cache_bytes,
-                                                     getsizeof=lambda kv: max(getattr(kv, "nbytes", 0), floor))
-        if (kv := cache.get(text)) is not None:
-            return kv
-        kv = encode_memory(model, text)
-        try:
-            cache[text] = kv
-        except ValueError:  # one block larger than the whole cap: used, not kept
-            pass
+        with self._kv_lock:  # the runner answers `batch_size` questions in threads; an LRU is not thread-safe
+            cache = self._kv_cache.get(model)
+            if cache is None:  # LRU bounded in bytes; each block counts at least 1/256 of the cap (<= 256 blocks)
+                floor = max(1, self.kv_cache_bytes // 256)
+                cache = self._kv_cache[model] = LRUCache(self.kv_cache_bytes,
+                                                         getsizeof=lambda kv: max(getattr(kv, "nbytes", 0), floor))
+            if (kv := cache.get(text)) is not None:
+                return kv
+        kv = encode_memory(model, text)  # outside the lock: other questions' blocks encode meanwhile
+        with self._kv_lock:
+            try:
+                cache[text] = kv
+            except ValueError:  # one block larger than the whole cap: used, not kept
+                pass
         return kv
 
     def release(self) -> None:

@@ -20,7 +20,7 @@ from dkilab.gpu.preflight import preflight
 PAPER = Throughput(prefill_tok_s=8000, decode_tok_s=35, batch_decode_tok_s=400, batch=16)
 CONFIG = {"name": "cost", "model": {"spec": "offline:smollm2", "batch_size": 16, "max_context": 8192},
           "defaults": {"max_new_tokens": 64, "history_budget": 2048},
-          "datasets": [{"name": "locomo"}, {"name": "memdaily"}, {"name": "madial_bench_zh"}, {"name": "madial_bench_en"}],
+          "datasets": [{"name": d, "split": "test"} for d in ("locomo", "memdaily", "madial_bench_zh", "madial_bench_en")],
           "strategies": [{"name": s} for s in ("no_memory", "full_history", "stable", "recall_v4", "full_attention")],
           "judge": {"model": "offline:smollm2", "max_context": 8192}}
 

@@ -72,3 +72,31 @@ def test_ctrl_c_with_questions_in_flight_stops_without_answering_the_rest(tmp_pa
     # stop flag, the free workers went on through the queue while the main thread waited on question 4)
     assert len(calls) <= 6 + 2, len(calls)
     assert _statuses(uri, "ctrlc") == [("no_memory@fixtures", "KILLED", None)]
+
+
+def test_a_kv_cell_with_batch_size_gives_the_rows_of_one_question_at_a_time(tmp_path, monkeypatch):
+    """full_attention on SmolLM2: `batch_size: 4` decodes questions with different history blocks together
+    (`models.kv_batch`); every prediction and token count equals the unbatched cell's."""
+    from dkilab.eval.experiment import load_experiment
+    from dkilab.models import kv_batch
+
+    sizes = []
+    real = kv_batch.decode_many
+    monkeypatch.setattr(kv_batch, "decode_many", lambda m, rows, *a, **k: sizes.append(len(rows)) or real(m, rows, *a,
+                                                                                                         **k))
+
+    def config(batch: int):
+        path = tmp_path / f"kv{batch}.yaml"
+        path.write_text(yaml.safe_dump({
+            "name": f"kv{batch}", "tracing": False, "defaults": {"max_new_tokens": 8},
+            "model": {"spec": "offline:smollm2", "max_context": 2048, "batch_size": batch},
+            "datasets": [{"name": "fixtures", "limit": 2, "question_limit": 4}],
+            "strategies": [{"name": "full_attention"}]}))
+        return load_experiment(path)
+
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    one = run_experiment(config(1), uri=uri, **QUIET)[0].rows
+    four = run_experiment(config(4), uri=uri, **QUIET)[0].rows
+    keep = ("qid", "prediction", "prompt_tokens", "injected_tokens", "generated_tokens")
+    assert [{k: r.get(k) for k in keep} for r in four] == [{k: r.get(k) for k in keep} for r in one]
+    assert len(one) == 8 and any(r["injected_tokens"] for r in one) and max(sizes) > 1

@@ -60,14 +60,31 @@ def test_a_failing_batch_fails_each_caller_and_the_batcher_lives_on(model, monke
     assert model.generate_full(PROMPTS[0], max_new_tokens=4).text  # the worker still serves
 
 
-def test_memories_and_sampling_bypass_the_batcher(model, monkeypatch):
-    from dkilab.models import encode_memory
+def test_sampling_bypasses_the_batcher_and_memories_decode_in_a_kv_batch(model, monkeypatch):
+    from dkilab.models import encode_memory, kv_batch
 
     monkeypatch.setattr(model, "batch_size", 4)
-    monkeypatch.setattr(type(model), "decode_batch", lambda *a, **k: pytest.fail("batched a K/V generation"))
+    monkeypatch.setattr(type(model), "decode_batch", lambda *a, **k: pytest.fail("a K/V generation as text"))
     mem = encode_memory(model, "The user likes tea.\n")
-    assert model.generate_full(PROMPTS[0], max_new_tokens=3, memories=[(mem, 1.0)]).new_tokens > 0
+    alone = kv_batch.decode(model, model.encode(model.render(PROMPTS[0])), [(mem, 1.0)], 6)[0]
+    seen = []
+    real = kv_batch.decode_many
+    monkeypatch.setattr(kv_batch, "decode_many", lambda m, rows, *a, **k: seen.append(len(rows)) or real(m, rows, *a,
+                                                                                                        **k))
+    assert model.generate_full(PROMPTS[0], max_new_tokens=6, memories=[(mem, 1.0)]).token_ids == alone
+    assert seen == [1]
     assert model.generate_full(PROMPTS[0], max_new_tokens=3, temperature=0.7, seed=1).new_tokens > 0
+
+
+def test_smollm2_kv_questions_decoded_together_equal_each_alone(model):
+    from dkilab.models import encode_memory
+    from dkilab.models.kv import decode
+    from dkilab.models.kv_batch import decode_many
+
+    tea, cat = (encode_memory(model, t) for t in ("The user likes tea.\n", "My cat is called Pixel. 她住在里斯本。\n"))
+    memories = [[(tea, 1.0)], [(cat, 1.0), (tea, 0.4)], None, [(cat, 0.0)], [(cat, 1.0)]]
+    rows = [(model.encode(model.render(p)), m) for p, m in zip(PROMPTS, memories)]
+    assert decode_many(model, rows, 10) == [decode(model, ids, m, 10) for ids, m in rows]
 
 
 def test_a_replaced_batcher_finishes_its_queue_and_ends(model, monkeypatch):
