@@ -11,7 +11,7 @@ STAMP   := $(VENV)/.dkilab-installed
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup lock quickstart ui test test-slow test-all gpu bench-store bench-strategies bench-abstention bench-agents \
+.PHONY: setup lock quickstart ui test test-slow test-all gpu wheelhouse bench-store bench-strategies bench-abstention bench-agents \
 	bench-retrieval \
 	bench-serve tracking-server clean
 
@@ -61,6 +61,12 @@ gpu: setup
 		$(BIN)/pip install --quiet --force-reinstall $(if $(CONSTRAINTS),-c $(CONSTRAINTS)) torch==2.13.0 --index-url $(TORCH_CUDA_INDEX) \
 			--extra-index-url https://pypi.org/simple; fi
 	HF_HUB_OFFLINE=$(DKILAB_GPU_OFFLINE) $(BIN)/dkilab gpu $(GPU_ARGS)
+
+# the wheels `dkilab gpu --smoke-only` needs on a GPU node that has torch, transformers and accelerate and no
+# network (docs/gpu/README.md); WHEEL_PYTHON=3.12 builds them for a node's Python 3.12
+WHEEL_PYTHON ?=
+wheelhouse: setup
+	$(BIN)/python -m dkilab.gpu.wheelhouse --out wheelhouse $(if $(WHEEL_PYTHON),--python-version $(WHEEL_PYTHON))
 
 # rewrite constraints.txt from the venv, after a deliberate upgrade (then rerun what the README quotes)
 lock: setup

@@ -245,6 +245,13 @@ def _cmd_ui(args: argparse.Namespace) -> int:
 
 
 def _cmd_gpu(args: argparse.Namespace) -> int:
+    if args.smoke_only:  # the bare-node bundle: torch, transformers, accelerate and `make wheelhouse`
+        import time
+
+        from dkilab.gpu.bundle import main as bundle
+
+        out = args.report_dir or f"reports/smoke-{time.strftime('%Y%m%d-%H%M%S')}"
+        return bundle(["--out", out, *(["--cpu"] if args.cpu else [])])
     from dkilab.cli import main
     from dkilab.gpu.command import main as gpu_main
 
@@ -257,12 +264,16 @@ def add(sub) -> None:
                          help="the GPU comparison in one command: checks, smoke stage, plan, runs, report folder",
                          formatter_class=argparse.RawDescriptionHelpFormatter, epilog=(
                              "examples:\n  dkilab gpu                     (experiments/gpu/*, every GPU, resumable)\n"
-                             "  dkilab gpu --plan-only\n  dkilab gpu --cpu experiments/ci/gpu_path.yaml --report-dir "
+                             "  dkilab gpu --plan-only\n  dkilab gpu --smoke-only --report-dir /tmp/smoke\n"
+                             "  dkilab gpu --cpu experiments/ci/gpu_path.yaml --report-dir "
                              "/tmp/r"))
     gpu.add_argument("configs", nargs="*",
                      help="experiment YAMLs (default: the comparison configs of experiments/gpu/)")
     gpu.add_argument("--cpu", action="store_true", help="run every stage on the CPU in fp32 (CI; no CUDA needed)")
     gpu.add_argument("--plan-only", action="store_true", help="stop after the plan: nothing is run")
+    gpu.add_argument("--smoke-only", action="store_true",
+                     help="only the smoke checks on tiny random-weight models (smoke.json, smoke.md in --report-dir); "
+                          "needs torch, transformers, accelerate and `make wheelhouse`'s wheels, no network")
     gpu.add_argument("--skip-smoke", action="store_true",
                      help="skip the smoke stage (it passed on this machine before)")
     gpu.add_argument("--report-dir", default=None, help="where the report folder goes (default reports/gpu-<time>)")

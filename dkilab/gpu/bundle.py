@@ -1,8 +1,10 @@
-"""The smoke checks a bare GPU node can run: torch, transformers and tokenizers only (no mlflow, faiss,
-jieba or GGUF), on tiny random-weight models of every architecture in `dkilab.models.tiny`.
+"""The smoke checks a bare GPU node can run (`dkilab gpu --smoke-only`): torch, transformers and accelerate,
+plus the few small wheels of `make wheelhouse` (the judge's module: pydantic, cachetools, jieba), with no
+mlflow, faiss, GGUF or network, on tiny random-weight models of every architecture in `dkilab.models.tiny`.
 
-    python -m dkilab.gpu.bundle --out DIR          # on the GPU, fp32 and bf16
-    python -m dkilab.gpu.bundle --out DIR --cpu    # the same checks on the CPU (fp32)
+    python -m dkilab.cli gpu --smoke-only --report-dir DIR        # on the GPU, fp32 and bf16
+    python -m dkilab.cli gpu --smoke-only --cpu --report-dir DIR  # the same checks on the CPU (fp32)
+    python -m dkilab.gpu.bundle --out DIR [--cpu]                 # the same
 
 Writes DIR/smoke.json and DIR/smoke.md:
 - the device, driver, torch, CUDA and transformers versions;
@@ -12,6 +14,7 @@ Writes DIR/smoke.json and DIR/smoke.md:
 - `batched`: left-padded batched greedy decoding against one prompt at a time, token for token;
 - `kv_batched`: questions with different K/V blocks and alphas decoded together (`models.kv_batch`)
   against each decoded alone, token for token;
+- `judge`: the judge's batched verdicts (`LLMJudge.prefetch`) against one-by-one verdicts;
 - `attention`: the stock kernel, the memory-bias kernel with no memory, and the stock kernel again give
   the same logits (the runner switches between them per cell);
 - `freed`: device memory after each model is released, against before it was built.
@@ -144,6 +147,34 @@ def kv_batched_rows(device: str, dtypes: list[str], new_tokens: int = 16) -> lis
     return rows
 
 
+def judge_rows(device: str, dtypes: list[str]) -> list[dict]:
+    from dkilab.models.chat import TransformersChatModel
+    from dkilab.models.tiny import tiny_model
+
+    rows = []
+    for dtype in dtypes:
+        row: dict[str, Any] = {"check": "judge", "dtype": dtype}
+        try:
+            from dkilab.eval.metrics.judge import LLMJudge
+        except ImportError as e:
+            rows.append(row | {"ok": False, "error": f"{e} (install the wheels of `make wheelhouse`)"})
+            continue
+        hf, tok = tiny_model("llama", attn="sdpa", dtype=dtype, device=device)
+        tok.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
+        judge = LLMJudge(TransformersChatModel(hf, tok, name="tiny-llama"), max_new_tokens=8)
+        texts = [judge.prompt.format(question="what is my cat called ?", gold="pixel", prediction=p)
+                 for p in ("pixel", "your cat is called pixel", "i do not know", "the city was lisbon")]
+        judge.prefetch(texts, batch_size=len(texts))
+        batched = [judge.replies[t] for t in texts]
+        judge.replies.clear()
+        alone = [judge._reply(t) for t in texts]
+        rows.append(row | {"verdicts": len(texts), "identical": sum(a == b for a, b in zip(batched, alone)),
+                           "ok": batched == alone})
+        del hf, judge
+        _release(device)
+    return rows
+
+
 def attention_rows(device: str, dtypes: list[str]) -> list[dict]:
     import torch
 
@@ -197,6 +228,10 @@ def to_markdown(env: dict, rows: list[dict]) -> str:
               "| arch | dtype | identical | first divergence per question | ok |", "|---|---|---|---|---|"]
     lines += [f"| {r['arch']} | {r['dtype']} | {r['identical']}/{r['prompts']} | {r['first_divergence']} | "
               f"{'yes' if r['ok'] else 'NO'} |" for r in rows if r["check"] == "kv_batched"]
+    lines += ["", "## The judge: batched verdicts against one by one", "", "| dtype | identical | ok |",
+              "|---|---|---|"]
+    lines += [f"| {r['dtype']} | {r.get('identical', 0)}/{r.get('verdicts', 0)} {r.get('error', '')} | "
+              f"{'yes' if r['ok'] else 'NO'} |" for r in rows if r["check"] == "judge"]
     lines += ["", "## Stock kernel, memory-bias kernel, stock again (max abs logit difference)", "",
               "| dtype | memory-bias vs stock | stock again vs stock | ok |", "|---|---|---|---|"]
     lines += [f"| {r['dtype']} | {r['memory_bias_vs_stock']:.3g} | {r['stock_again_vs_stock']:.3g} | "
@@ -222,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     env = environment(device)
     t = time.perf_counter()
     rows = (kv_rows(device, dtypes) + batched_rows(device, dtypes) + kv_batched_rows(device, dtypes)
-            + attention_rows(device, dtypes))
+            + judge_rows(device, dtypes) + attention_rows(device, dtypes))
     env["seconds"] = round(time.perf_counter() - t, 1)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

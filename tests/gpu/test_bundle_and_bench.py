@@ -17,14 +17,14 @@ def test_the_smoke_bundle_passes_on_cpu_with_figures_per_architecture(tmp_path):
     kv = [r for r in report["rows"] if r["check"] == "kv"]
     assert [r["arch"] for r in kv] == list(ARCHITECTURES) and all(r["max_dlogit"] < 1e-4 for r in kv)
     assert all(r["kl_one_vs_zero"] > 10 * max(r["kl_tiny_vs_zero"], 1e-7) for r in kv)
-    assert {r["check"] for r in report["rows"]} == {"kv", "batched", "kv_batched", "attention"}
+    assert {r["check"] for r in report["rows"]} == {"kv", "batched", "kv_batched", "judge", "attention"}
     assert all(r["identical"] == r["prompts"] == 4 for r in report["rows"] if r["check"] == "kv_batched")
     assert "| llama | float32 |" in (tmp_path / "smoke.md").read_text()
 
 
 def test_the_bundle_imports_nothing_beyond_torch_transformers_and_tokenizers():
     code = ("import sys, dkilab.gpu.bundle as b, dkilab.bench.gpu, dkilab.models.chat, dkilab.models.kv, "
-            "dkilab.models.tiny, dkilab.gpu.smoke\n"
+            "dkilab.models.tiny, dkilab.gpu.smoke, dkilab.models.kv_batch, dkilab.gpu.wheelhouse\n"
             "heavy = {'mlflow', 'faiss', 'jieba', 'pandas', 'sklearn', 'gguf', 'sentence_transformers', "
             "'onnxruntime'}\nprint(sorted(heavy & {m.split('.')[0] for m in sys.modules}))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
