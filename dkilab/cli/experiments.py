@@ -24,6 +24,20 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
         print(table(check_config(cfg, args.config, budgets=False)))
         return 0
+    if args.executor == "ray":
+        if args.claim:
+            print("dkilab run: --executor ray claims each cell itself; drop --claim", file=sys.stderr)
+            return 2
+        import importlib.util
+
+        if importlib.util.find_spec("ray") is None:
+            print("dkilab run: --executor ray needs Ray: pip install 'dkilab[ray]'", file=sys.stderr)
+            return 2
+        from dkilab.eval.ray_executor import run_on_ray
+
+        cfg, results = run_on_ray(args.config, args.set, args.limit, args.data_dir, args.tracking_uri,
+                                  args.ray_address, args.retries, args.gpus_per_cell)
+        return _print_results(cfg, results, args.tracking_uri)
     results = run_experiment(cfg, data_dir=args.data_dir, uri=args.tracking_uri, config_path=args.config,
                              claim=args.claim)
     if not process_state().is_main_process:
@@ -307,6 +321,15 @@ def add(sub) -> None:
     run.add_argument("--claim", action="store_true",
                      help="run only the cells this process claims in the tracking store (several machines, e.g. a "
                           "Slurm array, running the same config share its cells; experiments/gpu/README.md)")
+    run.add_argument("--executor", choices=("local", "ray"), default="local",
+                     help="ray: each cell a Ray task with its GPU request and retries, into the same tracking store "
+                          "(pip install 'dkilab[ray]'; dkilab.eval.ray_executor)")
+    run.add_argument("--ray-address", default=None,
+                     help="the Ray cluster (default: $RAY_ADDRESS, else a cluster started on this machine)")
+    run.add_argument("--retries", type=int, default=3, help="--executor ray: times a cell's task is retried")
+    run.add_argument("--gpus-per-cell", type=float, default=None,
+                     help="--executor ray: GPUs each cell requests (default 1 for a local model when the cluster has "
+                          "GPUs, else 0)")
     run.set_defaults(func=_cmd_run)
 
     rsc = sub.add_parser("rescore",

@@ -109,18 +109,22 @@ def _broadcast(state, value):
 
 
 def run_experiment(cfg: ExperimentConfig, *, data_dir=None, uri: str | None = None, config_path: str | None = None,
-                   progress: bool = True, echo=print, claim: bool = False, rescore: bool = False) -> list[CellResult]:
+                   progress: bool = True, echo=print, claim: bool = False, rescore: bool = False,
+                   only: Collection[str] | None = None) -> list[CellResult]:
     """Run (or resume) every cell; returns one CellResult per cell, finished, skipped or failed. With
     `claim`, a cell runs only if this process claims it in the tracking store (`runstate.claim_cell`):
     several machines running the same config each take different cells (claimed elsewhere: "claimed").
     A cell whose generation part is unchanged since a finished run is scored from that run's stored
     answers (dkilab.eval.rescore). With `rescore`, every cell is, finished or not, and nothing generates:
-    a cell without stored answers fails, naming why (`dkilab rescore`)."""
+    a cell without stored answers fails, naming why (`dkilab rescore`). `only`: the config hashes of the
+    cells to run, the others left out (one Ray task runs one cell: `ray_executor`)."""
     import mlflow
 
 
 
     cells = check_config(cfg, config_path or "<config>")
+    if only is not None:
+        cells = [c for c in cells if c.config_hash in only]
     state = process_state()
     main = state.is_main_process
     check_thresholds(cfg, cells, data_dir, config_path or "<config>", echo if main else (lambda _: None))
