@@ -78,3 +78,15 @@ def test_the_wheelhouse_runs_the_smoke_only_path_in_a_clean_venv_without_network
     report = json.loads((tmp_path / "with" / "smoke.json").read_text())
     assert {r["check"] for r in report["rows"]} == {"kv", "batched", "kv_batched", "judge", "attention"}
     assert all(r["ok"] for r in report["rows"]) and (tmp_path / "with" / "smoke.md").exists()
+
+
+def test_the_prepared_gpu_check_runs_its_path_on_the_cpu(tmp_path):
+    """scripts/gpu-check.sh, the one command a lent GPU runs, tried with --cpu: smoke and bench reports land."""
+    out = tmp_path / "out"
+    env = os.environ | {"PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}  # python3 = the project's
+    done = subprocess.run(["bash", "scripts/gpu-check.sh", str(out), "--cpu"], cwd=ROOT, capture_output=True,
+                          text=True, env=env, timeout=600)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    assert all(r["ok"] for r in json.loads((out / "smoke.json").read_text())["rows"])
+    assert "per_question" in json.loads((out / "bench_gpu.json").read_text())["models"]["tiny-llama"]
+    assert (out / "nvidia.txt").exists() and not (out / ".site").exists()
