@@ -74,6 +74,7 @@ def test_ctrl_c_with_questions_in_flight_stops_without_answering_the_rest(tmp_pa
     assert _statuses(uri, "ctrlc") == [("no_memory@fixtures", "KILLED", None)]
 
 
+@pytest.mark.slow  # 36-43 s of SmolLM2: the default run stays under 8 minutes
 def test_a_kv_cell_with_batch_size_gives_the_rows_of_one_question_at_a_time(tmp_path, monkeypatch):
     """full_attention on SmolLM2: `batch_size: 4` decodes questions with different history blocks together
     (`models.kv_batch`); every prediction and token count equals the unbatched cell's."""
