@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import difflib
 import json
+import os
 import typing
 from pathlib import Path
 from typing import Any, TypeVar
@@ -200,3 +201,14 @@ def read_jsonl(path: str | Path) -> list[Any]:
             except json.JSONDecodeError as e:
                 raise ValueError(f"{path}:{n}: not valid JSON ({e.msg})") from None
     return out
+
+
+def under_data_dir(path: str, data_dir: str | None = None) -> Path:
+    """A file a config names: absolute, else under the data dir (`data_dir`, else $DKILAB_DATA_DIR) where it is
+    there, else from the working directory (the first try when neither exists, for the error to name)."""
+    p = Path(path).expanduser()
+    if p.is_absolute():
+        return p
+    data = data_dir or os.environ.get("DKILAB_DATA_DIR")
+    tries = ([Path(data).expanduser() / p] if data else []) + [Path.cwd() / p]
+    return next((t for t in tries if t.exists()), tries[0])

@@ -98,8 +98,21 @@ def check_06(text, pngs, second):
     assert "L-20250418" in text and "kept as is (no ancestor knows)" in text
 
 
+HAVE_AUDIT = HAVE_DATA and (Path(str(DATA)) / "locomo_audit").is_dir()
+
+
+def check_07(text, pngs, second):
+    if not HAVE_AUDIT:
+        assert "skipped: the LoCoMo audit" in text
+        return
+    # the files' own majority accuracies, and the ceiling the audited golds leave
+    assert "74.35%" in text and "79.94%" in text and "93.57%" in text
+    assert "single_hop" in text and "agreement" in text and "published_judge" in text
+
+
 CHECKS = {"01_quickstart": check_01, "02_compare_strategies": check_02, "03_sweep_threshold_budget": check_03,
-          "04_kv_injection_alpha": check_04, "05_retrieval": check_05, "06_agents": check_06}
+          "04_kv_injection_alpha": check_04, "05_retrieval": check_05, "06_agents": check_06,
+          "07_published_replies": check_07}
 
 
 def test_every_notebook_has_its_checks():

@@ -13,9 +13,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"dkilab {__version__}")
     p.add_argument("--debug", action="store_true", help="show the traceback of a user error (config, data, model)")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
-    from dkilab.cli import bench, datasets, experiments, service
+    from dkilab.cli import bench, datasets, experiments, imports, service
 
-    for group in (service, bench, experiments, datasets):  # each owns its commands and their arguments
+    for group in (service, bench, experiments, imports, datasets):  # each owns its commands and their arguments
         group.add(sub)
     return p
 
@@ -23,13 +23,14 @@ def build_parser() -> argparse.ArgumentParser:
 def _user_errors() -> tuple[type[BaseException], ...]:
     from dkilab.config import ConfigError
     from dkilab.eval.datasets.base import DatasetNotFoundError
+    from dkilab.eval.published import PredictionsError
     from dkilab.eval.report import ScriptedRunsError, TrackingStoreError, UnknownExperimentError
     from dkilab.eval.rescore import StoredAnswersError
     from dkilab.models.loading import ModelNotAvailableError
     from dkilab.registry import UnknownNameError
 
     return (ConfigError, DatasetNotFoundError, ModelNotAvailableError, UnknownNameError, ScriptedRunsError,
-            TrackingStoreError, UnknownExperimentError, StoredAnswersError)
+            TrackingStoreError, UnknownExperimentError, StoredAnswersError, PredictionsError)
 
 
 # loggers whose INFO lines are noise on a console: MLflow's "Flushing the async trace logging queue ... This may

@@ -34,6 +34,12 @@ def _cmd_bench_embedders(args: argparse.Namespace) -> int:
     return bench_main(data_dir=args.data_dir, messages=args.messages, queries=args.queries)
 
 
+def _cmd_bench_published(args: argparse.Namespace) -> int:
+    from dkilab.bench.published import main
+
+    return main(args.data_dir, args.tracking_uri)
+
+
 def _cmd_bench_retrieval(args: argparse.Namespace) -> int:
     train_only = [flag for flag, on in (("--out", args.out),
                                         ("--turn-alone", args.turn_alone and not args.leave_one_dataset_out),
@@ -93,6 +99,10 @@ def _cmd_bench_abstention(args: argparse.Namespace) -> int:
         from dkilab.bench.abstention_shapes import main as shapes_main
 
         return shapes_main(show_errors=args.errors, judge=args.judge)
+    if args.real:
+        from dkilab.bench.abstention_real import main as real_main
+
+        return real_main(args.data_dir, show_errors=args.errors, save=args.save)
     if args.label_sheet:
         from dkilab.bench.abstention_external import label_sheet
 
@@ -190,6 +200,12 @@ def add(sub) -> None:
                      help="with --train: no range guard (by default a question whose candidates lie outside the "
                           "fitted range gets the weighted fusion's order): the ablation model")
     brt.set_defaults(func=_cmd_bench_retrieval)
+    bpub = bench_sub.add_parser("published", help="GPT-4o-mini's published LoCoMo replies and the audit's wrong "
+                                                  "answers imported as cells: the published judge against dkilab's "
+                                                  "LoCoMo score, by category, with and without the audited golds")
+    bpub.add_argument("--data-dir", default=None, help="dataset directory (default: $DKILAB_DATA_DIR)")
+    bpub.add_argument("--tracking-uri", default=None)
+    bpub.set_defaults(func=_cmd_bench_published)
     bgen = bench_sub.add_parser("generation", help="tokens/s of batched greedy generation at several batch sizes")
     bgen.add_argument("--model", default="offline:smollm2")
     bgen.add_argument("--prompts", type=int, default=16)
@@ -218,6 +234,11 @@ def add(sub) -> None:
                     "a second reader to label (a path outside the project: it holds dataset text), and stop")
     ba.add_argument("--second-reader", default=None, metavar="FILE", help="with the external check: another reader's "
                     "label file (a filled --label-sheet); prints the agreement and the figures under those labels")
+    ba.add_argument("--real", action="store_true", help="only the check on real model replies: GPT-4o-mini's "
+                    "LoCoMo answers (the LoCoMo audit in the data dir) labelled in datasets/fixtures/abstention/"
+                    "real_replies_labels.jsonl, held out by conversation (with --errors: the dev part's errors)")
+    ba.add_argument("--save", action="store_true", help="with --real: write the held-out figures into the weights "
+                    "(dkilab/text/abstention/lr.json, the detector's card)")
     ba.add_argument("--shapes", action="store_true", help="only the reply-shapes check: the held-back third "
                     "of datasets/fixtures/abstention/reply_shapes.jsonl per language and shape (with --errors: its "
                     "errors; with --judge MODEL: that LLM judge on the same rows)")

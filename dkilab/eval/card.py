@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 from dkilab.eval.metrics.abstention import detector_card
+from dkilab.eval.published import describe
 from dkilab.prompts import ABSTENTION_PROMPT, JUDGE_PROMPT
 
 CARD_FILE = "methodology.json"
@@ -46,7 +47,8 @@ def _cell(result) -> dict[str, Any]:
     ident = cell.generation_identity
     params = cell.params.model_dump(mode="json") if cell.params is not None else {}
     rounds = m.get("mean_rounds", 1.0 if cell.needs_model else 0.0)
-    return {
+    imported = describe(cell.instance) if cell.instance.answers_from_file else None
+    out = {
         "cell": cell.label,
         "status": "failed" if result.error else ("read back" if result.skipped else "finished"),
         "strategy": f"{cell.strategy.name} v{ident['strategy']['version']}",
@@ -59,6 +61,12 @@ def _cell(result) -> dict[str, Any]:
         "per_question": {"answer_model_calls": rounds, "tokens_processed": m.get("tokens_processed"),
                          "prompt_tokens": m.get("prompt_tokens"), "injected_tokens": m.get("injected_tokens")},
     }
+    if imported is not None:  # a published run: its file and models; what it was given and cost are not known
+        out |= {"answer_model": imported["answer_model"] or "unknown (the file does not say)", "imported": imported,
+                "budget": {}, "prompts_sha1": None}
+        out["per_question"] = {"answer_model_calls": None, "tokens_processed": None, "prompt_tokens": None,
+                               "injected_tokens": None}
+    return out
 
 
 def methodology_card(cfg, results, provenance: dict[str, str]) -> dict[str, Any]:
@@ -96,6 +104,13 @@ def markdown(card: dict[str, Any]) -> str:
         tokens = f"{q['tokens_processed']:.0f}" if isinstance(q["tokens_processed"], (int, float)) else "-"
         calls = f"{q['answer_model_calls']:.2f}" if isinstance(q["answer_model_calls"], (int, float)) else "-"
         questions = f"{d['questions']:.0f}" if isinstance(d["questions"], (int, float)) else "-"
-        lines.append(f"| {c['cell']} | {c['answer_model'] or '-'} | `{c['prompts_sha1']}` | {d['name']} ({d['split']}) "
+        prompts = f"`{c['prompts_sha1']}`" if c["prompts_sha1"] else "-"
+        lines.append(f"| {c['cell']} | {c['answer_model'] or '-'} | {prompts} | {d['name']} ({d['split']}) "
                      f"| {questions} | {budget} | {calls} | {tokens} |")
+    sources = [c for c in card["cells"] if c.get("imported")]
+    if sources:
+        lines += ["", "Imported cells (answers read from a published file, never generated):"]
+        lines += [f"- {c['cell']}: `{c['imported']['source']}` (sha1 `{c['imported']['sha1'][:12]}`, "
+                  f"{c['imported']['format']}); answers by {c['answer_model']}, the file's judge "
+                  f"{c['imported']['judge_model'] or 'not named'}" for c in sources]
     return "\n".join(lines)

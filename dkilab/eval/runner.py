@@ -26,7 +26,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Collection
 
-from dkilab.eval import interrupt, rescore, runstate, store_uri, tables, tracking
+from dkilab.eval import interrupt, published, rescore, runstate, store_uri, tables, tracking
 from dkilab.eval.cell import load_cell_data, load_cell_questions, make_judge, run_cell, score_cell
 from dkilab.eval.experiment import Cell, ExperimentConfig, check_config, model_weights_digest
 from dkilab.eval.journal import Journal
@@ -330,10 +330,49 @@ def _rescore_one(cfg, cell: Cell, n: int, total: int, state, source: str, data_d
     return result
 
 
+def _import_one(cfg, cell: Cell, n: int, total: int, state, data_dir, datasets, echo) -> CellResult:
+    """An imported cell (strategy `imported`): its answers read from the published file, matched to the cell's
+    questions, scored and logged as a generated cell's; no model under test, no store, nothing generated."""
+    import mlflow
+
+    if not state.is_main_process:
+        return CellResult(cell, skipped=True)
+    t = time.perf_counter()
+    try:  # a file that does not fit the dataset is refused before a run is logged, naming the entry
+        items = load_cell_questions(cell, data_dir, datasets)
+        answers, errors, found = published.answers(cell, items, data_dir)
+    except Exception as exc:
+        echo(f"[{n}/{total}] {cell.label}: import FAILED ({exc})")
+        return CellResult(cell, error=f"{type(exc).__name__}: {exc}")
+    echo(f"[{n}/{total}] {cell.label}: imported {found.summary(cell.instance.file)}")
+    run = mlflow.start_run(run_name=cell.label, nested=True, tags=_cell_tags(cell, n) | {
+        published.SOURCE_TAG: str(cell.instance.file)}, description=tracking.cell_description(cell))
+    result = CellResult(cell, run_id=run.info.run_id)
+    try:
+        judge = make_judge(cell.judge, cell.model) if cell.judge is not None else None
+        result.rows = score_cell(cell, answers, items, judge, {},
+                                 judge_batch=cell.judge.batch_size if cell.judge else 8)
+        wall_s, extra = time.perf_counter() - t, found.counters()
+        result.metrics = tracking.log_cell(cell, result.rows, errors, wall_s, extra)
+        rescore.log_answers(cell, answers, items, {}, errors, wall_s, extra)
+        over = _close(cfg, result)
+        line = tables.cell_line(cell, result.metrics, n, total, time.perf_counter() - t)
+        echo(f"{line}: FAILED ({over})" if over else line + " (imported, no generation)")
+    except (KeyboardInterrupt, SystemExit):
+        mlflow.end_run(status="KILLED")
+        raise
+    except Exception as exc:
+        _end_failed(result, f"{type(exc).__name__}: {exc}", traceback.format_exc())
+        echo(f"[{n}/{total}] {cell.label}: import FAILED ({result.error})")
+    return result
+
+
 def _run_one(cfg, cell: Cell, n: int, total: int, state, data_dir, datasets, progress, echo) -> CellResult:
     import mlflow
 
 
+    if cell.instance.answers_from_file:  # a published run: read, never generated
+        return _import_one(cfg, cell, n, total, state, data_dir, datasets, echo)
     main = state.is_main_process
     child = None
     if main:

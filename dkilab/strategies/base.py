@@ -91,6 +91,9 @@ class Strategy(ABC):
     # False: the strategy generates outside `Strategy.generate` (its own flow), so `model.generate: false`
     # cannot stop it before generation and is refused when the experiment is read
     supports_context_only: ClassVar[bool] = True
+    # True: the runner reads the answers from the strategy's file (`imported`, dkilab.eval.published) and never
+    # calls `answer`
+    answers_from_file: ClassVar[bool] = False
 
     def __init__(self, params: dict[str, Any] | StrategyParams | None = None, source: str = "<params>"):
         # context-only (`model: {generate: false}`): build exactly the prompt and K/V blocks, then stop

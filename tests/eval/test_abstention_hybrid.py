@@ -218,11 +218,18 @@ def test_each_decision_records_its_path_and_the_cell_counts_the_learned_ones():
     assert hybrid.decide("Not mentioned.") == (True, "rules")
     assert hybrid.decide("That's beyond what I know, sorry.")[1] == "learned"
     item = QAItem("Where did I go?", None, answerable=False, qid="q1")
-    rows = [score_answer(item, Answer(text), detector=d) for text in ("Not mentioned.", "I have no record of that.")
-            for d in ("hybrid", "structural")]
+    rows = [score_answer(item, Answer(text), detector=d)
+            for text in ("I don't know.", "That's beyond what I know, sorry.") for d in ("hybrid", "structural")]
     assert [r["abstention_by_learned"] for r in rows] == [False, False, True, False]
     assert [r["hallucinated"] for r in rows] == [0.0, 0.0, 0.0, 1.0]  # the rules alone call the second a hallucination
     assert aggregate(rows[::2])["abstention_by_learned"] == pytest.approx(0.5)
+    # a reply that says the record lacks it is read with its question first (text/abstention/asked.py), by either
+    # detector: the rules alone called this one a hallucination
+    from dkilab.eval.metrics.base import Scored
+
+    for d in ("hybrid", "structural"):
+        scored = Scored(item, Answer("I have no record of that."), detector=d)
+        assert (scored.abstained, scored.abstention_path) == (True, "asked")
 
 
 def test_rules_only_stays_selectable_and_each_detector_is_its_own_scoring_identity(tmp_path):

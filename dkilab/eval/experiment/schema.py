@@ -1,18 +1,18 @@
 """The experiment YAML's schema: the model, embedder, dataset, judge and strategy blocks, and the config."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from dkilab import prompts as text
-from dkilab.config import knob, refuse_bool_numbers
+from dkilab.config import knob, refuse_bool_numbers, under_data_dir
 from dkilab.encoders.embedder import auto_embedder, index_text_for, weights_digest
 from dkilab.eval.datasets import DATASETS, dataset_info, load_dataset, source_digest
 from dkilab.eval.datasets.locomo_audit import audit_info
 from dkilab.eval.metrics import SCORERS
+from dkilab.eval.metrics.evermemos_judge import EverMemOSJudge, load_prompts
 from dkilab.eval.metrics.judge import check_prompt
 from dkilab.eval.metrics.locomo_j import LocomoJ, load_template
 from dkilab.eval.metrics.longmemeval_check import LongMemEval, digest, load_templates, readable
@@ -141,17 +141,6 @@ class EmbedderSpec(_Strict):
         return out if self.index_text == "2" else out | {"with_previous_turn": False}
 
 
-def under_data_dir(path: str, data_dir: str | None = None) -> Path:
-    """A file a config names: absolute, else under the data dir (`data_dir`, else $DKILAB_DATA_DIR) where it is
-    there, else from the working directory (the first try when neither exists, for the error to name)."""
-    p = Path(path).expanduser()
-    if p.is_absolute():
-        return p
-    data = data_dir or os.environ.get("DKILAB_DATA_DIR")
-    tries = ([Path(data).expanduser() / p] if data else []) + [Path.cwd() / p]
-    return next((t for t in tries if t.exists()), tries[0])
-
-
 class DatasetSpec(_Strict):
     name: str
     label: str | None = Field(None, exclude=True)  # how cells and `expect` name it (default: name); not hashed
@@ -252,8 +241,10 @@ class JudgeSpec(_Strict):
     # a published judge protocol, its prompts read from the user's copy of its script (`prompts_from`: absolute,
     # or under the data dir, else the working directory): `longmemeval`, LongMemEval's answer check per question
     # type, unanswerable questions judged too (dkilab/eval/metrics/longmemeval_check.py); `locomo_j`, the
-    # CORRECT/WRONG judge of the published LoCoMo memory-system tables (mem0's; dkilab/eval/metrics/locomo_j.py)
-    protocol: Literal["dkilab", "longmemeval", "locomo_j"] = knob("dkilab", off="dkilab")
+    # CORRECT/WRONG judge of the published LoCoMo memory-system tables (mem0's; dkilab/eval/metrics/locomo_j.py);
+    # `evermemos`, the judge of the pipeline whose eval_results.json the LoCoMo audit publishes (its
+    # evaluation/config/prompts.yaml; dkilab/eval/metrics/evermemos_judge.py)
+    protocol: Literal["dkilab", "longmemeval", "locomo_j", "evermemos"] = knob("dkilab", off="dkilab")
     # the judge's own errors: beside each judged answer, a vague-but-wrong, a wrong-specific and a paraphrased-correct
     # answer built from the gold go to the same judge (dkilab/eval/metrics/judge_stress.py); 3 more calls per answer
     stress: bool = True
@@ -267,12 +258,14 @@ class JudgeSpec(_Strict):
             check_prompt(self.abstention_prompt, ("{question}", "{prediction}"))
         if (self.protocol != "dkilab") != (self.prompts_from is not None):
             raise ValueError(f"protocol: {self.protocol} and prompts_from go together (longmemeval: LongMemEval's "
-                             "src/evaluation/evaluate_qa.py; locomo_j: mem0's evaluation/metrics/llm_judge.py)")
+                             "src/evaluation/evaluate_qa.py; locomo_j: mem0's evaluation/metrics/llm_judge.py; "
+                             "evermemos: the pipeline's evaluation/config/prompts.yaml)")
         if self.protocol != "dkilab" and self.prompt is not None:
             raise ValueError(f"protocol: {self.protocol} reads its prompts from prompts_from; drop `prompt`")
         self.protocol_object()  # a missing or foreign script is refused when the config is read, naming it
         if "max_new_tokens" not in self.model_fields_set:  # room for the protocol's reply: a JSON label, a yes/no
-            self.max_new_tokens = {"locomo_j": 24, "longmemeval": 10}.get(self.protocol, self.max_new_tokens)
+            self.max_new_tokens = {"locomo_j": 24, "longmemeval": 10, "evermemos": 64}.get(self.protocol,
+                                                                                           self.max_new_tokens)
         return self
 
     def _script(self) -> Path:
@@ -284,6 +277,8 @@ class JudgeSpec(_Strict):
             return LongMemEval(load_templates(self._script()))
         if self.protocol == "locomo_j":
             return LocomoJ(load_template(self._script()))
+        if self.protocol == "evermemos":
+            return EverMemOSJudge(load_prompts(self._script()))
         return None
 
     def prompts(self) -> dict[str, str] | None:
@@ -293,6 +288,8 @@ class JudgeSpec(_Strict):
             return None
         if self.protocol == "longmemeval":
             return {kind: readable(text) for kind, text in proto.templates.items()}
+        if self.protocol == "evermemos":
+            return {"system": proto.system, "judge": proto.template}
         return {"judge": proto.template}
 
     def resolved(self) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from dkilab.config import read_jsonl
 from dkilab.eval.metrics.base import Scored, metric
 from dkilab.prompts import ABSTAIN_PHRASE
 from dkilab.text.abstention import DETECTOR, StructuralDetector, is_abstention
+from dkilab.text.abstention.asked import VERSION as ASKED_VERSION
 from dkilab.text.abstention.commit import reply_kind
 from dkilab.text.abstention.learned import DEFAULT_DETECTOR, DETECTOR_NAMES, get_detector
 
@@ -32,13 +33,14 @@ __all__ = ["ABSTAIN_PHRASE", "DETECTOR", "StructuralDetector", "is_abstention", 
 
 
 
-@metric("abstention_rate_answerable", field="abstained", subset="answerable", higher_is_better=False,
+# version 2: the reply is read with its question first (dkilab/text/abstention/asked.py)
+@metric("abstention_rate_answerable", field="abstained", subset="answerable", higher_is_better=False, version="2",
         depends_on="abstention", description="answerable questions the answer declined (abstention detector)")
 def _abstained(q: Scored):
     return q.abstained
 
 
-@metric("abstention_by_learned", subset="all", higher_is_better=False, depends_on="abstention",
+@metric("abstention_by_learned", subset="all", higher_is_better=False, depends_on="abstention", version="2",
         description="answers whose abstention verdict the hybrid detector's learned component made (the rest: rules)")
 def _by_learned(q: Scored):
     return q.abstention_path == "learned"
@@ -46,13 +48,15 @@ def _by_learned(q: Scored):
 
 @metric("hallucination_rate", label="hallucination rate (0-1, lower is better)", rate=True, plot=6,
         narrow=("answers",), paired=True, field="hallucinated", higher_is_better=False, per_category=True, rank=10,
-        depends_on="abstention", description="unanswerable questions answered anyway (abstention detector)")
+        depends_on="abstention", version="2",
+        description="unanswerable questions answered anyway (abstention detector)")
 def _hallucinated(q: Scored):
     return None if q.item.answerable else float(not q.abstained)
 
 
 @metric("hedged_guess_rate", field="hedged_guess", subset="unanswerable", higher_is_better=False, rate=True,
-        depends_on="abstention", description="unanswerable questions answered with a guess after a decline (\"I don't "
+        depends_on="abstention", version="2",
+        description="unanswerable questions answered with a guess after a decline (\"I don't "
         "know, but I'd guess Leeds\"): part of hallucination_rate, reported apart")
 def _hedged_guess(q: Scored):
     return None if q.item.answerable else float(reply_kind(q.answer.text, q.abstained) == "hedged_guess")
@@ -88,14 +92,15 @@ def detector_card(name: str = DEFAULT_DETECTOR) -> dict[str, object]:
     """A detector's name, version and measured figures per language: the rules' test-half precision/recall,
     and for the hybrid detector its leave-one-source-out, pooled and fresh-check figures (stored with its weights)."""
     det = get_detector(name)
-    card: dict[str, object] = {"name": det.name, "version": det.version}
+    card: dict[str, object] = {"name": det.name, "version": det.version, "question_rule": ASKED_VERSION}
     if name == "structural":
         for lang, m in evaluate_detector(det.is_abstention).items():
             card |= {f"test_precision_{lang}": round(m["precision"], 3), f"test_recall_{lang}": round(m["recall"], 3)}
         return card
     card["weights_sha1"] = det.digest
     figures = det.weights.get("figures", {})
-    for part, prefix in (("leave_one_source_out", "loso"), ("pooled_5fold", "pooled"), ("fresh_check", "fresh")):
+    for part, prefix in (("leave_one_source_out", "loso"), ("pooled_5fold", "pooled"), ("fresh_check", "fresh"),
+                         ("real_replies", "real")):
         for lang, m in figures.get(part, {}).items():
             card |= {f"{prefix}_precision_{lang}": m["precision"], f"{prefix}_recall_{lang}": m["recall"]}
     return card

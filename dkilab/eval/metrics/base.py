@@ -25,6 +25,7 @@ from typing import Any, Callable, Literal
 import numpy as np
 
 from dkilab.registry import Registry
+from dkilab.text.abstention.asked import asked_decision
 from dkilab.text.abstention.learned import get_detector
 from dkilab.types import Answer, QAItem
 
@@ -123,18 +124,27 @@ class Scored:
         return self.answer.kind == "context"
 
     @property
+    def imported(self) -> bool:
+        """An answer read from a published file (strategy `imported`): what the model was shown and what it cost
+        are not known, so the context and cost metrics (kinds context and any) do not apply."""
+        return bool(self.answer.metadata.get("imported"))
+
+    @property
     def task(self) -> str | None:
         """None for an answer or a ranking; `memory_view` / `pointer` for an agent's output (its own metrics)."""
         return self.answer.kind if self.answer.kind in ("memory_view", "pointer") else None
 
     @cached_property
     def _abstention(self) -> tuple[bool, str]:
-        """(abstained, which path decided: judge | rules | learned)."""
+        """(abstained, which path decided: judge | asked (the question rule, text/abstention/asked.py) | rules |
+        learned)."""
         if self.answer.metadata.get("final_call"):
             return False, "final_call"  # a call, not an answer and never a decline
         if self.abstained_label is not None:
             return self.abstained_label, "judge"
-
+        asked = asked_decision(self.item.question, self.answer.text)  # the reply read with its question
+        if asked is not None:
+            return asked, "asked"
         det = get_detector(self.detector)
         return det.decide(self.answer.text)
 
@@ -241,6 +251,7 @@ def score_row(item: QAItem, answer: Answer, scorer: str = "auto", abstained: boo
     for m in declared():
         if (m.fn is None or (m.kind == "answer" and (q.retrieval_only or q.task or q.context_only)) or
                 (m.kind == "context" and (q.retrieval_only or q.task)) or
+                (m.kind in ("context", "any") and q.imported) or
                 (m.kind == "retrieval" and not q.retrieval_only) or (m.kind == "agent" and not q.task)):
             continue
         value = m.fn(q)

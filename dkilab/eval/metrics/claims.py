@@ -62,5 +62,6 @@ def unsupported_rate(answer: str, context: str) -> float | None:
         description="share of an answer's claims (numbers, dates, names, nouns) found nowhere in what the model was "
                     "given")
 def _unsupported(q: Scored):
-    return unsupported_rate(q.answer.text,
-                            q.item.question + "\n" + q.answer.context_text) if q.item.answerable else None
+    if not q.item.answerable or q.imported:  # an imported reply: what its model was given is not known
+        return None
+    return unsupported_rate(q.answer.text, q.item.question + "\n" + q.answer.context_text)
