@@ -12,7 +12,7 @@ def _cmd_datasets(args: argparse.Namespace) -> int:
 
         where = args.data_dir or os.environ.get("DKILAB_DATA_DIR")
         print(f"data dir: {where} ({'--data-dir' if args.data_dir else '$DKILAB_DATA_DIR'})" if where else
-              "data dir: not set (--data-dir or $DKILAB_DATA_DIR); only the bundled fixtures are present")
+              "data dir: not set (--data-dir or $DKILAB_DATA_DIR): what is present below is bundled with dkilab")
         import pandas as pd
 
         iso = {"cn": "zh"}  # the loaders' internal code for Chinese; ISO 639-1 says zh

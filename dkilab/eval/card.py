@@ -95,7 +95,7 @@ def markdown(card: dict[str, Any]) -> str:
              ("Judge: `{model}` ({how}prompts `{prompts_sha1}`, {calls_per_question} call(s) per question)".format(
                  **judge, how="LongMemEval's answer check, " if judge.get("protocol") == "longmemeval" else "")
               if judge else "Judge: none") + f"; abstention detector {card['abstention_detector']['name']}-"
-             f"{card['abstention_detector']['version']}.", "",
+             f"v{card['abstention_detector']['version']}.", "",
              "| cell | answer model | prompts | dataset (split) | questions | budget | model calls / q | tokens / q |",
              "|---|---|---|---|---|---|---|---|"]
     for c in card["cells"]:

@@ -11,8 +11,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tqdm.auto import tqdm
-
 from dkilab.config import ConfigError
 from dkilab.eval import interrupt
 from dkilab.eval.datasets import dataset_info, load_dataset
@@ -22,6 +20,7 @@ from dkilab.eval.experiment import Cell
 from dkilab.eval.metrics import score_answer
 from dkilab.eval.metrics.judge import LLMJudge
 from dkilab.eval.metrics.session import expand_turns, turn_items
+from dkilab.eval.progress import Progress
 from dkilab.eval.stores import store_for
 from dkilab.memory import Embedder
 from dkilab.models import load_model
@@ -277,7 +276,7 @@ def run_cell(cell: Cell, model: ChatModel | None, data: CellData, state=None, tr
     workers = in_flight(model, strategy, preferences=any(conv.preferences for conv, _ in items))
 
     def work(my_idx):
-        bar = tqdm(total=len(my_idx), desc=cell.label, disable=not (progress and main), leave=False)
+        bar = Progress(len(my_idx), cell.label, enabled=progress and main)
         if workers > 1:  # questions in flight together: an endpoint's concurrency or a local model's batch
 
             pool = ThreadPoolExecutor(workers, thread_name_prefix="dkilab-question")

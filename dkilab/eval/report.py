@@ -90,7 +90,7 @@ def experiment_runs(experiment: str, uri: str | None = None) -> list:
         close = difflib.get_close_matches(experiment, names, n=1)
         raise UnknownExperimentError(f"no MLflow experiment named {experiment!r} at {uri}"
                                      + (f"; did you mean {close[0]!r}?" if close else "")
-                                     + (f" Experiments there: {', '.join(sorted(names))}" if names
+                                     + (f"; experiments there: {', '.join(sorted(names))}" if names
                                         else " (it has none)"))
     return config_ordered(newest_per_cell(runstate.finished_runs(exp.experiment_id).values()))
 

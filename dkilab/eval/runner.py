@@ -26,9 +26,11 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Collection
 
+from dkilab.config import ConfigError
 from dkilab.eval import interrupt, published, rescore, runstate, store_uri, tables, tracking
 from dkilab.eval.cell import load_cell_data, load_cell_questions, make_judge, run_cell, score_cell
 from dkilab.eval.experiment import Cell, ExperimentConfig, check_config, model_weights_digest
+from dkilab.eval.experiment.checks import missing_data
 from dkilab.eval.journal import Journal
 from dkilab.eval.metrics.judge_stress import judge_notes
 from dkilab.eval.store_uri import check_server, run_rows, tracking_uri
@@ -125,6 +127,9 @@ def run_experiment(cfg: ExperimentConfig, *, data_dir=None, uri: str | None = No
     cells = check_config(cfg, config_path or "<config>")
     if only is not None:
         cells = [c for c in cells if c.config_hash in only]
+    absent = missing_data(cells, data_dir, config_path or "<config>")
+    if absent:  # refused before a run is created: nothing is left in the store
+        raise ConfigError("\n".join(absent))
     state = process_state()
     main = state.is_main_process
     check_thresholds(cfg, cells, data_dir, config_path or "<config>", echo if main else (lambda _: None))

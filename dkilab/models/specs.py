@@ -7,6 +7,8 @@ import hashlib
 import importlib.util
 import os
 import shutil
+import sys
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -56,6 +58,8 @@ def _dequantised(gguf: Path) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+    t = time.perf_counter()  # the first run's one long silent step otherwise: say what it does, once
+    print(f"dequantising {gguf.name} into {target} (once; later runs load it)", file=sys.stderr, flush=True)
     with quiet_loading():
         model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype="float32")
         tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
@@ -66,6 +70,7 @@ def _dequantised(gguf: Path) -> Path:
         del model.config.quantization_config
     model.save_pretrained(tmp)
     tok.save_pretrained(tmp)
+    print(f"dequantised {gguf.name} in {time.perf_counter() - t:.0f} s", file=sys.stderr, flush=True)
     try:
         os.replace(tmp, target)
     except OSError:  # another process finished first

@@ -70,7 +70,7 @@ def test_an_unknown_experiment_or_one_without_cards_is_a_one_line_error(tmp_path
     with mlflow.start_run(experiment_id=exp, tags={"dkilab.kind": "experiment"}):  # a run from before cards existed
         pass
     with pytest.raises(UnknownExperimentError,
-                       match="no MLflow experiment named 'nope'.*did you mean|Experiments there"):
+                       match="no MLflow experiment named 'nope'.*did you mean|experiments there"):
         methodology("nope", uri)
     with pytest.raises(UnknownExperimentError, match="'old': no run has a methodology card"):
         methodology("old", uri)

@@ -116,3 +116,35 @@ def test_a_yaml_alias_bomb_is_refused_before_it_grows(tmp_path):
     with pytest.raises(ConfigError, match=r"bomb.yaml: over 200,000 values once its aliases"):
         load_experiment(path)
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 100_000  # KB: nothing was expanded
+
+
+def test_an_absent_dataset_exits_2_at_load_in_one_line_and_leaves_the_store_as_it_was(tmp_path, monkeypatch, capsys):
+    """Issue 83 item 2: a registered dataset whose files are not in the data dir, or a `path:` file that is not
+    there, is refused before any run is created, once, naming the dataset, where it looked and how to get it."""
+    import yaml
+
+    from dkilab.cli import main
+
+    monkeypatch.delenv("DKILAB_DATA_DIR", raising=False)
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"name": "badinput", "tracing": False, "model": {"spec": "scripted:oracle"},
+                                    "datasets": [{"name": "locomo"}, {"name": "mine", "path": "no/such.jsonl"}],
+                                    "strategies": [{"name": "no_memory"}, {"name": "full_history"}]}))
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    assert main(["run", str(path), "--tracking-uri", uri]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2, err  # one line per absent dataset, once each (not per cell)
+    assert "datasets (locomo)" in err[0] and "DKILAB_DATA_DIR" in err[0] and "datasets/locomo.md" in err[0]
+    assert "datasets (mine)" in err[1] and "no/such.jsonl" in err[1]
+    assert not (tmp_path / "m.db").exists()  # nothing was created, let alone a FAILED run
+    data = tmp_path / "data"
+    data.mkdir()
+    assert main(["run", str(path), "--tracking-uri", uri, "--data-dir", str(data)]) == 2
+    assert f"{data}" in capsys.readouterr().err  # the directory it looked in
+
+
+def test_a_bad_value_under_defaults_is_named_at_defaults():
+    with pytest.raises(ConfigError, match=r"defaults\.history_budget: Input should be greater than or equal to 0"):
+        experiment_from_dict(_cfg(defaults={"history_budget": -5}))
+    with pytest.raises(ConfigError, match=r"strategies\.0 \(no_memory\).*history_budget"):  # the strategy's own
+        experiment_from_dict(_cfg(strategies=[{"name": "no_memory", "params": {"history_budget": -5}}]))

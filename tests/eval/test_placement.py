@@ -249,7 +249,10 @@ def test_a_missing_dataset_fails_the_cell_before_its_model_loads(tmp_path, monke
     import dkilab.models.loading as loading
     from dkilab.eval.runner import run_experiment
 
+    import dkilab.eval.runner as runner
+
     loads = []
+    monkeypatch.setattr(runner, "missing_data", lambda *a, **k: [])  # gone after the load check
     monkeypatch.setattr(loading, "_load_hf", lambda *a, **k: loads.append(a) or (_ for _ in ()).throw(AssertionError))
     cfg = {"name": "no-data", "tracing": False, "model": {"spec": "someorg/big-model"},
            "datasets": [{"name": "locomo"}], "strategies": [{"name": "no_memory"}]}

@@ -382,9 +382,13 @@ def test_smoke_runs_are_kept_apart_and_a_report_after_mixed_runs_is_clean(tmp_pa
     assert list(smoke.index) == ["a@fixtures", "b@fixtures"] and (smoke["questions"] < table["questions"]).all()
 
 
-def test_a_cell_that_raises_ends_failed_and_only_it_runs_again(tmp_path, uri):
+def test_a_cell_that_raises_ends_failed_and_only_it_runs_again(tmp_path, uri, monkeypatch):
+    import dkilab.eval.runner as runner
+
     data = tmp_path / "data"
     data.mkdir()
+    # data that goes missing after the load check (which refuses an absent dataset: test_load_checks.py)
+    monkeypatch.setattr(runner, "missing_data", lambda *a, **k: [])
     cfg = load_experiment(CI_DIR / "resume.yaml")
     lines = []
     first = run_experiment(cfg, uri=uri, data_dir=str(data), progress=False, echo=lines.append)

@@ -10,6 +10,7 @@ from pydantic import BaseModel
 from dkilab.config import ConfigError
 from dkilab.encoders.embedder import OFFLINE_EMBEDDERS
 from dkilab.eval.budgets import problems
+from dkilab.eval.datasets import DATASETS, DatasetNotFoundError, dataset_available, load_dataset, resolve_path
 from dkilab.eval.experiment.identity import Cell, expand_cells
 from dkilab.eval.experiment.schema import SWEEP_ROOTS, EmbedderSpec, ExperimentConfig, ModelSpec
 from dkilab.eval.fitted import problems as on_fitted
@@ -183,3 +184,29 @@ def check_live_sweep(cell: "Cell", fail) -> None:
         if hit is not None:
             fail(f"sweep.{key}", f"cannot change cell {cell.label}: {inert[hit]} (drop the key, or restrict the "
                                  f"strategy to datasets where it applies with `datasets:`)")
+
+
+CARDS = Path(__file__).resolve().parents[3] / "datasets"  # the dataset cards: source, licence, how to obtain
+
+
+def missing_data(cells: list["Cell"], data_dir=None, source: str = "<config>") -> list[str]:
+    """One line per dataset of the cells whose files are not where the config says (a registered dataset in the
+    data dir, or a `path:` file): its label, where it was looked for, and how to obtain it (the loader's own
+    message, from its card). Empty when every dataset is there."""
+    out: list[str] = []
+    seen: set = set()
+    for cell in cells:
+        d = cell.dataset
+        if (d.name, d.path) in seen:
+            continue
+        seen.add((d.name, d.path))
+        try:
+            if d.path is not None:
+                resolve_path(d.path, data_dir)
+            elif DATASETS.meta(d.name).get("sources") and not dataset_available(d.name, data_dir):
+                load_dataset(d.name, data_dir=data_dir)  # the loader names what is missing and how to get it
+        except DatasetNotFoundError as exc:
+            card = CARDS / f"{d.name}.md"
+            where = f" (its card: datasets/{card.name})" if d.path is None and card.is_file() else ""
+            out.append(f"{source}: datasets ({d.key}): {exc}{where}")
+    return out

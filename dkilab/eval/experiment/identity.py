@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from dkilab.config import ConfigError, merge_nested, set_dotted, validate
 from dkilab.eval.datasets import dataset_info
@@ -163,11 +163,27 @@ def _has_param(strategy_name: str, dotted: str) -> bool:
     return dotted.split(".")[0] in STRATEGIES[strategy_name].Params.model_fields
 
 
+def _check_default(params: type[BaseModel], key: str, value: Any, source: str) -> None:
+    """ConfigError naming `defaults.<key>` when that value is wrong for the strategy's params (other fields, e.g.
+    a required one the strategy gets from its own params, are not this key's error)."""
+    try:
+        params.model_validate({key: value})
+    except ValidationError as exc:
+        mine = [e for e in exc.errors() if e["loc"] and e["loc"][0] == key]
+        if mine:
+            where = ".".join(str(p) for p in mine[0]["loc"])
+            raise ConfigError(f"{source}: invalid defaults: defaults.{where}: {mine[0]['msg']}") from None
+
+
 def expand_cells(cfg: ExperimentConfig, source: str = "<config>") -> list[Cell]:
     """strategies x sweep grid x datasets, each cell's params validated, deduplicated by config hash
     (a `params.` key a strategy lacks is not applied to it)."""
     keys = list(cfg.sweep)
     grid = [dict(zip(keys, values)) for values in itertools.product(*(cfg.sweep[k] for k in keys))] or [{}]
+    for s in cfg.strategies:  # a bad value under `defaults:` is named there, not at the strategy it reached first
+        for k, v in cfg.defaults.items():
+            if _has_param(s.name, k) and k not in s.params:
+                _check_default(STRATEGIES[s.name].Params, k, v, source)
     cells, seen = [], set()
     for ds in cfg.datasets:
         for i, s in enumerate(cfg.strategies):

@@ -13,6 +13,7 @@ from typing import Any
 
 from dkilab.eval.metrics.base import declare
 from dkilab.eval.metrics.judge_stress import probes, row_fields
+from dkilab.eval.progress import Progress
 from dkilab.prompts import ABSTENTION_PROMPT, JUDGE_PROMPT  # prompt texts: dkilab/prompts.py
 from dkilab.types import ChatModel, QAItem
 
@@ -123,10 +124,13 @@ class LLMJudge:
         batch = getattr(self.model, "generate_batch", None) or getattr(self.model, "generate_many", None)
         if batch is None or not todo:
             return 0
+        bar = Progress(len(todo), "judge", unit="prompts", enabled=len(todo) > batch_size)
         for i in range(0, len(todo), batch_size):
             chunk = todo[i:i + batch_size]
             gens = batch([[{"role": "user", "content": t}] for t in chunk], max_new_tokens=self.max_new_tokens)
             self.replies.update({t: g.text for t, g in zip(chunk, gens)})
+            bar.update(len(chunk))
+        bar.close()
         return len(todo)
 
     def _reply(self, text: str) -> str:
