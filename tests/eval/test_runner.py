@@ -655,25 +655,28 @@ def test_an_endpoint_answering_null_content_gives_error_rows_not_empty_answers(t
 
 @pytest.mark.slow
 def test_a_failing_cell_does_not_stop_a_two_process_sweep(tmp_path, uri, model):
-    """Issue 29 item 4: a cell that cannot start (its data is missing) used to stop the whole sweep under
-    `accelerate launch`; now every process agrees it failed, names the processes, and goes on."""
+    """Issue 29 item 4: a cell that cannot start (its data cannot be read) used to stop the whole sweep under
+    `accelerate launch`; now every process agrees it failed, names the processes, and goes on. (Absent data is
+    refused before the run starts: test_load_checks.py; a file that is there but unreadable fails its cell.)"""
     empty = tmp_path / "no-data"
     empty.mkdir()
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text("this is not a conversation\n", encoding="utf-8")
     path = _config(tmp_path, "twoproc", strategies=[{"name": "no_memory"}],
-                   datasets=[{"name": "locomo", "question_limit": 1}, {"name": "fixtures", "limit": 1,
-                                                                       "question_limit": 2}])
+                   datasets=[{"name": "locomo", "label": "broken", "path": str(broken)},
+                             {"name": "fixtures", "limit": 1, "question_limit": 2}])
     launcher = Path(sys.executable).parent / "accelerate"
     out = subprocess.run([str(launcher), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
                           "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "dkilab.cli", "run", str(path),
                           "--tracking-uri", uri, "--data-dir", str(empty)],
                          cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert out.returncode == 1, out.stderr[-2000:]
-    assert "FAILED: no_memory@locomo: cell failed (CellFailedOnARank: process 0 (of 2)" in out.stderr
+    assert "FAILED: no_memory@broken: cell failed (CellFailedOnARank: process 0 (of 2)" in out.stderr
     runs = {r.info.run_name: r for r in _runs(uri, "twoproc")}
     assert runs["no_memory@fixtures"].info.status == "FINISHED"
     assert runs["no_memory@fixtures"].data.metrics["questions"] == 2
-    assert runs["no_memory@locomo"].info.status == "FAILED"
-    assert "process 1 (of 2)" in runs["no_memory@locomo"].data.tags["dkilab.error"]
+    assert runs["no_memory@broken"].info.status == "FAILED"
+    assert "process 1 (of 2)" in runs["no_memory@broken"].data.tags["dkilab.error"]
 
 
 def test_report_says_why_a_real_metric_has_no_value_and_what_a_typo_meant(tmp_path, uri, capsys):
