@@ -5,12 +5,12 @@ never copied into the project).
 The check set (`datasets/fixtures/abstention/real_replies_labels.jsonl`: each reply's run and question id, a digest
 of its text, how it was drawn, the label and the reason, never the text) was labelled once by hand, reading the
 question first:
-- `decline`: no value is committed for what was asked, even when other facts are given ("Caroline joined a
-  mentorship program..., but the exact date of when she joined is not specified" to a *when* question);
-- `answer`: a value is committed for what was asked, however hedged or negated ("around 19 May 2023, but he did
-  not specify the exact date", "No, there's no evidence of that", a guess after a decline);
-- `partial`: one part of the question answered and another declined ("four years in high school; the specific
-  schools are not mentioned"). Counted apart: neither a decline nor an answer.
+- `decline`: no value is committed for what was asked, even when other facts are given ("Ana moved to Lisbon for
+  work, but the exact date of the move is not specified" to a *when* question);
+- `answer`: a value is committed for what was asked, however hedged or negated ("around 3 March 2021, though she
+  did not give the day", "No, there is no evidence she went", a guess after a decline);
+- `partial`: one part of the question answered and another declined (to "where and how long did Ana study?":
+  "two years; the city is not mentioned"). Counted apart: neither a decline nor an answer.
 
 How they were drawn (`pool`): `marked`, every reply of the two runs with a word of absence (not specified /
 mentioned / provided ..., no information / mention / evidence ..., unknown, unclear, there is no ...: the `MARK`

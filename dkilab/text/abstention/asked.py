@@ -9,9 +9,8 @@ in the question:
 - *when* (and "what year / month / date"): a date or time: a month, a year, a weekday, "last week", "10 years
   before", "around 19 May";
 - *how long*, *how many / much / old*: a duration, a number or an age;
-- a yes/no question: a reply that opens with yes or no ("No, there's no evidence of that"), or whose first
-  statement says something without a word of absence ("Tim has not been to North Carolina, as there is no mention
-  of either state");
+- a yes/no question: a reply that opens with yes or no ("No, there is no evidence she went"), or whose first
+  statement says something without a word of absence ("Ana has not been to Rome, as there is no mention of it");
 - *who / where / which / what*: a name (a capitalised word), a quoted title or a number.
 
 `asked_decision(question, reply)` -> True (declines: it says the asked value is absent and gives none), False (it
