@@ -21,6 +21,17 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.fixture(autouse=True)
+def _data_dir_restored():
+    """`--data-dir` sets $DKILAB_DATA_DIR for the process (the CLI's contract): no test leaves it to the next."""
+    before = os.environ.get("DKILAB_DATA_DIR")
+    yield
+    if before is None:
+        os.environ.pop("DKILAB_DATA_DIR", None)
+    else:
+        os.environ["DKILAB_DATA_DIR"] = before
+
+
 @pytest.fixture(scope="session")
 def embedder():
     """The real offline MiniLM embedder, loaded once per test session."""
