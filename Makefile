@@ -12,7 +12,7 @@ export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
 .PHONY: setup lock quickstart ui test test-slow test-all gpu wheelhouse bench-store bench-strategies bench-abstention bench-agents \
-	bench-retrieval \
+	bench-retrieval readme-figures \
 	bench-serve tracking-server clean
 
 setup: $(STAMP)
@@ -35,6 +35,13 @@ $(STAMP): pyproject.toml Makefile $(CONSTRAINTS)
 
 quickstart: setup
 	$(BIN)/dkilab run experiments/quickstart.yaml
+
+# the README's `$ dkilab report` blocks, rewritten from a fresh quickstart run (the slow suite fails on a stale one)
+FIGURES_URI := sqlite:///$(CURDIR)/build/readme-figures/mlflow.db
+readme-figures: setup
+	rm -rf build/readme-figures && mkdir -p build/readme-figures
+	$(BIN)/dkilab run experiments/quickstart.yaml --tracking-uri $(FIGURES_URI)
+	$(BIN)/python scripts/readme_figures.py --tracking-uri $(FIGURES_URI) --write
 
 # pytest-xdist workers (one thread each: tests/conftest.py); TEST_WORKERS=0 runs in one process
 TEST_WORKERS ?= 2

@@ -1,6 +1,6 @@
 """Screenshots of the MLflow UI as a reviewing team sees it (headless Chromium via Playwright), the README's
 reviewing recipe step by step: the parent run's Overview with its description opened (the comparison with
-intervals and the paired differences), one cell's run page (its few headline metrics), the runs chart view,
+intervals and the paired differences), one cell's run page (every metric, by group), the runs chart view,
 the traces table with its assessment and expectation columns, and one trace.
 
     python scripts/mlflow_screenshots.py URL EXPERIMENT OUT_DIR [--prefix P] [--chromium /usr/bin/chromium] [--run RUN_ID]

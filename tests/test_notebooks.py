@@ -15,7 +15,7 @@ HAVE_DATA = bool(DATA) and (Path(DATA) / "locomo").is_dir()
 
 
 # as papermill injects: shorter slices of what each notebook runs (the checks below hold on them): one user's 3
-# questions (one of them unanswerable), not 4 users' 12; experiments/ci/fixtures_smoke.yaml answers every user
+# questions (one of them unanswerable), not 4 users' 12; tests/test_readme_figures.py's quickstart answers every user
 ZH_USER = {"name": "fixtures", "first": 2, "limit": 1, "question_limit": 3}  # u_lin: Chinese in the tables and plots
 EN_USER = {"name": "fixtures", "first": 1, "limit": 1, "question_limit": 3}  # u_tom
 PARAMS = {"02_compare_strategies": {"DATASET": ZH_USER},

@@ -26,6 +26,7 @@ from dkilab.memory import Embedder
 from dkilab.models import load_model
 from dkilab.prompts import CHOOSE
 from dkilab.recall.reference import ReferenceResolver, ReferenceType
+from dkilab.strategies.base import no_call_left
 from dkilab.text.abstention.learned import get_detector
 from dkilab.text.lang import detect_language
 from dkilab.tracing import tracing_to
@@ -363,6 +364,7 @@ def _base_row(item, conv) -> dict[str, Any]:
 
 def _score_one(item, answer, wall: float, conv, scorer: str, judge, detector: str = "hybrid") -> dict[str, Any]:
     base = _base_row(item, conv)
+    answer = no_call_left(answer)  # a stored or imported reply that is a call is no answer either
     t = time.perf_counter()
     verdicts = judge_answer(judge, item, answer) if judge is not None else {}
     judge_ms = verdicts.pop("judge_ms", 0.0)

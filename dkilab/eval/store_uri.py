@@ -71,14 +71,25 @@ METRICS_TABLE = "metrics.json"  # every metric of a cell with its interval and n
 METRICS_TABLE_TAG = "dkilab.metrics_table"
 
 
+# a cell's MLflow metric keys are `<group>/<metric>` (the declared `Metric.group`), interval bounds
+# `uncertainty/<metric>_ci95_low|high`: MLflow's chart views make a section of each, in name order
+METRIC_GROUPS = ("agent", "answers", "context", "fact", "judge", "retrieval", "session", "uncertainty", "usage")
+
+
+def metric_name(key: str) -> str:
+    """A logged MLflow key back to the metric's name (`fact/final_call` -> `final_call`); other keys as they are."""
+    group, sep, rest = key.partition("/")
+    return rest if sep and group in METRIC_GROUPS else key
+
+
 def read_metrics(run, uri: str | None = None) -> dict[str, float]:
     """A run's metrics under today's names, intervals as `<metric>_ci95_low|high`: its metrics.json table
-    where it has one (cells log only their headline metrics as MLflow metrics), else its MLflow metrics."""
+    where it has one (with n), then its MLflow metrics (exact where both have a value)."""
     import mlflow
 
     name = run.data.tags.get(METRICS_TABLE_TAG)
     out = dict(_table_of(uri or mlflow.get_tracking_uri(), run.info.run_id, name)) if name else {}
-    out.update(run.data.metrics)  # exact where both have it (the table's JSON keeps 10 decimals)
+    out.update({metric_name(k): v for k, v in run.data.metrics.items()})  # the table's JSON keeps 10 decimals
     return out
 
 

@@ -1,7 +1,7 @@
 """What goes to MLflow and comes back from it.
 
-Per cell: params (the flattened resolved config, every default filled in), its headline metrics as MLflow
-metrics, every metric with its 95% bootstrap interval and n as the metrics.json table, artifacts
+Per cell: params (the flattened resolved config, every default filled in), every metric and its 95% bootstrap
+interval as MLflow metrics by group (`answers/score`), each with its n as the metrics.json table, artifacts
 (by_category.json, questions.json,
 (resolved_config.yaml, prompts.yaml, predictions.jsonl, errors.txt, score_by_category.png), tags
 (config hash, git commit, dkilab version). On the parent run: the comparison table with intervals
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import re
 import subprocess
 from pathlib import Path
@@ -21,11 +22,11 @@ from dkilab import __version__
 from dkilab.eval import runstate
 from dkilab.eval.card import CARD_FILE, markdown, methodology_card
 from dkilab.eval.metrics import METRICS, primary_metric
-from dkilab.eval.metrics.base import counted, headline_metrics
+from dkilab.eval.metrics.base import counted
 from dkilab.eval.metrics.bootstrap import aggregate_by_category, ci_keys, with_intervals
 from dkilab.eval.plots import category_figure, headline_figure
 from dkilab.eval.runstate import on_conflict_retry
-from dkilab.eval.store_uri import METRICS_TABLE, METRICS_TABLE_TAG, run_rows
+from dkilab.eval.store_uri import METRIC_GROUPS, METRICS_TABLE, METRICS_TABLE_TAG, run_rows
 from dkilab.eval.tables import (
     category_table,
     format_table,
@@ -153,15 +154,27 @@ def metrics_table(metrics: dict[str, float], rows: list[dict]):
     return pd.DataFrame(out, columns=["metric", "value", "ci95_low", "ci95_high", "n", "better", "description"])
 
 
+def metric_key(name: str) -> str:
+    """A cell metric's MLflow key: `<group>/<name>` (`answers/score`, `fact/final_call`), an interval bound
+    `uncertainty/<name>_ci95_low|high`; a figure no metric declares (the runner's extras) keeps its name."""
+    base = name.removesuffix("_ci95_low").removesuffix("_ci95_high")
+    m = METRICS.get(base)
+    group = "" if m is None else ("uncertainty" if base != name else m.group)
+    assert group in ("", *METRIC_GROUPS), f"metric {base!r}: group {group!r} is not one of {METRIC_GROUPS}"
+    return f"{group}/{name}" if group else name
+
+
 def log_cell_metrics(metrics: dict[str, float], rows: list[dict]) -> None:
-    """A few charts, everything in a table: the cell's headline metrics (`headline_metrics`: its headline,
-    the declared narrow ones, questions and errors) are MLflow metrics, so its run page and the runs chart
-    view open on them; every metric with its interval and n is the `metrics.json` table (85 interval charts
-    in alphabetical order buried the answer). `store_uri.read_metrics` reads both back."""
+    """Every metric the cell computed, with its interval bounds, as an MLflow metric under its group
+    (`metric_key`): the run page and the runs chart view make a section of each group, in name order, so
+    an answering cell opens on `answers` (score, hallucination_rate, ...), a context-only one on `context`,
+    and the intervals come after every figure. The `metrics.json` table holds each with its n and which way
+    is better. `store_uri.read_metrics` reads both back under the metrics' names."""
     import mlflow
 
-
-    mlflow.log_metrics({k: metrics[k] for k in headline_metrics(metrics)})
+    finite = {metric_key(k): float(v) for k, v in metrics.items()
+              if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+    mlflow.log_metrics(finite)
     mlflow.log_table(metrics_table(metrics, rows), METRICS_TABLE)
     mlflow.set_tag(METRICS_TABLE_TAG, METRICS_TABLE)
 
@@ -312,8 +325,9 @@ _KEY_CHARS = re.compile(r"[^\w.\- /:]")
 
 
 def parent_metric_key(metric: str, label: str) -> str:
-    """`score/recall_v4_fixtures`: a cell's figure on the parent run (MLflow keys allow \\w . - space / :)."""
-    return f"{metric}/{_KEY_CHARS.sub('_', label)}"[:250]
+    """`answers/score/recall_v4_fixtures`: a cell's figure on the parent run, in its metric's group (the
+    runs chart view's section, beside the cells' own charts; MLflow keys allow \\w . - space / :)."""
+    return f"{metric_key(metric)}/{_KEY_CHARS.sub('_', label)}"[:250]
 
 
 def _log_parent_metrics(done) -> None:

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from dkilab import prompts as text
 from dkilab import tracing
 from dkilab.config import refuse_bool_numbers, validate
+from dkilab.models.tool_calls import has_call
 from dkilab.prompts import HISTORY_HEAD, PREFERENCES_HEAD, QUESTION, SYSTEM  # prompt texts: dkilab/prompts.py
 from dkilab.recall import MultiSignalRecall, RecallConfig, create_reference_resolver, temporal
 from dkilab.recall.learned import load_model
@@ -81,6 +82,17 @@ class Stages:
             self.ms[stage] = self.ms.get(stage, 0.0) + (time.perf_counter() - t) * 1000
 
 
+def no_call_left(answer: Answer) -> Answer:
+    """A call left in a reply (calls off, no loop, a call cut off at max_new_tokens, a syntax the loop did not
+    read) is no answer: its text moves to `final_output` and it is a `final_call`, scored as no answer and
+    never as a decline nor a hallucination. Every strategy's reply passes here, and so does every answer
+    scored (`eval/cell.py`: re-scored and imported answers too)."""
+    if answer.kind == "answer" and not answer.metadata.get("final_call") and has_call(answer.text):
+        answer.metadata.update(final_call=True, final_output=answer.text, leftover_call=True)
+        answer.text = ""
+    return answer
+
+
 class Strategy(ABC):
     name: ClassVar[str] = ""
     version: ClassVar[str] = "1"  # part of a cell's identity: bump when behaviour changes under the same params
@@ -126,7 +138,7 @@ class Strategy(ABC):
         answer.strategy = self.name
         answer.latency_ms = {**stages.ms, **answer.latency_ms}
         answer.kind = "context" if self.context_only else self.output_kind
-        return answer
+        return no_call_left(answer)
 
     @property
     def output_kind(self) -> str:

@@ -356,3 +356,17 @@ def test_percentile_intervals_resample_exactly_as_concatenating_each_draw(seed, 
     for q in (50, 95):
         want = [np.percentile(np.concatenate([members[g] for g in d]), q, method="nearest") for d in draws]
         assert bootstrap._resampled_percentiles(values, groups, n, draws, q).tolist() == want
+
+
+def test_every_declared_metric_has_a_group_and_its_mlflow_key_reads_back():
+    from dkilab.eval.metrics import METRICS
+    from dkilab.eval.store_uri import METRIC_GROUPS, metric_name
+    from dkilab.eval.tracking import metric_key
+
+    bare = {n for n, m in METRICS.items() if not m.group}
+    assert bare == {"questions", "errors"}  # counts: the Model metrics section, last
+    assert {m.group for m in METRICS.values()} - {""} <= set(METRIC_GROUPS)
+    for name in [*METRICS, "fact_call_rate_ci95_low", "score_ci95_high", "kv_cache_bytes"]:
+        assert metric_name(metric_key(name)) == name
+    assert metric_key("final_call") == "fact/final_call" and metric_key("score_ci95_low") == "uncertainty/score_ci95_low"
+    assert metric_name("score/recall_v4_fixtures") == "score/recall_v4_fixtures"  # an old parent key is left alone

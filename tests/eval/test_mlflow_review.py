@@ -255,7 +255,8 @@ def test_a_run_over_http_to_a_local_mlflow_server(tmp_path):
         finally:
             os.chdir(cwd)
         assert all(r.status == "finished" for r in results)
-        mlflow.set_tracking_uri(url)
+        before = mlflow.get_tracking_uri()
+        mlflow.set_tracking_uri(url)  # put back below: the server is gone after this test
         exp = mlflow.get_experiment_by_name(cfg.name)
         assert not exp.artifact_location.startswith(("/", "file:"))  # clients need only the URL
         traces = mlflow.search_traces(locations=[exp.experiment_id], return_type="list")
@@ -266,6 +267,7 @@ def test_a_run_over_http_to_a_local_mlflow_server(tmp_path):
         rep = _cli("report", cfg.name, "--tracking-uri", url, "--allow-scripted", "--format", "json")
         assert rep.returncode == 0 and [c["cell"] for c in json.loads(rep.stdout)["cells"]] == [r.cell.label
                                                                                                 for r in results]
+        mlflow.set_tracking_uri(before)
 
 
 def test_run_rows_are_read_once_per_store_and_run(logged, tmp_path):

@@ -3,8 +3,9 @@ by Playwright against a real `dkilab ui` (mlflow ui) started here, on the script
 
 - Finding 6: the parent run's Overview carries the answer: with its description opened, the comparison of
   every cell with intervals and the paired differences (`real` as yes/no, rounded), not "Metrics (0)".
-- Finding 5: a cell's run page and its Model metrics tab open on a handful of headline metrics, not 85
-  interval charts in alphabetical order.
+- Finding 5 and issue 83: a cell's run page holds every metric, grouped (`answers/`, `fact/`, ...,
+  `uncertainty/` for the interval bounds), and its Model metrics tab and the runs chart view open on the
+  answers; the chart view compares the cells' `fact/fact_call_rate`.
 - Finding 4: the traces table's assessment columns read "pass = good" (`hallucination_free`), the gold is
   an expectation (`expected_response`), and no `hallucinated` / `abstained` boolean is left to read backwards.
 - The reviewing recipe's screenshots (scripts/mlflow_screenshots.py, the README's pictures) are taken and
@@ -86,14 +87,35 @@ def test_the_parent_runs_first_page_has_the_comparison_and_the_paired_table(ui, 
     assert "0.7976190476190477" not in body.split("Metrics (")[0]  # rounded in the comparison
 
 
-def test_a_cells_run_page_opens_on_its_headline_metrics(ui, page):
+def test_a_cells_run_page_opens_on_its_answers_and_holds_every_metric(ui, page):
     url, exp_id, parent, cells, results = ui
-    body = _open(page, f"{url}/#/experiments/{exp_id}/runs/{cells[0].info.run_id}", "Metrics (")
+    run = cells[0]
+    body = _open(page, f"{url}/#/experiments/{exp_id}/runs/{run.info.run_id}", "Metrics (")
     shown = int(body.split("Metrics (", 1)[1].split(")", 1)[0])
-    assert 3 <= shown <= 10 and "ci95" not in body.split("Parameters (")[0]
-    body = _open(page, f"{url}/#/experiments/{exp_id}/runs/{cells[0].info.run_id}/model-metrics", "Model metrics")
-    charts = int(body.split("Model metrics\n(", 1)[1].split(")", 1)[0])
-    assert charts == shown and "score" in body and "_ci95_low" not in body
+    assert shown == len(run.data.metrics) and "fact/fact_call_rate" in run.data.metrics  # every metric is there
+    body = _open(page, f"{url}/#/experiments/{exp_id}/runs/{run.info.run_id}/model-metrics", "answers")
+    sections = [ln for ln in body.splitlines() if ln in ("answers", "context", "fact", "uncertainty", "usage")]
+    assert sections[:1] == ["answers"] and sections[-2:] == ["uncertainty", "usage"], sections
+    first = body[body.index("answers"):body.index("context")]
+    assert "\nscore\n" in first and "\nhallucination_rate\n" in first and "_ci95_" not in first  # titled by name
+
+
+def test_the_runs_chart_view_compares_the_fact_call_rate_of_two_cells(ui, page):
+    url, exp_id, parent, cells, results = ui
+    assert len(cells) >= 2
+    body = _open(page, f"{url}/#/experiments/{exp_id}/runs?compareRunsMode=CHART", "answers")
+    sections = [ln for ln in body.splitlines() if ln in ("answers", "fact", "uncertainty", "usage")]
+    assert sections[:1] == ["answers"] and "answers/score/" in body  # it opens on the answers, the parent's
+    # the cells are folded under the parent run: unfold them, as a reviewer does
+    page.locator("[data-component-id$='runnamecellrenderer.tsx_46']").first.click()
+    page.wait_for_timeout(2000)
+    page.get_by_placeholder("Search metric charts").fill("fact_call_rate")
+    page.wait_for_timeout(2500)
+    body = page.inner_text("body")
+    if os.environ.get("DKILAB_UI_SHOTS"):
+        page.screenshot(path=os.environ["DKILAB_UI_SHOTS"])
+    chart = body[body.index("fact/fact_call_rate\n"):]
+    assert all(r.info.run_name in chart for r in cells) and "uncertainty/fact_call_rate_ci95_low" in body
 
 
 def test_the_traces_table_reads_pass_as_good_and_shows_the_gold_as_an_expectation(ui, page):

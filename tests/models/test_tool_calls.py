@@ -2,14 +2,16 @@
 families' documented formats), the round trip through a tools-capable chat template of our own, and
 decoding that keeps the markers a parser needs."""
 import json
+import os
 
 import pytest
 
 from dkilab.recall.formatters import DeepSeekFormatter, GLMFormatter, GenericFormatter, NativeToolFormatter
-from dkilab.models.tool_calls import MalformedToolCall, parse_tool_calls, template_supports_tools
+from dkilab.models.tool_calls import MalformedToolCall, has_call, parse_tool_calls, template_supports_tools
 from dkilab.prompts import RETRIEVE_FACT_TOOL
 
 ARGS = {"trace_id": "s1#3", "offset": 2, "limit": 4}
+AUDIT = os.path.join(os.environ.get("DKILAB_DATA_DIR", "/nonexistent"), "locomo_audit")
 J = json.dumps(ARGS)
 CALLS = {
     "hermes/qwen": f'<tool_call>\n{{"name": "retrieve_fact", "arguments": {J}}}\n</tool_call>',
@@ -28,6 +30,18 @@ CALLS = {
     "deepseek v3.1": f"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>retrieve_fact<｜tool▁sep｜>{J}<｜tool▁call▁end｜><｜"
                      "tool▁calls▁end｜>",
     "hermes string arguments": f'<tool_call>{{"name": "retrieve_fact", "arguments": {json.dumps(J)}}}</tool_call>',
+    # issue 84: the shapes real models and agent frameworks emit beside the chat-template ones
+    "llama3.1 function tag": f"<function=retrieve_fact>{J}</function><|eom_id|>",
+    "react json": f"Thought: the summary may hold it.\nAction: retrieve_fact\nAction Input: {J}\nObservation:",
+    "react pairs": 'Thought: need it\nAction: `retrieve_fact`\nAction Input: trace_id="s1#3", offset=2, limit=4',
+    "fenced json": f'Let me check.\n```json\n{{"name": "retrieve_fact", "arguments": {J}}}\n```',
+    "fenced tool_call": f'```tool_call\n{{"name": "retrieve_fact", "parameters": {J}}}\n```',
+    "functionary v3": f">>>retrieve_fact\n{J}",
+    "functionary v2": f"<|from|>assistant\n<|recipient|>retrieve_fact\n<|content|>{J}<|stop|>",
+    "xml invoke": ('<function_calls>\n<invoke name="retrieve_fact">\n<parameter name="trace_id">s1#3</parameter>\n'
+                   '<parameter name="offset">2</parameter>\n<parameter name="limit">4</parameter>\n</invoke>\n'
+                   "</function_calls>"),
+    "constraint wording": f"I will call the retrieve_fact tool with {J} to read the message.",
 }
 
 
@@ -136,3 +150,32 @@ def test_decoding_never_ends_in_half_a_character(model):
         assert model.tokenizer.decode(ids[:i]).startswith(model.decode_new(ids[:i]))
     gen = model.generate_full([{"role": "user", "content": "用中文介绍一下你自己。"}], max_new_tokens=7)
     assert "\ufffd" not in gen.text
+
+
+@pytest.mark.parametrize("text", [
+    "retrieve_", "retrieve_fact(trace_id=", '{"name": "retrieve_fa', '```json\n{"name": "retrieve_fact", "argu',
+    "<tool_ca", "<function=retrieve_fact>{\"trace_id\": \"s1", "Action: retrieve_fact\nAction Input: {\"trace",
+    CALLS["react json"], CALLS["xml invoke"], CALLS["functionary v3"], CALLS["deepseek v3"],
+])
+def test_a_call_cut_off_or_whole_is_a_call(text):
+    assert has_call(text)
+
+
+@pytest.mark.parametrize("text", [
+    "Your cat is called Pixel.", "I don't know.", "Retrieve the keys from the hall table.", "我不知道。",
+    '{"name": "Alice", "age": 3}', "Action movies, mostly.", "The function is called retrieve in the docs.",
+    "Yes", "", "She said: use the tool with care {not json}.",
+])
+def test_an_answer_is_no_call(text):
+    assert not has_call(text)
+
+
+@pytest.mark.skipif(not os.path.isdir(AUDIT), reason="needs the LoCoMo audit under $DKILAB_DATA_DIR")
+def test_no_real_reply_of_a_capable_model_reads_as_a_call():
+    """GPT-4o-mini's 3,080 replies to LoCoMo (written by nobody here, with no tool offered): none is a call."""
+    from dkilab.bench.abstention_real import replies
+
+    every = replies(os.environ["DKILAB_DATA_DIR"])
+    assert len(every) == 3080
+    flagged = [k for k, r in every.items() if has_call(r["reply"]) or parse_tool_calls(r["reply"])]
+    assert flagged == []

@@ -246,3 +246,25 @@ def test_one_strategy_instance_over_two_users_with_colliding_ids_never_mixes_the
             assert story[user].split()[0] in seen, (user, seen[:300])
             marker = {"alice": "library", "bob": "garage"}  # words of each story the question does not contain
             assert story[other].split()[0] not in seen and marker[other] not in seen, (user, seen[:300])
+
+
+@pytest.mark.parametrize("name,params", [
+    ("no_memory", {}), ("full_history", {}), ("stable", {}),
+    ("recall_v4", {"recall": {"fact_call": {"enabled": False}}}),
+    ("recall_v4", {"recall": {"fact_call": {"max_rounds": 0}}}),
+])
+@pytest.mark.parametrize("reply", ['retrieve_fact(trace_id="u1:4", offset=0, limit=2)', "retrieve_",
+                                   '<function=retrieve_fact>{"trace_id": "u1:4"}</function>'])
+def test_a_call_left_in_any_strategys_reply_is_no_answer(name, params, reply, memory, tmp_path):
+    """Issue 84: with no loop (or the loop off) the model's call text was its answer; `retrieve_` (a call cut at
+    max_new_tokens) too. Now it is no answer: empty, `final_call`, the text kept for review."""
+    import yaml
+
+    from dkilab.models import load_model
+
+    path = tmp_path / "calls.yaml"
+    path.write_text(yaml.safe_dump({"answers": [], "default": reply}))
+    ans = create_strategy(name, {**SMALL, **params}).answer("What is my cat called?", memory,
+                                                            load_model(f"scripted:{path}", max_context=4096))
+    assert ans.text == "" and ans.metadata["final_call"] is True and reply.startswith(ans.metadata["final_output"])
+    assert ans.fact_calls == []

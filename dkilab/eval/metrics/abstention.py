@@ -34,27 +34,31 @@ __all__ = ["ABSTAIN_PHRASE", "DETECTOR", "StructuralDetector", "is_abstention", 
 
 
 # version 2: the reply is read with its question first (dkilab/text/abstention/asked.py)
-@metric("abstention_rate_answerable", field="abstained", subset="answerable", higher_is_better=False, version="2",
+@metric("abstention_rate_answerable", group="answers",
+        field="abstained", subset="answerable", higher_is_better=False, version="2",
         depends_on="abstention", description="answerable questions the answer declined (abstention detector)")
 def _abstained(q: Scored):
     return q.abstained
 
 
-@metric("abstention_by_learned", subset="all", higher_is_better=False, depends_on="abstention", version="2",
+@metric("abstention_by_learned", group="answers",
+        subset="all", higher_is_better=False, depends_on="abstention", version="2",
         description="answers whose abstention verdict the hybrid detector's learned component made (the rest: rules)")
 def _by_learned(q: Scored):
     return q.abstention_path == "learned"
 
 
-@metric("hallucination_rate", label="hallucination rate (0-1, lower is better)", rate=True, plot=6,
+@metric("hallucination_rate", group="answers", label="hallucination rate (0-1, lower is better)", rate=True, plot=6,
         narrow=("answers",), paired=True, field="hallucinated", higher_is_better=False, per_category=True, rank=10,
-        depends_on="abstention", version="2",
-        description="unanswerable questions answered anyway (abstention detector)")
+        depends_on="abstention", version="3",
+        description="unanswerable questions answered anyway (abstention detector); a reply that is a call "
+                    "(final_call) is no answer and does not count")
 def _hallucinated(q: Scored):
-    return None if q.item.answerable else float(not q.abstained)
+    return None if q.item.answerable or q.answer.metadata.get("final_call") else float(not q.abstained)
 
 
-@metric("hedged_guess_rate", field="hedged_guess", subset="unanswerable", higher_is_better=False, rate=True,
+@metric("hedged_guess_rate", group="answers",
+        field="hedged_guess", subset="unanswerable", higher_is_better=False, rate=True,
         depends_on="abstention", version="2",
         description="unanswerable questions answered with a guess after a decline (\"I don't "
         "know, but I'd guess Leeds\"): part of hallucination_rate, reported apart")

@@ -57,6 +57,9 @@ class Metric:
     # generate, "context" for context-only cells; ordered by `rank`
     narrow: tuple[str, ...] = ()
     paired: bool = False  # in the default paired table (beside the headline) when the cells have it
+    # its family: the cell's MLflow metric is `<group>/<name>` (MLflow's chart views make a section of each
+    # prefix, in name order: agent, answers, context, fact, judge, retrieval, session, uncertainty, usage)
+    group: str = ""
     fn: Callable[["Scored"], Any] | None = dataclass_field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -188,8 +191,7 @@ def narrow_metrics(view: str) -> list[str]:
 def headline_metrics(metrics, counts: tuple[str, ...] = ("questions", "errors")) -> list[str]:
     """A cell's few deciding metrics, those of `metrics` (a dict or table columns) among: its headline, the
     declared `narrow` ones of its kind (a context-only cell, headed by evidence_visible: coverage and cost;
-    else answers), and `counts`. They are the report's default columns and the cell's MLflow metrics (the
-    charts its run page opens on); every metric, with its interval and n, is its metrics.json table."""
+    else answers), and `counts`: the report's default columns."""
     head = primary_metric(metrics)
     narrow = narrow_metrics("context" if head == "evidence_visible" else "answers")
     return [c for c in dict.fromkeys([head or "", *narrow, *counts]) if c and c in metrics]

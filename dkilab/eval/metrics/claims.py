@@ -57,7 +57,8 @@ def unsupported_rate(answer: str, context: str) -> float | None:
     return len(unsupported_claims(answer, context)) / len(found)
 
 
-@metric("unsupported_claim_rate", label="unsupported claims (share, lower is better)", rate=True, plot=7,
+@metric("unsupported_claim_rate", group="answers",
+        label="unsupported claims (share, lower is better)", rate=True, plot=7,
         narrow=("answers",), higher_is_better=False, subset="answerable", rank=12,
         description="share of an answer's claims (numbers, dates, names, nouns) found nowhere in what the model was "
                     "given")

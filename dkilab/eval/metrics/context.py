@@ -25,7 +25,8 @@ def _gold(q: Scored) -> set[str]:
     return set(q.item.evidence_ids) if q.item.answerable else set()
 
 
-@metric("evidence_visible", label="gold evidence seen verbatim (share)", rate=True, plot=5, kind="context",
+@metric("evidence_visible", group="context",
+        label="gold evidence seen verbatim (share)", rate=True, plot=5, kind="context",
         higher_is_better=True, subset="answerable", per_category=True, rank=21, headline=True,
         description="share of gold evidence messages the model sees word for word")
 def _verbatim(q: Scored):
@@ -36,7 +37,7 @@ def _verbatim(q: Scored):
     return len(gold & seen) / len(gold)
 
 
-@metric("evidence_reachable", rate=True, narrow=("context",), kind="context", higher_is_better=True,
+@metric("evidence_reachable", group="context", rate=True, narrow=("context",), kind="context", higher_is_better=True,
         subset="answerable", per_category=True, rank=22,
         description="share of gold evidence messages seen verbatim or one offered fact call away")
 def _reachable(q: Scored):
@@ -69,21 +70,22 @@ def answer_in_text(gold: str, context: str) -> bool:
     return f" {gold} " in f" {normalize_answer(context)} "
 
 
-@metric("answer_in_context", rate=True, narrow=("context",), kind="context", higher_is_better=True, subset="answerable",
+@metric("answer_in_context", group="context",
+        rate=True, narrow=("context",), kind="context", higher_is_better=True, subset="answerable",
         per_category=True, rank=23, description="the (short) gold answer string appears in what the model was given")
 def _answer_in_context(q: Scored):
     gold = gold_answer_text(q.item)
     return None if gold is None else float(answer_in_text(gold, q.answer.context_text))
 
 
-@metric("history_tokens", narrow=("context",), kind="context", higher_is_better=None, rank=43,
+@metric("history_tokens", group="context", narrow=("context",), kind="context", higher_is_better=None, rank=43,
         description="history tokens the strategy's selection filled (text lines or the K/V block)")
 def _history_tokens(q: Scored):
     b = q.answer.budget
     return b.used if b is not None and b.used is not None else None
 
 
-@metric("budget_use", kind="context", higher_is_better=None, rank=44,
+@metric("budget_use", group="context", kind="context", higher_is_better=None, rank=44,
         description="history tokens used / the matched history budget")
 def _budget_use(q: Scored):
     b = q.answer.budget

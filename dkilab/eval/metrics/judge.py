@@ -17,11 +17,12 @@ from dkilab.eval.progress import Progress
 from dkilab.prompts import ABSTENTION_PROMPT, JUDGE_PROMPT  # prompt texts: dkilab/prompts.py
 from dkilab.types import ChatModel, QAItem
 
-declare("judge_score", field="judge", subset="answerable", higher_is_better=True, per_category=True, rank=5,
+declare("judge_score", group="answers",
+        field="judge", subset="answerable", higher_is_better=True, per_category=True, rank=5,
         description="share of answerable questions the LLM judge labels CORRECT")
-declare("judge_unparsed_rate", field="judge_unparsed", subset="answerable", higher_is_better=False,
+declare("judge_unparsed_rate", group="judge", field="judge_unparsed", subset="answerable", higher_is_better=False,
         description="judge replies that named neither CORRECT nor WRONG")
-declare("abstention_judge_unparsed_rate", field="abstention_judge_unparsed", higher_is_better=False,
+declare("abstention_judge_unparsed_rate", group="judge", field="abstention_judge_unparsed", higher_is_better=False,
         description="abstention-judge replies that named neither label (the rules decided those)")
 
 

@@ -25,11 +25,14 @@ KINDS = ("vague", "wrong", "paraphrase")
 FIELDS = {"vague": "stress_vague_accepted", "wrong": "stress_wrong_accepted",
           "paraphrase": "stress_paraphrase_rejected"}
 
-declare("judge_accepts_vague", field=FIELDS["vague"], subset="answerable", higher_is_better=False, rank=5.1,
+declare("judge_accepts_vague", group="judge",
+        field=FIELDS["vague"], subset="answerable", higher_is_better=False, rank=5.1,
         description="share of vague-but-wrong probes (the gold's type, no specifics) the judge accepted")
-declare("judge_accepts_wrong", field=FIELDS["wrong"], subset="answerable", higher_is_better=False, rank=5.2,
+declare("judge_accepts_wrong", group="judge",
+        field=FIELDS["wrong"], subset="answerable", higher_is_better=False, rank=5.2,
         description="share of wrong-specific probes (the gold with its specifics changed) the judge accepted")
-declare("judge_rejects_paraphrase", field=FIELDS["paraphrase"], subset="answerable", higher_is_better=False, rank=5.3,
+declare("judge_rejects_paraphrase", group="judge",
+        field=FIELDS["paraphrase"], subset="answerable", higher_is_better=False, rank=5.3,
         description="share of paraphrased-correct probes (the gold, framed as a reply) the judge rejected")
 
 _MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October",

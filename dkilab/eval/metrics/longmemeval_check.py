@@ -31,7 +31,7 @@ FUNCTION = "get_anscheck_prompt"
 SCRIPT = "src/evaluation/evaluate_qa.py of github.com/xiaowu0162/LongMemEval"
 _Q, _G, _P = "\x00question\x00", "\x00gold\x00", "\x00prediction\x00"
 
-declare("judge_accuracy", field="judge_all", higher_is_better=True, per_category=True, rank=6,
+declare("judge_accuracy", group="answers", field="judge_all", higher_is_better=True, per_category=True, rank=6,
         description="share of all questions the judge accepts, unanswerable ones included "
                     "(LongMemEval's accuracy, under `judge: {protocol: longmemeval}`)")
 

@@ -9,7 +9,8 @@ def _verdicts(q: Scored) -> list[bool] | None:
     return q.answer.metadata.get("published_verdicts") or None
 
 
-@metric("published_judge", rate=True, higher_is_better=True, per_category=True, rank=5, narrow=("answers",),
+@metric("published_judge", group="answers",
+        rate=True, higher_is_better=True, per_category=True, rank=5, narrow=("answers",),
         paired=True, description="the published file's own judge: the majority of its verdicts on the reply "
                                  "(a tie counts as wrong)")
 def _published_judge(q: Scored):
@@ -17,7 +18,7 @@ def _published_judge(q: Scored):
     return None if v is None else float(2 * sum(v) > len(v))
 
 
-@metric("published_judge_mean", rate=True, higher_is_better=True, rank=6,
+@metric("published_judge_mean", group="answers", rate=True, higher_is_better=True, rank=6,
         description="the published file's own judge: the share of its verdicts that accept the reply (the mean of "
                     "its runs' accuracies)")
 def _published_judge_mean(q: Scored):

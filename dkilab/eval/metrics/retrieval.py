@@ -54,7 +54,8 @@ def _recall_metric(k: int) -> None:
         ev = q.item.evidence_ids
         return evidence_recall(q.answer.recalled_ids, ev, k) if ev else None
 
-    metric(f"recall_at_{k}", kind="retrieval", higher_is_better=True, per_category=k == 10, rate=True,
+    metric(f"recall_at_{k}", group="retrieval",
+           kind="retrieval", higher_is_better=True, per_category=k == 10, rate=True,
            rank={5: 30, 10: 31, 20: 32}.get(k), headline=k == 10, plot=1 if k == 10 else None,
            label=f"recall@{k} (0-1)",
            description=f"share of a question's evidence messages in the top {k} recalled")(fn)
@@ -64,25 +65,25 @@ for _k in RECALL_KS:
     _recall_metric(_k)
 
 
-@metric("mrr", kind="retrieval", higher_is_better=True, per_category=True, rank=33,
+@metric("mrr", group="retrieval", kind="retrieval", higher_is_better=True, per_category=True, rank=33,
         description="reciprocal rank of the first evidence message")
 def _mrr(q):
     return reciprocal_rank(q.answer.recalled_ids, q.item.evidence_ids) if q.item.evidence_ids else None
 
 
-@metric("any_hit_at_5", kind="retrieval", higher_is_better=True, rank=34,
+@metric("any_hit_at_5", group="retrieval", kind="retrieval", higher_is_better=True, rank=34,
         description="1 if any evidence message is in the top 5 (LongMemEval recall_any@5, turn level)")
 def _any5(q):
     return any_hit(q.answer.recalled_ids, q.item.evidence_ids, 5) if q.item.evidence_ids else None
 
 
-@metric("any_hit_at_10", kind="retrieval", higher_is_better=True, per_category=True, rank=35,
+@metric("any_hit_at_10", group="retrieval", kind="retrieval", higher_is_better=True, per_category=True, rank=35,
         description="1 if any evidence message is in the top 10 (LongMemEval recall_any@10, turn level)")
 def _any10(q):
     return any_hit(q.answer.recalled_ids, q.item.evidence_ids, 10) if q.item.evidence_ids else None
 
 
-@metric("session_any_hit_at_5", kind="retrieval", higher_is_better=True, per_category=True, rank=36,
+@metric("session_any_hit_at_5", group="retrieval", kind="retrieval", higher_is_better=True, per_category=True, rank=36,
         description="1 if a session holding evidence is among the top 5 sessions of the ranking "
                     "(LongMemEval recall_any@5, session level)")
 def _session_any5(q):
@@ -93,7 +94,7 @@ def _session_any5(q):
     return float(bool(set(session_ranking(ranked)[:5]) & set(gold)))
 
 
-@metric("ndcg_at_10", kind="retrieval", higher_is_better=True, per_category=True, rank=37,
+@metric("ndcg_at_10", group="retrieval", kind="retrieval", higher_is_better=True, per_category=True, rank=37,
         description="binary-relevance NDCG@10 over the ranked messages (LongMemEval ndcg_any@10)")
 def _ndcg10(q):
     return ndcg(q.answer.recalled_ids, q.item.evidence_ids, 10) if q.item.evidence_ids else None

@@ -81,21 +81,24 @@ def same_state(pred: dict | None, gold: dict) -> bool:
             and p.get("operation_stage") == gold["operation_stage"])
 
 
-@metric("intent_accuracy", rate=True, paired=True, kind="any", higher_is_better=True, per_category=True, rank=3,
+@metric("intent_accuracy", group="session",
+        rate=True, paired=True, kind="any", higher_is_better=True, per_category=True, rank=3,
         description="session flow: turns whose recognised intent is the gold intent")
 def _intent(q: Scored):
     t = _turn(q)
     return None if t is None else float(t[0]["extraction"]["intent"] == t[1]["meaning"]["intent"])
 
 
-@metric("entity_f1", rate=True, paired=True, kind="any", higher_is_better=True, per_category=True, rank=4,
+@metric("entity_f1", group="session",
+        rate=True, paired=True, kind="any", higher_is_better=True, per_category=True, rank=4,
         description="session flow: F1 of the extracted domain, business object and stage against the turn's meaning")
 def _entities(q: Scored):
     t = _turn(q)
     return None if t is None else entity_f1(t[0]["extraction"], t[1]["meaning"])
 
 
-@metric("l2_state_accuracy", rate=True, paired=True, kind="any", higher_is_better=True, per_category=True, rank=5,
+@metric("l2_state_accuracy", group="session",
+        rate=True, paired=True, kind="any", higher_is_better=True, per_category=True, rank=5,
         description="session flow: turns after which L2's current operation equals the gold state")
 def _l2(q: Scored):
     t = _turn(q)
@@ -111,16 +114,18 @@ def _recall(q: Scored, k: int, tag: str | None = None):
 
 
 for _k, _rank in ((1, 6.0), (3, 7.0)):
-    metric(f"routed_recall_at_{_k}", kind="any", higher_is_better=True, per_category=True, rank=_rank, rate=True,
+    metric(f"routed_recall_at_{_k}", group="session",
+           kind="any", higher_is_better=True, per_category=True, rank=_rank, rate=True,
            plot=4 if _k == 1 else None, label=f"routed recall@{_k} (0-1)", paired=_k == 1,
            description=f"session flow: gold documents among the first {_k} retrieved")(lambda q, k=_k: _recall(q, k))
 for _k, _rank in ((1, 8), (3, 8.5)):
-    metric(f"ellipsis_recall_at_{_k}", kind="any", higher_is_better=True, rank=_rank, rate=True, paired=_k == 1,
+    metric(f"ellipsis_recall_at_{_k}", group="session",
+           kind="any", higher_is_better=True, rank=_rank, rate=True, paired=_k == 1,
            description=f"session flow: routed recall@{_k} on the turns tagged ellipsis (object or stage from context)"
            )(lambda q, k=_k: _recall(q, k, "ellipsis"))
 
 
-@metric("rewrite_fallback_rate", field="rewrite_fallback", kind="any", higher_is_better=False, rank=9,
+@metric("rewrite_fallback_rate", group="session", field="rewrite_fallback", kind="any", higher_is_better=False, rank=9,
         description="session flow: LLM rewrites that were unusable (or raised) and fell back to the rules")
 def _rewrite_fallback(q: Scored):
     t = _turn(q)
@@ -128,7 +133,7 @@ def _rewrite_fallback(q: Scored):
         t[0]["rewrite_method"] == "llm_fallback")
 
 
-@metric("intent_fallback_rate", field="intent_fallback", kind="any", higher_is_better=False, rank=10,
+@metric("intent_fallback_rate", group="session", field="intent_fallback", kind="any", higher_is_better=False, rank=10,
         description="session flow: LLM extractions without a JSON object with a known intent (rules used)")
 def _intent_fallback(q: Scored):
     t = _turn(q)
@@ -137,21 +142,22 @@ def _intent_fallback(q: Scored):
     return float(t[0]["extraction_method"] == "llm_fallback")
 
 
-@metric("filter_relaxed_rate", field="filter_relaxed", kind="any", higher_is_better=False,
+@metric("filter_relaxed_rate", group="session", field="filter_relaxed", kind="any", higher_is_better=False,
         description="session flow: turns whose L2 filter matched no document (searched without it)")
 def _relaxed(q: Scored):
     t = _turn(q)
     return None if t is None else float(t[0]["filter_relaxed"])
 
 
-@metric("l2_rule", field="l2_rule", kind="any", description="session flow: the L2 rule the turn's update applied")
+@metric("l2_rule", group="session",
+        field="l2_rule", kind="any", description="session flow: the L2 rule the turn's update applied")
 def _rule(q: Scored) -> Any:
     t = _turn(q)
     return None if t is None else t[0]["l2_rule"]
 
 
 def _rule_share(rule: str) -> None:
-    metric(f"l2_rule_{rule}_rate", field=f"l2_rule_{rule}", kind="any",
+    metric(f"l2_rule_{rule}_rate", group="session", field=f"l2_rule_{rule}", kind="any",
            description=f"session flow: share of L2 updates that applied rule {rule!r}")(
         lambda q: None if (t := _turn(q)) is None else float(t[0]["l2_rule"] == rule))
 
