@@ -204,6 +204,7 @@ class FactCall:
     found: bool = False
     malformed: bool = False
     round: int = 0
+    kept: bool = True  # its segment reached the prompt (False: it would have passed max_fact_tokens)
 
 
 @dataclass

@@ -3,10 +3,11 @@ every strategy an answer-level upper bound on full data, on CPU, without a langu
 
 Before each question the runner tells it the gold (`expect`: the answer and the evidence messages).
 Then, on each generation, from the prompt, the tool results and the K/V memory texts it is given:
-- every evidence message shown verbatim, or fetched by a fact call -> it answers the gold answer;
+- every evidence message shown verbatim, or fetched whole by fact calls (every page of it in the input:
+  `has_more=true` on the last page shown is a part) -> it answers the gold answer;
 - else, when a summary's trace id (`[SUMMARY trace_id="..."]`) is an evidence message not yet
-  fetched and it may still call -> `retrieve_fact` on it (the `<tool_call>` JSON when tools are
-  offered, the generic call otherwise);
+  fetched whole and it may still call -> `retrieve_fact` on it, from the first record it has not read
+  (the `<tool_call>` JSON when tools are offered, the generic call otherwise);
 - else (no evidence shown, an unanswerable question, no evidence ids in the data) -> the abstention
   phrase the prompts ask for.
 It reads a K/V memory as the text it encodes, so K/V strategies run on it too. Its runs are tagged as
@@ -26,6 +27,7 @@ from dkilab.tracing import traced_generation
 from dkilab.types import Conversation, Generation, QAItem
 
 SPEC = "scripted:oracle"
+VERSION = "2"  # part of its cells' identity (2: a message fetched in part is not read; it pages on)
 _SPACE = re.compile(r"\s+")
 
 
@@ -34,6 +36,30 @@ class Gold:
     question: str
     answer: str | None  # None: abstain (unanswerable)
     evidence: dict[str, str]  # trace id -> the message text
+
+
+_SEGMENT = re.compile(r'\[FACT_SEGMENT trace_id="([^"]+)"([^\]]*)\]\n?(.*?)'
+                      r'(?=\[/FACT_SEGMENT\]|\[FACT_SEGMENT|\Z)', re.S)
+
+
+def _attr(attrs: str, key: str) -> str | None:
+    m = re.search(rf"\b{key}=(\w+)", attrs)
+    return m.group(1) if m else None
+
+
+def fetched(seen: str) -> dict[str, int | None]:
+    """trace id -> the first record of it no page shown covers (None once every page is shown): a message
+    fetched in pages counts as read only when all of them reached the input, not at its first header. A
+    segment that gives no `total` counts as the whole message."""
+    covered: dict[str, set[int]] = {}
+    totals: dict[str, int | None] = {}
+    for trace_id, attrs, body in _SEGMENT.findall(seen):
+        total, offset = _attr(attrs, "total"), int(_attr(attrs, "offset") or 0)
+        n = len([line for line in body.splitlines() if line.strip()])
+        totals[trace_id] = None if total is None or totals.get(trace_id, 0) is None else int(total)
+        covered.setdefault(trace_id, set()).update(range(offset, offset + n))
+    return {i: None if t is None else next((k for k in range(t) if k not in covered[i]), None)
+            for i, t in totals.items()}
 
 
 class OracleModel(TextOnlyModel):
@@ -69,8 +95,9 @@ class OracleModel(TextOnlyModel):
         seen = "\n".join([str(m.get("content") or "") for m in messages]
                          + [getattr(kv, "text", "") for kv, alpha in (memories or []) if alpha > 0])
         flat = _SPACE.sub(" ", seen)
+        pages = fetched(seen)
         missing = [i for i, text in gold.evidence.items()
-                   if _SPACE.sub(" ", text).strip() not in flat and f'FACT_SEGMENT trace_id="{i}"' not in seen]
+                   if _SPACE.sub(" ", text).strip() not in flat and not (i in pages and pages[i] is None)]
         if not missing:
             return gold.answer
         native = bool(tools) or any(m.get("role") == "tool" or m.get("tool_calls") for m in messages) or any(
@@ -79,10 +106,12 @@ class OracleModel(TextOnlyModel):
         summarised = [i for i in missing if f'[SUMMARY trace_id="{i}"' in seen]
         if not (may_call and summarised):
             return abstain
-        args = {"trace_id": summarised[0], "offset": 0, "limit": 50}
+        first = summarised[0]  # a message fetched in part: the next page it has not read
+        offset = pages.get(first) or 0
+        args = {"trace_id": first, "offset": offset, "limit": 50}
         if tools:
             return "<tool_call>" + json.dumps({"name": "retrieve_fact", "arguments": args}) + "</tool_call>"
-        return f'retrieve_fact(trace_id="{summarised[0]}", offset=0, limit=50)'
+        return f'retrieve_fact(trace_id="{first}", offset={offset}, limit=50)'
 
     @traced_generation
     def generate_full(self, messages_or_prompt, max_new_tokens: int = 64, temperature: float = 0.0,

@@ -83,9 +83,10 @@ def run_fact_loop(prompt: str, generate: Callable[..., str], formatter: PromptFo
                         valid=response.found and (offered_set is None or request.trace_id in offered_set),
                         round=round_idx)
         result.fact_calls.append(call)
+        call.kept = result.fact_tokens + tokens <= fc.max_fact_tokens
         if on_call is not None:
             on_call(call, fact_text)
-        if result.fact_tokens + tokens > fc.max_fact_tokens:
+        if not call.kept:  # dropped: the model never reads it
             result.stopped = "max_fact_tokens"
             break
         result.fact_tokens += tokens

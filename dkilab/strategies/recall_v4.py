@@ -45,7 +45,9 @@ class RecallV4Params(RecallParams):
 @register
 class RecallV4(RecallingStrategy):
     name = "recall_v4"
-    version = "4"  # 3: context_text without the query; 4: the fact room beside the history budget, not taken from it
+    # 3: context_text without the query; 4: the fact room beside the history budget, not taken from it;
+    # 5: a fact dropped for the fact budget is not context (it never reached a prompt)
+    version = "5"
     Params = RecallV4Params
     params: RecallV4Params
     uses_kv = True
@@ -191,8 +193,9 @@ class RecallV4(RecallingStrategy):
 
         def on_call(call, text: str) -> None:
             with span("retrieve_fact", trace_id=call.trace_id, offset=call.offset, limit=call.limit) as out:
-                out.update(valid=call.valid, found=call.found, tokens=call.tokens, fact=text)
-            facts.append(text)
+                out.update(valid=call.valid, found=call.found, tokens=call.tokens, fact=text, kept=call.kept)
+            if call.kept:  # a segment dropped for the fact budget never reached a prompt: not context
+                facts.append(text)
 
         retriever = FactRetriever(memory, model, max_fact_tokens=cfg.fact_call.max_fact_tokens,
                                   chunk_threshold=cfg.summary.per_message_threshold)

@@ -368,5 +368,6 @@ def test_every_declared_metric_has_a_group_and_its_mlflow_key_reads_back():
     assert {m.group for m in METRICS.values()} - {""} <= set(METRIC_GROUPS)
     for name in [*METRICS, "fact_call_rate_ci95_low", "score_ci95_high", "kv_cache_bytes"]:
         assert metric_name(metric_key(name)) == name
-    assert metric_key("final_call") == "fact/final_call" and metric_key("score_ci95_low") == "uncertainty/score_ci95_low"
+    assert metric_key("final_call") == "fact/final_call"
+    assert metric_key("score_ci95_low") == "uncertainty/score_ci95_low"
     assert metric_name("score/recall_v4_fixtures") == "score/recall_v4_fixtures"  # an old parent key is left alone

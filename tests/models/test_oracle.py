@@ -75,3 +75,20 @@ def test_a_question_it_was_not_told_of_is_an_error_not_a_guess():
         _ask(_oracle(), "Question: Where do I live?")
     with pytest.raises(RuntimeError, match="not told the gold"):
         _ask(OracleModel(), "Question: What is my cat called?")
+
+
+def test_a_message_fetched_in_part_is_not_read_and_the_oracle_pages_on():
+    """Issue 84: a segment's header counted as the whole message, `has_more=true` or not: the oracle answered
+    after a page holding 2 of 9 sentences. Now it reads on from the first record it has not seen."""
+    from dkilab.models.oracle import fetched
+
+    prompt = ('[SUMMARY trace_id="c:1" conf=medium]\nuser adopted a cat\n[/SUMMARY]\n'
+              'To check a summary call retrieve_fact(trace_id="c:1", limit=5)\nCurrent user question: What is my cat '
+              'called?')
+    page1 = '[FACT_SEGMENT trace_id="c:1" offset=0 total=3 has_more=true]\n[t] user: The shelter staff\n' \
+            '[t] user: had been calling her\n[/FACT_SEGMENT]'
+    page2 = '[FACT_SEGMENT trace_id="c:1" offset=2 total=3 has_more=false]\n[t] user: Pixel.\n[/FACT_SEGMENT]'
+    assert fetched(page1) == {"c:1": 2} and fetched(page1 + "\n" + page2) == {"c:1": None}
+    assert _ask(_oracle(), prompt + "\n" + page1) == 'retrieve_fact(trace_id="c:1", offset=2, limit=50)'
+    assert _ask(_oracle(), prompt + "\n" + page1 + "\n" + FINAL["en"]) == ABSTAIN_PHRASE["en"]  # not read: declines
+    assert _ask(_oracle(), prompt + "\n" + page1 + "\n" + page2) == "Pixel"

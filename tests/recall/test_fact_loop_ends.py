@@ -24,6 +24,8 @@ def test_a_spent_fact_budget_keeps_earlier_facts_and_asks_for_an_answer(memory):
     assert FINAL["en"] in prompts[-1] and all(FINAL["en"] not in p for p in prompts[:-1])
     kept = prompts[-1].count("[FACT_SEGMENT")
     assert kept == len(res.fact_calls) - 1 and res.fact_tokens <= 40  # the facts that fit stay
+    # the one that did not fit is marked: recall_v4 leaves it out of the context (answer_in_context)
+    assert [c.kept for c in res.fact_calls] == [True] * kept + [False]
 
 
 def test_an_answer_after_the_final_instruction_is_not_a_final_call(memory):

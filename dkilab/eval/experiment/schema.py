@@ -18,6 +18,7 @@ from dkilab.eval.metrics.locomo_j import LocomoJ, load_template
 from dkilab.eval.metrics.longmemeval_check import LongMemEval, digest, load_templates, readable
 from dkilab.models.openai_client import served_revision
 from dkilab.models.oracle import SPEC as ORACLE
+from dkilab.models.oracle import VERSION as ORACLE_VERSION
 from dkilab.registry import did_you_mean
 
 
@@ -78,13 +79,15 @@ class ModelSpec(_Strict):
 def model_weights_digest(spec: str) -> str | None:
     """What a model spec's path holds, as a digest: a local model directory's files, a .gguf file, a
     `scripted:` answers file, an endpoint's `/models` entry for the model (dkilab.models.openai_client.
-    served_revision). None for hub ids, offline builds (their names fix their weights) and the oracle."""
+    served_revision), the oracle's version. None for hub ids and offline builds (their names fix their weights)."""
     path = spec[len("scripted:"):] if spec.startswith("scripted:") else spec
     if spec.startswith("openai:"):
         name, _, url = spec[len("openai:"):].partition("@")
         return served_revision(url, name) if url else None
 
-    if spec.startswith("offline:") or spec == ORACLE:
+    if spec == ORACLE:
+        return f"oracle-{ORACLE_VERSION}"
+    if spec.startswith("offline:"):
         return None
     return weights_digest(path) if Path(path).exists() else None
 
