@@ -7,6 +7,7 @@ cells are keyed by the adapter's digest (`embedder.weights_digest`), so an adapt
 of them."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -18,6 +19,9 @@ from dkilab.cache import cache_dir
 from dkilab.weights import quiet_loading
 
 ADAPTER_DIR = Path(__file__).with_name("adapters") / "minilm-locomo"
+# left in every directory the adapter is merged into: a copy named as an encoder is known to be fitted on
+# LoCoMo dev (dkilab/eval/fitted.py), whatever its path
+FITTED_ON_FILE = "dkilab_fitted_on.json"
 # every linear layer of the transformer's blocks (attention q/k/v/output, feed-forward), not the unused pooler
 TARGET_MODULES = r".*encoder\.layer\.\d+\..*(query|key|value|dense)$"
 _BUILD_LOCK = threading.Lock()  # one merge at a time in a process; processes race on the atomic rename
@@ -39,11 +43,15 @@ def merged_model_dir(base: str, adapter: Path, digest: str | None) -> str:
     if not (adapter / "adapter_config.json").exists():
         raise FileNotFoundError(f"the MiniLM adapter is missing: {adapter}/adapter_config.json")
     target = cache_dir() / "encoders" / f"all-MiniLM-L6-v2+{adapter.name}-{digest}"
-    if (target / "modules.json").exists():
-        return str(target)
-    with _BUILD_LOCK:  # transformers' loading is not thread-safe (two at once left torch on the meta device)
-        if not (target / "modules.json").exists():
-            _build(base, adapter, target)
+    if not (target / "modules.json").exists():
+        with _BUILD_LOCK:  # transformers' loading is not thread-safe (two at once left torch on the meta device)
+            if not (target / "modules.json").exists():
+                _build(base, adapter, target)
+    record = target / FITTED_ON_FILE
+    if not record.exists():  # directories merged before the record existed get it too
+        tmp = record.with_name(f"{record.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"adapter": adapter.name, "digest": digest, "fitted_on": "locomo dev (0-4)"}))
+        os.replace(tmp, record)
     return str(target)
 
 

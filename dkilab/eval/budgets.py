@@ -8,7 +8,10 @@ and may take a part out of it (the seed's §2.3 accounting). Two cells are refus
 - a reserve leaves the strategy less than half the matched budget (a starved cell).
 The window is `model.max_context` (or `max_prompt_tokens` if lower); the system prompt, template and
 question are estimated by the offline token heuristic plus `QUESTION_ALLOWANCE`, so the check is of
-the config, not of one question (at run time `ContextBudget` applies the same rule per question).
+the config, not of one question. At run time `Strategy.budget` counts each question with the model's own
+tokenizer and applies the starving rule to it: a question whose room or reserve leaves its history less
+than half the matched budget is an error row (`StarvedBudget`, naming every part), counted against
+`max_error_rate`, never a silently short cell.
 """
 from __future__ import annotations
 

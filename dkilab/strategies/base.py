@@ -82,6 +82,11 @@ class Stages:
             self.ms[stage] = self.ms.get(stage, 0.0) + (time.perf_counter() - t) * 1000
 
 
+class StarvedBudget(ValueError):
+    """A question whose history would get less than half the matched budget (its room or reserve took the
+    rest): an error row naming the parts, never a silently short answer."""
+
+
 def no_call_left(answer: Answer) -> Answer:
     """A call left in a reply (calls off, no loop, a call cut off at max_new_tokens, a syntax the loop did not
     read) is no answer: its text moves to `final_output` and it is a `final_call`, scored as no answer and
@@ -270,10 +275,17 @@ class Strategy(ABC):
         max_new_tokens, capped by `history_budget`; `reserved` = what this strategy takes from it, `room`
         = what it keeps free beside it."""
         instructions = model.count_tokens(SYSTEM[lang] + "\n" + HISTORY_HEAD[lang]) + TEMPLATE_TOKENS
-        return ContextBudget(window=self.window(model), generation=self.params.max_new_tokens,
-                             instructions=instructions, query=model.count_tokens(question_text(question, lang)),
-                             preferences=model.count_tokens(preferences) if preferences else 0,
-                             cap=self.params.history_budget, reserved=dict(reserved or {}), room=dict(room or {}))
+        b = ContextBudget(window=self.window(model), generation=self.params.max_new_tokens,
+                          instructions=instructions, query=model.count_tokens(question_text(question, lang)),
+                          preferences=model.count_tokens(preferences) if preferences else 0,
+                          cap=self.params.history_budget, reserved=dict(reserved or {}), room=dict(room or {}))
+        if b.total and b.history < b.total / 2:  # the load check estimated; this question's real counts say no
+            parts = ", ".join(f"{k} {v}" for k, v in (*b.room.items(), *b.reserved.items()))
+            raise StarvedBudget(f"{self.name}: history {b.history} of the matched budget {b.total} (< half) for this "
+                                f"question: window {b.window} = instructions {b.instructions} + question {b.query} + "
+                                f"preferences {b.preferences} + generation {b.generation} + {parts} + history; "
+                                "raise the window or lower history_budget, the fact room or the reserve")
+        return b
 
     @property
     def fields(self) -> tuple[str, ...]:

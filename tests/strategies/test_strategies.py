@@ -4,7 +4,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from dkilab.strategies import BUILTIN, STRATEGIES, create_strategy
-from dkilab.strategies.base import HISTORY_HEAD
+from dkilab.strategies.base import HISTORY_HEAD, StarvedBudget
 from dkilab.types import Message
 
 T0 = datetime(2026, 5, 2, 18, 0, tzinfo=timezone.utc)
@@ -174,15 +174,19 @@ def test_the_history_budget_is_one_figure_recorded_with_every_answer(memory, mod
     same total for every strategy; recall_v4 keeps its fact-call room beside it (room), or takes it from
     that total with the seed's accounting (reserved)."""
     totals = {}
+    off = {"recall": {"fact_call": {"enabled": False}}}  # its fact room (1,046 tokens) would not fit in 600
     for name in ("full_history", "stable", "recall_v4", "full_attention"):
-        ans = create_strategy(name, {**SMALL, "max_prompt_tokens": 600}).answer("Where is my new flat?", memory, model,
-                                                                              preferences=PREFS)
+        ans = create_strategy(name, {**SMALL, "max_prompt_tokens": 600, **(off if name == "recall_v4" else {})}
+                              ).answer("Where is my new flat?", memory, model, preferences=PREFS)
         b = ans.budget
         assert b is not None and b.window == 600 and b.preferences > 0, name
         assert b.total == max(0, 600 - b.instructions - b.query - b.preferences - b.generation), name
         assert b.used is not None and b.used <= b.history, name
         totals[name] = b.total
     assert len(set(totals.values())) == 1, totals
+    with pytest.raises(StarvedBudget, match=r"history 0 of the matched budget \d+ \(< half\).*fact_calls 896"):
+        create_strategy("recall_v4", {**SMALL, "max_prompt_tokens": 600}).answer(  # it was a silent 0-token history
+            "Where is my new flat?", memory, model, preferences=PREFS)
     room = {"fact_calls": 100 + 2 * 32, "constraint": 150}
     fc = {"fact_call": {"max_fact_tokens": 100, "max_rounds": 2}}
     v4 = create_strategy("recall_v4", {"max_new_tokens": 40, "history_budget": 300, "recall": fc})
