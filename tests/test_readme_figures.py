@@ -12,12 +12,11 @@ from tests.conftest import ROOT
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def quickstart(tmp_path_factory):
+def _quickstart(tmp_path):
     from dkilab.eval.experiment import load_experiment
     from dkilab.eval.runner import check_expectations, run_experiment
 
-    uri = f"sqlite:///{tmp_path_factory.mktemp('quickstart') / 'mlflow.db'}"
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     cwd = os.getcwd()
     os.chdir(ROOT)
     try:
@@ -38,8 +37,11 @@ def _figures():
     return readme_figures
 
 
-def test_the_readme_quickstart_table_is_what_the_quickstart_gives(quickstart):
-    cfg, results, uri = quickstart
+def test_the_readme_quickstart_table_is_what_the_quickstart_gives(tmp_path):
+    """One test, one run: under xdist a module fixture runs once per worker (twice here, 10 minutes each)."""
+    from tests.eval.test_runner import _rescored_alike
+
+    cfg, results, uri = _quickstart(tmp_path)
     figures = _figures()
     blocks = figures.BLOCK.findall(figures.README.read_text(encoding="utf-8"))
     assert any(cmd.startswith("$ dkilab report quickstart") for cmd, _ in blocks)  # the check reads something
@@ -51,12 +53,7 @@ def test_the_readme_quickstart_table_is_what_the_quickstart_gives(quickstart):
     cell = results[0].cell.label
     line = next(ln for ln in text.splitlines() if ln.startswith(cell))
     assert figures.stale_blocks(uri, text.replace(line, line.replace("0", "9", 1)))
-
-
-def test_every_quickstart_cell_fills_the_one_budget_and_rescores_to_the_same_metrics(quickstart):
-    from tests.eval.test_runner import _rescored_alike
-
-    cfg, results, uri = quickstart
+    # every cell fills the one budget, and the run re-scores without a model to the same metrics
     assert len(results) == 5 and all(r.metrics["errors"] == 0 and r.metrics["questions"] == 28 for r in results)
     assert all(r.metrics["history_budget"] == 640 for r in results if r.cell.strategy.key != "no_memory")
     _rescored_alike(cfg.name, uri)
