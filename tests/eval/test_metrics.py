@@ -361,6 +361,7 @@ def test_percentile_intervals_resample_exactly_as_concatenating_each_draw(seed, 
 def test_every_declared_metric_has_a_group_and_its_mlflow_key_reads_back():
     from dkilab.eval.metrics import METRICS
     from dkilab.eval.store_uri import METRIC_GROUPS, metric_name
+    from dkilab.eval.metrics import base
     from dkilab.eval.tracking import metric_key
 
     bare = {n for n, m in METRICS.items() if not m.group}
@@ -371,3 +372,5 @@ def test_every_declared_metric_has_a_group_and_its_mlflow_key_reads_back():
     assert metric_key("final_call") == "fact/final_call"
     assert metric_key("score_ci95_low") == "uncertainty/score_ci95_low"
     assert metric_name("score/recall_v4_fixtures") == "score/recall_v4_fixtures"  # an old parent key is left alone
+    with pytest.raises(ValueError, match="group 'facts' is not one of agent, answers"):
+        base.Metric("x", "x", group="facts")  # a typo is refused when declared, not when a cell logs it

@@ -24,6 +24,7 @@ from typing import Any, Callable, Literal
 
 import numpy as np
 
+from dkilab.eval.store_uri import METRIC_GROUPS
 from dkilab.registry import Registry
 from dkilab.text.abstention.asked import asked_decision
 from dkilab.text.abstention.learned import get_detector
@@ -65,6 +66,8 @@ class Metric:
     def __post_init__(self) -> None:
         if self.aggregation == "ratio" and self.ratio_of is None:
             raise ValueError(f"metric {self.name!r}: a ratio needs ratio_of=(numerator field, denominator field)")
+        if self.group and self.group not in METRIC_GROUPS:  # refused when declared, not when a cell logs it
+            raise ValueError(f"metric {self.name!r}: group {self.group!r} is not one of {', '.join(METRIC_GROUPS)}")
 
     @property
     def identity(self) -> str:
