@@ -14,6 +14,7 @@ import argparse
 import contextlib
 import difflib
 import io
+import os
 import re
 import shlex
 import sys
@@ -71,7 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     stale = stale_blocks(args.tracking_uri)
     if args.write and stale:
-        README.write_text(rewritten(args.tracking_uri, README.read_text(encoding="utf-8")), encoding="utf-8")
+        new = rewritten(args.tracking_uri, README.read_text(encoding="utf-8"))
+        tmp = README.with_name(f".{README.name}.{os.getpid()}.tmp")  # a stopped rewrite leaves README.md whole
+        tmp.write_text(new, encoding="utf-8")
+        os.replace(tmp, README)
         print(f"README.md: {len(stale)} block(s) rewritten: " + "; ".join(c[2:] for c, _, _ in stale))
         return 0
     for command, was, now in stale:
