@@ -8,9 +8,12 @@ and may take a part out of it (the seed's §2.3 accounting). Two cells are refus
 - a reserve leaves the strategy less than half the matched budget (a starved cell).
 The window is `model.max_context` (or `max_prompt_tokens` if lower); the system prompt, template and
 question are estimated by the offline token heuristic plus `QUESTION_ALLOWANCE`, so the check is of
-the config, not of one question. At run time `Strategy.budget` counts each question with the model's own
-tokenizer and applies the starving rule to it: a question whose room or reserve leaves its history less
-than half the matched budget is an error row (`StarvedBudget`, naming every part), counted against
+the config, not of one question. When the cell starts, once its model is loaded and before it asks
+anything, `starved` counts every selected question with the model's own tokenizer (its language's system
+prompt, the question as asked, the preferences): a cell with more starved questions than `max_error_rate`
+allows is refused there, naming the count and the first such question's parts. At run time `Strategy.budget`
+applies the same rule to each question (and to what only a question's own run knows, e.g. the recall agent's
+view): a starved question is an error row (`StarvedBudget`, naming every part), counted against
 `max_error_rate`, never a silently short cell.
 """
 from __future__ import annotations
@@ -19,7 +22,7 @@ from functools import lru_cache
 from typing import Any
 
 from dkilab.prompts import HISTORY_HEAD, SYSTEM
-from dkilab.strategies.base import TEMPLATE_TOKENS
+from dkilab.strategies.base import TEMPLATE_TOKENS, StarvedBudget, language_of, preferences_text
 from dkilab.text.tokens import HeuristicTokenCounter
 
 Cell = Any  # dkilab.eval.experiment.Cell (which imports this module)
@@ -74,6 +77,29 @@ def problems(cell: Cell) -> list[str]:
         out.append(f"cell {r['cell']}: starved: {parts} taken from the matched history budget {matched} leave "
                    f"{history} (< half); turn recall.budget.reserve_from_history off or raise history_budget")
     return out
+
+
+def starved(cell: Cell, model, questions: list[tuple[str | None, str, list[str]]], max_error_rate: float = 0.0) -> None:
+    """Refuse the cell before it asks anything (raises StarvedBudget) when more of its questions than
+    `max_error_rate` allows would have their history starved by the strategy's room or reserve, each counted
+    as the strategy counts it (`Strategy.budget`, the model's tokenizer): e.g. Chinese questions and
+    preferences, which the heuristic above counts as English. `questions`: (id, the question as asked,
+    the preferences) of each selected question."""
+    room, reserved = cell.instance.budget_parts()
+    if not (room or reserved) or model is None:
+        return  # without a room or a reserve the history is the matched budget: nothing to starve
+    first, count = None, 0
+    for qid, asked, preferences in questions:
+        lang = language_of(asked)
+        try:
+            cell.instance.budget(model, asked, lang, preferences_text(preferences, lang), reserved=reserved, room=room)
+        except StarvedBudget as exc:
+            count += 1
+            first = first or f"question {qid} ({lang}): {exc}"
+    if count and count > max_error_rate * len(questions):
+        raise StarvedBudget(f"cell {cell.label}: {count} of {len(questions)} questions would be starved, counted with "
+                            f"{getattr(model, 'name', 'the model')}'s tokenizer (over max_error_rate "
+                            f"{max_error_rate:g}), refused before asking any; first {first}")
 
 
 def table(cells: list[Cell]) -> str:

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any, Collection
 
 from dkilab.config import ConfigError
-from dkilab.eval import interrupt, published, rescore, runstate, store_uri, tables, tracking
-from dkilab.eval.cell import load_cell_data, load_cell_questions, make_judge, run_cell, score_cell
+from dkilab.eval import budgets, interrupt, published, rescore, runstate, store_uri, tables, tracking
+from dkilab.eval.cell import load_cell_data, load_cell_questions, make_judge, question_text, run_cell, score_cell
 from dkilab.eval.experiment import Cell, ExperimentConfig, check_config, model_weights_digest
 from dkilab.eval.experiment.checks import missing_data
 from dkilab.eval.journal import Journal
@@ -388,7 +388,7 @@ def _run_one(cfg, cell: Cell, n: int, total: int, state, data_dir, datasets, pro
     t = time.perf_counter()
     cell.instance.kv_cache_bytes = cell.model.kv_cache_mb * 1024**2
     try:
-        model, data, judge = _prepare(cell, state, data_dir, datasets)
+        model, data, judge = _prepare(cell, state, data_dir, datasets, cfg.max_error_rate)
         journal = Journal.for_cell(mlflow.get_tracking_uri(), cfg.name, cell.config_hash, state.process_index)
         resumed = len(journal.load(data.items))
         if resumed and main:
@@ -464,7 +464,7 @@ class CellFailedOnARank(RuntimeError):
     """A cell could not start on some process (model, data, check); every process agrees and moves on."""
 
 
-def _prepare(cell: Cell, state, data_dir, datasets):
+def _prepare(cell: Cell, state, data_dir, datasets, max_error_rate: float = 0.0):
     """(model, data, judge) of a cell. Under several processes each one's failure is gathered, so they all
     fail the cell together (naming the rank) and go on to the next cell, instead of the others waiting
     in a collective for one that raised."""
@@ -476,6 +476,8 @@ def _prepare(cell: Cell, state, data_dir, datasets):
         if model is not None:  # e.g. K/V on an architecture that cannot take it: one clear failure, no error rows
             prefs = any(conv.preferences for conv, _ in data.items)
             cell.instance.check_model(model, preferences=prefs)
+            budgets.starved(cell, model, [(q.qid, question_text(q), conv.preferences or []) for conv, q in data.items],
+                            max_error_rate)  # counted with its tokenizer, before any question is asked
             if not cell.instance.needs_kv(prefs) and getattr(model, "model", None) is not None:
                 from dkilab.models.kv import stock_attention
 

@@ -1,7 +1,9 @@
-"""A question whose history a room or reserve would starve is an error row at run time (issue 84): the load
-check estimates the instructions and the question in English with a 48-token allowance; the Chinese fixture
-users' instructions, questions and preferences count ~85 tokens more with the SmolLM2 tokenizer, so a
-recall_v4 cell the load check passes left their history a third of the matched budget, silently."""
+"""A question whose history a room or reserve would starve is refused (issue 84): the config's load check
+estimates the instructions and the question in English with a 48-token allowance; the Chinese fixture users'
+instructions, questions and preferences count ~85 tokens more with the SmolLM2 tokenizer, so a recall_v4 cell
+the load check passes left their history a third of the matched budget, silently. Now the cell counts every
+selected question with its model's tokenizer before asking any: over `max_error_rate` it is refused there;
+within it, each starved question is an error row."""
 import yaml
 
 from dkilab.eval.experiment import load_experiment
@@ -30,3 +32,14 @@ def test_a_starved_question_is_an_error_row_naming_the_parts_never_a_short_answe
     answered = [row for row in v4.rows if not row.get("error")]
     assert answered and all(row["budget"]["history"] == 120 for row in answered)  # the English ones: whole
     assert not any(row.get("error") for row in results["full_history"].rows)  # no room: nothing starved
+
+
+def test_a_cell_with_more_starved_questions_than_its_error_budget_is_refused_before_asking_any(tmp_path):
+    path = tmp_path / "starved.yaml"
+    path.write_text(yaml.safe_dump({**CONFIG, "max_error_rate": 0.25, "strategies": [{"name": "recall_v4"}]}))
+    cfg = load_experiment(path)  # the estimate still fits
+    [v4] = run_experiment(cfg, uri=f"sqlite:///{tmp_path / 'm.db'}", progress=False, echo=lambda *a: None)
+    assert not v4.rows and v4.error.startswith("StarvedBudget: cell recall_v4@fixtures: 4 of 8 questions would be "
+                                               "starved, counted with offline:smollm2's tokenizer"), v4.error
+    assert "(over max_error_rate 0.25), refused before asking any; first question u_lin:q0 (cn): recall_v4: history " \
+           "54 of the matched budget 120" in v4.error and "question 22 + preferences 66" in v4.error
