@@ -163,18 +163,30 @@ def _expanded_values(data: Any, limit: int) -> int:
     return n
 
 
+def parse_yaml(text: str, where: str) -> Any:
+    """YAML text (duplicate keys refused), at most MAX_YAML_VALUES values with its aliases expanded; any problem
+    is a ConfigError naming `where`. Every YAML dkilab reads goes through here (configs, scripted models and
+    judges, keys, skills, published judges' prompts): a 1 KB alias bomb is refused, never expanded."""
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{where}: not valid YAML{at}: {problem}") from None
+    if _expanded_values(data, MAX_YAML_VALUES) > MAX_YAML_VALUES:
+        raise ConfigError(f"{where}: over {MAX_YAML_VALUES:,} values once its aliases (*name) are expanded: refused "
+                          "(an alias bomb, or a file far larger than dkilab reads)")
+    return data
+
+
 def read_yaml(path: str | Path) -> Any:
-    """A YAML file (duplicate keys refused), at most MAX_YAML_BYTES and MAX_YAML_VALUES values with its aliases
-    expanded; any problem is a ConfigError naming the file."""
+    """A YAML file, at most MAX_YAML_BYTES, read by `parse_yaml`; any problem is a ConfigError naming the file."""
     path = Path(path)
     try:
         if path.is_file() and path.stat().st_size > MAX_YAML_BYTES:
             raise ConfigError(f"{path}: {path.stat().st_size:,} bytes, over the {MAX_YAML_BYTES:,} a config may have")
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
-        if _expanded_values(data, MAX_YAML_VALUES) > MAX_YAML_VALUES:
-            raise ConfigError(f"{path}: over {MAX_YAML_VALUES:,} values once its aliases (*name) are expanded: refused "
-                              "(an alias bomb, or a config far larger than any experiment needs)")
-        return data
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"config file {path} does not exist") from None
     except IsADirectoryError:
@@ -183,11 +195,7 @@ def read_yaml(path: str | Path) -> Any:
         raise ConfigError(f"config file {path} cannot be read (permission denied)") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason}); save it as UTF-8") from None
-    except yaml.YAMLError as exc:
-        where = getattr(exc, "problem_mark", None)
-        at = f" (line {where.line + 1}, column {where.column + 1})" if where is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(f"{path}: not valid YAML{at}: {problem}") from None
+    return parse_yaml(text, str(path))
 
 
 def read_jsonl(path: str | Path) -> list[Any]:

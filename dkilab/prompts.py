@@ -186,7 +186,7 @@ INTENT_PROMPT = {
 
 # --- the LLM judge: correctness and abstention ---
 # the judges' prompts are kept byte for byte (they are in every judged cell's identity): long lines stay
-JUDGE_PROMPT = """Label a generated answer to a question as CORRECT or WRONG. You get the question, the gold answer and the generated answer.  # noqa: E501
+JUDGE_PROMPT = """Label a generated answer to a question as CORRECT or WRONG. You get the question, the gold answer and the generated answer.
 Be generous: the generated answer is CORRECT if it states the same fact or touches the same topic as the gold answer, even if it is longer; a date in another format is CORRECT if it names the same date. It is WRONG if it gives a different fact, says it does not know, or does not answer.
 
 Question: {question}

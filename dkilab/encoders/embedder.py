@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 from cachetools import LRUCache
 
+from dkilab.cache import stat_key
 from dkilab.encoders import adapter
 from dkilab.encoders.onnx_encoder import shared
 from dkilab.text.lang import detect_language
@@ -106,7 +107,7 @@ def weights_digest(model: str) -> str | None:
     bytes): what its stores and cells are keyed by besides the path, so weights replaced in the same directory (a
     model trained again) never reuse a store or a cell of the old ones. None for the offline builds and hub ids
     (their names fix their weights), except `offline:minilm-locomo`: the digest of its adapter's files. Memoised by
-    each file's size and modification time."""
+    each file's `dkilab.cache.stat_key` (its change time included: an edit that keeps size and mtime is read)."""
     if model == LOCOMO_EMBEDDER:
         return weights_digest(str(adapter.ADAPTER_DIR))
     root = Path(model)
@@ -116,8 +117,7 @@ def weights_digest(model: str) -> str | None:
         files = sorted((p for p in root.rglob("*") if p.is_file()), key=lambda p: p.relative_to(root).as_posix())
     else:
         return None
-    key = (str(root.resolve()), tuple((p.relative_to(root).as_posix(), p.stat().st_size, p.stat().st_mtime_ns)
-                                      for p in files))
+    key = (str(root.resolve()), tuple((p.relative_to(root).as_posix(), stat_key(p)) for p in files))
     with _DIGEST_LOCK:
         if key in _DIGESTS:
             return _DIGESTS[key]

@@ -102,7 +102,7 @@ def _questions(cell: Cell, data_dir):
     """[(conversation, question)] of the cell's dataset, after split, languages, categories and limits."""
     d = cell.dataset
     convs = d.conversations(data_dir)
-    if d.languages:
+    if d.languages is not None:
         found = sorted({c.language for c in convs})
         convs = [c for c in convs if c.language in d.languages]
         if not convs:
@@ -131,6 +131,12 @@ def _questions(cell: Cell, data_dir):
         known = sorted({str(q.category) for c in asked for q in c.questions})
         raise ConfigError(f"datasets ({d.key}): categories: {d.categories} matches no question "
                           f"(its categories: {', '.join(known) or 'none'})")
+    if not out:  # an empty cell would end FINISHED with nothing measured
+        kept = (f"{len(asked)} of {len(convs)} conversations after split {d.split}" if d.split in ("dev", "test")
+                else f"{len(convs)} conversations") + (f" from first {d.first}" if d.first else "")
+        why = [kept, *(["answerable_only"] if d.answerable_only else []),
+               *([f"{len(wrong)} audited golds excluded"] if wrong else [])]
+        raise ConfigError(f"datasets ({d.key}): selects no question ({', '.join(why)}); a cell would measure nothing")
     _mark_evidence_sessions(out)
 
     listed = next((q for _, q in out if q.choices), None)

@@ -18,6 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
+from dkilab.cache import file_digest
 from dkilab.encoders.adapter import FITTED_ON_FILE
 from dkilab.eval.datasets import load_dataset
 from dkilab.eval.datasets.worksessions import USERS as WORK_USERS
@@ -63,13 +64,7 @@ def _file_sha1(path: str) -> str | None:
     p = Path(path)
     if not p.is_file():
         return None
-    st = p.stat()
-    return _sha1_of(str(p.resolve()), st.st_size, st.st_mtime_ns)
-
-
-@lru_cache(maxsize=32)
-def _sha1_of(path: str, size: int, mtime_ns: int) -> str:  # keyed by the file as it is now
-    return hashlib.sha1(Path(path).read_bytes()).hexdigest()
+    return file_digest(p)
 
 
 def _learned_fusion(cell: Cell) -> bool:

@@ -26,8 +26,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import yaml
 
+from dkilab.config import read_yaml
 from dkilab.eval.cell import score_cell
 from dkilab.eval.experiment import experiment_from_dict, load_experiment
 from dkilab.eval.journal import answer_from_json, answer_to_json, question_digest
@@ -171,7 +171,7 @@ def stored_config(target: str, uri: str | None = None):
         except Exception:  # noqa: BLE001 - a run stopped before it logged its config: an older one
             continue
 
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        data = read_yaml(path)
         return experiment_from_dict(data, f"experiment.yaml of run {parent.info.run_id}"), \
             f"config of run {parent.info.run_id[:8]}"
     raise StoredAnswersError(f"experiment {target!r} has no run that logged its config (experiment.yaml); pass the "

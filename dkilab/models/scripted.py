@@ -21,10 +21,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from dkilab.config import ConfigError, describe_errors
+from dkilab.config import ConfigError, describe_errors, read_yaml
 from dkilab.models.oracle import SPEC, OracleModel
 from dkilab.models.specs import MODELS
 from dkilab.models.text_only import TextOnlyModel
@@ -53,7 +52,7 @@ class ScriptedModel(TextOnlyModel):
         if not self.path.exists():
             raise ConfigError(f"scripted model: {self.path} does not exist")
         try:
-            self.script = _Script.model_validate(yaml.safe_load(self.path.read_text(encoding="utf-8")) or {})
+            self.script = _Script.model_validate(read_yaml(self.path) or {})
         except Exception as e:  # yaml or validation: name the file and the key
             detail = describe_errors(e) if isinstance(e, ValidationError) else str(e)
             raise ConfigError(f"scripted model {self.path}: {detail}") from e

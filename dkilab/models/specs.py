@@ -3,7 +3,6 @@
 to. Backends and the loader both read it; it imports none of them."""
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import os
 import shutil
@@ -12,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from dkilab.cache import cache_dir
+from dkilab.cache import cache_dir, file_digest
 from dkilab.registry import Registry
 from dkilab.types import ChatModel
 from dkilab.weights import quiet_loading
@@ -45,9 +44,9 @@ def offline_gguf(spec: str) -> Path:
 
 
 def _gguf_cache(gguf: Path) -> Path:
-    st = gguf.stat()
-    key = hashlib.sha1(f"{gguf.resolve()}:{st.st_size}:{int(st.st_mtime)}".encode()).hexdigest()[:10]
-    return cache_dir() / "models" / f"{gguf.stem}-{key}"
+    """Where the GGUF's dequantised weights are kept: keyed by its bytes (other weights of the same size with the
+    mtime kept get their own directory, never the old model's)."""
+    return cache_dir() / "models" / f"{gguf.stem}-{file_digest(gguf)[:10]}"
 
 
 def _dequantised(gguf: Path) -> Path:

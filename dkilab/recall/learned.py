@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from dkilab.cache import stat_key
 from dkilab.encoders.embedder import E5_EMBEDDER, LOCOMO_EMBEDDER, MINILM_BUILDS
 from dkilab.recall.signals import SIGNALS
 from dkilab.recall.temporal import RULES as DATE_RULES
@@ -223,7 +224,7 @@ class FusionModel:
 
 
 @functools.lru_cache(maxsize=8)
-def _load(path: str, mtime_ns: int) -> FusionModel:
+def _load(path: str, stamp: tuple) -> FusionModel:
     p = Path(path)
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
@@ -240,7 +241,7 @@ def load_model(path: str | Path | None = None) -> FusionModel:
         p = ROOT / p
     if not p.is_file():
         raise ValueError(f"fusion model {p}: no such file (train one with `dkilab bench retrieval --train`)")
-    return _load(str(p.resolve()), p.stat().st_mtime_ns)
+    return _load(str(p.resolve()), stat_key(p))
 
 
 def similarities(memory: Memory, query: str, ids: list[str], embedder=None) -> dict[str, float]:

@@ -23,7 +23,7 @@ import yaml
 from filelock import FileLock
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from dkilab.config import ConfigError, describe_errors
+from dkilab.config import ConfigError, describe_errors, read_yaml
 from dkilab.memory.sessions import check_user
 
 KEY_PREFIX = "dk_"
@@ -71,7 +71,9 @@ def read_keys(path: str | Path) -> KeysFile:
     if not path.exists():
         raise ConfigError(f"keys file {path} does not exist (create one with: dkilab keys add USER --keys {path})")
     try:
-        return KeysFile.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")) or {})
+        return KeysFile.model_validate(read_yaml(path) or {})
+    except ConfigError as e:
+        raise ConfigError(f"keys file {e}") from None
     except Exception as e:  # yaml or validation
         detail = describe_errors(e) if isinstance(e, ValidationError) else str(e)
         raise ConfigError(f"keys file {path}: {detail}") from e

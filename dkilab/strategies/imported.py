@@ -8,13 +8,12 @@ identity, so an edited file is another cell; the same file under another path is
 """
 from __future__ import annotations
 
-import functools
-import hashlib
 from pathlib import Path
 from typing import Any
 
 from pydantic import Field
 
+from dkilab import cache
 from dkilab.config import under_data_dir
 from dkilab.strategies.base import Strategy, StrategyParams, register
 from dkilab.types import Answer
@@ -26,21 +25,16 @@ class ImportedParams(StrategyParams):
     answer_model: str | None = None  # who wrote the answers, where the file does not say (card, MLflow)
 
 
-@functools.lru_cache(maxsize=64)
-def _sha1(path: str, size: int, mtime_ns: int) -> str:
-    return hashlib.sha1(Path(path).read_bytes()).hexdigest()
-
-
 def file_digest(path: str | Path) -> str:
-    """The sha1 of a file's bytes (cached by path, size and mtime)."""
+    """The sha1 of a file's bytes (`dkilab.cache.file_digest`), the file named when it cannot be read."""
     p = Path(path)
     try:
-        st = p.stat()
+        p.stat()
     except OSError as exc:
         raise ValueError(f"imported: {p}: cannot read the predictions file ({exc.strerror})") from None
     if not p.is_file():
         raise ValueError(f"imported: {p} is not a file")
-    return _sha1(str(p.resolve()), st.st_size, st.st_mtime_ns)
+    return cache.file_digest(p)
 
 
 @register

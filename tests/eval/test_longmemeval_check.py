@@ -101,3 +101,25 @@ def test_the_templates_are_part_of_the_cells_identity_and_the_config_is_checked(
         _config(tmp_path, SCRIPT, prompts_from=None)
     with pytest.raises(ConfigError, match="does not exist"):
         _config(tmp_path, tmp_path / "nowhere.py")
+
+
+def test_no_code_of_the_script_runs_decorators_defaults_or_body(tmp_path, monkeypatch):
+    """Issue 85 item 6: the function used to be compiled and called, so its decorator, its default arguments and
+    its body ran at config read (marker files, an environment rewritten, an endless loop hanging `dkilab run`)."""
+    marker = tmp_path / "ran"
+    monkeypatch.setenv("DKILAB_CACHE_DIR", "untouched")
+    side = f"__import__('pathlib').Path({str(marker)!r}).write_text('x')"
+    body = SCRIPT.read_text().split("def get_anscheck_prompt", 1)[1].split("\n\n\nraise", 1)[0]
+    decorated = tmp_path / "decorated.py"
+    decorated.write_text(f"def mark(f):\n    {side}\n    return f\n\n\n@mark\ndef get_anscheck_prompt"
+                         + body.replace("abstention=False", f"abstention=({side} and False)") + "\n")
+    assert lme.readable(lme.load_templates(decorated)["knowledge-update"]).startswith("[update")
+    assert not marker.exists()
+    for statement in (side, "import os; os.environ['DKILAB_CACHE_DIR'] = 'rewritten'", "while True:\n        pass"):
+        script = tmp_path / f"s{len(statement)}.py"
+        script.write_text("def get_anscheck_prompt(task, question, answer, response, abstention=False):\n"
+                          f"    {statement}\n    return '{{}} {{}} {{}}'.format(question, answer, response)\n")
+        with pytest.raises(ConfigError, match=r"get_anscheck_prompt\('single-session-user', abstention=False\): "
+                                              r"line 2: .* is not read \(dkilab runs nothing of the script"):
+            lme.load_templates(script)
+    assert not marker.exists() and __import__("os").environ["DKILAB_CACHE_DIR"] == "untouched"

@@ -114,3 +114,16 @@ def _patch_consumers(monkeypatch, name, old, new):
             for attr, value in list(vars(mod).items()):
                 if value is old and attr.isupper():
                     monkeypatch.setattr(mod, attr, new)
+
+
+def test_no_prompt_text_holds_a_linter_comment():
+    """A line-length wrap once put `# noqa: E501` inside the judge's prompt (every judged cell sent it)."""
+    def texts(value):
+        if isinstance(value, str):
+            yield value
+        elif isinstance(value, dict):
+            for v in value.values():
+                yield from texts(v)
+
+    found = [name for name in TEXTS for text in texts(getattr(prompts, name)) if "noqa" in text or "type: ignore" in text]
+    assert not found

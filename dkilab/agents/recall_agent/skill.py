@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-import yaml
+
+from dkilab.cache import stat_key
+from dkilab.config import parse_yaml
 
 DEFAULT = Path(__file__).parent / "skills" / "recall" / "SKILL.md"
 
@@ -30,11 +32,11 @@ class Skill:
 def load_skill(path: str | Path | None = None) -> Skill:
     """The skill at `path` (default: the packaged recall skill); ValueError naming the file and the key."""
     p = Path(path) if path is not None else DEFAULT
-    return _load(str(p.resolve()), p.stat().st_mtime_ns if p.exists() else 0)
+    return _load(str(p.resolve()), stat_key(p) if p.exists() else ())
 
 
 @lru_cache(maxsize=8)
-def _load(path: str, mtime: int) -> Skill:
+def _load(path: str, stamp: tuple) -> Skill:
     p = Path(path)
     if not p.is_file():
         raise ValueError(f"recall skill {path}: no such file")
@@ -42,10 +44,7 @@ def _load(path: str, mtime: int) -> Skill:
     parts = text.split("---", 2)
     if not text.startswith("---") or len(parts) < 3:
         raise ValueError(f"recall skill {path}: no YAML front matter (the file must start with '---')")
-    try:
-        meta = yaml.safe_load(parts[1]) or {}
-    except yaml.YAMLError as exc:
-        raise ValueError(f"recall skill {path}: front matter is not YAML: {exc}") from None
+    meta = parse_yaml(parts[1], f"recall skill {path}: front matter") or {}
     for key in ("name", "version", "description"):
         if not isinstance(meta, dict) or meta.get(key) in (None, ""):
             raise ValueError(f"recall skill {path}: front matter key '{key}' is missing")

@@ -7,6 +7,7 @@ import functools
 import hashlib
 from pathlib import Path
 
+from dkilab.cache import stat_key
 from dkilab.encoders.embedder import weights_digest
 from dkilab.eval.datasets.base import DATA_ENV, DATASETS, DatasetNotFoundError, data_dir, register_dataset
 from dkilab.eval.datasets.fixtures import load_fixtures
@@ -53,14 +54,14 @@ def file_language(path: str, data: str | None = None) -> str:
     yet (loading it then names the problem)."""
     try:
         p = resolve_path(path, data)
-        st = p.stat()
+        stamp = stat_key(p)
     except (DatasetNotFoundError, OSError):
         return "auto"
-    return _file_language(str(p), st.st_size, st.st_mtime_ns)
+    return _file_language(str(p), stamp)
 
 
 @functools.lru_cache(maxsize=64)
-def _file_language(path: str, size: int, mtime: int) -> str:
+def _file_language(path: str, stamp: tuple) -> str:
     try:
         languages = {c.language for c in read_normalized(Path(path))}
     except (ValueError, OSError):

@@ -13,6 +13,7 @@ import json
 import re
 from pathlib import Path
 
+from dkilab.cache import stat_key
 from dkilab.config import ConfigError
 
 SOURCE = "github.com/dial481/locomo-audit (audit/errors_conv_*.json)"
@@ -34,7 +35,7 @@ def _files(path: Path) -> list[Path]:
 
 
 @functools.lru_cache(maxsize=4)
-def _read(files: tuple[str, ...], stamps: tuple[int, ...]) -> tuple[dict[tuple[int, int], str], str]:
+def _read(files: tuple[str, ...], stamps: tuple[tuple, ...]) -> tuple[dict[tuple[int, int], str], str]:
     wrong: dict[tuple[int, int], str] = {}
     digest = hashlib.sha1()
     for name in files:
@@ -59,7 +60,7 @@ def _read(files: tuple[str, ...], stamps: tuple[int, ...]) -> tuple[dict[tuple[i
 def load_audit(path: str | Path) -> tuple[dict[tuple[int, int], str], str]:
     """{(conversation index, question index): the audit's question text} of the wrong golds, and the digest."""
     files = _files(Path(path).expanduser())
-    return _read(tuple(str(f.resolve()) for f in files), tuple(f.stat().st_mtime_ns for f in files))
+    return _read(tuple(str(f.resolve()) for f in files), tuple(stat_key(f) for f in files))
 
 
 def wrong_gold_qids(conversations: list, path: str | Path) -> set[str]:

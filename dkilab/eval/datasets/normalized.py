@@ -33,7 +33,7 @@ from typing import Any, Iterable
 from dateutil import parser
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from dkilab.cache import cache_dir
+from dkilab.cache import cache_dir, file_digest
 from dkilab.config import describe_errors, read_jsonl
 from dkilab.text.lang import detect_language
 from dkilab.types import Conversation, Message, QAItem, to_utc
@@ -186,10 +186,11 @@ def as_hf_dataset(conversations: list[Conversation]):
 
 
 def fingerprint(*parts: Any, files: Iterable[Path] = ()) -> str:
+    """The Arrow cache's key: the parts, and each source file's path and bytes (`dkilab.cache.file_digest`), never
+    its size and mtime alone (an edit that keeps both, as `cp -p` or `rsync -a` over it, would get the old golds)."""
     h = hashlib.sha1(json.dumps([FORMAT_VERSION, *parts], default=str, sort_keys=True).encode())
     for f in sorted(files):
-        st = f.stat()
-        h.update(f"{f.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode())
+        h.update(f"{f.resolve()}:{file_digest(f)}".encode())
     return h.hexdigest()[:16]
 
 

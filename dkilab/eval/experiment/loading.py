@@ -5,9 +5,8 @@ import copy
 from pathlib import Path
 from typing import Any
 
-import yaml
 
-from dkilab.config import ConfigError, read_yaml, set_dotted, validate
+from dkilab.config import ConfigError, parse_yaml, read_yaml, set_dotted, validate
 from dkilab.eval.experiment.checks import check_config
 from dkilab.eval.experiment.schema import ExperimentConfig
 
@@ -19,10 +18,7 @@ def parse_set(items: list[str] | None) -> dict[str, Any]:
         if "=" not in item:
             raise ConfigError(f"--set {item!r}: expected key=value")
         key, value = item.split("=", 1)
-        try:
-            out[key.strip()] = yaml.safe_load(value)
-        except yaml.YAMLError:
-            raise ConfigError(f"--set {key.strip()}: value {value!r} is not valid YAML") from None
+        out[key.strip()] = parse_yaml(value, f"--set {key.strip()}: value {value!r}")
     return out
 
 

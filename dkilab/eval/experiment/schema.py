@@ -183,6 +183,9 @@ class DatasetSpec(_Strict):
 
     @model_validator(mode="after")
     def _dataset(self):
+        for key in ("languages", "categories"):
+            if getattr(self, key) == []:
+                raise ValueError(f"{key}: [] selects nothing; leave {key} out to keep them all")
         if self.path is None and self.name not in DATASETS:
             raise ValueError(f"unknown dataset {self.name!r}{did_you_mean(self.name, DATASETS)}; known: "
                              f"{', '.join(DATASETS.names())} (or give `path:` to a file in the normalised format)")
@@ -306,6 +309,9 @@ class JudgeSpec(_Strict):
         if self.protocol != "dkilab":  # the protocol's prompts decide, wherever the file lies
 
             out |= {"prompt": None, "templates_sha1": digest(self.prompts() or {})}
+        weights = model_weights_digest(self.model)
+        if weights:  # a judge trained again at the same path, an edited script, another model behind the endpoint
+            out["weights"] = weights
         return out
 
 

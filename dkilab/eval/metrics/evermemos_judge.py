@@ -18,9 +18,9 @@ import json
 import re
 from pathlib import Path
 
-import yaml
 
-from dkilab.config import ConfigError
+from dkilab.cache import stat_key
+from dkilab.config import ConfigError, read_yaml
 from dkilab.types import QAItem
 
 FILE = "evaluation/config/prompts.yaml of the EverMemOS evaluation pipeline (as in github.com/dial481/locomo-audit)"
@@ -30,11 +30,11 @@ _LABELLED = re.compile(r'\{[^{}]*"label"\s*:\s*"[^"]*"[^{}]*\}')
 
 
 @functools.lru_cache(maxsize=8)
-def _prompts(path: str, mtime_ns: int) -> tuple[str, str]:
+def _prompts(path: str, stamp: tuple) -> tuple[str, str]:
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise ConfigError(f"judge.prompts_from {path}: cannot read it as YAML ({exc})") from None
+        data = read_yaml(path)
+    except ConfigError as exc:
+        raise ConfigError(f"judge.prompts_from: cannot read it as YAML ({exc})") from None
     judge = data.get("llm_judge") if isinstance(data, dict) else None
     system, user = (judge.get("system_prompt"), judge.get("user_prompt")) if isinstance(judge, dict) else (None, None)
     if not isinstance(user, str) or not all(f in user for f in FIELDS):
@@ -48,7 +48,7 @@ def load_prompts(path: str | Path) -> tuple[str, str]:
     p = Path(path).expanduser()
     if not p.is_file():
         raise ConfigError(f"judge.prompts_from: {p} does not exist ({FILE})")
-    return _prompts(str(p.resolve()), p.stat().st_mtime_ns)
+    return _prompts(str(p.resolve()), stat_key(p))
 
 
 def verdict(reply: str) -> float:

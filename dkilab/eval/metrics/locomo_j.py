@@ -20,6 +20,7 @@ import json
 import re
 from pathlib import Path
 
+from dkilab.cache import stat_key
 from dkilab.config import ConfigError
 from dkilab.eval.metrics.judge import parse_verdict
 from dkilab.types import QAItem
@@ -31,7 +32,7 @@ _JSON = re.compile(r"\{[^{}]*\}")
 
 
 @functools.lru_cache(maxsize=8)
-def _template(path: str, mtime_ns: int) -> str:
+def _template(path: str, stamp: tuple) -> str:
     try:
         tree = ast.parse(Path(path).read_text(encoding="utf-8"), filename=path)
     except (OSError, SyntaxError, UnicodeDecodeError) as exc:
@@ -52,7 +53,7 @@ def load_template(path: str | Path) -> str:
     p = Path(path).expanduser()
     if not p.is_file():
         raise ConfigError(f"judge.prompts_from: {p} does not exist (mem0's {SCRIPT})")
-    return _template(str(p.resolve()), p.stat().st_mtime_ns)
+    return _template(str(p.resolve()), stat_key(p))
 
 
 class LocomoJ:

@@ -8,9 +8,12 @@ explanation of why they cannot be answered. Its verdict is "yes" anywhere in the
 accuracy is over every question (`judge_accuracy`).
 
 dkilab ships none of that prompt text. `prompts_from` names the user's copy of the official evaluation script
-(`src/evaluation/evaluate_qa.py` of github.com/xiaowu0162/LongMemEval); its `get_anscheck_prompt` function,
-compiled alone (nothing else in the file runs), is called once per question type with placeholders, and the
-templates it returns are used as they are. Their digest is part of every judged cell's identity.
+(`src/evaluation/evaluate_qa.py` of github.com/xiaowu0162/LongMemEval). Nothing in that file runs: its
+`get_anscheck_prompt` function is read from its syntax tree (`_Reader`): the if/elif chain over the task and
+`abstention`, the string assigned to `template` and the `template.format(question, answer, response)` call are
+followed once per question type with placeholders; a decorator, a default argument or any other statement is
+never evaluated, and one the reader does not know is refused naming its line. The templates are used as they
+are; their digest is part of every judged cell's identity.
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ import hashlib
 import json
 from pathlib import Path
 
+from dkilab.cache import stat_key
 from dkilab.config import ConfigError
 from dkilab.eval.metrics.base import declare
 from dkilab.types import QAItem
@@ -37,7 +41,7 @@ declare("judge_accuracy", group="answers", field="judge_all", higher_is_better=T
 
 
 @functools.lru_cache(maxsize=8)
-def _templates(path: str, mtime_ns: int) -> dict[str, str]:
+def _templates(path: str, stamp: tuple) -> dict[str, str]:
     try:
         tree = ast.parse(Path(path).read_text(encoding="utf-8"), filename=path)
     except (OSError, SyntaxError, UnicodeDecodeError) as exc:
@@ -45,16 +49,14 @@ def _templates(path: str, mtime_ns: int) -> dict[str, str]:
     fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == FUNCTION), None)
     if fn is None:
         raise ConfigError(f"judge.prompts_from {path}: no function {FUNCTION}() (expected LongMemEval's {SCRIPT})")
-    namespace: dict = {}
-    exec(compile(ast.Module(body=[fn], type_ignores=[]), path, "exec"), namespace)  # the function alone
     out = {}
     for kind in (*QUESTION_TYPES, ABSTENTION):
         task = QUESTION_TYPES[0] if kind == ABSTENTION else kind
         try:
-            text = namespace[FUNCTION](task, _Q, _G, _P, abstention=kind == ABSTENTION)
-        except Exception as exc:  # the user's script: name it and the type
-            raise ConfigError(f"judge.prompts_from {path}: {FUNCTION}({task!r}, abstention={kind == ABSTENTION}) "
-                              f"raised {type(exc).__name__}: {exc}") from None
+            text = _Reader(fn, task, kind == ABSTENTION).result()
+        except _Unread as exc:  # the user's script: name it, the line and the type
+            raise ConfigError(f"judge.prompts_from {path}: {FUNCTION}({task!r}, abstention={kind == ABSTENTION}): "
+                              f"{exc}") from None
         if not isinstance(text, str) or not all(p in text for p in (_Q, _G, _P)):
             raise ConfigError(f"judge.prompts_from {path}: {FUNCTION} for {kind!r} does not place the question, "
                               "the answer and the response in its prompt")
@@ -62,12 +64,93 @@ def _templates(path: str, mtime_ns: int) -> dict[str, str]:
     return out
 
 
+class _Unread(Exception):
+    pass
+
+
+class _Reader:
+    """The value `get_anscheck_prompt(task, <question>, <answer>, <response>, abstention)` returns, read from the
+    function's syntax tree without running it: if/elif/else on comparisons of the arguments with constants, names
+    assigned strings (constants, `+`, implicit concatenation) or `<str>.format(...)` of names and constants,
+    `return`, `raise` (no template for that type) and `pass`. Anything else is refused with its line."""
+
+    def __init__(self, fn: ast.FunctionDef, task: str, abstention: bool):
+        names = [a.arg for a in fn.args.args]
+        if len(names) < 4:
+            raise _Unread(f"line {fn.lineno}: expected (task, question, answer, response, abstention=...)")
+        self.fn = fn
+        self.env: dict[str, object] = dict(zip(names, (task, _Q, _G, _P, abstention)))
+        self.env.setdefault("abstention", abstention)
+
+    def result(self) -> object:
+        found = self._block(self.fn.body)
+        if found is None:
+            raise _Unread("the function returns nothing for it")
+        return found[0]
+
+    def _block(self, body: list[ast.stmt]) -> tuple[object] | None:
+        for node in body:
+            if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+                continue  # a docstring
+            if isinstance(node, ast.Pass):
+                continue
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                self.env[node.targets[0].id] = self._value(node.value)
+            elif isinstance(node, ast.If):
+                found = self._block(node.body if self._value(node.test) else node.orelse)
+                if found is not None:
+                    return found
+            elif isinstance(node, ast.Return) and node.value is not None:
+                return (self._value(node.value),)
+            elif isinstance(node, ast.Raise):
+                raise _Unread(f"line {node.lineno}: the function raises for it (no template)")
+            else:
+                raise _Unread(f"line {node.lineno}: {type(node).__name__} is not read (dkilab runs nothing of the "
+                              "script: only an if/elif chain choosing a template string)")
+        return None
+
+    def _value(self, node: ast.expr) -> object:
+        if isinstance(node, ast.Constant) and isinstance(node.value, (str, bool, int, type(None))):
+            return node.value
+        if isinstance(node, ast.Name) and node.id in self.env:
+            return self.env[node.id]
+        if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+            return [self._value(e) for e in node.elts]
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            return not self._value(node.operand)
+        if isinstance(node, ast.BoolOp):
+            values = [self._value(v) for v in node.values]
+            return all(values) if isinstance(node.op, ast.And) else any(values)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            left, right = self._value(node.left), self._value(node.right)
+            if isinstance(left, str) and isinstance(right, str):
+                return left + right
+        if isinstance(node, ast.Compare) and len(node.ops) == 1:
+            left, right, op = self._value(node.left), self._value(node.comparators[0]), node.ops[0]
+            if isinstance(op, (ast.Eq, ast.NotEq)):
+                return (left == right) == isinstance(op, ast.Eq)
+            if isinstance(op, (ast.In, ast.NotIn)) and isinstance(right, (list, str)):
+                return (left in right) == isinstance(op, ast.In)
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "format"
+                and not node.keywords):
+            template = self._value(node.func.value)
+            if isinstance(template, str):
+                args = [self._value(a) for a in node.args]
+                if all(isinstance(a, str) for a in args):
+                    try:
+                        return template.format(*args)
+                    except (IndexError, KeyError, ValueError) as exc:
+                        raise _Unread(f"line {node.lineno}: the template does not format ({exc})") from None
+        raise _Unread(f"line {node.lineno}: {ast.unparse(node)[:80]!r} is not read (dkilab runs nothing of the "
+                      "script: only an if/elif chain choosing a template string)")
+
+
 def load_templates(path: str | Path) -> dict[str, str]:
     """The answer-check template of each question type and of abstention, read from the script at `path`."""
     p = Path(path).expanduser()
     if not p.is_file():
         raise ConfigError(f"judge.prompts_from: {p} does not exist (LongMemEval's {SCRIPT})")
-    return _templates(str(p.resolve()), p.stat().st_mtime_ns)
+    return _templates(str(p.resolve()), stat_key(p))
 
 
 def readable(text: str) -> str:
