@@ -3,10 +3,16 @@
 `import dkilab` stays light: heavy dependencies (torch, transformers, faiss,
 sentence-transformers, mlflow) are imported lazily by the modules that need them.
 """
+import os
 from importlib import import_module
 from typing import Any
 
 __version__ = "0.1.0"
+
+# an offline research tool (air-gapped GPU nodes): no usage events leave the machine unless asked for
+# (MLFLOW_DISABLE_TELEMETRY=false / HF_HUB_DISABLE_TELEMETRY=0 in the environment turn them back on)
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 # public name -> module that defines it; resolved on first attribute access
 _EXPORTS = {
