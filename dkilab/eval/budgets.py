@@ -60,6 +60,11 @@ def problems(cell: Cell) -> list[str]:
     """What is wrong with the cell's budget (empty when nothing)."""
     r = resolve(cell)
     out: list[str] = []
+    if r["window"] is not None and r["generation"] and r["fixed"] + r["generation"] >= r["window"]:
+        out.append(f"cell {r['cell']}: max_new_tokens {r['generation']} + question and instructions ~{r['fixed']} >= "
+                   f"window {r['window']} (model.max_context or max_prompt_tokens): no question would fit; lower "
+                   "max_new_tokens or raise the window")
+        return out
     matched, history = r["matched"], r["history"]
     if matched is None or history is None:
         return out

@@ -49,6 +49,16 @@ def test_a_fact_room_that_does_not_fit_the_window_is_refused_with_its_numbers(tm
     assert "history 1024 +" in lines[0] and "fact_calls 896 + constraint 150 + generation 32" in lines[0]
 
 
+def test_max_new_tokens_that_leave_no_room_for_a_question_are_refused_when_read(tmp_path):
+    """Issue 85: a max_new_tokens over the window passed the check, then every question failed (exit 1)."""
+    with pytest.raises(ConfigError) as e:
+        load_experiment(_write(tmp_path, defaults={"max_new_tokens": 2048}, strategies=[{"name": "no_memory"}]))
+    [line] = str(e.value).splitlines()
+    assert "cell no_memory@fixtures: max_new_tokens 2048 + question and instructions ~" in line
+    assert ">= window 2048" in line and "no question would fit" in line
+    assert main(["run", str(_write(tmp_path, defaults={"max_new_tokens": 2048}))]) == 2  # a config error, not a run
+
+
 def test_run_budgets_prints_every_cell_and_runs_nothing(tmp_path, capsys):
     seed = {"name": "recall_v4", "label": "seed", "params": {"recall": {"budget": {"reserve_from_history": True}}}}
     path = _write(tmp_path, strategies=[{"name": "full_history"}, {"name": "recall_v4"}, seed])

@@ -35,6 +35,17 @@ def test_a_file_without_the_prompt_is_refused_naming_it(tmp_path):
         load_template(tmp_path / "other.py")
 
 
+def test_a_prompt_assigned_twice_is_refused_and_an_annotated_one_is_read(tmp_path):
+    """Issue 85: the reader took the first of two assignments, Python the last; `ACCURACY_PROMPT: str = ...` was
+    reported as having no prompt."""
+    fields = "{question} {gold_answer} {generated_answer}"
+    (tmp_path / "twice.py").write_text(f"ACCURACY_PROMPT = 'old {fields}'\nACCURACY_PROMPT = 'new {fields}'\n")
+    with pytest.raises(ConfigError, match=r"ACCURACY_PROMPT is assigned 2 times \(lines 1, 2\); keep one"):
+        load_template(tmp_path / "twice.py")
+    (tmp_path / "typed.py").write_text(f"ACCURACY_PROMPT: str = 'typed {fields}'\n")
+    assert load_template(tmp_path / "typed.py") == f"typed {fields}"
+
+
 def test_categories_one_to_four_are_judged_with_the_protocol_and_the_card_names_it(tmp_path):
     from dkilab.eval.card import methodology_card
     from dkilab.eval.experiment import experiment_from_dict

@@ -125,5 +125,6 @@ def test_no_prompt_text_holds_a_linter_comment():
             for v in value.values():
                 yield from texts(v)
 
-    found = [name for name in TEXTS for text in texts(getattr(prompts, name)) if "noqa" in text or "type: ignore" in text]
+    found = [name for name in TEXTS for text in texts(getattr(prompts, name))
+             if "noqa" in text or "type: ignore" in text]
     assert not found

@@ -37,15 +37,24 @@ def _template(path: str, stamp: tuple) -> str:
         tree = ast.parse(Path(path).read_text(encoding="utf-8"), filename=path)
     except (OSError, SyntaxError, UnicodeDecodeError) as exc:
         raise ConfigError(f"judge.prompts_from {path}: cannot read it as Python ({exc})") from None
+    found: list[tuple[int, ast.expr]] = []  # (line, value) of each assignment, plain or annotated
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == CONSTANT for t in node.targets):
-            try:
-                text = ast.literal_eval(node.value)
-            except ValueError:
-                text = None
-            if not isinstance(text, str) or not all(f in text for f in FIELDS):
-                raise ConfigError(f"judge.prompts_from {path}: {CONSTANT} is not a string with {', '.join(FIELDS)}")
-            return text
+            found.append((node.lineno, node.value))
+        elif (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == CONSTANT
+              and node.value is not None):
+            found.append((node.lineno, node.value))
+    if len(found) > 1:  # Python would take the last, a reader the first: neither is safe to guess
+        raise ConfigError(f"judge.prompts_from {path}: {CONSTANT} is assigned {len(found)} times (lines "
+                          f"{', '.join(str(line) for line, _ in found)}); keep one")
+    for _, value in found:
+        try:
+            text = ast.literal_eval(value)
+        except ValueError:
+            text = None
+        if not isinstance(text, str) or not all(f in text for f in FIELDS):
+            raise ConfigError(f"judge.prompts_from {path}: {CONSTANT} is not a string with {', '.join(FIELDS)}")
+        return text
     raise ConfigError(f"judge.prompts_from {path}: no {CONSTANT} string (expected mem0's {SCRIPT})")
 
 
