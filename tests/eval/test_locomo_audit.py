@@ -18,12 +18,12 @@ def data(tmp_path, monkeypatch):
     (tmp_path / "locomo" / "locomo10.json").write_text(json.dumps([LOCOMO_VARIANT[0], second]), encoding="utf-8")
     audit = tmp_path / "audit"
     audit.mkdir()
-    entry = lambda qid, question, kind: {"question_id": qid, "question": question, "error_type": kind,  # noqa: E731
-                                         "golden_answer": "x", "category": 4}
+    entry = lambda qid, question, gold, kind: {"question_id": qid, "question": question,  # noqa: E731
+                                               "error_type": kind, "golden_answer": gold, "category": 4}
     (audit / "errors_conv_0.json").write_text(json.dumps([
-        entry("locomo_0_qa1", "How is the kitten?", "HALLUCINATION"),
-        entry("locomo_0_qa0", "What is the kitten called?", "WRONG_CITATION")]))
-    (audit / "errors_conv_1.json").write_text(json.dumps([entry("locomo_1_qa2", "What did Ana show?",
+        entry("locomo_0_qa1", "How is the kitten?", "Growing fast", "HALLUCINATION"),
+        entry("locomo_0_qa0", "What is the kitten called?", "Miso", "WRONG_CITATION")]))
+    (audit / "errors_conv_1.json").write_text(json.dumps([entry("locomo_1_qa2", "What did Ana show?", "a photo",
                                                                 "TEMPORAL_ERROR")]))
     monkeypatch.setenv("DKILAB_DATA_DIR", str(tmp_path))
     return tmp_path
@@ -63,3 +63,23 @@ def test_another_data_version_or_a_malformed_entry_is_refused_naming_it(data):
         cell(exclude_audited="locomo")
     with pytest.raises(ConfigError, match="the audit is of LoCoMo's answer key"):
         cell(name="fixtures", exclude_audited="audit")
+
+
+def test_a_missing_file_and_a_wrong_citations_text_or_gold_are_refused(data):
+    """Issue 85: a folder short of a conversation's file quietly excluded fewer golds (87 of 99 on the real audit);
+    a wrong citation's question text and every entry's golden_answer were never checked."""
+    from dkilab.eval.cell import load_cell_questions
+
+    audit = data / "audit"
+    first = json.loads((audit / "errors_conv_0.json").read_text())
+    (audit / "errors_conv_1.json").rename(data / "aside.json")
+    with pytest.raises(ConfigError, match=r"audit lacks errors_conv_1.json \(the audit has one file per"):
+        load_cell_questions(cell(exclude_audited="audit"), str(data))
+    (data / "aside.json").rename(audit / "errors_conv_1.json")
+    for key, value, says in (("question", "What is the puppy called?", "is 'What is the puppy called\\?' in the audit"),
+                             ("golden_answer", "Mochi", "golden_answer is 'Mochi' in the audit but 'Miso' here")):
+        edited = copy.deepcopy(first)
+        edited[1][key] = value  # the wrong-citation entry
+        (audit / "errors_conv_0.json").write_text(json.dumps(edited))
+        with pytest.raises(ConfigError, match=rf"locomo_0_qa0(?:'s)? {says}"):
+            load_cell_questions(cell(exclude_audited="audit"), str(data))

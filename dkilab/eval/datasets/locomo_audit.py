@@ -35,8 +35,9 @@ def _files(path: Path) -> list[Path]:
 
 
 @functools.lru_cache(maxsize=4)
-def _read(files: tuple[str, ...], stamps: tuple[tuple, ...]) -> tuple[dict[tuple[int, int], str], str]:
-    wrong: dict[tuple[int, int], str] = {}
+def _read(files: tuple[str, ...], stamps: tuple[tuple, ...]) -> tuple[dict[tuple[int, int], tuple[str, str, str]],
+                                                                     str]:
+    entries_of: dict[tuple[int, int], tuple[str, str, str]] = {}
     digest = hashlib.sha1()
     for name in files:
         try:
@@ -51,32 +52,55 @@ def _read(files: tuple[str, ...], stamps: tuple[tuple, ...]) -> tuple[dict[tuple
             if m is None or kind not in SCORE_CORRUPTING + CITATION_ONLY:
                 raise ConfigError(f"exclude_audited: {name}: entry {k} ({qid!r}): needs question_id locomo_<c>_qa<i> "
                                   f"and an error_type of {', '.join(SCORE_CORRUPTING + CITATION_ONLY)}, got {kind!r}")
+            entries_of[(int(m.group(1)), int(m.group(2)))] = (str(e.get("question", "")),
+                                                                str(e.get("golden_answer", "")), kind)
             if kind in SCORE_CORRUPTING:
-                wrong[(int(m.group(1)), int(m.group(2)))] = str(e.get("question", ""))
                 digest.update(f"{qid}\t{kind}\n".encode())
-    return wrong, digest.hexdigest()[:12]
+    return entries_of, digest.hexdigest()[:12]
+
+
+def audit_entries(path: str | Path) -> tuple[dict[tuple[int, int], tuple[str, str, str]], str]:
+    """{(conversation index, question index): (the audit's question text, its golden answer, error type)} of every
+    entry, wrong citations included, and the digest of the wrong golds."""
+    files = _files(Path(path).expanduser())
+    return _read(tuple(str(f.resolve()) for f in files), tuple(stat_key(f) for f in files))
 
 
 def load_audit(path: str | Path) -> tuple[dict[tuple[int, int], str], str]:
     """{(conversation index, question index): the audit's question text} of the wrong golds, and the digest."""
-    files = _files(Path(path).expanduser())
-    return _read(tuple(str(f.resolve()) for f in files), tuple(stat_key(f) for f in files))
+    entries, digest = audit_entries(path)
+    return {k: text for k, (text, _, kind) in entries.items() if kind in SCORE_CORRUPTING}, digest
 
 
 def wrong_gold_qids(conversations: list, path: str | Path) -> set[str]:
     """The dkilab question ids (`<sample id>:q<i>`) of the audit's wrong golds, in the full LoCoMo conversation
     list (loader order); an audit question that is not the dataset's at that place is refused, naming it."""
-    wrong, _ = load_audit(path)
+    folder = Path(path).expanduser()
+    if folder.is_dir():  # one file per conversation: a folder short of one would quietly exclude fewer golds
+        missing = [f"errors_conv_{c}.json" for c in range(len(conversations))
+                   if not (folder / f"errors_conv_{c}.json").is_file()]
+        if missing:
+            raise ConfigError(f"exclude_audited: {folder} lacks {', '.join(missing)} (the audit has one file per "
+                              "LoCoMo conversation; name one file to use only that conversation's)")
+    entries, _ = audit_entries(path)
     out = set()
-    for (c, i), text in sorted(wrong.items()):
+    for (c, i), (text, gold, kind) in sorted(entries.items()):  # every entry checked, wrong citations too
         if c >= len(conversations) or i >= len(conversations[c].questions):
             raise ConfigError(f"exclude_audited: locomo_{c}_qa{i} is not a question of this LoCoMo file")
         q = conversations[c].questions[i]
-        if " ".join(text.split()) != " ".join(q.question.split()):
+        if _same(text) != _same(q.question):
             raise ConfigError(f"exclude_audited: locomo_{c}_qa{i} is {text!r} in the audit but {q.question!r} here: "
                               "another version of the data")
-        out.add(str(q.qid))
+        if _same(gold) != _same(q.answer):
+            raise ConfigError(f"exclude_audited: locomo_{c}_qa{i}'s golden_answer is {gold!r} in the audit but "
+                              f"{q.answer!r} here: another version of the data")
+        if kind in SCORE_CORRUPTING:
+            out.add(str(q.qid))
     return out
+
+
+def _same(text) -> str:
+    return " ".join(str(text if text is not None else "").split())
 
 
 def audit_info(conversations: list, path: str | Path) -> dict:
