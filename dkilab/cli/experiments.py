@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from dkilab.cli.common import positive_int
+from dkilab.cli.common import non_negative_float, non_negative_int, positive_int
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -24,6 +24,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
         print(table(check_config(cfg, args.config, budgets=False)))
         return 0
+    ray_only = [flag for flag, value in (("--ray-address", args.ray_address), ("--retries", args.retries),
+                                         ("--gpus-per-cell", args.gpus_per_cell)) if value is not None]
+    if ray_only and args.executor != "ray":  # they would be ignored
+        print(f"dkilab run: {', '.join(ray_only)} only with --executor ray", file=sys.stderr)
+        return 2
     if args.executor == "ray":
         if args.claim:
             print("dkilab run: --executor ray claims each cell itself; drop --claim", file=sys.stderr)
@@ -33,10 +38,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if importlib.util.find_spec("ray") is None:
             print("dkilab run: --executor ray needs Ray: pip install 'dkilab[ray]'", file=sys.stderr)
             return 2
-        from dkilab.eval.ray_executor import run_on_ray
+        from dkilab.eval.ray_executor import reachable, run_on_ray
 
+        if (why := reachable(args.ray_address)) is not None:
+            print(f"dkilab run: --ray-address {args.ray_address}: {why}", file=sys.stderr)
+            return 2
         cfg, results = run_on_ray(args.config, args.set, args.limit, args.data_dir, args.tracking_uri,
-                                  args.ray_address, args.retries, args.gpus_per_cell)
+                                  args.ray_address, 3 if args.retries is None else args.retries, args.gpus_per_cell)
         return _print_results(cfg, results, args.tracking_uri)
     results = run_experiment(cfg, data_dir=args.data_dir, uri=args.tracking_uri, config_path=args.config,
                              claim=args.claim)
@@ -326,8 +334,9 @@ def add(sub) -> None:
                           "(pip install 'dkilab[ray]'; dkilab.eval.ray_executor)")
     run.add_argument("--ray-address", default=None,
                      help="the Ray cluster (default: $RAY_ADDRESS, else a cluster started on this machine)")
-    run.add_argument("--retries", type=int, default=3, help="--executor ray: times a cell's task is retried")
-    run.add_argument("--gpus-per-cell", type=float, default=None,
+    run.add_argument("--retries", type=non_negative_int, default=None,
+                     help="--executor ray: times a cell's task is retried (default 3)")
+    run.add_argument("--gpus-per-cell", type=non_negative_float, default=None,
                      help="--executor ray: GPUs each cell requests (default 1 for a local model when the cluster has "
                           "GPUs, else 0)")
     run.set_defaults(func=_cmd_run)

@@ -20,6 +20,7 @@ request and retried by Ray when its worker dies; every task writes to the same t
 from __future__ import annotations
 
 import os
+import socket
 from typing import Any
 
 from dkilab.eval.experiment import check_config, load_experiment, parse_set, with_question_limit
@@ -50,6 +51,21 @@ def _gpus(cell, cluster_gpus: float, per_cell: float | None) -> float:
         return per_cell
     local = cell.needs_model and not cell.model.spec.startswith(("openai:", "scripted:", "oracle"))
     return 1.0 if local and cluster_gpus >= 1 else 0.0
+
+
+def reachable(address: str | None, timeout: float = 3.0) -> str | None:
+    """Why a `host:port` (or `ray://host:port`) Ray address cannot be reached, None when it can or when the address
+    is not of that form (`auto`, unset): Ray itself waits about 30 s, then raises a traceback."""
+    if not address or address == "auto":
+        return None
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return None
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as exc:
+        return f"nothing answers at {host}:{port} ({exc.strerror or exc}); start it (ray start --head) or fix it"
+    return None
 
 
 def run_on_ray(config_path: str, sets: list[str] | None = None, limit: int | None = None, data_dir: str | None = None,
