@@ -15,6 +15,7 @@ BM25 scoring is off (it says so). Ingestion costs one model call per batch: on L
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 import tempfile
@@ -47,10 +48,14 @@ class Mem0Params(StrategyParams):
     top_k: int = Field(20, ge=1, le=200)  # memories searched per question, then fitted to the history budget
 
 
+class ExtractionFailed(RuntimeError):
+    """mem0 stored nothing for a user because the model's extraction replies could not be parsed."""
+
+
 @register
 class PeerMem0(Strategy):
     name = "peer_mem0"
-    version = "1"
+    version = "2"  # a user with no memory stored after unparsed extraction replies is an error row
     Params: ClassVar[type[StrategyParams]] = Mem0Params
     params: Mem0Params
     package: ClassVar[str] = "mem0ai==2.2.1"
@@ -58,7 +63,8 @@ class PeerMem0(Strategy):
 
     def __init__(self, params=None, source: str = "<params>"):
         super().__init__(params, source)
-        self._memories: dict[tuple, Any] = {}
+        self._memories: dict[tuple, Any] = {}  # the user's mem0 memory, or the exception its build raised
+        self._stats: dict[tuple, dict[str, int]] = {}  # extraction calls, replies mem0 could not parse, memories
         self._lock = threading.Lock()
         self._dir: tempfile.TemporaryDirectory | None = None
         self._embedder: Any = None  # one MiniLM for every user of the cell (loaded on first use)
@@ -71,16 +77,35 @@ class PeerMem0(Strategy):
         return super().identity(model_name) | {"peer": f"mem0ai {installed}"}
 
     def memory_for(self, memory, model) -> Any:
-        """The user's mem0 memory, built from their whole history on first use (keyed by store, user and count)."""
+        """The user's mem0 memory, built from their whole history on first use (keyed by store, user and count).
+        A build that fails (an exception mid-ingestion, or no memory stored while extraction replies failed to
+        parse: mem0 then logs and stores nothing) fails every question of the user, and is not tried again."""
         count = memory.count()
         key = (memory.source, memory.user_id, count)
         with self._lock:
             if key not in self._memories:
-                self._memories[key] = self._build(memory.recent(count) if count else [], memory.user_id, model,
-                                                  len(self._memories))
-            return self._memories[key]
+                stats = self._stats.setdefault(key, {"calls": 0, "failures": 0, "stored": 0})
+                try:
+                    mem = self._build(memory.recent(count) if count else [], memory.user_id, model,
+                                      len(self._memories), stats)
+                    stats["stored"] = len(mem.get_all(filters={"user_id": memory.user_id}, top_k=100_000)["results"])
+                    if count and not stats["stored"] and stats["failures"]:
+                        raise ExtractionFailed(f"peer_mem0: user {memory.user_id}: no memory stored: "
+                                               f"{stats['failures']} of {stats['calls']} extraction replies were not "
+                                               "the JSON mem0 reads (a model that cannot follow its extraction prompt)")
+                    self._memories[key] = mem
+                except Exception as exc:  # noqa: BLE001 - kept: the user's other questions fail with it, once built
+                    self._memories[key] = exc
+            found = self._memories[key]
+        if isinstance(found, Exception):
+            raise found
+        return found
 
-    def _build(self, messages: list[Message], user_id: str, model, n: int) -> Any:
+    def stats_for(self, memory) -> dict[str, int]:
+        """Extraction calls, replies mem0 could not parse and memories stored for the user (after memory_for)."""
+        return dict(self._stats.get((memory.source, memory.user_id, memory.count()), {}))
+
+    def _build(self, messages: list[Message], user_id: str, model, n: int, stats: dict[str, int]) -> Any:
         os.environ.setdefault("MEM0_TELEMETRY", "False")  # no usage events sent anywhere
         if self._dir is None:
             self._dir = tempfile.TemporaryDirectory(prefix="dkilab-mem0-")
@@ -102,7 +127,7 @@ class PeerMem0(Strategy):
             "vector_store": {"provider": "faiss", "config": {"collection_name": "dkilab", "path": folder,
                                                             "embedding_model_dims": embedder.dim}},
             "history_db_path": os.path.join(folder, "history.db")})
-        mem.llm, mem.embedding_model = _llm(model), _embedding(embedder)
+        mem.llm, mem.embedding_model = _llm(model, stats), _embedding(embedder)
         for i in range(0, len(messages), self.params.batch):
             chunk = messages[i:i + self.params.batch]
             mem.add([{"role": "user" if m.role == "user" else "assistant", "content": render(m)} for m in chunk],
@@ -113,6 +138,7 @@ class PeerMem0(Strategy):
         lang = language_of(question)
         with stages("memory"):
             mem = self.memory_for(memory, model)
+            stats = self.stats_for(memory)
         with stages("recall", question=question):
             found = mem.search(question, filters={"user_id": memory.user_id}, top_k=self.params.top_k)["results"]
             lines = [_line(hit, memory.user_id, k) for k, hit in enumerate(found)]
@@ -127,7 +153,10 @@ class PeerMem0(Strategy):
         sources = [i for m in kept for i in str(m.metadata.get("dkilab_ids") or "").split(",") if i]
         return Answer(gen.text, prompt_tokens=gen.prompt_tokens, generated_tokens=gen.new_tokens,
                       recalled_ids=list(dict.fromkeys(sources)), context_text=head + history, prompt=prompt,
-                      budget=budget, metadata={"memories": len(found), "memories_shown": len(kept)})
+                      budget=budget, metadata={"memories": len(found), "memories_shown": len(kept),
+                                               "memories_stored": stats.get("stored"),
+                                               "extraction_calls": stats.get("calls"),
+                                               "extraction_failures": stats.get("failures")})
 
 
 def _line(hit: dict, user_id: str, k: int) -> Message:
@@ -138,8 +167,9 @@ def _line(hit: dict, user_id: str, k: int) -> Message:
                    datetime.fromisoformat(when), metadata={"dkilab_ids": meta.get("dkilab_ids", "")})
 
 
-def _llm(model):
-    """mem0's LLM interface over a dkilab ChatModel."""
+def _llm(model, stats: dict[str, int]):
+    """mem0's LLM interface over a dkilab ChatModel; each extraction reply is counted, and counted as failed when
+    mem0's own reading of it (remove_code_blocks, then json or extract_json) finds no `memory` list."""
     from mem0.llms.base import LLMBase
 
     class ChatModelLLM(LLMBase):
@@ -147,9 +177,28 @@ def _llm(model):
             super().__init__({})
 
         def generate_response(self, messages, response_format=None, tools=None, tool_choice="auto", **kwargs):
-            return model.generate(messages, max_new_tokens=EXTRACTION_TOKENS)
+            reply = model.generate(messages, max_new_tokens=EXTRACTION_TOKENS)
+            if response_format == {"type": "json_object"}:
+                stats["calls"] += 1
+                stats["failures"] += not _parses(reply)
+            return reply
 
     return ChatModelLLM()
+
+
+def _parses(reply: str) -> bool:
+    from mem0.memory.utils import extract_json, remove_code_blocks
+
+    text = remove_code_blocks(reply)
+    if not text.strip():
+        return True  # an empty reply: nothing extracted, by mem0's own reading
+    for candidate in (text, extract_json(text)):
+        try:
+            data = json.loads(candidate, strict=False)
+        except ValueError:
+            continue
+        return isinstance(data, dict) and isinstance(data.get("memory", []), list)
+    return False
 
 
 def _embedding(embedder):

@@ -69,3 +69,42 @@ def test_each_users_memory_holds_only_that_users_messages(server):
         assert strategy.memory_for(store.for_user(a.user_id), model) is strategy.memory_for(store.for_user(a.user_id),
                                                                                             model)
         store.close()
+
+
+def test_a_model_whose_extraction_replies_are_not_json_fails_its_user_once_never_a_silent_no_memory(tmp_path):
+    """Issue 85: mem0 logs "Error parsing extraction response" and stores nothing; the cell used to finish with 0
+    errors, as no_memory. Now the user's questions are error rows naming why, the memory is built once for the
+    user (not again for each question), and the counts are metrics."""
+    from dkilab.eval.experiment import experiment_from_dict
+    from dkilab.eval.runner import run_experiment
+
+    server = Server()  # replies "echo: ...": no JSON
+    try:
+        cfg = experiment_from_dict({
+            "name": "mem0-nojson", "model": {"spec": f"openai:fake@{server.url}", "max_context": 4096},
+            "max_error_rate": 1.0, "datasets": [{"name": "fixtures", "limit": 1, "question_limit": 3}],
+            "strategies": [{"name": "peer_mem0", "params": {"batch": 4}}], "tracing": False})
+        (result,) = run_experiment(cfg, uri=f"sqlite:///{tmp_path / 'm.db'}", progress=False, echo=lambda *a: None)
+        extractions = [b for _, b in server.requests if "## New Messages" in str(b["messages"][-1]["content"])]
+    finally:
+        server.close()
+    assert result.metrics["errors"] == 3 and all("ExtractionFailed" in r["error"] for r in result.rows)
+    assert "no memory stored: " in result.rows[0]["error"] and "extraction replies were not the JSON" in \
+        result.rows[0]["error"]
+    from dkilab.eval.datasets import load_fixtures
+
+    batches = -(-len(load_fixtures(limit=1)[0].messages) // 4)
+    assert len(extractions) == batches  # once for the user, not once per question
+
+
+def test_the_memories_stored_and_the_extraction_failures_are_metrics(server, tmp_path):
+    from dkilab.eval.experiment import experiment_from_dict
+    from dkilab.eval.runner import run_experiment
+
+    cfg = experiment_from_dict({
+        "name": "mem0-counts", "model": {"spec": f"openai:fake@{server.url}", "max_context": 4096},
+        "datasets": [{"name": "fixtures", "limit": 1, "question_limit": 2}],
+        "strategies": [{"name": "peer_mem0", "params": {"batch": 4}}], "tracing": False})
+    (result,) = run_experiment(cfg, uri=f"sqlite:///{tmp_path / 'm.db'}", progress=False, echo=lambda *a: None)
+    assert result.metrics["errors"] == 0 and result.metrics["memories_stored"] > 0
+    assert result.metrics["extraction_failure_rate"] == 0.0 and result.metrics["extraction_calls"] > 0
