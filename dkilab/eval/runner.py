@@ -411,7 +411,9 @@ def _run_one(cfg, cell: Cell, n: int, total: int, state, data_dir, datasets, pro
             if any(r.get("trace_id") for r in result.rows):  # written after the cells (log_pending_assessments)
                 mlflow.set_tag(tracking.ASSESSMENTS_TAG, "pending")
             over = _close(cfg, result)
-            if over:  # partial failure is failure: never skipped as done, redone by the next run
+            if over and over.startswith(runstate.CLAIM_LOST):  # the claim went to another process meanwhile
+                echo(f"{tables.cell_line(cell, result.metrics, n, total, time.perf_counter() - t)}: KILLED ({over})")
+            elif over:  # partial failure is failure: never skipped as done, redone by the next run
                 echo(f"{tables.cell_line(cell, result.metrics, n, total, time.perf_counter() - t)}: FAILED ({over}; "
                      "the error rows are kept in predictions.jsonl and errors.txt); the next run asks those questions "
                      "again")
@@ -439,6 +441,12 @@ def _close(cfg, result: CellResult) -> str | None:
     import mlflow
 
 
+    lost = runstate.claim_lost(cfg.name, result.cell.config_hash)  # a fencing check, not a clock: see runstate
+    if lost:
+        result.error = lost
+        mlflow.set_tag("dkilab.ended_by", lost)
+        mlflow.end_run(status="KILLED")
+        return lost
     over = over_error_budget(result.metrics, cfg.max_error_rate)
     if over:
         _end_failed(result, over)

@@ -181,6 +181,13 @@ def claim_stale_s() -> float:
     return float(os.environ.get("DKILAB_CLAIM_STALE_S", 600))
 
 
+# (experiment, config hash) -> the id of the claim experiment this process holds: its fencing token. A claim taken
+# over (the holder paused past the stale time, or clocks that disagree) is another experiment with another id, so
+# the old holder finds it lost before it writes FINISHED (`claim_lost`) and never releases the new holder's claim.
+_HELD: dict[tuple[str, str], str] = {}
+CLAIM_LOST = "the claim on this cell was taken over"
+
+
 def claim_cell(experiment: str, config_hash: str, stale_s: float | None = None) -> tuple[bool, str]:
     """Claim a cell for this process through the tracking store -> (claimed, who holds it). The claim
     is an experiment whose name the store keeps unique, so of several machines creating it at once
@@ -197,7 +204,9 @@ def claim_cell(experiment: str, config_hash: str, stale_s: float | None = None) 
     for _ in range(3):
         now = f"{time.time():.0f}"
         try:
-            client.create_experiment(name, tags={**process_tags(), "dkilab.claimed_at": now, HEARTBEAT_TAG: now})
+            token = client.create_experiment(name, tags={**process_tags(), "dkilab.claimed_at": now,
+                                                         HEARTBEAT_TAG: now})
+            _HELD[(experiment, config_hash)] = token
             return True, "this process"
         except MlflowException as e:
             if e.error_code != "RESOURCE_ALREADY_EXISTS":
@@ -208,6 +217,7 @@ def claim_cell(experiment: str, config_hash: str, stale_s: float | None = None) 
         tags = exp.tags
         holder = f"{tags.get('dkilab.host', '?')} pid {tags.get('dkilab.pid', '?')}"
         if tags.get("dkilab.host") == socket.gethostname() and tags.get("dkilab.pid") == str(os.getpid()):
+            _HELD[(experiment, config_hash)] = exp.experiment_id
             return True, "this process"
         beat = max(float(tags.get(k) or 0) for k in ("dkilab.claimed_at", HEARTBEAT_TAG))
         if not writer_alive(tags) or time.time() - beat > stale or tags.get("dkilab.released") == "1":
@@ -266,12 +276,30 @@ def end_orphan_runs(experiment_id: str, config_hash: str) -> list[str]:
     return ended
 
 
-def release_claim(experiment: str, config_hash: str) -> None:
-    """Give a claimed cell back (it failed or was interrupted here): the next `--claim` run takes it."""
+def claim_lost(experiment: str, config_hash: str) -> str | None:
+    """Why this process no longer holds the cell's claim (another took it over, or it was released), checked by its
+    token, not by a clock; None when it still does, or when the cell was not claimed here (no `--claim`)."""
     import mlflow
 
+    token = _HELD.get((experiment, config_hash))
+    if token is None:
+        return None
     exp = mlflow.MlflowClient().get_experiment_by_name(claim_name(experiment, config_hash))
-    if exp is not None:
+    if exp is not None and exp.experiment_id == token and exp.lifecycle_stage == "active":
+        return None
+    now = (f"{exp.tags.get('dkilab.host', '?')} pid {exp.tags.get('dkilab.pid', '?')}" if exp is not None
+           else "nobody (released)")
+    return f"{CLAIM_LOST} while it ran (now held by {now}): its result is not recorded here"
+
+
+def release_claim(experiment: str, config_hash: str) -> None:
+    """Give a claimed cell back (it failed or was interrupted here): the next `--claim` run takes it. Only the claim
+    this process holds (its token): one taken over meanwhile belongs to its new holder."""
+    import mlflow
+
+    token = _HELD.pop((experiment, config_hash), None)
+    exp = mlflow.MlflowClient().get_experiment_by_name(claim_name(experiment, config_hash))
+    if exp is not None and token is not None and exp.experiment_id == token:
         release(exp.experiment_id, exp.name)
 
 

@@ -216,3 +216,40 @@ def test_ctrl_c_in_a_claimed_cell_gives_the_claim_back(tmp_path, monkeypatch):
     first = check_config(cfg)[0]
     assert mlflow.MlflowClient().get_experiment_by_name(runstate.claim_name("interrupted", first.config_hash)) is None
     assert runstate.claim_cell("interrupted", first.config_hash) == (True, "this process")  # free to take again
+
+
+def test_a_holder_whose_claim_was_taken_over_writes_no_finished_run(tmp_path, monkeypatch):
+    """Issue 85 item 7: a holder paused (SIGSTOP) past the stale time lost its claim; the taker finished the cell,
+    then the holder woke and finished it too: two FINISHED runs. The claim's experiment id is a fencing token: a
+    claim taken over is another experiment, so the holder ends its run KILLED (however the clocks disagree) and
+    leaves the new holder's claim alone."""
+    import mlflow
+
+    import dkilab.eval.runner as runner
+    from dkilab.eval import runstate
+    from dkilab.eval.experiment import load_experiment
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    path = tmp_path / "fenced.yaml"
+    path.write_text(yaml.safe_dump({"name": "fenced", "tracing": False, "strategies": [{"name": "recall_only"}],
+                                    "datasets": [{"name": "fixtures", "limit": 1, "question_limit": 2}]}))
+    cfg = load_experiment(path)
+    real, theirs = runner.run_cell, {}
+
+    def taken_over_meanwhile(cell, *a, **k):  # while this holder is paused, another machine takes the cell
+        client = mlflow.MlflowClient()
+        name = runstate.claim_name("fenced", cell.config_hash)
+        runstate.release(client.get_experiment_by_name(name).experiment_id, name)
+        theirs["id"] = client.create_experiment(name, tags={"dkilab.host": "another-machine", "dkilab.pid": "1"})
+        return real(cell, *a, **k)
+
+    monkeypatch.setattr(runner, "run_cell", taken_over_meanwhile)
+    lines = []
+    [result] = runner.run_experiment(cfg, uri=uri, progress=False, echo=lines.append, claim=True)
+    assert result.status == "failed" and result.error.startswith(runstate.CLAIM_LOST), result.error
+    assert "now held by another-machine pid 1" in result.error and any("KILLED (" in ln for ln in lines), lines
+    client = mlflow.MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("fenced").experiment_id], "tags.`dkilab.kind` = 'cell'")
+    assert [r.info.status for r in runs] == ["KILLED"]  # no FINISHED run of it from this holder
+    held = client.get_experiment_by_name(runstate.claim_name("fenced", result.cell.config_hash))
+    assert held is not None and held.experiment_id == theirs["id"]  # the new holder's claim is untouched
