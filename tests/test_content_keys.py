@@ -55,3 +55,26 @@ def test_a_files_digest_in_one_process_follows_its_bytes_not_its_size_and_mtime(
     assert file_digest(f) == first  # memoised
     _same_size_edit(f, b"yes", b"not")
     assert file_digest(f) != first
+
+
+def test_an_incomplete_dequantised_directory_is_rebuilt_not_loaded(tmp_path, monkeypatch):
+    """A directory in the cache holding the tokenizer without the config and weights (seen after two runs built one
+    model at once) was returned as it was, and every cell on the model failed to load it."""
+    import transformers
+
+    from dkilab.models.specs import _dequantised
+    from tests.models.tiny import tiny_model
+
+    monkeypatch.setenv("DKILAB_CACHE_DIR", str(tmp_path / "cache"))
+    hf, tok = tiny_model("llama")
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", lambda *a, **k: hf)
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: tok)
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF" + bytes(64))
+    broken = _gguf_cache(gguf)
+    broken.mkdir(parents=True)
+    tok.save_pretrained(broken)  # a tokenizer alone
+    assert not (broken / "config.json").exists()
+    built = _dequantised(gguf)
+    assert built == broken and (built / "config.json").is_file() and list(built.glob("*.safetensors"))
+    assert [p.name for p in built.parent.iterdir()] == [built.name]  # nothing left beside it

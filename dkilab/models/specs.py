@@ -8,6 +8,7 @@ import os
 import shutil
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Callable
 
@@ -52,11 +53,11 @@ def _gguf_cache(gguf: Path) -> Path:
 def _dequantised(gguf: Path) -> Path:
     """Directory with the GGUF's weights as fp32 safetensors + tokenizer; built once, atomically."""
     target = _gguf_cache(gguf)
-    if (target / "config.json").exists():
+    if _complete(target):
         return target
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+    tmp = target.with_name(f"{target.name}.tmp{os.getpid()}-{uuid.uuid4().hex[:8]}")  # one per thread too
     t = time.perf_counter()  # the first run's one long silent step otherwise: say what it does, once
     print(f"dequantising {gguf.name} into {target} (once; later runs load it)", file=sys.stderr, flush=True)
     with quiet_loading():
@@ -72,10 +73,20 @@ def _dequantised(gguf: Path) -> Path:
     print(f"dequantised {gguf.name} in {time.perf_counter() - t:.0f} s", file=sys.stderr, flush=True)
     try:
         os.replace(tmp, target)
-    except OSError:  # another process finished first
-
-        shutil.rmtree(tmp, ignore_errors=True)
+    except OSError:  # another process finished first, or an incomplete directory is in the way
+        if _complete(target):
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            aside = target.with_name(f"{target.name}.incomplete-{uuid.uuid4().hex[:8]}")
+            os.replace(target, aside)
+            os.replace(tmp, target)
+            shutil.rmtree(aside, ignore_errors=True)
     return target
+
+
+def _complete(folder: Path) -> bool:
+    """A dequantised directory that loads: its config and its weights (a tokenizer alone does not)."""
+    return (folder / "config.json").is_file() and any(folder.glob("*.safetensors"))
 
 
 def model_root_path(spec: str) -> Path | None:
