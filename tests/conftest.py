@@ -21,6 +21,20 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 ROOT = Path(__file__).resolve().parent.parent
 
 
+# the slow suite's longest files (`make test-slow` prints its 25 slowest tests) go first: xdist's `load` scheduler
+# hands tests out in order, so none of the 3-9 minute ones starts last while the other workers have gone idle
+LONGEST_FIRST = ("tests/test_readme_figures.py", "tests/eval/test_team_server.py", "tests/test_notebooks.py",
+                 "tests/eval/test_ray_executor.py", "tests/gpu/test_gpu_command.py", "tests/eval/test_process_group.py",
+                 "tests/memory/test_failover.py", "tests/eval/test_claims.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    def rank(item) -> int:
+        return next((i for i, path in enumerate(LONGEST_FIRST) if item.nodeid.startswith(path)), len(LONGEST_FIRST))
+
+    items.sort(key=rank)  # stable: the rest keep their order
+
+
 @pytest.fixture(autouse=True)
 def _data_dir_restored():
     """`--data-dir` sets $DKILAB_DATA_DIR for the process (the CLI's contract): no test leaves it to the next."""

@@ -3,6 +3,7 @@
 to. Backends and the loader both read it; it imports none of them."""
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import shutil
@@ -60,16 +61,23 @@ def _dequantised(gguf: Path) -> Path:
     tmp = target.with_name(f"{target.name}.tmp{os.getpid()}-{uuid.uuid4().hex[:8]}")  # one per thread too
     t = time.perf_counter()  # the first run's one long silent step otherwise: say what it does, once
     print(f"dequantising {gguf.name} into {target} (once; later runs load it)", file=sys.stderr, flush=True)
-    with quiet_loading():
-        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype="float32")
-        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    # the weights are plain fp32 tensors after dequantising: drop the GGUF marker so they can be saved
-    model.hf_quantizer = None  # type: ignore[assignment]
-    model.is_quantized = False  # type: ignore[assignment]
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    model.save_pretrained(tmp)
-    tok.save_pretrained(tmp)
+    import transformers.modeling_gguf_pytorch_utils as gguf_utils
+
+    bar = gguf_utils.tqdm  # its own tqdm, which quiet_loading does not reach: a red box in a notebook, log noise
+    gguf_utils.tqdm = functools.partial(bar, disable=True)
+    try:
+        with quiet_loading():  # the save's "Writing model shards" bar too
+            model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype="float32")
+            tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+            # the weights are plain fp32 tensors after dequantising: drop the GGUF marker so they can be saved
+            model.hf_quantizer = None  # type: ignore[assignment]
+            model.is_quantized = False  # type: ignore[assignment]
+            if hasattr(model.config, "quantization_config"):
+                del model.config.quantization_config
+            model.save_pretrained(tmp)
+            tok.save_pretrained(tmp)
+    finally:
+        gguf_utils.tqdm = bar
     print(f"dequantised {gguf.name} in {time.perf_counter() - t:.0f} s", file=sys.stderr, flush=True)
     try:
         os.replace(tmp, target)
