@@ -2,33 +2,22 @@
 from __future__ import annotations
 
 import argparse
+from typing import Callable
 
 
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+def _at_least(cast: Callable[[str], float], low: float, kind: str) -> Callable[[str], float]:
+    """An argparse type: `cast(text)`, refused below `low` (NaN too) with one line naming the value."""
+    def parse(text: str):
+        try:
+            value = cast(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {kind}, got {text!r}") from None
+        if not value >= low:
+            raise argparse.ArgumentTypeError(f"must be {'at least 1' if low == 1 else '0 or more'}, got {text}")
+        return value
+    return parse
 
 
-def non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
-
-
-def non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value >= 0:  # NaN too
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
-    return value
+positive_int = _at_least(int, 1, "a whole number")
+non_negative_int = _at_least(int, 0, "a whole number")
+non_negative_float = _at_least(float, 0, "a number")
