@@ -46,16 +46,21 @@ def merged_model_dir(base: str, adapter: Path, digest: str | None) -> str:
     if not (target / "modules.json").exists():
         with _BUILD_LOCK:  # transformers' loading is not thread-safe (two at once left torch on the meta device)
             if not (target / "modules.json").exists():
-                _build(base, adapter, target)
+                _build(base, adapter, target, digest)
     record = target / FITTED_ON_FILE
     if not record.exists():  # directories merged before the record existed get it too
-        tmp = record.with_name(f"{record.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"adapter": adapter.name, "digest": digest, "fitted_on": "locomo dev (0-4)"}))
+        fd, tmp = tempfile.mkstemp(prefix=record.name, suffix=".tmp", dir=target)  # one per writer (thread, process)
+        with os.fdopen(fd, "w") as out:
+            out.write(_fitted_on(adapter, digest))
         os.replace(tmp, record)
     return str(target)
 
 
-def _build(base_dir: str, adapter: Path, target: Path) -> None:
+def _fitted_on(adapter: Path, digest: str | None) -> str:
+    return json.dumps({"adapter": adapter.name, "digest": digest, "fitted_on": "locomo dev (0-4)"})
+
+
+def _build(base_dir: str, adapter: Path, target: Path, digest: str | None) -> None:
     from peft import PeftModel
     from sentence_transformers import SentenceTransformer
 
@@ -70,6 +75,7 @@ def _build(base_dir: str, adapter: Path, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=target.name + ".tmp", dir=target.parent))  # one per builder (thread, process)
     model.save(str(tmp))
+    (tmp / FITTED_ON_FILE).write_text(_fitted_on(adapter, digest))
     try:
         os.replace(tmp, target)
     except OSError:  # another process finished first

@@ -1,4 +1,6 @@
 """offline:minilm-locomo: MiniLM with a low-rank adapter merged in, keyed by the adapter's files."""
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -98,6 +100,13 @@ def test_two_builders_at_once_get_one_merge_and_leave_nothing_behind(tiny_adapte
         got = list(pool.map(lambda _: resolve_model_path(LOCOMO_EMBEDDER), range(2)))
     assert got[0] == got[1] and seen == [1]  # built once, never two at a time
     assert [p.name for p in (tmp_path / "cache" / "encoders").iterdir()] == [got[0].rsplit("/", 1)[1]]
+    merged = Path(got[0])
+    assert (merged / adapter.FITTED_ON_FILE).exists()  # written inside the build, before the rename
+    before = sorted(p.name for p in merged.iterdir())
+    (merged / adapter.FITTED_ON_FILE).unlink()  # a directory merged before the record existed: 8 writers at once
+    with ThreadPoolExecutor(8) as pool:
+        again = list(pool.map(lambda _: resolve_model_path(LOCOMO_EMBEDDER), range(8)))
+    assert set(again) == {got[0]} and sorted(p.name for p in merged.iterdir()) == before
 
 
 def test_english_picks_the_encoder_auto_gives_english_data_only():
