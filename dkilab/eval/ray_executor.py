@@ -9,6 +9,9 @@ request and retried by Ray when its worker dies; every task writes to the same t
   marks the run its dead worker left RUNNING as KILLED, then resumes the cell question by question.
 - Without `--ray-address` (or $RAY_ADDRESS) Ray starts a cluster on this machine for the run.
 - GPUs: `--gpus-per-cell`, default 1 for a cell with a local model when the cluster has GPUs, else 0.
+- The driver opens the invocation's one parent run before it submits; every task's cell run nests under it
+  (a killed or retried task leaves no parent of its own), and it ends FAILED when a cell failed, KILLED on
+  Ctrl-C.
 - After the tasks, the driver reads every finished cell back (nothing reruns) to log the experiment's
   card and comparison and to print the table, as a local run does. A cell whose task failed stays
   failed, with Ray's reason; the next run retries it.
@@ -24,7 +27,7 @@ import socket
 from typing import Any
 
 from dkilab.eval.experiment import check_config, load_experiment, parse_set, with_question_limit
-from dkilab.eval.runner import CellResult, run_experiment
+from dkilab.eval.runner import CellResult, open_parent, run_experiment
 from dkilab.eval.store_uri import tracking_uri
 
 
@@ -37,11 +40,12 @@ def load(config_path: str, sets: list[str] | None, limit: int | None, data_dir: 
 
 
 def run_cell(config_path: str, sets: list[str] | None, limit: int | None, data_dir: str | None, uri: str,
-             config_hash: str) -> dict[str, Any]:
-    """One Ray task: the cell `config_hash` of the config, claimed in the store -> its outcome."""
+             config_hash: str, parent_run_id: str | None = None) -> dict[str, Any]:
+    """One Ray task: the cell `config_hash` of the config, claimed in the store, its run nested under the
+    driver's `parent_run_id` -> its outcome."""
     cfg = load(config_path, sets, limit, data_dir)
     [res] = run_experiment(cfg, data_dir=data_dir, uri=uri, config_path=config_path, progress=False, claim=True,
-                           only={config_hash})
+                           only={config_hash}, parent_run_id=parent_run_id)
     return {"status": res.status, "run_id": res.run_id, "error": res.error, "holder": res.claimed_by,
             "pid": os.getpid()}
 
@@ -72,11 +76,47 @@ def run_on_ray(config_path: str, sets: list[str] | None = None, limit: int | Non
                uri: str | None = None, address: str | None = None, retries: int = 3,
                gpus_per_cell: float | None = None, echo=print) -> tuple[Any, list[CellResult]]:
     """Every cell of the config as a Ray task -> (config, one CellResult per cell, in config order)."""
-    import ray
+    import mlflow
 
     cfg = load(config_path, sets, limit, data_dir)
     cells = check_config(cfg, config_path)
     uri = tracking_uri(uri)
+    parent = open_parent(cfg, uri, config_path)
+    try:
+        outcomes = _submit(cfg, cells, config_path, sets, limit, data_dir, uri, address, retries, gpus_per_cell,
+                           parent, echo)
+        done = {h for h, o in outcomes.items() if o["status"] in ("finished", "skipped")}
+        read = {r.cell.config_hash: r for r in (run_experiment(
+            cfg, data_dir=data_dir, uri=uri, config_path=config_path, progress=False, echo=echo, only=done,
+            parent_run_id=parent) if done else [])}
+    except (KeyboardInterrupt, SystemExit):
+        if mlflow.active_run() is not None:
+            mlflow.end_run(status="KILLED")
+        raise
+    except BaseException:
+        if mlflow.active_run() is not None:
+            mlflow.end_run(status="FAILED")
+        raise
+    if mlflow.active_run() is not None:  # nothing was read back
+        mlflow.end_run(status="FAILED")
+    results = []
+    for cell in cells:
+        o = outcomes[cell.config_hash]
+        res = read.get(cell.config_hash)
+        if res is None or not res.skipped:  # not finished by its task (or, after all, not found finished)
+            why = o.get("error") or (f"claimed by {o['holder']}" if o.get("holder") else f"task ended {o['status']}")
+            res = CellResult(cell, error=why)
+        results.append(res)
+    if any(r.error for r in results):
+        mlflow.MlflowClient().set_terminated(parent, status="FAILED")
+    return cfg, results
+
+
+def _submit(cfg, cells, config_path, sets, limit, data_dir, uri, address, retries, gpus_per_cell, parent,
+            echo) -> dict[str, dict]:
+    """Each cell a Ray task -> {config hash: the task's outcome}."""
+    import ray
+
     started = not ray.is_initialized()
     if started:
         ray.init(address=address or os.environ.get("RAY_ADDRESS"), include_dashboard=False, log_to_driver=False,
@@ -90,7 +130,7 @@ def run_on_ray(config_path: str, sets: list[str] | None = None, limit: int | Non
             gpus = _gpus(cell, cluster_gpus, gpus_per_cell)
             refs.append(task.options(num_cpus=1, num_gpus=gpus, max_retries=retries, retry_exceptions=True,
                                      name=f"dkilab {cell.label}").remote(config_path, sets, limit, data_dir, uri,
-                                                                         cell.config_hash))
+                                                                         cell.config_hash, parent))
         echo(f"ray: {len(refs)} cell(s) submitted to {ray.get_runtime_context().gcs_address} "
              f"({cluster_gpus:g} GPUs in the cluster), up to {retries} retries each")
         outcomes: dict[str, dict] = {}
@@ -105,15 +145,4 @@ def run_on_ray(config_path: str, sets: list[str] | None = None, limit: int | Non
     finally:
         if started:
             ray.shutdown()
-    done = {h for h, o in outcomes.items() if o["status"] in ("finished", "skipped")}
-    read = {r.cell.config_hash: r for r in (run_experiment(cfg, data_dir=data_dir, uri=uri, config_path=config_path,
-                                                           progress=False, echo=echo, only=done) if done else [])}
-    results = []
-    for cell in cells:
-        o = outcomes[cell.config_hash]
-        res = read.get(cell.config_hash)
-        if res is None or not res.skipped:  # not finished by its task (or, after all, not found finished)
-            why = o.get("error") or (f"claimed by {o['holder']}" if o.get("holder") else f"task ended {o['status']}")
-            res = CellResult(cell, error=why)
-        results.append(res)
-    return cfg, results
+    return outcomes

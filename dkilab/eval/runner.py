@@ -21,6 +21,7 @@ import os
 import time
 import traceback
 from contextlib import nullcontext
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -112,14 +113,17 @@ def _broadcast(state, value):
 
 def run_experiment(cfg: ExperimentConfig, *, data_dir=None, uri: str | None = None, config_path: str | None = None,
                    progress: bool = True, echo=print, claim: bool = False, rescore: bool = False,
-                   only: Collection[str] | None = None) -> list[CellResult]:
+                   only: Collection[str] | None = None, parent_run_id: str | None = None) -> list[CellResult]:
     """Run (or resume) every cell; returns one CellResult per cell, finished, skipped or failed. With
     `claim`, a cell runs only if this process claims it in the tracking store (`runstate.claim_cell`):
     several machines running the same config each take different cells (claimed elsewhere: "claimed").
     A cell whose generation part is unchanged since a finished run is scored from that run's stored
     answers (dkilab.eval.rescore). With `rescore`, every cell is, finished or not, and nothing generates:
     a cell without stored answers fails, naming why (`dkilab rescore`). `only`: the config hashes of the
-    cells to run, the others left out (one Ray task runs one cell: `ray_executor`)."""
+    cells to run, the others left out (one Ray task runs one cell: `ray_executor`). `parent_run_id`: the
+    invocation's parent run, opened by `open_parent` (the Ray driver): where it is this process's active run,
+    it is used and ended as the run's own; in another process (a Ray task), the cells nest under it and it is
+    left to its owner."""
     import mlflow
 
 
@@ -148,26 +152,56 @@ def run_experiment(cfg: ExperimentConfig, *, data_dir=None, uri: str | None = No
         if main:
             for run_id in runstate.mark_dead_runs_killed(exp_id):
                 echo(f"run {run_id} was left RUNNING by a process that is gone: marked KILLED")
-        return _run_cells(cfg, cells, state, exp_id, data_dir, config_path, progress, echo, claim and not rescore,
-                          rescore)
+        owned = (active := mlflow.active_run()) is not None and active.info.run_id == parent_run_id
+        token = _NEST_UNDER.set(parent_run_id if parent_run_id and not owned else None)
+        try:
+            return _run_cells(cfg, cells, state, exp_id, data_dir, config_path, progress, echo,
+                              claim and not rescore, rescore, parent=active if owned else None)
+        finally:
+            _NEST_UNDER.reset(token)
+
+
+# the parent run a Ray task's cells nest under (the driver's, `open_parent`); None: this process's own
+_NEST_UNDER: ContextVar[str | None] = ContextVar("dkilab_nest_under", default=None)
+
+
+def open_parent(cfg: ExperimentConfig, uri: str | None = None, config_path: str | None = None) -> str:
+    """The Ray driver's parent run for the invocation, started and left active in this process (the
+    experiment logged to it); its tasks' cells nest under it (`run_experiment(parent_run_id=...)`) and the
+    driver's read-back ends it. -> its run id."""
+    cells = check_config(cfg, config_path or "<config>")
+    uri = tracking_uri(uri)
+    if uri.startswith(("http://", "https://")):
+        check_server(uri)
+    runstate.open_store(uri)
+    with runstate.store_lock(uri, cfg.name, print):
+        _ensure_experiment(cfg, uri)
+    return _start_parent(cfg, cells, config_path, False).info.run_id
+
+
+def _start_parent(cfg, cells, config_path, rescore_all: bool):
+    import mlflow
+
+    what = "rescore " if rescore_all else ""
+    parent = mlflow.start_run(run_name=f"{what}{cfg.name} {experiment_hash(cells)} {time.strftime('%m-%d %H:%M')}",
+                              tags={"dkilab.kind": "experiment", **tracking.provenance_tags(),
+                                    **runstate.process_tags(), **({"dkilab.rescore": "1"} if rescore_all else {})},
+                              description=cfg.description or None)
+    tracking.log_experiment(cfg, cells, config_path)
+    return parent
 
 
 def _run_cells(cfg, cells, state, exp_id, data_dir, config_path, progress, echo, claim=False,
-               rescore_all=False) -> list[CellResult]:
+               rescore_all=False, parent=None) -> list[CellResult]:
     import mlflow
 
 
     main = state.is_main_process
     results: list[CellResult] = []
     datasets: dict[str, Any] = {}
-    parent = None
-    if main:
-        what = "rescore " if rescore_all else ""
-        parent = mlflow.start_run(run_name=f"{what}{cfg.name} {experiment_hash(cells)} {time.strftime('%m-%d %H:%M')}",
-                                  tags={"dkilab.kind": "experiment", **tracking.provenance_tags(),
-                                        **runstate.process_tags(), **({"dkilab.rescore": "1"} if rescore_all else {})},
-                                  description=cfg.description or None)
-        tracking.log_experiment(cfg, cells, config_path)
+    nested_elsewhere = _NEST_UNDER.get() is not None  # a Ray task: the driver owns the parent
+    if main and parent is None and not nested_elsewhere:
+        parent = _start_parent(cfg, cells, config_path, rescore_all)
     status = "FINISHED"
     order = model_order(cells)
     by_index: dict[int, CellResult] = {}
@@ -222,8 +256,9 @@ def _run_cells(cfg, cells, state, exp_id, data_dir, config_path, progress, echo,
             if n:
                 echo(f"feedback on the traces of {n_cells} cell(s): {n} assessments ({time.perf_counter() - t:.0f} s, "
                      "after the cells so no process waits on it)")
-            tracking.log_card(cfg, results)
-            tracking.log_comparison(results)
+            if parent is not None:  # a Ray task leaves the card and the comparison to its driver
+                tracking.log_card(cfg, results)
+                tracking.log_comparison(results)
             for note in sweep_notes(results):
                 echo(f"note: {note}")
 
@@ -238,10 +273,12 @@ def _run_cells(cfg, cells, state, exp_id, data_dir, config_path, progress, echo,
         status = "FAILED"
         raise
     finally:
-        if main and parent is not None:
-            while (active := mlflow.active_run()) is not None and active.info.run_id != parent.info.run_id:
+        if main:
+            while (active := mlflow.active_run()) is not None and (parent is None
+                                                                  or active.info.run_id != parent.info.run_id):
                 mlflow.end_run(status="KILLED" if status == "KILLED" else "FAILED")
-            mlflow.end_run(status=status)
+            if parent is not None:
+                mlflow.end_run(status=status)
     return results
 
 
@@ -268,7 +305,7 @@ def _cell_tags(cell: Cell, n: int) -> dict[str, str]:
     return {"dkilab.kind": "cell", "dkilab.config_hash": cell.config_hash, "dkilab.cell_index": str(n),
             rescore.GENERATION_TAG: cell.generation_hash, rescore.SCORING_TAG: cell.scoring_hash,
             "strategy": cell.strategy.key, "dataset": cell.dataset.name, **tracking.provenance_tags(),
-            **runstate.process_tags(),
+            **runstate.process_tags(), **({"mlflow.parentRunId": nest} if (nest := _NEST_UNDER.get()) else {}),
             **({store_uri.SCRIPTED_TAG: "1"} if cell.needs_model and cell.model.spec.startswith("scripted:") else {})}
 
 
