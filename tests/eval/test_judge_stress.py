@@ -10,23 +10,67 @@ from dkilab.types import QAItem
 
 
 @pytest.mark.parametrize("gold, kind", [("7 May 2023", "date"), ("last week", "date"), ("3", "number"),
-                                        ("her sister Ana", "person"), ("Caroline", "person"), ("to Paris", "place"),
-                                        ("green tea", "other"), ("上周三", "date"), ("一位同事", "person"),
-                                        ("浅色橡木", "other")])
+                                        ("Twice", "number"), ("her sister Ana", "person"), ("to Paris", "place"),
+                                        ("green tea", "other"), ("Single", "other"), ("Rome", "other"),
+                                        ("上周三", "date"), ("一位同事", "person"), ("浅色橡木", "other")])
 def test_the_answer_type_is_read_from_the_gold(gold, kind):
+    """Where the question says nothing: a capitalised word alone is no person ("Single", "Rome")."""
     assert js.answer_type(gold) == kind
 
 
-@pytest.mark.parametrize("gold", ["7 May 2023", "3", "Caroline", "to Paris", "green tea", "No, Tom became vegetarian",
-                                  "周一", "浅色橡木", "G1373", "1,450 euros a month"])
-def test_each_probe_is_what_its_name_says(gold):
-    p = js.probes(QAItem("What?", gold, qid="q1"), gold)
-    assert set(p) == set(js.KINDS)
-    assert gold in p["paraphrase"] and p["paraphrase"] != gold  # the gold, whole, framed
-    assert p["wrong"] != gold and p["vague"] != gold and not re.search(r"\d", p["vague"])  # no specifics
-    assert p == js.probes(QAItem("What?", gold, qid="q1"), gold)  # deterministic
-    if re.search(r"\d", gold):
-        assert re.search(r"\d", p["wrong"])  # still specific: another number, year or month
+@pytest.mark.parametrize("question, kind", [("When did she move?", "date"), ("How many kids does he have?", "number"),
+                                            ("Who did she meet?", "person"), ("Where did they go?", "place"),
+                                            ("What is her status?", "other"), ("她什么时候搬家的？", "date"),
+                                            ("他养了几只猫？", "other"), ("她和谁一起去的？", "person")])
+def test_the_answer_type_is_what_the_question_asks_for(question, kind):
+    assert js.answer_type("Caroline", question) == kind
+
+
+# (question, gold, the wrong probe, the paraphrase's reply or None where no rule rewords the gold)
+CASES = [
+    ("When did Ana move?", "7 May 2023", "7 October 2020", "May 7, 2023"),
+    ("When did Ana move?", "June 3, 2022", "November 3, 2019", "3 June 2022"),
+    ("How many kids?", "3", "10", "three"),
+    ("How often did he go?", "Twice", "Three times", None),
+    ("Who visited her?", "Caroline", None, None),
+    ("Who visited her?", "her sister", "her brother", None),
+    ("Where did they go?", "Rome", "in ", None),
+    ("Where did they go?", "to Paris", "to ", None),
+    ("Would he like it?", "Likely no", "Likely yes", None),
+    ("Is he vegetarian?", "No", "Yes", "No, that's not the case"),
+    ("What is her hobby?", "Writing a travel blog", None, None),
+    ("What did she buy?", "apples, pears and plums", None, "plums, pears and apples"),
+    ("Which teas?", "sencha or genmaicha", None, "genmaicha or sencha"),
+    ("她什么时候去的？", "周一", "周四", None),
+    ("她喜欢什么木头？", "浅色橡木", "一家在苏州新开的面包店", None),
+    ("How much is the rent?", "1,450 euros a month", "1,457 euros a month", None),
+    ("When did he win?", "the week before 21 January, 2022", "the week before 21 June, 2019",
+     "the week before January 21, 2022"),  # a date's comma is no list
+    ("Why turtles?", "They make him feel calm and don't require much looking after", None, None),  # clauses: kept
+]
+
+
+@pytest.mark.parametrize("question, gold, wrong, paraphrase", CASES)
+def test_each_probe_is_what_its_name_says(question, gold, wrong, paraphrase):
+    """A wrong probe changes the value asked for and only that; a paraphrase rewords (never the gold verbatim);
+    a vague probe has no specifics."""
+    p = js.probes(QAItem(question, gold, qid="q1"), gold)
+    assert p == js.probes(QAItem(question, gold, qid="q1"), gold)  # deterministic
+    assert p["wrong"] != gold and p["vague"] != gold and not re.search(r"\d", p["vague"])
+    if wrong is not None:
+        assert p["wrong"].startswith(wrong), p
+    else:  # a specific answer of the kind asked, sharing no word with the gold
+        words = [{w.lower() for w in re.findall(r"\w+", t)} - js._NOT_NAMES for t in (gold, p["wrong"])]
+        assert not words[0] & words[1], p
+    if paraphrase is None:
+        assert "paraphrase" not in p
+    else:
+        assert p["paraphrase"] in (f"As far as I remember, {paraphrase}.", f"我记得是{paraphrase}。")
+        assert p["paraphrase"] not in (f"As far as I remember, {gold}.", f"我记得是{gold}。")
+
+
+def test_a_gold_that_is_itself_vague_gets_no_vague_probe():
+    assert "vague" not in js.probes(QAItem("How many?", "a few", qid="q1"), "a few")
 
 
 def test_verdicts_become_false_accepts_and_rejects_and_unclear_ones_count_nowhere():

@@ -123,11 +123,11 @@ def _check_ci_specifics(stem, results):
             assert all(r["valid_calls"] == r["fact_calls"] for r in by[key].values())
             assert all(r["tokens_processed"] > by["no_calls"][q]["tokens_processed"]
                        for q, r in by[key].items() if r["fact_calls"])
-    if stem == "judge_protocols":  # every judged answer got its three probes, and the lenient judge is flagged
+    if stem == "judge_protocols":  # every judged answer got its probes (a paraphrase where a rule rewords the gold)
         rows = next(iter(results)).rows
         judged = [r for r in rows if "judge" in r]
-        assert judged and all({"stress_vague_accepted", "stress_wrong_accepted", "stress_paraphrase_rejected"} <= set(r)
-                              for r in judged)
+        assert judged and all({"stress_vague_accepted", "stress_wrong_accepted"} <= set(r) for r in judged)
+        assert any("stress_paraphrase_rejected" in r for r in judged)
         assert all("stress_vague_accepted" not in r for r in rows if not r["answerable"])
     if stem == "ablation_zh":
         rows = next(iter(results)).rows

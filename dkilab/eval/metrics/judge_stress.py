@@ -1,9 +1,12 @@
 """The judge's own errors, measured on every judged cell (`judge: {stress: true}`, the default): beside each judged
 answer, three probes built by rule from the question's gold go to the same judge with the same prompt:
-- **vague but wrong**: the gold's type with no specifics ("sometime last year", "a family member", "a few");
-- **wrong specific**: the gold with its specifics changed (another year, month, weekday or number, another name),
-  or a specific unrelated answer where the gold has none;
-- **paraphrased correct**: the gold, whole, framed as a reply ("As far as I remember, 7 May 2023.").
+- **vague but wrong**: the kind of answer the question asks for with no specifics ("sometime last year", "a family
+  member", "a few");
+- **wrong specific**: the gold with the value the question asks for changed, and only that (another year, month,
+  weekday or count, another relative, name or place, yes for no), or a specific answer of that kind sharing none
+  of the gold's words where the gold has no such value;
+- **paraphrased correct**: the gold reworded by a rule that keeps its meaning ("7 May 2023" as "May 7, 2023", 3
+  as three, a list in another order), framed as a reply; questions whose gold no rule rewords get none.
 A judge should reject the first two and accept the third. The cell reports the accept and reject rates with their
 intervals beside its score (`judge_accepts_vague`, `judge_accepts_wrong`, `judge_rejects_paraphrase`), and a
 judge accepting more than `VAGUE_LIMIT` of the vague answers is flagged (`flags`). The probes are built from
@@ -41,26 +44,54 @@ _DAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Su
 _MONTH = re.compile(r"\b(" + "|".join(_MONTHS + [m[:3] for m in _MONTHS]) + r")\b", re.I)
 _DAY = re.compile(r"\b(" + "|".join(_DAYS) + r")\b", re.I)
 _YEAR = re.compile(r"\b(19|20)\d{2}\b")
-_NUMBER = re.compile(r"\d+")
+_NUMBER = re.compile(r"\d{1,3}(?:,\d{3})+|\d+")
+_NUMBER_WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
+                 "twelve"]
+_TIMES = {"once": "twice", "twice": "three times", "thrice": "once"}
+_NUMBER_WORD = re.compile(r"\b(" + "|".join(_NUMBER_WORDS[1:] + list(_TIMES)) + r")\b", re.I)
 _ZH = re.compile(r"[\u4e00-\u9fff]")
 _ZH_DATE = re.compile(r"\d+\s*[年月日号]|[上下这]个?(?:月|周|星期)|去年|今年|明年|昨天|前天|周[一二三四五六日天]|星期")
 _NAME = re.compile(r"\b[A-Z][a-z]+\b")
 _PERSON = re.compile(r"\b(mother|mom|father|dad|sister|brother|friend|wife|husband|son|daughter|aunt|uncle|"
                      r"grand\w+|cousin|colleague|boss|neighbou?r|partner|kids?|children)\b", re.I)
+_KIN = {"mother": "father", "mom": "dad", "father": "mother", "dad": "mom", "sister": "brother",
+        "brother": "sister", "wife": "husband", "husband": "wife", "son": "daughter", "daughter": "son",
+        "aunt": "uncle", "uncle": "aunt", "friend": "neighbour", "colleague": "cousin", "boss": "landlord",
+        "neighbour": "friend", "neighbor": "friend", "partner": "roommate", "cousin": "colleague"}
+_ZH_KIN = {"妈妈": "爸爸", "爸爸": "妈妈", "姐姐": "哥哥", "哥哥": "姐姐", "妹妹": "弟弟", "弟弟": "妹妹",
+           "儿子": "女儿", "女儿": "儿子", "朋友": "邻居", "同事": "表哥", "老板": "房东", "邻居": "朋友"}
+_YES_NO = re.compile(r"^((?:likely|probably|maybe|most likely)\s+)?(yes|no)\b", re.I)
 _OTHER_NAMES = ["Priya", "Tomasz", "Ingrid", "Kwame", "Lucia"]
+_OTHER_PLACES = ["Lisbon", "Denver", "Osaka", "Nairobi", "Oslo"]
 _NOT_NAMES = {"no", "yes", "the", "a", "an", "i", "it", "he", "she", "they", "we", "my", "your", "his", "her", "their",
               "on", "in", "at", "to", "from", "and", "or", "not", "because", "when", "after", "before"}
 _ZH_DAYS = "一二三四五六日"
+_ZH_NUMERALS = "零一二三四五六七八九十"
 _VAGUE = {"date": ("sometime last year", "a while ago"), "number": ("a few", "several"),
           "person": ("a family member", "someone they know"), "place": ("somewhere nearby", "a place they like"),
           "other": ("something related to their interests", "it had to do with their plans")}
 _VAGUE_ZH = {"date": ("去年某个时候", "之前某一天"), "number": ("几个", "好几次"),
              "person": ("一位家人", "一个认识的人"), "place": ("附近某个地方",),
              "other": ("和兴趣有关的事情", "跟计划有关的东西")}
+_UNRELATED = ["a pottery class in Denver", "the red bicycle from the flea market", "a trip to Lisbon in 2019",
+              "a violin recital at the harbour hall", "a cookbook about Peruvian soups"]
+# what the question asks for, by its wh-word (the gold's own form decides where the question says nothing)
+_ASKS = [(re.compile(r"^\s*(when|what (year|month|day|date|time)|which (year|month|day)|how long ago)\b", re.I),
+          "date"),
+         (re.compile(r"^\s*how (many|much|often|long|old|far)\b", re.I), "number"),
+         (re.compile(r"^\s*(who|whom|whose|with whom)\b", re.I), "person"),
+         (re.compile(r"^\s*where\b", re.I), "place")]
+_ASKS_ZH = [(re.compile(r"什么时候|哪天|哪一天|几月|哪年|几号|星期几|周几"), "date"),
+            (re.compile(r"几个|多少|几次|多久|多长"), "number"), (re.compile(r"谁"), "person"),
+            (re.compile(r"哪里|哪儿|在哪"), "place")]
 
 
-def answer_type(gold: str) -> str:
-    """date, number, person, place or other: what kind of answer the gold is, by rule."""
+def answer_type(gold: str, question: str = "") -> str:
+    """date, number, person, place or other: what kind of answer the question asks for, by its wh-word, else
+    what kind of answer the gold is, by rule."""
+    for pattern, kind in _ASKS_ZH if _ZH.search(question) else _ASKS:
+        if question and pattern.search(question):
+            return kind
     if _ZH.search(gold):
         if _ZH_DATE.search(gold):
             return "date"
@@ -70,9 +101,9 @@ def answer_type(gold: str) -> str:
     if (_YEAR.search(gold) or _MONTH.search(gold) or _DAY.search(gold)
             or re.search(r"\bago\b|\blast (week|month|year)\b", gold, re.I)):
         return "date"
-    if re.fullmatch(r"\s*(about |around )?\d+(\.\d+)?\s*\w{0,10}\s*", gold, re.I):
+    if re.fullmatch(r"\s*(about |around )?(\d+(\.\d+)?|" + _NUMBER_WORD.pattern + r")\s*\w{0,10}\s*", gold, re.I):
         return "number"
-    if _PERSON.search(gold) or (len(gold.split()) <= 3 and _NAME.fullmatch(gold.split()[0] if gold.split() else "")):
+    if _PERSON.search(gold):
         return "person"
     if re.search(r"\b(in|at|to|from)\s+[A-Z]", gold):
         return "place"
@@ -83,38 +114,125 @@ def _pick(options, key: str) -> str:
     return options[int(hashlib.sha1(key.encode()).hexdigest(), 16) % len(options)]
 
 
-def _wrong(gold: str, key: str) -> str:
-    """The gold with its specifics changed; a specific unrelated answer where it has none."""
+def _case(word: str, like: str) -> str:
+    return word.capitalize() if like[:1].isupper() else word
+
+
+def _shift_dates(gold: str) -> str:
     changed = _YEAR.sub(lambda m: str(int(m.group(0)) - 3), gold)
     changed = _MONTH.sub(lambda m: _MONTHS[(next(i for i, x in enumerate(_MONTHS) if x.lower().startswith(
         m.group(0).lower()[:3])) + 5) % 12], changed)
     changed = _DAY.sub(
         lambda m: _DAYS[(next(i for i, x in enumerate(_DAYS) if x.lower() == m.group(0).lower()) + 3) % 7], changed)
+    return re.sub(r"(周|星期)([一二三四五六日])", lambda m: m.group(1)
+                  + _ZH_DAYS[(_ZH_DAYS.index(m.group(2)) + 3) % 7], changed)
+
+
+def _shift_numbers(gold: str) -> str:
+    changed = _NUMBER.sub(lambda m: (f"{int(m.group(0).replace(',', '')) + 7:,}" if "," in m.group(0)
+                                     else str(int(m.group(0)) + 7)), gold)
     if changed == gold:
-        changed = _NUMBER.sub(lambda m: str(int(m.group(0)) + 7), gold)
+        changed = _NUMBER_WORD.sub(lambda m: _case(_TIMES.get(m.group(0).lower()) or _NUMBER_WORDS[
+            (_NUMBER_WORDS.index(m.group(0).lower()) + 4) % len(_NUMBER_WORDS) or 5], m.group(0)), gold)
+    return changed
+
+
+def _swap_person(gold: str, key: str) -> str:
+    changed = re.sub(r"\b(" + "|".join(_KIN) + r")\b", lambda m: _case(_KIN[m.group(0).lower()], m.group(0)), gold,
+                     count=1, flags=re.I)
     if changed == gold:
-        changed = re.sub(r"(周|星期)([一二三四五六日])", lambda m: m.group(1)
-                         + _ZH_DAYS[(_ZH_DAYS.index(m.group(2)) + 3) % 7], gold)
+        changed = re.sub("|".join(_ZH_KIN), lambda m: _ZH_KIN[m.group(0)], gold, count=1)
     if changed == gold:
         names = [n for n in _NAME.findall(gold) if n.lower() not in _NOT_NAMES]
         if names:
             other = _pick([n for n in _OTHER_NAMES if n not in names], key)
-            changed = re.sub(rf"\b{re.escape(names[0])}\b", other, gold)
-    if changed == gold:
-        changed = "一家在苏州新开的面包店" if _ZH.search(gold) else _pick(
-            ["a pottery class in Denver", "the red bicycle from the flea market", "a trip to Lisbon in 2019"], key)
+            changed = re.sub(rf"\b{re.escape(names[0])}\b", other, gold, count=1)
     return changed
 
 
+def _swap_place(gold: str, key: str) -> str:
+    m = re.search(r"\b(in|at|to|from)\s+((?:[A-Z][\w'-]*\s?)+)", gold)
+    if m is None:
+        return gold
+    other = _pick([p for p in _OTHER_PLACES if p not in gold], key)
+    return gold[:m.start(2)] + other + (" " if m.group(2).endswith(" ") else "") + gold[m.end(2):]
+
+
+def _wrong(gold: str, kind: str, key: str) -> str:
+    """The gold with the value the question asks for changed, and only that: another date, count, person or
+    place; a yes for a no; where the gold has no such value to change, a specific answer of the same kind
+    sharing none of its words."""
+    if (m := _YES_NO.match(gold)) is not None:
+        flip = "no" if m.group(2).lower() == "yes" else "yes"
+        return gold[:m.start(2)] + _case(flip, m.group(2)) + gold[m.end(2):]
+    changed = {"date": _shift_dates, "number": _shift_numbers}.get(kind, lambda g: g)(gold)
+    if kind == "person":
+        changed = _swap_person(gold, key)
+    elif kind == "place":
+        changed = _swap_place(gold, key)
+    if changed != gold:
+        return changed
+    if _ZH.search(gold):
+        return {"date": "2019年3月14日", "number": "17", "person": "楼下的邻居老陈", "place": "苏州的一家面包店"}.get(
+            kind, "一家在苏州新开的面包店")
+    words = {w.lower() for w in re.findall(r"\w+", gold)}
+    unrelated = [u for u in _UNRELATED if not words & {w.lower() for w in re.findall(r"\w+", u)} - _NOT_NAMES]
+    return {"date": "on 14 March 2019", "number": "17", "person": f"her neighbour {_pick(_OTHER_NAMES, key)}",
+            "place": f"in {_pick(_OTHER_PLACES, key)}"}.get(kind) or _pick(unrelated or _UNRELATED, key)
+
+
+_LIST_SEP = re.compile(r",(?!\d)\s*(?:(?:and|or)\s+)?|\s+(?:and|or)\s+|、|和|或")
+
+
+def _reorder_list(gold: str) -> str:
+    """A list of short items in reverse order, its last connector kept ("and" / "or"); clauses, dates and yes-or-no
+    answers are no lists."""
+    parts = [p.strip() for p in _LIST_SEP.split(gold) if p.strip()]
+    if len(parts) < 2 or _YES_NO.match(gold) or any(len(p.split()) > 4 or re.search(r"\d", p) for p in parts):
+        return gold
+    either = bool(re.search(r"\bor\b|或", gold))
+    sep, last = ("、", "或" if either else "和") if _ZH.search(gold) else (", ", " or " if either else " and ")
+    rev = parts[::-1]
+    return sep.join(rev[:-1]) + last + rev[-1]
+
+
+def _reword(gold: str) -> str:
+    """The gold reworded by a rule that keeps its meaning (another date format, a number in words or digits,
+    a list in another order, yes or no said in full); the gold itself where no rule applies."""
+    out = re.sub(r"\b(\d{1,2}) (" + "|".join(_MONTHS) + r"),? ((?:19|20)\d{2})\b", r"\2 \1, \3", gold)
+    if out == gold:
+        out = re.sub(r"\b(" + "|".join(_MONTHS) + r") (\d{1,2}),? ((?:19|20)\d{2})\b", r"\2 \1 \3", gold)
+    if out == gold:
+        out = re.sub(r"\b(?<![\d.,])(\d|1[0-2])(?![\d.,:])\b", lambda m: _NUMBER_WORDS[int(m.group(0))], gold)
+    if out == gold:
+        out = re.sub(r"\b(" + "|".join(_NUMBER_WORDS[1:]) + r")\b(?!-)",
+                     lambda m: str(_NUMBER_WORDS.index(m.group(0).lower())), gold, flags=re.I)
+    if out == gold:
+        out = re.sub(r"(?<!\d)([1-9])(?=[个次年月天岁只本])", lambda m: _ZH_NUMERALS[int(m.group(1))], gold)
+    if out == gold:
+        out = _reorder_list(gold)
+    if out == gold and (m := _YES_NO.match(gold)) is not None and not m.group(1) and not gold[m.end():].strip(" ,.;"):
+        out = "Yes, that's right" if m.group(2).lower() == "yes" else "No, that's not the case"
+    return out
+
+
 def probes(item: QAItem, gold: str) -> dict[str, str]:
-    """The three probe answers of a question, from its gold (`gold_text`), deterministic per question."""
+    """The probe answers of a question, from its gold (`gold_text`) and what its question asks for,
+    deterministic per question: `vague` (the asked kind, no specifics; none where the gold is itself vague),
+    `wrong` (the asked value changed) and `paraphrase` (the gold reworded by a meaning-keeping rule, framed as
+    a reply; none where no rule applies: a verbatim copy tests nothing)."""
     key = f"{item.qid}|{item.question}|{gold}"
     text = gold.strip().rstrip("。.")
     zh = bool(_ZH.search(text))
-    kind = answer_type(text)
+    kind = answer_type(text, item.question)
+    out = {}
     vague = _pick((_VAGUE_ZH if zh else _VAGUE)[kind], key)
-    paraphrase = f"我记得是{text}。" if zh else f"As far as I remember, {text}."
-    return {"vague": vague, "wrong": _wrong(text, key), "paraphrase": paraphrase}
+    if not any(v.lower() in text.lower() for options in (_VAGUE_ZH if zh else _VAGUE).values() for v in options):
+        out["vague"] = vague
+    out["wrong"] = _wrong(text, kind, key)
+    if (reworded := _reword(text)) != text:
+        out["paraphrase"] = f"我记得是{reworded}。" if zh else f"As far as I remember, {reworded}."
+    return out
 
 
 def row_fields(verdicts: dict[str, float | None]) -> dict[str, float]:
