@@ -34,7 +34,13 @@ CASES = [
     ("How often did he go?", "Twice", "Three times", None),
     ("Who visited her?", "Caroline", None, None),
     ("Who visited her?", "her sister", "her brother", None),
-    ("Where did they go?", "Rome", "in ", None),
+    ("Where did they go?", "Rome", None, None),
+    ("Where are they going?", "a new city", "nowhere, they stayed at home", None),  # no place named: none allowed
+    ("Who came with her?", "her friends from church", "no one, they did it alone", None),
+    ("Who is his favourite player?", "LeBron James", None, None),  # the whole name replaced
+    ("When did she get it?", "A few years ago", "A few weeks ago", None),
+    ("What game is he playing?", "Cyberpunk 2077", None, None),  # a title, not a date
+    ("What does she think of it?", "she thinks he will be an awesome dad", None, None),
     ("Where did they go?", "to Paris", "to ", None),
     ("Would he like it?", "Likely no", "Likely yes", None),
     ("Is he vegetarian?", "No", "Yes", "No, that's not the case"),
@@ -47,6 +53,18 @@ CASES = [
     ("When did he win?", "the week before 21 January, 2022", "the week before 21 June, 2019",
      "the week before January 21, 2022"),  # a date's comma is no list
     ("Why turtles?", "They make him feel calm and don't require much looking after", None, None),  # clauses: kept
+    ("What lighting?", "red and purple lighting", None, None),  # a shared word: no list
+    ("What does she love?", "Love for writing and reading", None, None),
+    ("What book?", '"Harry Potter and the Philosopher\'s Stone"', None, None),  # a title
+    ("What does he find rewarding?", "Seeing their growth, improvement, and confidence", None, None),  # a shared head
+    ("Is she religious?", "Somewhat, but not extremely religious", None, None),
+    ("What did they do?", "explored nature, roasted marshmallows, and went on a hike", None,
+     "went on a hike, roasted marshmallows and explored nature"),
+    ("What does she want?", "creating a family for kids who need one", None, None),  # "one", a pronoun
+    ("How long?", "married for 5 years", "married for 12 years", "married for five years"),
+    ("What console?", 'A Switch, since "Xenoblade 2" is made for it', None, None),  # a title's number
+    ("Where?", "Edinburgh, Scotland", None, None),  # one place
+    ("What did he gain?", "More energy, gains in strength and endurance", None, None),
 ]
 
 
@@ -56,7 +74,7 @@ def test_each_probe_is_what_its_name_says(question, gold, wrong, paraphrase):
     a vague probe has no specifics."""
     p = js.probes(QAItem(question, gold, qid="q1"), gold)
     assert p == js.probes(QAItem(question, gold, qid="q1"), gold)  # deterministic
-    assert p["wrong"] != gold and p["vague"] != gold and not re.search(r"\d", p["vague"])
+    assert p["wrong"] != gold and p.get("vague") != gold and not re.search(r"\d", p.get("vague", ""))
     if wrong is not None:
         assert p["wrong"].startswith(wrong), p
     else:  # a specific answer of the kind asked, sharing no word with the gold
@@ -67,6 +85,13 @@ def test_each_probe_is_what_its_name_says(question, gold, wrong, paraphrase):
     else:
         assert p["paraphrase"] in (f"As far as I remember, {paraphrase}.", f"我记得是{paraphrase}。")
         assert p["paraphrase"] not in (f"As far as I remember, {gold}.", f"我记得是{gold}。")
+
+
+@pytest.mark.parametrize("question, vague", [("What kind of art does Caroline make?", "some kind of art"),
+                                             ("Which book is Jon reading?", "a certain book"),
+                                             ("What instruments does Tim play?", "some instruments")])
+def test_a_vague_probe_stays_on_the_questions_topic(question, vague):
+    assert js.probes(QAItem(question, "abstract art", qid="q1"), "abstract art")["vague"] == vague
 
 
 def test_a_gold_that_is_itself_vague_gets_no_vague_probe():

@@ -1,7 +1,7 @@
 """The judge's own errors, measured on every judged cell (`judge: {stress: true}`, the default): beside each judged
 answer, three probes built by rule from the question's gold go to the same judge with the same prompt:
 - **vague but wrong**: the kind of answer the question asks for with no specifics ("sometime last year", "a family
-  member", "a few");
+  member", "a few"; "some kind of art" for "What kind of art does she make?");
 - **wrong specific**: the gold with the value the question asks for changed, and only that (another year, month,
   weekday or count, another relative, name or place, yes for no), or a specific answer of that kind sharing none
   of the gold's words where the gold has no such value;
@@ -67,10 +67,13 @@ _NOT_NAMES = {"no", "yes", "the", "a", "an", "i", "it", "he", "she", "they", "we
               "on", "in", "at", "to", "from", "and", "or", "not", "because", "when", "after", "before"}
 _ZH_DAYS = "一二三四五六日"
 _ZH_NUMERALS = "零一二三四五六七八九十"
-_VAGUE = {"date": ("sometime last year", "a while ago"), "number": ("a few", "several"),
+_VAGUE = {"yesno": ("possibly", "in some ways"), "date": ("sometime last year", "a while ago"),
+          "number": ("a few", "several"), "reason": ("for personal reasons", "because of something in their life"),
+          "manner": ("in a way that mattered to them", "it went the way these things go"),
           "person": ("a family member", "someone they know"), "place": ("somewhere nearby", "a place they like"),
           "other": ("something related to their interests", "it had to do with their plans")}
-_VAGUE_ZH = {"date": ("去年某个时候", "之前某一天"), "number": ("几个", "好几次"),
+_VAGUE_ZH = {"yesno": ("也许吧", "某种程度上"), "reason": ("出于个人原因",), "manner": ("就是那样",),
+             "date": ("去年某个时候", "之前某一天"), "number": ("几个", "好几次"),
              "person": ("一位家人", "一个认识的人"), "place": ("附近某个地方",),
              "other": ("和兴趣有关的事情", "跟计划有关的东西")}
 _UNRELATED = ["a pottery class in Denver", "the red bicycle from the flea market", "a trip to Lisbon in 2019",
@@ -80,18 +83,26 @@ _ASKS = [(re.compile(r"^\s*(when|what (year|month|day|date|time)|which (year|mon
           "date"),
          (re.compile(r"^\s*how (many|much|often|long|old|far)\b", re.I), "number"),
          (re.compile(r"^\s*(who|whom|whose|with whom)\b", re.I), "person"),
-         (re.compile(r"^\s*where\b", re.I), "place")]
+         (re.compile(r"^\s*why\b", re.I), "reason"), (re.compile(r"^\s*how\b", re.I), "manner"),
+         (re.compile(r"^\s*(where\b|(which|what) (countr(y|ies)|city|cities|states?|towns?|areas?|places?|islands?|"
+                     r"regions?)\b)", re.I), "place")]
 _ASKS_ZH = [(re.compile(r"什么时候|哪天|哪一天|几月|哪年|几号|星期几|周几"), "date"),
             (re.compile(r"几个|多少|几次|多久|多长"), "number"), (re.compile(r"谁"), "person"),
             (re.compile(r"哪里|哪儿|在哪"), "place")]
 
 
 def answer_type(gold: str, question: str = "") -> str:
-    """date, number, person, place or other: what kind of answer the question asks for, by its wh-word, else
-    what kind of answer the gold is, by rule."""
+    """yesno, date, number, person, place, reason, manner or other: what kind of answer the question asks
+    for, by its wh-word; where it says nothing, a yes or no, a date or a count when that is all the gold is,
+    else other; with no question, what kind of answer the gold is, by rule."""
+    if _YES_NO.match(gold.strip()):
+        return "yesno"
     for pattern, kind in _ASKS_ZH if _ZH.search(question) else _ASKS:
         if question and pattern.search(question):
             return kind
+    if question.strip():
+        kind = answer_type(gold)
+        return kind if kind in ("date", "number") and _only(gold, kind) else "other"
     if _ZH.search(gold):
         if _ZH_DATE.search(gold):
             return "date"
@@ -108,6 +119,20 @@ def answer_type(gold: str, question: str = "") -> str:
     if re.search(r"\b(in|at|to|from)\s+[A-Z]", gold):
         return "place"
     return "other"
+
+
+_DATE_WORDS = re.compile(r"\b(the|a|an|of|on|in|at|around|about|early|late|mid|week|weekend|day|month|year|weeks|"
+                         r"days|months|years|before|after|last|next|ago|few|\d+(st|nd|rd|th)?)\b|[,.]", re.I)
+
+
+def _only(gold: str, kind: str) -> bool:
+    """Whether the gold is a date (a count) and nothing more: "The Friday before 15 July 2023", not "Cyberpunk
+    2077"."""
+    rest = _DATE_WORDS.sub(" ", _DAY.sub(" ", _MONTH.sub(" ", _YEAR.sub(" ", gold))))
+    if kind == "number":
+        rest = _NUMBER_WORD.sub(" ", _NUMBER.sub(" ", rest))
+        return len(rest.split()) <= 2
+    return not rest.split()
 
 
 def _pick(options, key: str) -> str:
@@ -143,18 +168,21 @@ def _swap_person(gold: str, key: str) -> str:
     if changed == gold:
         changed = re.sub("|".join(_ZH_KIN), lambda m: _ZH_KIN[m.group(0)], gold, count=1)
     if changed == gold:
-        names = [n for n in _NAME.findall(gold) if n.lower() not in _NOT_NAMES]
-        if names:
-            other = _pick([n for n in _OTHER_NAMES if n not in names], key)
-            changed = re.sub(rf"\b{re.escape(names[0])}\b", other, gold, count=1)
+        names = [m for m in re.finditer(r"\b[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*)*", gold)
+                 if m.group(0).lower() not in _NOT_NAMES]
+        if names:  # the whole name, first and last: "LeBron James" becomes "Kwame", not "LeBron Kwame"
+            other = _pick([n for n in _OTHER_NAMES if n not in gold], key)
+            changed = gold[:names[0].start()] + other + gold[names[0].end():]
     return changed
 
 
 def _swap_place(gold: str, key: str) -> str:
+    other = _pick([p for p in _OTHER_PLACES if p not in gold], key)
+    if re.fullmatch(r"(?:the\s+)?[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*)*", gold):  # a place's name alone: another
+        return other
     m = re.search(r"\b(in|at|to|from)\s+((?:[A-Z][\w'-]*\s?)+)", gold)
     if m is None:
         return gold
-    other = _pick([p for p in _OTHER_PLACES if p not in gold], key)
     return gold[:m.start(2)] + other + (" " if m.group(2).endswith(" ") else "") + gold[m.end(2):]
 
 
@@ -162,10 +190,14 @@ def _wrong(gold: str, kind: str, key: str) -> str:
     """The gold with the value the question asks for changed, and only that: another date, count, person or
     place; a yes for a no; where the gold has no such value to change, a specific answer of the same kind
     sharing none of its words."""
-    if (m := _YES_NO.match(gold)) is not None:
+    if kind == "yesno" and (m := _YES_NO.match(gold)) is not None:
         flip = "no" if m.group(2).lower() == "yes" else "yes"
         return gold[:m.start(2)] + _case(flip, m.group(2)) + gold[m.end(2):]
     changed = {"date": _shift_dates, "number": _shift_numbers}.get(kind, lambda g: g)(gold)
+    if kind == "date" and changed == gold:  # a relative date: another unit ("a few years ago" -> "a few weeks ago")
+        changed = re.sub(r"\b(year|month|week|day)(s?)\b", lambda m: {"year": "week", "month": "day", "week": "year",
+                                                                    "day": "month"}[m.group(1).lower()] + m.group(2),
+                         gold, count=1, flags=re.I)
     if kind == "person":
         changed = _swap_person(gold, key)
     elif kind == "place":
@@ -177,23 +209,50 @@ def _wrong(gold: str, kind: str, key: str) -> str:
             kind, "一家在苏州新开的面包店")
     words = {w.lower() for w in re.findall(r"\w+", gold)}
     unrelated = [u for u in _UNRELATED if not words & {w.lower() for w in re.findall(r"\w+", u)} - _NOT_NAMES]
-    return {"date": "on 14 March 2019", "number": "17", "person": f"her neighbour {_pick(_OTHER_NAMES, key)}",
-            "place": f"in {_pick(_OTHER_PLACES, key)}"}.get(kind) or _pick(unrelated or _UNRELATED, key)
+    # where the gold names no one and no place ("her friends", "a new city"), a claim no such gold allows
+    return {"date": "on 14 March 2019", "number": "17", "person": "no one, they did it alone",
+            "place": "nowhere, they stayed at home" if "home" not in words else "nowhere, they stayed in"
+            }.get(kind) or _pick(unrelated or _UNRELATED, key)
 
 
-_LIST_SEP = re.compile(r",(?!\d)\s*(?:(?:and|or)\s+)?|\s+(?:and|or)\s+|、|和|或")
+_REGIONS = {"Scotland", "England", "Wales", "Ireland", "UK", "USA", "US", "France", "Spain", "Italy", "Germany",
+            "Sweden", "Canada", "Mexico", "Japan", "China", "India", "Australia", "Brazil", "California", "Florida",
+            "Texas", "Oregon", "Washington", "New York"}
+_COMMA_LIST = re.compile(r",(?!\d)\s*(?:(?:and|or)\s+)?|、")
+_PAIR = re.compile(r"\s+(?:and|or)\s+|和|或")
+# an item that begins with one of these leans on the others ("but not ...", "with natural light", "her mentors")
+_LEANS = re.compile(r"^(but|with|by|to|for|and|or|so|because|she|he|they|it|his|her|their|its|the girl)\b", re.I)
 
 
 def _reorder_list(gold: str) -> str:
-    """A list of short items in reverse order, its last connector kept ("and" / "or"); clauses, dates and yes-or-no
-    answers are no lists."""
-    parts = [p.strip() for p in _LIST_SEP.split(gold) if p.strip()]
-    if len(parts) < 2 or _YES_NO.match(gold) or any(len(p.split()) > 4 or re.search(r"\d", p) for p in parts):
+    """A list of short items in reverse order, its last connector kept ("and" / "or"): items separated by commas,
+    or two single words joined by "and" / "or" ("drama and romance"; "red and purple lighting" shares a word and
+    is left alone); clauses, dates, quoted titles and items whose head the others share are no lists."""
+    if "," in gold or "、" in gold:
+        parts = [p.strip() for p in _COMMA_LIST.split(gold) if p.strip()]
+        tail = [p.strip() for p in _PAIR.split(parts[-1], maxsplit=1)] if parts else []
+        if len(tail) == 2 and len(tail[1].split()) <= len(tail[0].split()) <= 2:  # "a, b and c"
+            parts = parts[:-1] + tail
+        if len(parts) == 2 and parts[1].rstrip(".") in _REGIONS:  # "Edinburgh, Scotland" is one place
+            return gold
+    else:
+        parts = [p.strip() for p in _PAIR.split(gold) if p.strip()]
+        if any(len(p.split()) > 1 for p in parts):
+            return gold
+    if (len(parts) < 2 or _YES_NO.match(gold) or " - " in gold or any(_PAIR.search(p) for p in parts)
+            or any(len(p.split()) > 4 or re.search(r"\d", p) or p.count('"') % 2 or _LEANS.match(p) for p in parts)
+            or (len(parts[0].split()) > 1 and all(len(p.split()) == 1 for p in parts[1:]))):
         return gold
     either = bool(re.search(r"\bor\b|或", gold))
     sep, last = ("、", "或" if either else "和") if _ZH.search(gold) else (", ", " or " if either else " and ")
     rev = parts[::-1]
     return sep.join(rev[:-1]) + last + rev[-1]
+
+
+def _titled(gold: str, at: int) -> bool:
+    """Whether the number at `at` belongs to a name or a title ("Xenoblade 2", "Game 7")."""
+    before = [w.strip("\"'“(") for w in gold[:at].split()]
+    return bool(before) and before[-1][:1].isupper() and before[-1] not in _MONTHS
 
 
 def _reword(gold: str) -> str:
@@ -203,9 +262,10 @@ def _reword(gold: str) -> str:
     if out == gold:
         out = re.sub(r"\b(" + "|".join(_MONTHS) + r") (\d{1,2}),? ((?:19|20)\d{2})\b", r"\2 \1 \3", gold)
     if out == gold:
-        out = re.sub(r"\b(?<![\d.,])(\d|1[0-2])(?![\d.,:])\b", lambda m: _NUMBER_WORDS[int(m.group(0))], gold)
+        out = re.sub(r"(?<![\d.,`'-])\b(\d|1[0-2])\b(?![\d.,:`'-])(?!\s+(?:" + "|".join(_MONTHS) + "))",
+                     lambda m: m.group(0) if _titled(gold, m.start()) else _NUMBER_WORDS[int(m.group(0))], gold)
     if out == gold:
-        out = re.sub(r"\b(" + "|".join(_NUMBER_WORDS[1:]) + r")\b(?!-)",
+        out = re.sub(r"\b(" + "|".join(_NUMBER_WORDS[2:]) + r")\b(?!-)",  # not "one": often a pronoun
                      lambda m: str(_NUMBER_WORDS.index(m.group(0).lower())), gold, flags=re.I)
     if out == gold:
         out = re.sub(r"(?<!\d)([1-9])(?=[个次年月天岁只本])", lambda m: _ZH_NUMERALS[int(m.group(1))], gold)
@@ -214,6 +274,23 @@ def _reword(gold: str) -> str:
     if out == gold and (m := _YES_NO.match(gold)) is not None and not m.group(1) and not gold[m.end():].strip(" ,.;"):
         out = "Yes, that's right" if m.group(2).lower() == "yes" else "No, that's not the case"
     return out
+
+
+_KIND_OF = re.compile(r"^\s*(?:what|which)\s+(kind|type|sort)s?\s+of\s+([a-z-]+(?:\s+[a-z-]+)?)\s+"
+                      r"(?:did|does|do|is|was|has|have|are|were|can|would|could)\b", re.I)
+_WHAT_NOUN = re.compile(r"^\s*(?:what|which)\s+([a-z-]+)\s+(?:did|does|do|is|was|has|have|are|were|can|would)\b", re.I)
+
+
+def _topical(question: str) -> str | None:
+    """A vague answer on the question's own topic, naming nothing specific: "What kind of art does she make?" ->
+    "some kind of art"; "Which book is he reading?" -> "a certain book"."""
+    if (m := _KIND_OF.match(question)) is not None:
+        return f"some {m.group(1).lower()} of {m.group(2).lower()}"
+    if (m := _WHAT_NOUN.match(question)) is not None and m.group(1).lower() not in {"is", "was", "did", "does"}:
+        noun = m.group(1).lower()
+        plural = (noun.endswith("s") and not noun.endswith("ss")) or noun in {"people", "children", "men", "women"}
+        return f"some {noun}" if plural else f"a certain {noun}"
+    return None
 
 
 def probes(item: QAItem, gold: str) -> dict[str, str]:
@@ -226,7 +303,8 @@ def probes(item: QAItem, gold: str) -> dict[str, str]:
     zh = bool(_ZH.search(text))
     kind = answer_type(text, item.question)
     out = {}
-    vague = _pick((_VAGUE_ZH if zh else _VAGUE)[kind], key)
+    vague = (None if zh or kind != "other" else _topical(item.question)) or _pick((_VAGUE_ZH if zh else _VAGUE)[kind],
+                                                                                   key)
     if not any(v.lower() in text.lower() for options in (_VAGUE_ZH if zh else _VAGUE).values() for v in options):
         out["vague"] = vague
     out["wrong"] = _wrong(text, kind, key)
