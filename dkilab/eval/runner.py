@@ -139,10 +139,7 @@ def run_experiment(cfg: ExperimentConfig, *, data_dir=None, uri: str | None = No
     check_thresholds(cfg, cells, data_dir, config_path or "<config>", echo if main else (lambda _: None))
     uri = tracking_uri(uri)
     if main:
-        if uri.startswith(("http://", "https://")):  # one line within seconds, not minutes of retries
-
-            check_server(uri)
-        runstate.open_store(uri)
+        _open_store(uri)
     else:
         mlflow.set_tracking_uri(uri)
     with runstate.store_lock(uri, cfg.name, echo) if main else nullcontext():
@@ -171,12 +168,16 @@ def open_parent(cfg: ExperimentConfig, uri: str | None = None, config_path: str 
     driver's read-back ends it. -> its run id."""
     cells = check_config(cfg, config_path or "<config>")
     uri = tracking_uri(uri)
-    if uri.startswith(("http://", "https://")):
-        check_server(uri)
-    runstate.open_store(uri)
+    _open_store(uri)
     with runstate.store_lock(uri, cfg.name, print):
         _ensure_experiment(cfg, uri)
     return _start_parent(cfg, cells, config_path, False).info.run_id
+
+
+def _open_store(uri: str) -> None:
+    if uri.startswith(("http://", "https://")):  # one line within seconds, not minutes of retries
+        check_server(uri)
+    runstate.open_store(uri)
 
 
 def _start_parent(cfg, cells, config_path, rescore_all: bool):

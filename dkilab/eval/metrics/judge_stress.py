@@ -51,7 +51,7 @@ _TIMES = {"once": "twice", "twice": "three times", "thrice": "once"}
 _NUMBER_WORD = re.compile(r"\b(" + "|".join(_NUMBER_WORDS[1:] + list(_TIMES)) + r")\b", re.I)
 _ZH = re.compile(r"[\u4e00-\u9fff]")
 _ZH_DATE = re.compile(r"\d+\s*[年月日号]|[上下这]个?(?:月|周|星期)|去年|今年|明年|昨天|前天|周[一二三四五六日天]|星期")
-_NAME = re.compile(r"\b[A-Z][a-z]+\b")
+_PROPER = re.compile(r"\b[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*)*")  # a name, every capitalised word of it
 _PERSON = re.compile(r"\b(mother|mom|father|dad|sister|brother|friend|wife|husband|son|daughter|aunt|uncle|"
                      r"grand\w+|cousin|colleague|boss|neighbou?r|partner|kids?|children)\b", re.I)
 _KIN = {"mother": "father", "mom": "dad", "father": "mother", "dad": "mom", "sister": "brother",
@@ -168,7 +168,7 @@ def _swap_person(gold: str, key: str) -> str:
     if changed == gold:
         changed = re.sub("|".join(_ZH_KIN), lambda m: _ZH_KIN[m.group(0)], gold, count=1)
     if changed == gold:
-        names = [m for m in re.finditer(r"\b[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*)*", gold)
+        names = [m for m in _PROPER.finditer(gold)
                  if m.group(0).lower() not in _NOT_NAMES]
         if names:  # the whole name, first and last: "LeBron James" becomes "Kwame", not "LeBron Kwame"
             other = _pick([n for n in _OTHER_NAMES if n not in gold], key)
@@ -178,7 +178,7 @@ def _swap_person(gold: str, key: str) -> str:
 
 def _swap_place(gold: str, key: str) -> str:
     other = _pick([p for p in _OTHER_PLACES if p not in gold], key)
-    if re.fullmatch(r"(?:the\s+)?[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*)*", gold):  # a place's name alone: another
+    if _PROPER.fullmatch(re.sub(r"^the\s+", "", gold)):  # a place's name alone: another
         return other
     m = re.search(r"\b(in|at|to|from)\s+((?:[A-Z][\w'-]*\s?)+)", gold)
     if m is None:
