@@ -1,7 +1,8 @@
 """The judge's own errors, measured on every judged cell (`judge: {stress: true}`, the default): beside each judged
 answer, three probes built by rule from the question's gold go to the same judge with the same prompt:
 - **vague but wrong**: the kind of answer the question asks for with no specifics ("sometime last year", "a family
-  member", "a few"; "some kind of art" for "What kind of art does she make?");
+  member", "a few"; on the question's topic where it can be: "some kind of art" for "What kind of art does she
+  make?", "sometime in 2023" for "7 May 2023");
 - **wrong specific**: the gold with the value the question asks for changed, and only that (another year, month,
   weekday or count, another relative, name or place, yes for no), or a specific answer of that kind sharing none
   of the gold's words where the gold has no such value;
@@ -76,8 +77,15 @@ _VAGUE_ZH = {"yesno": ("也许吧", "某种程度上"), "reason": ("出于个人
              "date": ("去年某个时候", "之前某一天"), "number": ("几个", "好几次"),
              "person": ("一位家人", "一个认识的人"), "place": ("附近某个地方",),
              "other": ("和兴趣有关的事情", "跟计划有关的东西")}
-_UNRELATED = ["a pottery class in Denver", "the red bicycle from the flea market", "a trip to Lisbon in 2019",
-              "a violin recital at the harbour hall", "a cookbook about Peruvian soups"]
+# specific answers for questions whose gold has no value to change, each with the topics it would touch: one is
+# offered only where its topic is not the question's or the gold's (no violin for "an instrument")
+_UNRELATED = {"a pottery class in Denver": r"art|paint|draw|pott|craft|class|course|workshop|bowl|ceramic|make|made",
+              "the red bicycle from the flea market": r"bike|bicycl|cycl|ride|market|shop|buy|bought|color|colour|red",
+              "a trip to Lisbon in 2019": r"trip|travel|visit|city|cities|countr|place|vacation|holiday|tour|when",
+              "a violin recital at the harbour hall": r"music|musician|instrument|violin|concert|song|band|play|"
+                                                      r"perform|event|show",
+              "a cookbook about Peruvian soups": r"book|read|author|cook|food|recipe|soup|dish|meal|eat|ingredient|"
+                                                r"spice|bake|dessert"}
 # what the question asks for, by its wh-word (the gold's own form decides where the question says nothing)
 _ASKS = [(re.compile(r"^\s*(when|what (year|month|day|date|time)|which (year|month|day)|how long ago)\b", re.I),
           "date"),
@@ -186,10 +194,10 @@ def _swap_place(gold: str, key: str) -> str:
     return gold[:m.start(2)] + other + (" " if m.group(2).endswith(" ") else "") + gold[m.end(2):]
 
 
-def _wrong(gold: str, kind: str, key: str) -> str:
+def _wrong(gold: str, kind: str, key: str, question: str = "") -> str:
     """The gold with the value the question asks for changed, and only that: another date, count, person or
-    place; a yes for a no; where the gold has no such value to change, a specific answer of the same kind
-    sharing none of its words."""
+    place; a yes for a no; where the gold has no such value to change, a specific answer sharing none of its
+    words and off the question's topic."""
     if kind == "yesno" and (m := _YES_NO.match(gold)) is not None:
         flip = "no" if m.group(2).lower() == "yes" else "yes"
         return gold[:m.start(2)] + _case(flip, m.group(2)) + gold[m.end(2):]
@@ -208,11 +216,12 @@ def _wrong(gold: str, kind: str, key: str) -> str:
         return {"date": "2019年3月14日", "number": "17", "person": "楼下的邻居老陈", "place": "苏州的一家面包店"}.get(
             kind, "一家在苏州新开的面包店")
     words = {w.lower() for w in re.findall(r"\w+", gold)}
-    unrelated = [u for u in _UNRELATED if not words & {w.lower() for w in re.findall(r"\w+", u)} - _NOT_NAMES]
+    unrelated = [u for u, topic in _UNRELATED.items() if not re.search(topic, f"{question} {gold}", re.I)
+                 and not words & {w.lower() for w in re.findall(r"\w+", u)} - _NOT_NAMES]
     # where the gold names no one and no place ("her friends", "a new city"), a claim no such gold allows
     return {"date": "on 14 March 2019", "number": "17", "person": "no one, they did it alone",
             "place": "nowhere, they stayed at home" if "home" not in words else "nowhere, they stayed in"
-            }.get(kind) or _pick(unrelated or _UNRELATED, key)
+            }.get(kind) or _pick(unrelated or list(_UNRELATED), key)
 
 
 _REGIONS = {"Scotland", "England", "Wales", "Ireland", "UK", "USA", "US", "France", "Spain", "Italy", "Germany",
@@ -293,6 +302,19 @@ def _topical(question: str) -> str | None:
     return None
 
 
+_MONTH_ANY = re.compile("|".join(_MONTHS), re.I)  # "3June, 2022" too
+
+
+def _vague_date(gold: str) -> str | None:
+    """A date gold's year alone, where the gold says more (a month or a day): "7 May 2023" -> "sometime in 2023",
+    the audit's vague-but-topical kind; "a while ago" for a bare year, which the year would repeat and "last
+    year" could match (2022 asked in 2023); none without a year."""
+    years = {m.group(0) for m in _YEAR.finditer(gold)}
+    if len(years) == 1 and (_MONTH_ANY.search(gold) or _DAY.search(gold)):
+        return f"sometime in {years.pop()}"
+    return "a while ago" if years else None
+
+
 def probes(item: QAItem, gold: str) -> dict[str, str]:
     """The probe answers of a question, from its gold (`gold_text`) and what its question asks for,
     deterministic per question: `vague` (the asked kind, no specifics; none where the gold is itself vague),
@@ -303,11 +325,11 @@ def probes(item: QAItem, gold: str) -> dict[str, str]:
     zh = bool(_ZH.search(text))
     kind = answer_type(text, item.question)
     out = {}
-    vague = (None if zh or kind != "other" else _topical(item.question)) or _pick((_VAGUE_ZH if zh else _VAGUE)[kind],
-                                                                                   key)
+    vague = (None if zh else _topical(item.question) if kind == "other" else _vague_date(text) if kind == "date"
+             else None) or _pick((_VAGUE_ZH if zh else _VAGUE)[kind], key)
     if not any(v.lower() in text.lower() for options in (_VAGUE_ZH if zh else _VAGUE).values() for v in options):
         out["vague"] = vague
-    out["wrong"] = _wrong(text, kind, key)
+    out["wrong"] = _wrong(text, kind, key, item.question)
     if (reworded := _reword(text)) != text:
         out["paraphrase"] = f"我记得是{reworded}。" if zh else f"As far as I remember, {reworded}."
     return out
