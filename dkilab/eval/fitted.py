@@ -30,7 +30,8 @@ Cell = Any  # dkilab.eval.experiment.Cell (which imports this module)
 SEARCHING = ("recall_agent", "semantic_pointer", "peer_engram", "peer_bm25")  # search the store, not through recall
 # conversations (users, dialogues) of each registered dataset, in loader order: a split is a half of the
 # first `limit` of them (dkilab.eval.cell._questions)
-SIZES = {"locomo": 10, "memdaily": 3000, "madial_bench_en": 160, "madial_bench_zh": 160, "worksessions": WORK_USERS}
+SIZES = {"locomo": 10, "locomo_sessions": 10, "memdaily": 3000,
+         "madial_bench_en": 160, "madial_bench_zh": 160, "worksessions": WORK_USERS}
 
 
 # the conversations each shipped component was fitted on, by content (`conversation_digest`), so a copy of
@@ -96,10 +97,10 @@ def _adapter(cell: Cell) -> bool:
 # MADial-Bench's and the work sessions' first half; the adapter: LoCoMo 0-4 (experiments/bench/finetune_encoder_dev.py)
 COMPONENTS = (
     Fitted("the learned fusion model (dkilab/recall/fusion_lr.json)",
-           {"locomo": 5, "memdaily": 150, "madial_bench_en": 80, "madial_bench_zh": 80,
+           {"locomo": 5, "locomo_sessions": 5, "memdaily": 150, "madial_bench_en": 80, "madial_bench_zh": 80,
             "worksessions": WORK_USERS // 2},
            _learned_fusion, "recall.signals.fusion: weighted", "fusion"),
-    Fitted("the encoder adapter offline:minilm-locomo", {"locomo": 5}, _adapter,
+    Fitted("the encoder adapter offline:minilm-locomo", {"locomo": 5, "locomo_sessions": 5}, _adapter,
            "embedder: {english: offline:minilm}", "adapter"),
 )
 

@@ -58,4 +58,6 @@ def store_for(conversations: list[Conversation], name: str, embedder=None, path:
             for conv in conversations:
                 bar.update(store.add_messages(conv.messages))
         store.flush()
+    if store.index_passages():  # a store cached before passages: its messages over the window get theirs
+        store.flush()
     return store

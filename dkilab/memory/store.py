@@ -12,9 +12,10 @@ from typing import Callable, Iterable
 import numpy as np
 from cachetools import LRUCache
 
+from dkilab.encoders import passages
 from dkilab.encoders.embedder import DEFAULT_EMBEDDER, Embedder, auto_embedder, index_text_for, language_of
 from dkilab.memory.cursor import RESULT_SET_TTL, RESULT_SETS_PER_USER, RESULT_SETS_TOTAL, CursorCodec, ResultSets
-from dkilab.memory.rows import MSG_COLS, fts_table, row_to_message
+from dkilab.memory.rows import MSG_COLS, fts_table, row_to_message, user_key
 from dkilab.memory.sqlite import connect, transaction, with_retry
 from dkilab.memory.vectors import VectorIndex
 from dkilab.memory.view import UserMemory
@@ -44,6 +45,9 @@ CREATE TABLE IF NOT EXISTS messages(
 );
 -- each user gets a slot; its FTS rowids are (slot << 32) | seq and its FTS5 table is fts_u{slot}
 CREATE TABLE IF NOT EXISTS users(slot INTEGER PRIMARY KEY, user_id TEXT NOT NULL UNIQUE, next_seq INTEGER NOT NULL);
+-- the passages of a message over the encoder's window (encoders/passages.py), beside its own vector
+CREATE TABLE IF NOT EXISTS passages(rid INTEGER NOT NULL, idx INTEGER NOT NULL, embedding BLOB NOT NULL,
+                                    PRIMARY KEY(rid, idx));
 CREATE INDEX IF NOT EXISTS messages_user_ts ON messages(user_id, ts, rid);
 CREATE INDEX IF NOT EXISTS messages_session_turn ON messages(user_id, session_id, turn_id, rid);
 """
@@ -187,6 +191,8 @@ class MemoryStore:
                 c.execute("INSERT OR IGNORE INTO meta VALUES('schema_version', ?)", (SCHEMA_VERSION,))
                 c.execute("INSERT OR IGNORE INTO meta VALUES('cursor_secret', ?)", (secrets.token_hex(16),))
                 c.execute("INSERT OR IGNORE INTO meta VALUES('store_id', ?)", (secrets.token_hex(8),))
+                if not c.execute("SELECT 1 FROM messages LIMIT 1").fetchone():  # a new store: passages from the start
+                    c.execute("INSERT OR IGNORE INTO meta VALUES('passages', '1')")
         with_retry(init)
         self._meta = {r["key"]: r["value"] for r in self.conn.execute("SELECT key, value FROM meta")}
 
@@ -309,15 +315,23 @@ class MemoryStore:
             version = self._index_text_version()
             prev = self._previous_turns(msgs, fresh) if version != "1" else {}
             texts = [index_text(m, prev.get(m.message_id), version) for m in fresh]
-            vecs = np.concatenate([self.embedder.encode(texts[i:i + batch_size], show_progress=show_progress)
-                                   for i in range(0, len(texts), batch_size)])
+            # the message's own text decides (the turn it replies to comes after it and may be cut)
+            cut = [passages.of(self.embedder, m.speaker, m.content, index_text(m, None, "1")) for m in fresh]
+            every = texts + [p for ps in cut for p in ps]
+            vecs = np.concatenate([self.embedder.encode(every[i:i + batch_size], show_progress=show_progress)
+                                   for i in range(0, len(every), batch_size)])
+            ends = np.cumsum([len(texts)] + [len(ps) for ps in cut])
+            parts = [vecs[a:b] for a, b in zip(ends[:-1], ends[1:])]
+            vecs = vecs[:len(texts)]
         else:
             vecs = np.ascontiguousarray(np.asarray(embeddings, dtype=np.float32)[fresh_idx])
+            parts = [vecs[:0]] * len(fresh)
         self._check_embedder(vecs.shape[1])
         rows = []
-        for m, v in zip(fresh, vecs):
+        for m, v, ps in zip(fresh, vecs, parts):
             extra = _extra_text(m.speaker, m.topic, m.metadata)
-            rows.append((m, v.tobytes(), " ".join(segment(m.content)), " ".join(segment(extra))))
+            rows.append((m, v.tobytes(), " ".join(segment(m.content)), " ".join(segment(extra)),
+                         [p.tobytes() for p in ps]))
         return rows
 
     def _choose_embedder(self, msgs: list[Message]) -> None:
@@ -412,7 +426,7 @@ class MemoryStore:
         with self._lock, transaction(self.conn) as c:
             if expect_turn is not None and self._max_turn(c, *expect_turn[:2]) != expect_turn[2]:
                 raise _TurnTaken()
-            for m, emb, body, extra in rows:
+            for m, emb, body, extra, cut in rows:
                 if m.user_id not in seqs:
                     seqs[m.user_id] = list(self._user_slot(c, m.user_id))
                 slot_seq = seqs[m.user_id]
@@ -426,6 +440,8 @@ class MemoryStore:
                 if cur.rowcount:
                     c.execute(f"INSERT INTO {fts_table(slot_seq[0])}(rowid, body, extra) VALUES(?,?,?)",
                               (fts_id, body, extra))
+                    c.executemany("INSERT INTO passages(rid, idx, embedding) VALUES(?,?,?)",
+                                  [(cur.lastrowid, i, p) for i, p in enumerate(cut, start=1)])
                     slot_seq[1] += 1
                     added += 1
                     continue
@@ -477,6 +493,49 @@ class MemoryStore:
         with self._turn_order_lock:
             self._turn_orders[user_id] = (version, order)
         return order
+
+    def passage_stats(self) -> dict[str, int]:
+        """How many messages were over the encoder's window (each embedded beside its passages, where before it
+        was cut at the window) and how many passage vectors they have."""
+        over, n = self.conn.execute("SELECT COUNT(DISTINCT rid), COUNT(*) FROM passages").fetchone()
+        return {"messages": self.count(), "over_window": over, "passages": n}
+
+    def index_passages(self, batch_size: int = 512) -> int:
+        """Give every stored message over the encoder's window its passages (a store built before passages
+        existed, or by `add_messages` with given embeddings keeps none); returns how many messages got them.
+        Recorded in the store's meta: a later call reads nothing."""
+        if self._meta.get("passages") == "1" or "embedding_dim" not in self._meta:
+            return 0
+        todo = []
+        for row in self.conn.execute(f"SELECT {MSG_COLS} FROM messages WHERE embedding IS NOT NULL AND rid NOT "
+                                     "IN (SELECT rid FROM passages) ORDER BY rid"):
+            m = row_to_message(row)
+            cut = passages.of(self.embedder, m.speaker, m.content, index_text(m, None, "1"))
+            if cut:
+                todo.append((row["rid"], cut))
+        flat = [p for _, cut in todo for p in cut]
+        vecs = (np.concatenate([self.embedder.encode(flat[i:i + batch_size]) for i in range(0, len(flat), batch_size)])
+                if flat else np.zeros((0, 0), np.float32))
+
+        def write():
+            at = 0
+            with self._lock, transaction(self.conn) as c:
+                for rid, cut in todo:
+                    c.executemany("INSERT OR IGNORE INTO passages(rid, idx, embedding) VALUES(?,?,?)",
+                                  [(rid, i, vecs[at + i - 1].tobytes()) for i in range(1, len(cut) + 1)])
+                    at += len(cut)
+                c.execute("INSERT OR REPLACE INTO meta VALUES('passages', '1')")
+        with_retry(write)
+        self._meta["passages"] = "1"
+        if todo:  # the indexes holding those messages lack their passages: dropped, rebuilt on the next search
+            users = {r[0] for r in self.conn.execute("SELECT DISTINCT m.user_id FROM passages p JOIN messages m ON "
+                                                     "m.rid = p.rid")}
+            self.flush()
+            self._vectors = None
+            for user in users:
+                for suffix in (".faiss", ".json"):
+                    (self.path / "faiss" / f"{user_key(user)}{suffix}").unlink(missing_ok=True)
+        return len(todo)
 
     def users(self) -> list[str]:
         return [r[0] for r in self.conn.execute("SELECT DISTINCT user_id FROM messages ORDER BY user_id")]

@@ -25,6 +25,20 @@ from typing import Any
 import numpy as np
 
 
+PASSAGE_SHIFT = 40  # a passage's vector id: (its index << PASSAGE_SHIFT) | its message's rowid
+RID_MASK = (1 << PASSAGE_SHIFT) - 1
+
+
+def passage_ids(conn: sqlite3.Connection, rids: np.ndarray) -> np.ndarray:
+    """The vector ids of the messages `rids` and of their passages (a filtered search must allow both)."""
+    extra = []
+    for i in range(0, len(rids), 500):
+        part = [int(r) for r in rids[i:i + 500]]
+        extra += [(idx << PASSAGE_SHIFT) | rid for rid, idx in conn.execute(
+            f"SELECT rid, idx FROM passages WHERE rid IN ({','.join('?' * len(part))})", part)]
+    return np.concatenate([rids.astype(np.int64), np.array(extra, dtype=np.int64)]) if extra else rids
+
+
 class VectorIndex:
     def __init__(self, dim: int, directory: Path | None, store_id: str = ""):
         import faiss
@@ -38,6 +52,7 @@ class VectorIndex:
         self._lock = threading.Lock()
         self.store_id = store_id
         self._users: dict[str, str] = {}  # user key -> user id
+        self._own: dict[int, tuple[int, int]] = {}  # id(index) -> (its vector count, how many are messages' own)
         self.rebuilt: list[tuple[str, str]] = []  # (user key, why) of every index rebuilt from SQLite
 
     def _path(self, ukey: str) -> Path | None:
@@ -95,6 +110,10 @@ class VectorIndex:
             h.update(rid.to_bytes(8, "little"))
             h.update(mid.encode() + b"\0")
             count, top = count + 1, rid
+        for rid, idx in conn.execute("SELECT p.rid, p.idx FROM passages p JOIN messages m ON m.rid = p.rid WHERE "
+                                     "m.user_id=? AND p.rid<=? ORDER BY p.rid, p.idx", (user_id, max_rid)):
+            h.update(b"p" + rid.to_bytes(8, "little") + idx.to_bytes(4, "little"))  # none: the digest as before
+            count += 1
         return count, top, h.hexdigest()
 
     def index_for(self, conn: sqlite3.Connection, user_id: str, ukey: str):
@@ -107,9 +126,13 @@ class VectorIndex:
                 (user_id, self._max_rid[ukey]),
             ).fetchall()
             if rows:
-                vecs = np.frombuffer(b"".join(r["embedding"] for r in rows), dtype=np.float32).reshape(len(rows),
-                                                                                                       self.dim)
-                index.add_with_ids(vecs, np.fromiter((r["rid"] for r in rows), dtype=np.int64, count=len(rows)))
+                cut = conn.execute("SELECT p.rid, p.idx, p.embedding FROM passages p JOIN messages m ON m.rid = p.rid "
+                                   "WHERE m.user_id=? AND p.rid>? ORDER BY p.rid, p.idx",
+                                   (user_id, self._max_rid[ukey])).fetchall()
+                ids = [r["rid"] for r in rows] + [(r["idx"] << PASSAGE_SHIFT) | r["rid"] for r in cut]
+                blob = b"".join(r["embedding"] for r in rows) + b"".join(r["embedding"] for r in cut)
+                vecs = np.frombuffer(blob, dtype=np.float32).reshape(len(ids), self.dim)
+                index.add_with_ids(vecs, np.array(ids, dtype=np.int64))
                 self._max_rid[ukey] = rows[-1]["rid"]
                 self._dirty.add(ukey)
             return index
@@ -122,9 +145,13 @@ class VectorIndex:
             if len(allowed) == 0:
                 return np.zeros(0, np.float32), np.zeros(0, np.int64)
             params = faiss.SearchParameters(sel=faiss.IDSelectorBatch(allowed.astype(np.int64)))
-        k = min(k, index.ntotal)
-        if k <= 0:
+        own = self.messages(index)
+        want = min(k, own)
+        if want <= 0:
             return np.zeros(0, np.float32), np.zeros(0, np.int64)
+        # the passages' vectors are in the index too: ask for enough that k messages come back
+        cut = index.ntotal - own
+        k = min(index.ntotal, want + cut)
         # one OpenMP thread for the search, restored after: a user's flat index is small (6k vectors: well
         # under a millisecond), and OpenMP workers spinning after it took the cores from the encoder and SQLite.
         # The setting is the calling thread's; left at 1 it would also have made torch (the same OpenMP) run
@@ -136,7 +163,20 @@ class VectorIndex:
         finally:
             faiss.omp_set_num_threads(before)
         keep = ids[0] >= 0
-        return scores[0][keep], ids[0][keep]
+        scores, ids = scores[0][keep], ids[0][keep] & RID_MASK
+        if cut:  # a message's best passage stands for it, its other hits go
+            _, first = np.unique(ids, return_index=True)
+            first = np.sort(first)[:want]
+            scores, ids = scores[first], ids[first]
+        return scores, ids
+
+    def messages(self, index) -> int:
+        """How many of an index's vectors are messages' own (the rest are passages), counted once per index."""
+        n = self._own.get(id(index))
+        if n is None or n[0] != index.ntotal:
+            ids = self._faiss.vector_to_array(index.id_map) if index.ntotal else np.zeros(0, np.int64)
+            n = self._own[id(index)] = (index.ntotal, int((ids <= RID_MASK).sum()))
+        return n[1]
 
     def flush(self, conn: sqlite3.Connection | None = None) -> None:
         """Write every changed index atomically (tmp file + rename) beside the database."""

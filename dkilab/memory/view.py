@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from dkilab.config import describe_errors
 from dkilab.memory.cursor import RESULT_SETS_PER_USER, query_signature
 from dkilab.memory.rows import MSG_COLS, fts_table, row_to_message, user_key
+from dkilab.memory.vectors import passage_ids
 from dkilab.text.lang import has_cjk
 from dkilab.text.segment import content_tokens, segment
 from dkilab.types import Hit, Message, Page, to_utc
@@ -311,8 +312,8 @@ class UserMemory:
         allowed = None
         if f != QueryFilter():
             where, args = self._filter_sql(f)
-            allowed = np.array([r[0] for r in store.conn.execute(f"SELECT rid FROM messages WHERE {where}", args)],
-                               dtype=np.int64)
+            allowed = passage_ids(store.conn, np.array(
+                [r[0] for r in store.conn.execute(f"SELECT rid FROM messages WHERE {where}", args)], dtype=np.int64))
         scores, rids = store.vectors.search(index, query, top_k, allowed)
         msgs = self._rows_by_rid(rids.tolist())
         items = [Hit(msgs[int(r)], float(s)) for s, r in zip(scores, rids)
@@ -320,7 +321,8 @@ class UserMemory:
         return Page(items, None)
 
     def similarities(self, query_embedding, message_ids: list[str]) -> dict[str, float]:
-        """The cosine of a unit query vector with the stored vector of each of this user's `message_ids`
+        """The cosine of a unit query vector with the stored vector (the best of its passages' and its own for a
+        message over the encoder's window) of each of this user's `message_ids`
         (ids the user does not have, or stored without a vector, are left out): learned fusion reads the
         cosines of candidates that no vector search returned."""
         query = self._query_vector(query_embedding, self._store.vectors.dim)
@@ -334,6 +336,13 @@ class UserMemory:
             if rows:
                 vecs = np.frombuffer(b"".join(r["embedding"] for r in rows), dtype=np.float32).reshape(len(rows), -1)
                 out.update(zip((r["message_id"] for r in rows), (vecs @ query).tolist()))
+            cut = self._store.conn.execute(  # a message over the encoder's window: its best passage
+                f"SELECT m.message_id, p.embedding FROM passages p JOIN messages m ON m.rid = p.rid WHERE m.user_id=? "
+                f"AND m.message_id IN ({','.join('?' * len(part))})", [self._user_id, *part]).fetchall()
+            if cut:
+                vecs = np.frombuffer(b"".join(r["embedding"] for r in cut), dtype=np.float32).reshape(len(cut), -1)
+                for r, score in zip(cut, (vecs @ query).tolist()):
+                    out[r["message_id"]] = max(out.get(r["message_id"], score), score)
         return out
 
     @staticmethod

@@ -28,7 +28,9 @@ def test_the_shipped_defaults_on_locomo_0_4_are_refused_naming_the_fusion_model(
 
 @pytest.mark.parametrize("dataset", [{"name": "locomo"}, {"name": "locomo", "limit": 6, "split": "test"},
                                      {"name": "memdaily", "limit": 48}, {"name": "madial_bench_zh", "split": "dev"},
-                                     {"name": "locomo", "split": "ablation"}])
+                                     {"name": "locomo", "split": "ablation"},
+                                     {"name": "locomo_sessions", "split": "dev"},
+                                     {"name": "locomo", "split": "dev", "granularity": "session"}])
 def test_every_slice_that_reaches_fitted_conversations_is_refused(tmp_path, dataset):
     with pytest.raises(ConfigError, match="learned fusion model"):
         _load(tmp_path, [dataset])
@@ -36,7 +38,8 @@ def test_every_slice_that_reaches_fitted_conversations_is_refused(tmp_path, data
 
 @pytest.mark.parametrize("dataset", [{"name": "locomo", "split": "test"}, {"name": "locomo", "first": 5, "limit": 1},
                                      {"name": "memdaily", "first": 150, "limit": 48}, {"name": "fixtures"},
-                                     {"name": "madial_bench_en", "split": "test"}])
+                                     {"name": "madial_bench_en", "split": "test"},
+                                     {"name": "locomo_sessions", "split": "test"}])
 def test_held_back_slices_load(tmp_path, dataset):
     assert _load(tmp_path, [dataset])
 

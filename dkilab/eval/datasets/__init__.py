@@ -15,10 +15,12 @@ from dkilab.eval.datasets.locomo import load_locomo
 from dkilab.eval.datasets.madial import load_madial, load_madial_en, load_madial_zh
 from dkilab.eval.datasets.memdaily import load_memdaily
 from dkilab.eval.datasets.normalized import cached, fingerprint, read_normalized
+from dkilab.eval.datasets.sessions import by_session, load_locomo_sessions
 from dkilab.eval.datasets.worksessions import load_worksessions
 
 __all__ = ["DATA_ENV", "DatasetNotFoundError", "data_dir", "register_dataset", "load_locomo", "load_fixtures",
-           "load_memdaily", "load_worksessions", "load_madial", "load_madial_en", "load_madial_zh", "load_dataset",
+           "load_memdaily", "load_worksessions", "load_locomo_sessions", "by_session",
+           "load_madial", "load_madial_en", "load_madial_zh", "load_dataset",
            "dataset_info", "resolve_path", "dataset_available", "source_digest", "DATASETS"]
 
 

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from dkilab import prompts as text
 from dkilab.config import knob, refuse_bool_numbers, under_data_dir
 from dkilab.encoders.embedder import auto_embedder, index_text_for, weights_digest
-from dkilab.eval.datasets import DATASETS, dataset_info, load_dataset, source_digest
+from dkilab.eval.datasets import DATASETS, by_session, dataset_info, load_dataset, source_digest
 from dkilab.eval.datasets.locomo_audit import audit_info
 from dkilab.eval.metrics import SCORERS
 from dkilab.eval.metrics.evermemos_judge import EverMemOSJudge, load_prompts
@@ -173,6 +173,9 @@ class DatasetSpec(_Strict):
     # LoCoMo: leave out the questions whose gold the public audit finds wrong (its `audit` folder; absolute or
     # under the data dir); the identity records how many and the ceiling they left (eval/datasets/locomo_audit.py)
     exclude_audited: str | None = knob(None, off=None)
+    # session: each session one memory item, its turns joined, the evidence mapped to its sessions (long items
+    # from short-turn data; dkilab/eval/datasets/sessions.py)
+    granularity: Literal["message", "session"] = knob("message", off="message")
 
     @field_validator("scorer")
     @classmethod
@@ -206,7 +209,8 @@ class DatasetSpec(_Strict):
     def conversations(self, data_dir=None) -> list:
         """The conversations this spec keeps, in loader order: `first`, then `limit` of them."""
         limit = self.limit and self.first + self.limit
-        return load_dataset(self.name, data_dir=data_dir, limit=limit, path=self.path)[self.first:]
+        convs = load_dataset(self.name, data_dir=data_dir, limit=limit, path=self.path)[self.first:]
+        return by_session(convs) if self.granularity == "session" else convs
 
     @property
     def has_preferences(self) -> bool:

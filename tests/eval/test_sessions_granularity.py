@@ -1,0 +1,75 @@
+"""Session granularity (dkilab/eval/datasets/sessions.py): each session one memory item, the evidence mapped to
+its sessions; `locomo_sessions` through the registry, `granularity: session` on any dataset of a config."""
+import os
+import re
+
+import numpy as np
+import pytest
+import yaml
+
+from dkilab.encoders.embedder import Embedder
+from dkilab.eval.cell import _questions
+from dkilab.eval.datasets import by_session, load_dataset
+from dkilab.eval.experiment import expand_cells, load_experiment
+
+needs_data = pytest.mark.skipif(not os.environ.get("DKILAB_DATA_DIR"), reason="DKILAB_DATA_DIR not set")
+
+
+def test_each_session_is_one_item_holding_its_turns_and_the_evidence_moves_to_it():
+    convs = load_dataset("fixtures")
+    before = [[m.message_id for m in c.messages] for c in convs]
+    for conv, whole in zip(convs, by_session(convs)):
+        sessions = list(dict.fromkeys(m.session_id for m in conv.messages))
+        assert [m.message_id for m in whole.messages] == sessions
+        for item in whole.messages:  # every turn of the session, in order, led by who said it
+            turns = [m for m in conv.messages if m.session_id == item.message_id]
+            assert item.content.splitlines() == [f"{m.speaker or m.role}: {m.content}" for m in turns]
+        of = {m.message_id: m.session_id for m in conv.messages}
+        for q, q2 in zip(conv.questions, whole.questions):
+            assert q2.evidence_ids == list(dict.fromkeys(of[e] for e in q.evidence_ids))
+            assert (q2.qid, q2.answer, q2.question) == (q.qid, q.answer, q.question)
+    assert [[m.message_id for m in c.messages] for c in load_dataset("fixtures")] == before  # the cache untouched
+
+
+def _cell(tmp_path, dataset, **extra):
+    cfg = {"name": "g", "model": {"spec": "offline:smollm2", "generate": False}, "datasets": [dataset],
+           "strategies": [{"name": "recall_only"}]} | extra
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+    return expand_cells(load_experiment(tmp_path / "c.yaml"))[0]
+
+
+def test_granularity_session_in_a_config_asks_the_same_questions_of_session_items(tmp_path):
+    msg = _cell(tmp_path, {"name": "fixtures"})
+    ses = _cell(tmp_path, {"name": "fixtures", "granularity": "session"})
+    assert msg.config_hash != ses.config_hash and ses.identity["dataset"]["granularity"] == "session"  # another cell
+    (convs, items), (convs2, items2) = _questions(msg, None), _questions(ses, None)
+    assert [q.qid for _, q in items] == [q.qid for _, q in items2]
+    assert sum(len(c.messages) for c in convs2) < sum(len(c.messages) for c in convs)
+    known = {m.message_id for c in convs2 for m in c.messages}
+    assert all(set(q.evidence_ids) <= known for _, q in items2)
+
+
+@needs_data
+def test_locomo_sessions_loads_the_same_long_items_with_declared_halves(tmp_path):
+    convs = load_dataset("locomo_sessions")
+    assert [[m.content for m in c.messages] for c in convs] == [[m.content for m in c.messages]
+                                                               for c in load_dataset("locomo_sessions")]
+    tokens = Embedder("offline:minilm").count_tokens([m.content for c in convs for m in c.messages])
+    assert len(tokens) == 272 and np.median(tokens) >= 400  # what its card says: median 704
+    with_evidence = [q for c in convs for q in c.questions if q.evidence_ids]
+    assert len(with_evidence) >= 1900
+    dev = {c.conversation_id for c, _ in _questions(_cell(tmp_path, {"name": "locomo_sessions", "split": "dev"},
+                                                           purpose="tune"),
+                                                     None)[1]}
+    test = {c.conversation_id for c, _ in _questions(_cell(tmp_path, {"name": "locomo_sessions", "split": "test"}),
+                                                      None)[1]}
+    assert dev == {c.conversation_id for c in convs[:5]} and test == {c.conversation_id for c in convs[5:]}
+
+
+def test_datasets_show_states_the_message_lengths_against_the_encoders_window(capsys):
+    from dkilab.cli import main
+
+    assert main(["datasets", "show", "fixtures"]) == 0
+    line = capsys.readouterr().out.splitlines()[-1]
+    assert re.fullmatch(r"message tokens \(offline:e5, window 512\): median \d+, 10th-90th percentile \d+-\d+, "
+                        r"0 of 56 over the window", line), line

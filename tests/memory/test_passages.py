@@ -1,0 +1,103 @@
+"""Messages over the encoder's window are indexed as passages that fit it (encoders/passages.py): a fact in the
+last sentence of a 600-word message is found, where the message's own vector (the encoder's first 256 tokens)
+never saw it."""
+import warnings
+from datetime import datetime, timezone
+
+import numpy as np
+import pytest
+
+from dkilab.encoders import passages
+from dkilab.encoders.embedder import Embedder
+from dkilab.memory.store import MemoryStore
+from dkilab.types import Message
+
+FILLER = ["We spent the afternoon walking along the river and talking about the new bakery downtown.",
+          "The weather was grey but mild, and the ducks seemed busier than usual near the old bridge.",
+          "Later we argued about which film to watch and settled on an old comedy we both half remembered.",
+          "My cousin called about the holiday plans and we went through the train times twice."]
+FACT = "By the way, the code for my gym locker is 4721."
+LONG = " ".join(FILLER[i % 4] for i in range(40)) + " " + FACT  # 600 words, the fact last
+OTHERS = ["I went to the gym on Tuesday and did an hour on the bike.", "My locker at work sticks when it rains.",
+          "The bakery downtown sells a very good rye bread.", "The train to my cousin's takes three hours."]
+QUESTION = "What is the code for my gym locker?"
+TS = datetime(2024, 1, 1, tzinfo=timezone.utc)
+
+
+@pytest.fixture(scope="module")
+def embedder():
+    return Embedder("offline:minilm")
+
+
+def _messages(texts):
+    return [Message(message_id=f"m{i}", user_id="u", session_id="s", turn_id=i, role="user", content=t, timestamp=TS,
+                    speaker="Sam") for i, t in enumerate(texts)]
+
+
+def test_a_fact_in_the_last_sentence_of_a_600_word_message_ranks_it_first(tmp_path, embedder):
+    assert len(LONG.split()) >= 600 and embedder.count_tokens([LONG])[0] > 2 * embedder.window
+    with MemoryStore.open(tmp_path / "s", embedder=embedder) as store:
+        store.add_messages(_messages([LONG] + OTHERS))
+        stats = store.passage_stats()
+        assert stats["over_window"] == 1 and stats["passages"] >= 3
+        view = store.for_user("u")
+        assert view.semantic_search(QUESTION, top_k=3).items[0].message.message_id == "m0"
+        # a filtered search allows the passages of the messages it allows
+        assert view.semantic_search(QUESTION, top_k=1, filter={"role": "user"}).items[0].message.message_id == "m0"
+        # the message's own vector is the encoder's first window: the fact is not in it, and it ranks under the rest
+        own = np.frombuffer(store.conn.execute("SELECT embedding FROM messages WHERE message_id='m0'").fetchone()[0],
+                            np.float32)
+        query = embedder.encode_query(QUESTION)
+        cos = view.similarities(query, ["m0", "m1", "m2"])
+        assert float(own @ query) < min(cos["m1"], cos["m2"]) < cos["m0"]
+    with warnings.catch_warnings():  # reopened: the persisted index covers the passages, nothing is rebuilt
+        warnings.simplefilter("error")
+        with MemoryStore.open(tmp_path / "s", embedder=embedder) as store:
+            assert store.for_user("u").semantic_search(QUESTION, top_k=1).items[0].message.message_id == "m0"
+            assert store.vectors.rebuilt == []
+
+
+def test_a_store_built_before_passages_gets_them_once(tmp_path, embedder):
+    with MemoryStore.open(tmp_path / "s", embedder=embedder) as store:
+        store.add_messages(_messages([LONG] + OTHERS))
+        store.for_user("u").semantic_search(QUESTION, top_k=1)  # its index persisted with the passages
+    with MemoryStore.open(tmp_path / "s", embedder=embedder) as store:  # as a store from before passages
+        store.conn.execute("DELETE FROM passages")
+        store.conn.execute("DELETE FROM meta WHERE key='passages'")
+        store.conn.commit()
+    with MemoryStore.open(tmp_path / "s", embedder=embedder) as store:
+        assert store.passage_stats()["passages"] == 0
+        assert store.index_passages() == 1 and store.index_passages() == 0
+        assert store.for_user("u").semantic_search(QUESTION, top_k=1).items[0].message.message_id == "m0"
+        assert store.passage_stats()["over_window"] == 1
+
+
+def test_a_short_message_has_no_passages_and_a_new_store_none_to_backfill(tmp_path, embedder):
+    with MemoryStore.open(tmp_path / "s", embedder=embedder) as store:
+        store.add_messages(_messages(OTHERS))
+        assert store.passage_stats() == {"messages": 4, "over_window": 0, "passages": 0}
+        assert store.index_passages() == 0
+
+
+ZH = "今天我们讨论了很多事情。" * 200 + "储物柜密码是4721。"
+
+
+@pytest.mark.parametrize("model, text", [("offline:minilm", LONG), ("offline:e5", ZH),
+                                         ("offline:minilm", ZH.replace("。", ""))])  # no sentence end: cut in halves
+def test_every_passage_fits_the_window_and_together_they_keep_every_word(model, text):
+    embedder = Embedder(model)
+    cut = passages.of(embedder, "Sam", text, f"Sam: {text}")
+    assert len(cut) >= 2 and all(p.startswith("Sam: ") for p in cut)
+    assert max(embedder.count_tokens(cut)) <= embedder.window
+    assert "".join(p[len("Sam: "):] for p in cut).replace(" ", "") == text.replace(" ", "")
+
+
+def test_a_search_wider_than_the_store_gives_each_message_once_at_its_best_passage(tmp_path, embedder):
+    with MemoryStore.open(tmp_path / "s", embedder=embedder) as store:
+        store.add_messages(_messages([LONG] + OTHERS))
+        view = store.for_user("u")
+        query = embedder.encode_query(QUESTION)
+        hits = view.semantic_search(query_embedding=query, top_k=100).items
+        assert sorted(h.message.message_id for h in hits) == [f"m{i}" for i in range(5)]
+        best = view.similarities(query, [f"m{i}" for i in range(5)])
+        assert all(abs(h.score - best[h.message.message_id]) < 1e-5 for h in hits)
