@@ -56,7 +56,8 @@ def load_cell_data(cell: Cell, data_dir, cache: dict | None = None) -> CellData:
         convs, items = _questions(cell, data_dir)
         label = f"{cell.dataset.name}-{cell.dataset.split}"
         embedder = Embedder(cell.embedder.model, batch_size=cell.embedder.batch_size)
-        data = CellData(items, store_for(convs, label, embedder=embedder, index_text=cell.embedder.index_text))
+        data = CellData(items, store_for(convs, label, embedder=embedder, index_text=cell.embedder.index_text,
+                                         passages=cell.embedder.passages))
     except Exception as exc:
         if cache is not None:
             cache[key] = exc

@@ -31,25 +31,27 @@ def store_key(conversations: list[Conversation], encoder: str) -> str:
     return h.hexdigest()[:16]
 
 
-def store_path(conversations: list[Conversation], name: str, embedder, index_text: str | None = None) -> Path:
+def store_path(conversations: list[Conversation], name: str, embedder, index_text: str | None = None,
+               passages: bool = True) -> Path:
     """Where the cached store of `conversations` for `embedder` lives: keyed by the data, the encoder (a local
     model directory by its files too, `Embedder.weights`) and the index text."""
     # v2 stores were cached without a suffix (v2 was the default then); the key never depends on the default
     version = index_text or index_text_for(embedder.model_name)
     weights = f"@{embedder.weights}" if embedder.weights else ""
-    encoder = embedder.model_name + weights + ("" if version == "2" else f"|index_text={version}")
+    encoder = (embedder.model_name + weights + ("" if version == "2" else f"|index_text={version}")
+               + ("" if passages else "|passages=off"))
     return cache_dir() / "stores" / f"{name}-{store_key(conversations, encoder)}"
 
 
 def store_for(conversations: list[Conversation], name: str, embedder=None, path: str | os.PathLike | None = None,
-              index_text: str | None = None):
+              index_text: str | None = None, passages: bool = True):
     """A MemoryStore holding `conversations` (idempotent: a cached store only ingests what it lacks);
     `index_text` "1" embeds each turn alone, "2" with the turn it replies to (default: by encoder,
     `encoders.embedder.index_text_for`)."""
     embedder = embedder or Embedder()
-    path = path or store_path(conversations, name, embedder, index_text)
+    path = path or store_path(conversations, name, embedder, index_text, passages)
     # a cache: a lost one is rebuilt
-    store = MemoryStore.open(path, embedder=embedder, create=True, index_text=index_text)
+    store = MemoryStore.open(path, embedder=embedder, create=True, index_text=index_text, passages=passages)
     have, total = store.count(), sum(len(c.messages) for c in conversations)
     if have < total:
         # a build of thousands of messages shows what it embeds, its rate and ETA (on stderr, every 10 s in a log)

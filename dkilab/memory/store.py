@@ -12,7 +12,7 @@ from typing import Callable, Iterable
 import numpy as np
 from cachetools import LRUCache
 
-from dkilab.encoders import passages
+from dkilab.encoders.passages import of as passages_of
 from dkilab.encoders.embedder import DEFAULT_EMBEDDER, Embedder, auto_embedder, index_text_for, language_of
 from dkilab.memory.cursor import RESULT_SET_TTL, RESULT_SETS_PER_USER, RESULT_SETS_TOTAL, CursorCodec, ResultSets
 from dkilab.memory.rows import MSG_COLS, fts_table, row_to_message, user_key
@@ -102,8 +102,9 @@ class MemoryStore:
     """
 
     def __init__(self, path: str | None, embedder: Embedder | None = None, result_cap: int = 1000,
-                 create: bool = False, index_text: str | None = None):
+                 create: bool = False, index_text: str | None = None, passages: bool = True):
         self._tmpdir = None
+        self.passages = passages  # index a message over the encoder's window as passages (encoders/passages.py)
         if index_text not in (None, "1", "2"):
             raise ValueError(
                 f"index_text {index_text!r}: expected '1' (each turn alone) or '2' (with the turn it replies to)")
@@ -316,7 +317,8 @@ class MemoryStore:
             prev = self._previous_turns(msgs, fresh) if version != "1" else {}
             texts = [index_text(m, prev.get(m.message_id), version) for m in fresh]
             # the message's own text decides (the turn it replies to comes after it and may be cut)
-            cut = [passages.of(self.embedder, m.speaker, m.content, index_text(m, None, "1")) for m in fresh]
+            cut = [passages_of(self.embedder, m.speaker, m.content, index_text(m, None, "1")) if self.passages else []
+                   for m in fresh]
             every = texts + [p for ps in cut for p in ps]
             vecs = np.concatenate([self.embedder.encode(every[i:i + batch_size], show_progress=show_progress)
                                    for i in range(0, len(every), batch_size)])
@@ -504,13 +506,13 @@ class MemoryStore:
         """Give every stored message over the encoder's window its passages (a store built before passages
         existed, or by `add_messages` with given embeddings keeps none); returns how many messages got them.
         Recorded in the store's meta: a later call reads nothing."""
-        if self._meta.get("passages") == "1" or "embedding_dim" not in self._meta:
+        if not self.passages or self._meta.get("passages") == "1" or "embedding_dim" not in self._meta:
             return 0
         todo = []
         for row in self.conn.execute(f"SELECT {MSG_COLS} FROM messages WHERE embedding IS NOT NULL AND rid NOT "
                                      "IN (SELECT rid FROM passages) ORDER BY rid"):
             m = row_to_message(row)
-            cut = passages.of(self.embedder, m.speaker, m.content, index_text(m, None, "1"))
+            cut = passages_of(self.embedder, m.speaker, m.content, index_text(m, None, "1"))
             if cut:
                 todo.append((row["rid"], cut))
         flat = [p for _, cut in todo for p in cut]

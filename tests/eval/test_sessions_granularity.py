@@ -73,3 +73,13 @@ def test_datasets_show_states_the_message_lengths_against_the_encoders_window(ca
     line = capsys.readouterr().out.splitlines()[-1]
     assert re.fullmatch(r"message tokens \(offline:e5, window 512\): median \d+, 10th-90th percentile \d+-\d+, "
                         r"0 of 56 over the window", line), line
+
+
+def test_a_cell_on_long_messages_records_its_passages_and_one_on_short_ones_keeps_its_hash(tmp_path):
+    """fixtures under stock MiniLM has one message over its window (a Chinese turn of 285 tokens); under e5 none."""
+    short = _cell(tmp_path, {"name": "fixtures", "languages": ["en"]}, embedder={"model": "offline:e5"})
+    assert "passages" not in short.resolved["embedder"]
+    long = _cell(tmp_path, {"name": "fixtures"}, embedder={"model": "offline:minilm"})
+    off = _cell(tmp_path, {"name": "fixtures"}, embedder={"model": "offline:minilm", "passages": False})
+    assert long.resolved["embedder"]["passages"] == "1" and off.resolved["embedder"]["passages"] is False
+    assert len({long.config_hash, off.config_hash}) == 2

@@ -101,3 +101,10 @@ def test_a_search_wider_than_the_store_gives_each_message_once_at_its_best_passa
         assert sorted(h.message.message_id for h in hits) == [f"m{i}" for i in range(5)]
         best = view.similarities(query, [f"m{i}" for i in range(5)])
         assert all(abs(h.score - best[h.message.message_id]) < 1e-5 for h in hits)
+
+
+def test_passages_off_cuts_at_the_window_as_before(tmp_path, embedder):
+    with MemoryStore.open(tmp_path / "s", embedder=embedder, passages=False) as store:
+        store.add_messages(_messages([LONG] + OTHERS))
+        assert store.passage_stats()["passages"] == 0 and store.index_passages() == 0
+        assert store.for_user("u").semantic_search(QUESTION, top_k=1).items[0].message.message_id != "m0"

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ValidationError
 
 from dkilab.config import ConfigError, merge_nested, set_dotted, validate
 from dkilab.eval.datasets import dataset_info
+from dkilab.eval.datasets.lengths import over_window
 from dkilab.eval.experiment.schema import (
     DatasetSpec,
     EmbedderSpec,
@@ -68,13 +69,25 @@ class Cell:
         out = {"strategy": {"name": self.strategy.name, "label": self.strategy.key, "version": self.instance.version,
                             "params": self.params.model_dump(mode="json")} | ({"cards": cards} if cards else {}),
                "dataset": identity_params(self.dataset) | self.dataset.info(),
-               "embedder": self.embedder.identity(), "seed": self.seed,
+               "embedder": self.embedder.identity() | self._passages, "seed": self.seed,
                "metrics": {"version": metrics_version(), "abstention_detector": detector}}
         if self.needs_model:
             out["model"] = self.model.identity()
         if self.judge is not None:
             out["judge"] = self.judge.resolved()
         return out
+
+    @cached_property
+    def _passages(self) -> dict[str, str]:
+        """`passages: "1"` where the dataset has messages over the encoder's window, which its store indexes as
+        passages (dkilab/eval/datasets/lengths.py); nothing where every message fits (the hash as before)."""
+        if not self.embedder.passages:  # recorded by the embedder's identity
+            return {}
+        try:
+            convs = self.dataset.conversations()
+        except Exception:  # absent data: the cell is refused by its own check, and can run nothing
+            return {}
+        return {"passages": "1"} if over_window(convs, self.embedder.model) else {}
 
     @cached_property
     def identity(self) -> dict[str, Any]:

@@ -107,6 +107,9 @@ class EmbedderSpec(_Strict):
     # the encoder `auto` gives English data instead of offline:minilm-locomo (e.g. offline:minilm, the stock
     # ablation of `dkilab bench retrieval`); other languages keep theirs; None = the default
     english: str | None = None
+    # a message over the encoder's window is indexed as passages that fit it (encoders/passages.py); false: cut
+    # at the window, as stores were before (the ablation); each choice gets its own cached store
+    passages: bool = True
 
     @model_validator(mode="after")
     def _english_with_auto(self) -> "EmbedderSpec":
@@ -136,6 +139,8 @@ class EmbedderSpec(_Strict):
         cell of weights trained again at the same path is another cell."""
         out = self.model_dump(mode="json")
         out.pop("with_previous_turn", None)
+        if out.get("passages", True):  # on: recorded by the cell where the data has long messages (Cell._passages)
+            out.pop("passages", None)
         if out.get("english") is None:  # unset (and always once resolved): the hash of a cell before the knob
             out.pop("english", None)
         weights = weights_digest(self.model)
