@@ -3,13 +3,16 @@ message's own vector, and a search scores the message by its best passage (the s
 encoder reads at most its window (MiniLM 256 tokens, e5 512), so without passages a 500-word reply is embedded
 from its first sentences and a fact in its last one is never embedded.
 
-Passages are whole sentences packed up to the window (a sentence longer than the window is cut at words, or at
-characters where there are no spaces), each led by the speaker's name as the message's own vector is."""
+Passages are whole sentences packed into as few passages of about equal size as fit the window (a sentence longer
+than the window is cut at words, or at characters where there are no spaces), each led by the speaker's name as the
+message's own vector is."""
 from __future__ import annotations
 
 import re
 from typing import Callable
 
+# how messages are cut (a store and a cell record it: another version re-cuts a cached store's passages)
+VERSION = "2"
 # where a message is cut: after a sentence's end (Latin or CJK), or at a line break
 _SENTENCE = re.compile(r"(?<=[.!?。！？；;])\s+|(?<=[。！？；])|\n+")
 MARGIN = 8  # tokens kept free in every passage: the speaker's name and e5's "passage: " are counted, this is slack
@@ -36,11 +39,14 @@ def split(text: str, count: Callable[[list[str]], list[int]], budget: int) -> li
     pieces = [p for p in _SENTENCE.split(text) if p and p.strip()]
     sized = [q for piece, k in zip(pieces, count(pieces) if pieces else [])
              for q in ([(piece, k)] if k <= budget else _fit(piece, count, budget))]
+    # as many passages as the budget needs, of about equal size (no short tail passage standing for the message)
+    total = sum(k + 1 for _, k in sized)
+    target = min(budget, -(-total // max(1, -(-total // budget))))
     out: list[str] = []
     cur: list[str] = []
     used = 0
     for piece, k in sized:
-        if cur and used + k + 1 > budget:
+        if cur and (used + k + 1 > budget or used >= target):
             out.append(" ".join(cur))
             cur, used = [], 0
         used += k + (1 if cur else 0)

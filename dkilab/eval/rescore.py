@@ -41,7 +41,8 @@ GENERATION_TAG = "dkilab.generation_hash"
 SCORING_TAG = "dkilab.scoring_hash"
 RESCORED_TAG = "dkilab.rescored_from"  # the run whose answers a re-scored run scored
 # counters of the generation, carried from the generating run to its re-scored runs
-GENERATION_COUNTERS = ("query_embeddings", "resumed_questions", "response_cache_hits")
+GENERATION_COUNTERS = ("query_embeddings", "resumed_questions", "response_cache_hits", "store_over_window",
+                       "store_vectors")
 
 
 class StoredAnswersError(ValueError):

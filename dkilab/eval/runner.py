@@ -440,7 +440,10 @@ def _run_one(cfg, cell: Cell, n: int, total: int, state, data_dir, datasets, pro
         if main:
             result.rows = score_cell(cell, answers, data.items, judge, trace_ids,
                                      judge_batch=judge_batch)
-            extra = {"query_embeddings": float(data.store.embedder.cache_misses), "resumed_questions": float(resumed)}
+            stats = data.store.passage_stats()
+            extra = {"query_embeddings": float(data.store.embedder.cache_misses), "resumed_questions": float(resumed),
+                     "store_over_window": float(stats["over_window"]),
+                     "store_vectors": float(stats["messages"] + stats["passages"])}
             if cell.instance.response_cache is not None:
                 extra["response_cache_hits"] = float(cell.instance.response_cache.hits)
             wall_s = time.perf_counter() - t

@@ -12,6 +12,7 @@ from typing import Callable, Iterable
 import numpy as np
 from cachetools import LRUCache
 
+from dkilab.encoders.passages import VERSION as PASSAGES_VERSION
 from dkilab.encoders.passages import of as passages_of
 from dkilab.encoders.embedder import DEFAULT_EMBEDDER, Embedder, auto_embedder, index_text_for, language_of
 from dkilab.memory.cursor import RESULT_SET_TTL, RESULT_SETS_PER_USER, RESULT_SETS_TOTAL, CursorCodec, ResultSets
@@ -193,7 +194,7 @@ class MemoryStore:
                 c.execute("INSERT OR IGNORE INTO meta VALUES('cursor_secret', ?)", (secrets.token_hex(16),))
                 c.execute("INSERT OR IGNORE INTO meta VALUES('store_id', ?)", (secrets.token_hex(8),))
                 if not c.execute("SELECT 1 FROM messages LIMIT 1").fetchone():  # a new store: passages from the start
-                    c.execute("INSERT OR IGNORE INTO meta VALUES('passages', '1')")
+                    c.execute("INSERT OR IGNORE INTO meta VALUES('passages', ?)", (PASSAGES_VERSION,))
         with_retry(init)
         self._meta = {r["key"]: r["value"] for r in self.conn.execute("SELECT key, value FROM meta")}
 
@@ -503,14 +504,14 @@ class MemoryStore:
         return {"messages": self.count(), "over_window": over, "passages": n}
 
     def index_passages(self, batch_size: int = 512) -> int:
-        """Give every stored message over the encoder's window its passages (a store built before passages
-        existed, or by `add_messages` with given embeddings keeps none); returns how many messages got them.
-        Recorded in the store's meta: a later call reads nothing."""
-        if not self.passages or self._meta.get("passages") == "1" or "embedding_dim" not in self._meta:
+        """Give every stored message over the encoder's window its passages, cut as this version cuts them (a store
+        built before passages existed keeps none, one built by another version is cut again); returns how many
+        messages got them. The version is recorded in the store's meta: a later call reads nothing."""
+        if not self.passages or self._meta.get("passages") == PASSAGES_VERSION or "embedding_dim" not in self._meta:
             return 0
+        old = {r[0] for r in self.conn.execute("SELECT DISTINCT rid FROM passages")}
         todo = []
-        for row in self.conn.execute(f"SELECT {MSG_COLS} FROM messages WHERE embedding IS NOT NULL AND rid NOT "
-                                     "IN (SELECT rid FROM passages) ORDER BY rid"):
+        for row in self.conn.execute(f"SELECT {MSG_COLS} FROM messages WHERE embedding IS NOT NULL ORDER BY rid"):
             m = row_to_message(row)
             cut = passages_of(self.embedder, m.speaker, m.content, index_text(m, None, "1"))
             if cut:
@@ -522,16 +523,19 @@ class MemoryStore:
         def write():
             at = 0
             with self._lock, transaction(self.conn) as c:
+                c.execute("DELETE FROM passages")
                 for rid, cut in todo:
                     c.executemany("INSERT OR IGNORE INTO passages(rid, idx, embedding) VALUES(?,?,?)",
                                   [(rid, i, vecs[at + i - 1].tobytes()) for i in range(1, len(cut) + 1)])
                     at += len(cut)
-                c.execute("INSERT OR REPLACE INTO meta VALUES('passages', '1')")
+                c.execute("INSERT OR REPLACE INTO meta VALUES('passages', ?)", (PASSAGES_VERSION,))
         with_retry(write)
-        self._meta["passages"] = "1"
-        if todo:  # the indexes holding those messages lack their passages: dropped, rebuilt on the next search
-            users = {r[0] for r in self.conn.execute("SELECT DISTINCT m.user_id FROM passages p JOIN messages m ON "
-                                                     "m.rid = p.rid")}
+        self._meta["passages"] = PASSAGES_VERSION
+        if todo or old:  # the indexes holding those messages lack their passages: dropped, rebuilt on the next search
+            rids = sorted(old | {rid for rid, _ in todo})
+            users = {r[0] for i in range(0, len(rids), 500) for r in self.conn.execute(
+                f"SELECT DISTINCT user_id FROM messages WHERE rid IN ({','.join('?' * len(rids[i:i + 500]))})",
+                rids[i:i + 500])}
             self.flush()
             self._vectors = None
             for user in users:

@@ -4,7 +4,9 @@ every strategy an answer-level upper bound on full data, on CPU, without a langu
 Before each question the runner tells it the gold (`expect`: the answer and the evidence messages).
 Then, on each generation, from the prompt, the tool results and the K/V memory texts it is given:
 - every evidence message shown verbatim, or fetched whole by fact calls (every page of it in the input:
-  `has_more=true` on the last page shown is a part) -> it answers the gold answer;
+  `has_more=true` on the last page shown is a part), or, for an item of a session-level dataset (one item a
+  session, `granularity: session`), every sentence of its evidence turns in the input (a fact call pages a long
+  item by sentence) -> it answers the gold answer;
 - else, when a summary's trace id (`[SUMMARY trace_id="..."]`) is an evidence message not yet
   fetched whole and it may still call -> `retrieve_fact` on it, from the first record it has not read
   (the `<tool_call>` JSON when tools are offered, the generic call otherwise);
@@ -23,11 +25,14 @@ from dataclasses import dataclass
 from dkilab.models.text_only import TextOnlyModel
 from dkilab.prompts import ABSTAIN_PHRASE, FINAL, NATIVE_CALL
 from dkilab.text.lang import detect_language
+from dkilab.text.summarize import split_sentences
 from dkilab.tracing import traced_generation
 from dkilab.types import Conversation, Generation, QAItem
 
 SPEC = "scripted:oracle"
-VERSION = "2"  # part of its cells' identity (2: a message fetched in part is not read; it pages on)
+# part of its cells' identity (2: a message fetched in part is not read; it pages on; 3: an item of a session-level
+# dataset is read once its evidence turns' lines are in the input)
+VERSION = "3"
 _SPACE = re.compile(r"\s+")
 
 
@@ -36,6 +41,7 @@ class Gold:
     question: str
     answer: str | None  # None: abstain (unanswerable)
     evidence: dict[str, str]  # trace id -> the message text
+    lines: dict[str, list[str]] | None = None  # trace id -> the evidence turns' lines in it (session-level data)
 
 
 _SEGMENT = re.compile(r'\[FACT_SEGMENT trace_id="([^"]+)"([^\]]*)\]\n?(.*?)'
@@ -79,8 +85,10 @@ class OracleModel(TextOnlyModel):
         """The gold of the question about to be asked on this thread (the runner calls it)."""
         by_id = {m.message_id: m.content for m in conv.messages} if item.evidence_ids else {}
         answer = item.answer if item.answerable and item.answer not in (None, "") else None
+        lines = item.metadata.get("evidence_lines")
         self._local.gold = Gold(item.question, None if answer is None else str(answer),
-                                {i: by_id[i] for i in item.evidence_ids if i in by_id})
+                                {i: by_id[i] for i in item.evidence_ids if i in by_id},
+                                {i: list(v) for i, v in lines.items()} if isinstance(lines, dict) else None)
 
     def output_for(self, messages: list[dict], memories=None, tools=None) -> str:
         gold: Gold | None = getattr(self._local, "gold", None)
@@ -97,7 +105,10 @@ class OracleModel(TextOnlyModel):
         flat = _SPACE.sub(" ", seen)
         pages = fetched(seen)
         missing = [i for i, text in gold.evidence.items()
-                   if _SPACE.sub(" ", text).strip() not in flat and not (i in pages and pages[i] is None)]
+                   if _SPACE.sub(" ", text).strip() not in flat and not (i in pages and pages[i] is None)
+                   and not (gold.lines and gold.lines.get(i) and all(_SPACE.sub(" ", s).strip() in flat
+                                                                      for ln in gold.lines[i]
+                                                                      for s in split_sentences(ln)))]
         if not missing:
             return gold.answer
         native = bool(tools) or any(m.get("role") == "tool" or m.get("tool_calls") for m in messages) or any(

@@ -79,6 +79,13 @@ def run_fact_loop(prompt: str, generate: Callable[..., str], formatter: PromptFo
                                           limit=request.limit)
         fact_text = formatter.format_fact_segment(response)
         tokens = counter.count_tokens(fact_text)
+        # a page whose records fit the retriever's content budget can be over the room once formatted (each record
+        # gets its header): fewer records, so the model reads a page and may ask for the next, never nothing
+        while result.fact_tokens + tokens > fc.max_fact_tokens and len(response.messages) > 1:
+            response = retriever.retrieve(request.trace_id, session_id=session_id, offset=request.offset,
+                                          limit=len(response.messages) // 2)
+            fact_text = formatter.format_fact_segment(response)
+            tokens = counter.count_tokens(fact_text)
         call = FactCall(request.trace_id, request.offset, request.limit, tokens=tokens, found=response.found,
                         valid=response.found and (offered_set is None or request.trace_id in offered_set),
                         round=round_idx)

@@ -38,7 +38,7 @@ CI_CONFIGS = sorted(p for p in CI_DIR.glob("*.yaml") if p.stem not in DATA_BACKE
 # and CI run them; the default run keeps the two light ones end to end
 HEAVY = {"sweep_fixtures", "session_flow", "ablation_zh", "kv_alpha", "agents_recall"}
 CELL_METRICS = {"questions", "errors", "latency_total_p50_ms", "questions_per_minute", "harness_overhead_p50_ms",
-                "query_embeddings"}  # plus the cell's headline metric with its interval
+                "query_embeddings", "store_over_window", "store_vectors"}  # plus the headline metric with its interval
 QUIET = {"progress": False, "echo": lambda *a: None}
 
 

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import yaml
 
+from dkilab.encoders import passages
 from dkilab.encoders.embedder import Embedder
 from dkilab.eval.cell import _questions
 from dkilab.eval.datasets import by_session, load_dataset
@@ -81,5 +82,22 @@ def test_a_cell_on_long_messages_records_its_passages_and_one_on_short_ones_keep
     assert "passages" not in short.resolved["embedder"]
     long = _cell(tmp_path, {"name": "fixtures"}, embedder={"model": "offline:minilm"})
     off = _cell(tmp_path, {"name": "fixtures"}, embedder={"model": "offline:minilm", "passages": False})
-    assert long.resolved["embedder"]["passages"] == "1" and off.resolved["embedder"]["passages"] is False
+    assert long.resolved["embedder"]["passages"] == passages.VERSION and off.resolved["embedder"]["passages"] is False
     assert len({long.config_hash, off.config_hash}) == 2
+
+
+def test_the_oracle_reads_a_session_item_once_its_evidence_turns_are_in_the_input():
+    """A session item is long; a reader needs its evidence turns, not every page (fact calls page by sentence)."""
+    from dkilab.models.oracle import OracleModel
+    from dkilab.prompts import ABSTAIN_PHRASE
+
+    conv = by_session(load_dataset("fixtures"))[0]
+    q = next(q for q in conv.questions if q.evidence_ids and q.answerable)
+    lines = [ln for sid in q.evidence_ids for ln in q.metadata["evidence_lines"][sid]]
+    oracle = OracleModel(4096)
+    oracle.expect(q, conv)
+    ask = {"role": "user", "content": f"Question: {q.question}"}
+    assert oracle.output_for([ask]) == ABSTAIN_PHRASE["en"]
+    shown = "\n".join(f'[FACT_SEGMENT trace_id="{q.evidence_ids[0]}" chunk={i}]\n{s}\n[/FACT_SEGMENT]'
+                      for i, s in enumerate(re.split(r"(?<=[.!?])\s+", " ".join(lines))))
+    assert oracle.output_for([{"role": "user", "content": shown + f"\nQuestion: {q.question}"}]) == q.answer

@@ -70,6 +70,15 @@ def test_a_store_built_before_passages_gets_them_once(tmp_path, embedder):
         assert store.index_passages() == 1 and store.index_passages() == 0
         assert store.for_user("u").semantic_search(QUESTION, top_k=1).items[0].message.message_id == "m0"
         assert store.passage_stats()["over_window"] == 1
+        cut = store.passage_stats()["passages"]
+        store.conn.execute("UPDATE meta SET value='0' WHERE key='passages'")  # cut by another version
+        zero = np.zeros(embedder.dim, np.float32).tobytes()
+        store.conn.execute("UPDATE passages SET embedding=? WHERE idx=1", (zero,))
+        store.conn.commit()
+    with MemoryStore.open(tmp_path / "s", embedder=embedder) as store:
+        assert store.index_passages() == 1 and store.passage_stats()["passages"] == cut  # cut again, as this one does
+        assert store.conn.execute("SELECT COUNT(*) FROM passages WHERE embedding=?", (zero,)).fetchone()[0] == 0
+        assert store.for_user("u").semantic_search(QUESTION, top_k=1).items[0].message.message_id == "m0"
 
 
 def test_a_short_message_has_no_passages_and_a_new_store_none_to_backfill(tmp_path, embedder):

@@ -96,3 +96,22 @@ def test_a_tool_happy_model_never_has_a_call_recorded_as_its_answer(tmp_path):
         assert len(r.rows) == 4 and all(row.get("final_call") == 1.0 for row in r.rows), r.rows
         assert all(row["prediction"] == "" for row in r.rows)  # no answer, and never the call
         assert r.metrics["final_call"] == 1.0 and r.metrics.get("abstention_rate_answerable") == 0.0
+
+
+def test_a_page_over_the_room_once_formatted_is_cut_to_fit_and_read(memory):
+    """The retriever fills a page to its content budget; each record's header then takes it over the loop's
+    room. The loop asks for fewer records, so the model reads a page (and may ask for the next), never nothing."""
+    cfg = validate_recall_config({"fact_call": {"max_rounds": 1, "max_fact_tokens": 60}})
+    prompts = []
+
+    def generate(prompt):
+        prompts.append(prompt)
+        return 'retrieve_fact(trace_id="m1", offset=0, limit=50)'
+
+    retriever = FactRetriever(memory, chunk_threshold=20, max_fact_tokens=60)
+    whole = retriever.retrieve("m1", offset=0, limit=50)
+    assert len(whole.messages) > 1  # a page of several records within the content budget
+    res = run_fact_loop("History...\nQuestion: when?", generate, GenericFormatter("en"), retriever, cfg,
+                        offered=["m1"])
+    (call,) = res.fact_calls
+    assert call.kept and 0 < res.fact_tokens <= 60 and prompts[-1].count("[FACT_SEGMENT") == 1

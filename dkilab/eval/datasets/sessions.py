@@ -39,12 +39,19 @@ def _one(conv: Conversation) -> Conversation:
                                           **({"session_date": first.metadata["session_date"]}
                                              if "session_date" in first.metadata else {})}))
         where.update({m.message_id: sid for m in turns})
+    line = {m.message_id: f"{m.speaker or m.role}: {m.content}" for m in conv.messages}
+    # the evidence turns' own lines, by session: what a reader of a long item needs to have read of it
     questions = [replace(q, evidence_ids=list(dict.fromkeys(where[e] for e in q.evidence_ids if e in where)),
-                         metadata=dict(q.metadata)) for q in conv.questions]
+                         metadata={**q.metadata, "evidence_lines": {sid: [line[e] for e in q.evidence_ids
+                                                                          if where.get(e) == sid]
+                                                                    for sid in dict.fromkeys(where[e] for e in
+                                                                                             q.evidence_ids
+                                                                                             if e in where)}})
+                 for q in conv.questions]
     return replace(conv, messages=messages, questions=questions, metadata={**conv.metadata, "granularity": "session"})
 
 
-@register_dataset("locomo_sessions", language="en", scorer="locomo", version="1", sources=(FILE,),
+@register_dataset("locomo_sessions", language="en", scorer="locomo", version="2", sources=(FILE,),
                   description="LoCoMo at session granularity: each session one long memory item (median 704 tokens)")
 def load_locomo_sessions(data: str | None = None, limit: int | None = None, question_limit: int | None = None):
     return by_session(load_locomo(data, limit=limit, question_limit=question_limit))

@@ -119,7 +119,8 @@ def check_config(cfg: ExperimentConfig, source: str = "<config>", budgets: bool 
 
 
 # what a cell logs besides the declared metrics (dkilab.eval.tracking.cell_metrics, the runner's counters)
-CELL_LEVEL_METRICS = ("questions_per_minute", "query_embeddings", "resumed_questions", "response_cache_hits")
+CELL_LEVEL_METRICS = ("questions_per_minute", "query_embeddings", "resumed_questions", "response_cache_hits",
+                      "store_over_window", "store_vectors")
 
 
 def check_metric_name(metric: str, key: str, fail) -> None:

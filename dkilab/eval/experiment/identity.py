@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from dkilab.config import ConfigError, merge_nested, set_dotted, validate
+from dkilab.encoders.passages import VERSION as PASSAGES_VERSION
 from dkilab.eval.datasets import dataset_info
 from dkilab.eval.datasets.lengths import over_window
 from dkilab.eval.experiment.schema import (
@@ -79,7 +80,7 @@ class Cell:
 
     @cached_property
     def _passages(self) -> dict[str, str]:
-        """`passages: "1"` where the dataset has messages over the encoder's window, which its store indexes as
+        """`passages: <version>` where the dataset has messages over the encoder's window, which its store indexes as
         passages (dkilab/eval/datasets/lengths.py); nothing where every message fits (the hash as before)."""
         if not self.embedder.passages:  # recorded by the embedder's identity
             return {}
@@ -87,7 +88,7 @@ class Cell:
             convs = self.dataset.conversations()
         except Exception:  # absent data: the cell is refused by its own check, and can run nothing
             return {}
-        return {"passages": "1"} if over_window(convs, self.embedder.model) else {}
+        return {"passages": PASSAGES_VERSION} if over_window(convs, self.embedder.model) else {}
 
     @cached_property
     def identity(self) -> dict[str, Any]:

@@ -167,5 +167,9 @@ declare("harness_overhead_p50_ms", group="usage",
 declare("questions_per_minute", group="usage", field="", aggregation="cell", higher_is_better=True, rank=53)
 declare("query_embeddings", group="usage", field="", aggregation="cell",
         description="query embeddings the cell computed (caches start empty in every cell)")
+declare("store_over_window", group="usage", field="", aggregation="cell", higher_is_better=False,
+        description="messages of the cell's store over its encoder's window, each indexed as passages that fit it")
+declare("store_vectors", group="usage", field="", aggregation="cell", higher_is_better=False,
+        description="vectors the cell's store holds, what its ingest encoded: a message each, and its passages")
 declare("questions", field="questions", aggregation="count", per_category=True)
 declare("errors", field="errors", aggregation="count", higher_is_better=False, rank=60)
