@@ -4,26 +4,35 @@ indexing existed, on data with long messages, runs again instead of standing for
 whose messages all fit (LoCoMo, MemDaily and MADial-Bench turns) nothing changes and its cells keep their hashes."""
 from __future__ import annotations
 
-from functools import lru_cache
+import threading
+from typing import Callable
 
 from dkilab.encoders import passages
 from dkilab.encoders.embedder import Embedder
 
 WINDOWS = {"offline:minilm": 256, "offline:minilm-int8": 256, "offline:minilm-torch": 256,
            "offline:minilm-locomo": 256, "offline:e5": 512}
+_COUNTS: dict[tuple, int] = {}
+_LOCK = threading.Lock()
 
 
-@lru_cache(maxsize=256)
-def _over(texts: tuple[str, ...], model: str) -> int:
+def over_window(key: tuple, load: Callable[[], list], model: str) -> int:
+    """The messages of the conversations `load()` gives whose own text (speaker and content) is over `model`'s
+    window, memoised by `key` (what selects the conversations, with their files' digest) and the model; 0 for an
+    encoder that cannot be loaded here (the cell cannot run here either)."""
+    with _LOCK:
+        if (key, model) in _COUNTS:
+            return _COUNTS[(key, model)]
+    texts = [f"{m.speaker}: {m.content}" if m.speaker else m.content for c in load() for m in c.messages]
     window = WINDOWS.get(model)
     long = [t for t in texts if window is None or not passages.fits(t, window)]
-    if not long:
-        return 0
-    embedder = Embedder(model)
-    return sum(n > embedder.window for n in embedder.count_tokens(long))
-
-
-def over_window(conversations, model: str) -> int:
-    """The messages of `conversations` whose own text (speaker and content) is over `model`'s window."""
-    texts = tuple(f"{m.speaker}: {m.content}" if m.speaker else m.content for c in conversations for m in c.messages)
-    return _over(texts, model)
+    n = 0
+    if long:
+        try:
+            embedder = Embedder(model)
+            n = sum(k > embedder.window for k in embedder.count_tokens(long))
+        except Exception:  # no such model here: nothing to record
+            n = 0
+    with _LOCK:
+        _COUNTS[(key, model)] = n
+    return n

@@ -84,11 +84,13 @@ class Cell:
         passages (dkilab/eval/datasets/lengths.py); nothing where every message fits (the hash as before)."""
         if not self.embedder.passages:  # recorded by the embedder's identity
             return {}
+        d = self.dataset
         try:
-            convs = self.dataset.conversations()
+            key = (d.name, d.path, d.first, d.limit, d.granularity, d.info().get("content"))
+            n = over_window(key, d.conversations, self.embedder.model)
         except Exception:  # absent data: the cell is refused by its own check, and can run nothing
             return {}
-        return {"passages": PASSAGES_VERSION} if over_window(convs, self.embedder.model) else {}
+        return {"passages": PASSAGES_VERSION} if n else {}
 
     @cached_property
     def identity(self) -> dict[str, Any]:
