@@ -65,8 +65,9 @@ def _fit(piece: str, count: Callable[[list[str]], list[int]], budget: int) -> li
 
 
 def of(embedder, speaker: str | None, content: str, text: str) -> list[str]:
-    """The passages of a message whose index text `text` (its speaker, content and the turn it replies to) is
-    over `embedder`'s window, each led by the speaker; none when the text fits."""
+    """The passages of a message whose own text `text` (its speaker, content and loader extras, without the turn
+    it replies to: `memory.store.index_text(m, None, "1")`) is over `embedder`'s window, each led by the speaker;
+    none when the text fits."""
     window = embedder.window
     if fits(text, window) or embedder.count_tokens([text])[0] <= window:
         return []

@@ -9,6 +9,7 @@ from typing import Callable
 
 from dkilab.encoders import passages
 from dkilab.encoders.embedder import Embedder
+from dkilab.memory.store import index_text
 
 WINDOWS = {"offline:minilm": 256, "offline:minilm-int8": 256, "offline:minilm-torch": 256,
            "offline:minilm-locomo": 256, "offline:e5": 512}
@@ -17,13 +18,13 @@ _LOCK = threading.Lock()
 
 
 def over_window(key: tuple, load: Callable[[], list], model: str) -> int:
-    """The messages of the conversations `load()` gives whose own text (speaker and content) is over `model`'s
+    """The messages of the conversations `load()` gives whose own text (as the store reads it) is over `model`'s
     window, memoised by `key` (what selects the conversations, with their files' digest) and the model; 0 for an
     encoder that cannot be loaded here (the cell cannot run here either)."""
     with _LOCK:
         if (key, model) in _COUNTS:
             return _COUNTS[(key, model)]
-    texts = [f"{m.speaker}: {m.content}" if m.speaker else m.content for c in load() for m in c.messages]
+    texts = [index_text(m, None, "1") for c in load() for m in c.messages]  # what the store decides by
     window = WINDOWS.get(model)
     long = [t for t in texts if window is None or not passages.fits(t, window)]
     n = 0
