@@ -5,14 +5,17 @@ from its first sentences and a fact in its last one is never embedded.
 
 Passages are whole sentences packed into as few passages of about equal size as fit the window (a sentence longer
 than the window is cut at words, or at characters where there are no spaces), each led by the speaker's name as the
-message's own vector is."""
+message's own vector is. The same passages are BM25 documents beside the message's own (memory/store.py
+`passage_fts`), so a long message scores lexically as its best passage too: two query words in one of its sentences
+outweigh the same words scattered over a shorter message."""
 from __future__ import annotations
 
 import re
 from typing import Callable
 
-# how messages are cut (a store and a cell record it: another version re-cuts a cached store's passages)
-VERSION = "2"
+# how messages are cut (a store and a cell record it: another version re-cuts a cached store's passages);
+# 3: the passages are BM25 documents too
+VERSION = "3"
 # where a message is cut: after a sentence's end (Latin or CJK), or at a line break
 _SENTENCE = re.compile(r"(?<=[.!?。！？；;])\s+|(?<=[。！？；])|\n+")
 MARGIN = 8  # tokens kept free in every passage: the speaker's name and e5's "passage: " are counted, this is slack

@@ -49,6 +49,10 @@ CREATE TABLE IF NOT EXISTS users(slot INTEGER PRIMARY KEY, user_id TEXT NOT NULL
 -- the passages of a message over the encoder's window (encoders/passages.py), beside its own vector
 CREATE TABLE IF NOT EXISTS passages(rid INTEGER NOT NULL, idx INTEGER NOT NULL, embedding BLOB NOT NULL,
                                     PRIMARY KEY(rid, idx));
+-- the same passages as BM25 documents in the user's FTS table (rowid fts_id), each scoring the message whose FTS
+-- rowid is msg; their text is kept here because a contentless FTS5 row is deleted by its text (a re-cut store)
+CREATE TABLE IF NOT EXISTS passage_fts(fts_id INTEGER PRIMARY KEY, msg INTEGER NOT NULL, body TEXT NOT NULL,
+                                       extra TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS messages_user_ts ON messages(user_id, ts, rid);
 CREATE INDEX IF NOT EXISTS messages_session_turn ON messages(user_id, session_id, turn_id, rid);
 """
@@ -90,6 +94,25 @@ def index_text(msg: Message, replying_to: Message | None = None, version: str = 
 
 def _extra_text(speaker, topic, metadata: dict) -> str:
     return " ".join(str(x) for x in (speaker, topic, metadata.get("index_extra")) if x)
+
+
+def _passage_bodies(m: Message, passages: list[str]) -> list[str]:
+    """A message's passages as BM25 documents: segmented as its body is, without the speaker each is led by
+    (the speaker is the document's `extra`, as the message's own)."""
+    lead = f"{m.speaker}: " if m.speaker else ""
+    return [" ".join(segment(p[len(lead):] if p.startswith(lead) else p)) for p in passages]
+
+
+def _insert_passage_docs(c, slot_seq, msg_fts_id: int, bodies: list[str], extra: str) -> int:
+    """Index a message's passages in its user's FTS table, each scoring the message (`passage_fts`); returns the
+    user's next FTS sequence number."""
+    slot, seq = slot_seq
+    for body in bodies:
+        pid = (slot << SLOT_BITS) | seq
+        c.execute(f"INSERT INTO {fts_table(slot)}(rowid, body, extra) VALUES(?,?,?)", (pid, body, extra))
+        c.execute("INSERT INTO passage_fts(fts_id, msg, body, extra) VALUES(?,?,?,?)", (pid, msg_fts_id, body, extra))
+        seq += 1
+    return seq
 
 
 class _TurnTaken(Exception):
@@ -328,13 +351,13 @@ class MemoryStore:
             vecs = vecs[:len(texts)]
         else:
             vecs = np.ascontiguousarray(np.asarray(embeddings, dtype=np.float32)[fresh_idx])
-            parts = [vecs[:0]] * len(fresh)
+            parts, cut = [vecs[:0]] * len(fresh), [[] for _ in fresh]
         self._check_embedder(vecs.shape[1])
         rows = []
-        for m, v, ps in zip(fresh, vecs, parts):
+        for m, v, ps, texts in zip(fresh, vecs, parts, cut):
             extra = _extra_text(m.speaker, m.topic, m.metadata)
             rows.append((m, v.tobytes(), " ".join(segment(m.content)), " ".join(segment(extra)),
-                         [p.tobytes() for p in ps]))
+                         [p.tobytes() for p in ps], _passage_bodies(m, texts)))
         return rows
 
     def _choose_embedder(self, msgs: list[Message]) -> None:
@@ -429,7 +452,7 @@ class MemoryStore:
         with self._lock, transaction(self.conn) as c:
             if expect_turn is not None and self._max_turn(c, *expect_turn[:2]) != expect_turn[2]:
                 raise _TurnTaken()
-            for m, emb, body, extra, cut in rows:
+            for m, emb, body, extra, cut, bodies in rows:
                 if m.user_id not in seqs:
                     seqs[m.user_id] = list(self._user_slot(c, m.user_id))
                 slot_seq = seqs[m.user_id]
@@ -446,6 +469,7 @@ class MemoryStore:
                     c.executemany("INSERT INTO passages(rid, idx, embedding) VALUES(?,?,?)",
                                   [(cur.lastrowid, i, p) for i, p in enumerate(cut, start=1)])
                     slot_seq[1] += 1
+                    slot_seq[1] = _insert_passage_docs(c, slot_seq, fts_id, bodies, extra)
                     added += 1
                     continue
                 # another writer stored (user, id) since _prepare looked: same content is a no-op,
@@ -511,12 +535,13 @@ class MemoryStore:
             return 0
         old = {r[0] for r in self.conn.execute("SELECT DISTINCT rid FROM passages")}
         todo = []
-        for row in self.conn.execute(f"SELECT {MSG_COLS} FROM messages WHERE embedding IS NOT NULL ORDER BY rid"):
+        rows = self.conn.execute(f"SELECT {MSG_COLS}, fts_id FROM messages WHERE embedding IS NOT NULL ORDER BY rid")
+        for row in rows:
             m = row_to_message(row)
             cut = passages_of(self.embedder, m.speaker, m.content, index_text(m, None, "1"))
             if cut:
-                todo.append((row["rid"], cut))
-        flat = [p for _, cut in todo for p in cut]
+                todo.append((row["rid"], cut, m, row["fts_id"]))
+        flat = [p for _, cut, _, _ in todo for p in cut]
         vecs = (np.concatenate([self.embedder.encode(flat[i:i + batch_size]) for i in range(0, len(flat), batch_size)])
                 if flat else np.zeros((0, 0), np.float32))
 
@@ -524,15 +549,26 @@ class MemoryStore:
             at = 0
             with self._lock, transaction(self.conn) as c:
                 c.execute("DELETE FROM passages")
-                for rid, cut in todo:
+                for pid, body, extra in c.execute("SELECT fts_id, body, extra FROM passage_fts").fetchall():
+                    fts = fts_table(pid >> SLOT_BITS)
+                    c.execute(f"INSERT INTO {fts}({fts}, rowid, body, extra) VALUES('delete', ?, ?, ?)",
+                              (pid, body, extra))
+                c.execute("DELETE FROM passage_fts")
+                seqs: dict[int, list[int]] = {}
+                for rid, cut, m, fts_id in todo:
                     c.executemany("INSERT OR IGNORE INTO passages(rid, idx, embedding) VALUES(?,?,?)",
                                   [(rid, i, vecs[at + i - 1].tobytes()) for i in range(1, len(cut) + 1)])
                     at += len(cut)
+                    slot_seq = seqs.setdefault(fts_id >> SLOT_BITS, list(self._user_slot(c, m.user_id)))
+                    extra = " ".join(segment(_extra_text(m.speaker, m.topic, m.metadata)))
+                    slot_seq[1] = _insert_passage_docs(c, slot_seq, fts_id, _passage_bodies(m, cut), extra)
+                for slot, seq in seqs.values():
+                    c.execute("UPDATE users SET next_seq=? WHERE slot=?", (seq, slot))
                 c.execute("INSERT OR REPLACE INTO meta VALUES('passages', ?)", (PASSAGES_VERSION,))
         with_retry(write)
         self._meta["passages"] = PASSAGES_VERSION
         if todo or old:  # the indexes holding those messages lack their passages: dropped, rebuilt on the next search
-            rids = sorted(old | {rid for rid, _ in todo})
+            rids = sorted(old | {rid for rid, *_ in todo})
             users = {r[0] for i in range(0, len(rids), 500) for r in self.conn.execute(
                 f"SELECT DISTINCT user_id FROM messages WHERE rid IN ({','.join('?' * len(rids[i:i + 500]))})",
                 rids[i:i + 500])}

@@ -237,17 +237,23 @@ class UserMemory:
         optional = [*required, *(_fts_quote([w]) for w in words)]
         match = " AND ".join([*required, "(" + " OR ".join(optional) + ")"])
         fts, cap = fts_table(slot), self._store.result_cap
+        # a message over the encoder's window is also indexed as its passages (memory/store.py passage_fts): it
+        # scores as the best of its own document and its passages'
+        msg = f"COALESCE((SELECT pf.msg FROM passage_fts pf WHERE pf.fts_id = {fts}.rowid), {fts}.rowid)"
         if f == QueryFilter():
             rows = self._store.conn.execute(
-                f"SELECT rowid AS id, bm25({fts}, 1.0, 0.6) AS s FROM {fts} WHERE {fts} MATCH ? ORDER BY s LIMIT ?",
+                f"SELECT {msg} AS id, bm25({fts}, 1.0, 0.6) AS s FROM {fts} WHERE {fts} MATCH ? ORDER BY s LIMIT ?",
                 (match, cap)).fetchall()
         else:
             where, args = self._filter_sql(f, "m")
             rows = self._store.conn.execute(
-                f"SELECT {fts}.rowid AS id, bm25({fts}, 1.0, 0.6) AS s FROM {fts} "
-                f"JOIN messages m ON m.fts_id = {fts}.rowid WHERE {fts} MATCH ? AND {where} ORDER BY s LIMIT ?",
+                f"SELECT m.fts_id AS id, bm25({fts}, 1.0, 0.6) AS s FROM {fts} "
+                f"JOIN messages m ON m.fts_id = {msg} WHERE {fts} MATCH ? AND {where} ORDER BY s LIMIT ?",
                 [match, *args, cap]).fetchall()
-        ranked = [(r["id"], -float(r["s"])) for r in rows]
+        best: dict[int, float] = {}
+        for r in rows:  # best first: a message's first row is its best
+            best.setdefault(r["id"], -float(r["s"]))
+        ranked = list(best.items())
         if not ranked and any(has_cjk(p) for p in phrases):
             ranked = self._substring_fallback(phrases, f)
         return ranked

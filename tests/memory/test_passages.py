@@ -117,3 +117,38 @@ def test_passages_off_cuts_at_the_window_as_before(tmp_path, embedder):
         store.add_messages(_messages([LONG] + OTHERS))
         assert store.passage_stats()["passages"] == 0 and store.index_passages() == 0
         assert store.for_user("u").semantic_search(QUESTION, top_k=1).items[0].message.message_id != "m0"
+
+
+SCATTERED = ("The zeppelin museum was closed for repairs. " + " ".join(FILLER[i % 4] for i in range(38))
+             + " The ride home was long.")  # both words, far apart, in a message shorter than LONG_RIDE
+LONG_RIDE = " ".join(FILLER[i % 4] for i in range(40)) + " We took a zeppelin ride over the lake."
+
+
+@pytest.mark.parametrize("on", [True, False])
+def test_bm25_scores_a_long_message_by_its_best_passage(tmp_path, embedder, on):
+    with MemoryStore.open(tmp_path / "s", embedder=embedder, passages=on) as store:
+        store.add_messages(_messages([SCATTERED, LONG_RIDE] + OTHERS))
+        hits = store.for_user("u").lexical_search("zeppelin ride", page_size=10).items
+        # as whole documents the shorter message wins; its words are in different passages, LONG_RIDE's in one
+        assert [h.message.message_id for h in hits] == (["m1", "m0"] if on else ["m0", "m1"])
+        assert store.for_user("u").lexical_search("zeppelin ride", filter={"role": "user"}).items[0].message \
+            .message_id == hits[0].message.message_id  # a filtered search reads the passages too
+        docs = store.conn.execute("SELECT COUNT(*) FROM passage_fts").fetchone()[0]
+        assert docs == store.passage_stats()["passages"] and (docs > 0) == on
+
+
+def test_a_recut_store_replaces_its_passage_documents(tmp_path, embedder):
+    with MemoryStore.open(tmp_path / "s", embedder=embedder) as store:
+        store.add_messages(_messages([LONG, SCATTERED, LONG_RIDE] + OTHERS))
+        before = [(h.message.message_id, h.score) for h in store.for_user("u").lexical_search("zeppelin ride").items]
+        store.conn.execute("UPDATE meta SET value='0' WHERE key='passages'")  # cut by another version
+        store.conn.commit()
+    with MemoryStore.open(tmp_path / "s", embedder=embedder) as store:
+        assert store.index_passages() == 3
+        after = [(h.message.message_id, h.score) for h in store.for_user("u").lexical_search("zeppelin ride").items]
+        # the old passages' documents are gone (else BM25's document count, and every score, would change)
+        assert [m for m, _ in after] == [m for m, _ in before]
+        assert [s for _, s in after] == pytest.approx([s for _, s in before], rel=1e-9)
+        assert store.conn.execute("SELECT COUNT(*) FROM passage_fts").fetchone()[0] == store.passage_stats()["passages"]
+        store.add_messages(_messages([LONG, SCATTERED, LONG_RIDE] + OTHERS + ["A zeppelin ride, once."])[-1:])
+        assert store.for_user("u").lexical_search("zeppelin ride").items[0].message.message_id == "m7"
