@@ -106,6 +106,9 @@ Messages you have seen (id | role | date | text):
 {found}
 Write what these messages say about the user as JSON: {{"preferences": [...], "profile": [...], "constraints": [...]}},
 each item {{"statement": "...", "evidence_ids": ["<id>"], "confidence": 0.0-1.0}}. Use only the ids above.
+Where statements conflict, the later and more explicit one wins: give the earlier item "superseded_by": "<the later
+item's id>"; where neither is clearly later and more explicit (a hedge against a firm statement, two firm
+contradictions), keep both with "uncertain": true.
 JSON:"""
 
 

@@ -11,7 +11,7 @@ import time
 from datetime import timedelta
 
 from dkilab.agents.recall_agent import RecallAgent
-from dkilab.agents.recall_agent.conflict_set import evaluate
+from dkilab.agents.recall_agent.conflict_set import PERSONAS, evaluate
 from dkilab.eval.datasets import load_dataset
 from dkilab.eval.datasets.agents import load_agent_pointers, load_agent_pointers_heldout, load_agent_recall
 from dkilab.eval.metrics.base import percentile
@@ -85,6 +85,10 @@ def main(data_dir=None, questions: int = 200, repeat: int = 20) -> int:
           f"constraints kept against a weaker later statement: {c['constraints_kept']:.3f}")
     for case, got in c["failures"].items():
         print(f"  failed: {case} ({got})")
+    for persona in PERSONAS:  # the LLM policy's view stands as the model writes it: a persona scores its own rule
+        p = evaluate(persona=persona)
+        print(f"  LLM policy, scripted persona {persona}: accuracy {p['accuracy']:.3f}, constraints kept "
+              f"{p['constraints_kept']:.3f}")
     r = recall_agent_figures(data_dir, questions)
     print(f"recall agent, rule policy, {r['label']}:")
     print(f"  {r['n']} questions: p50 {r['p50']:.1f} ms, p95 {r['p95']:.1f} ms, {r['calls']:.2f} tool calls per "

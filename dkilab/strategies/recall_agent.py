@@ -67,7 +67,9 @@ class RecallAgentStrategy(Strategy):
     # 2: a later, weaker statement no longer supersedes an explicit constraint
     # 3: the closed loop of §4 (own queries per hypothesis, narrowing, rewriting, coverage, both-side conflicts);
     #    the LLM policy reads the recall skill and raw tool results
-    version = "4"  # what each version changed: docs/agents.md
+    # 5: explicit standing statements before the window, slots (car, editor, pets with a change), "always" as
+    #    explicit as "never", the LLM policy's adjudication stands
+    version = "5"  # what each version changed: docs/agents.md
     Params = RecallAgentParams
     params: RecallAgentParams
     takes_task_inputs = True

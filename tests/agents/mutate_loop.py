@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-TESTS = ["tests/agents/test_recall_agent_loop.py", "tests/agents/test_recall_agent_steps.py"]
+TESTS = ["tests/agents/test_recall_agent_loop.py", "tests/agents/test_recall_agent_steps.py",
+         "tests/agents/test_recall_agent_statements.py"]
 MUTATIONS = {  # step -> code that removes it
     "hypotheses' own queries": "for k in cues.KIND_QUERY: cues.KIND_QUERY[k] = {'zh': [], 'en': []}",
     "relevance against the hypothesis": "reflect.cues.statement_kind = lambda s: None",
@@ -18,6 +19,7 @@ MUTATIONS = {  # step -> code that removes it
                         "reflect._as = lambda c, step, why=None: None if step == 'cover_hypothesis' else orig(c, step, "
                         "why)",
     "conflict context, both sides": "reflect.conflict_step = lambda state: None",
+    "standing": "reflect.standing_step = lambda state: None",
 }
 RUN = """import sys, pytest
 sys.path.insert(0, {root!r})

@@ -130,3 +130,24 @@ def test_a_prompt_over_the_window_shows_fewer_results_or_falls_back(alice_store)
     assert tiny.prompts == [] and res.evidence_problems == [] and res.output.memory_view.active()
     assert {s.get("fallback") for s in res.steps if "fallback" in s} == {"plan prompt over the model's window",
                                                                        "view prompt over the model's window"}
+
+
+def test_the_models_adjudication_stands_and_names_only_messages_it_saw(alice_store):
+    """The rules would let "我现在不吃辣了" (a#6) supersede "我特别能吃辣" (a#2); the model keeps both, uncertain, and
+    that is the view. A `superseded_by` naming a message it never saw is an invalid view: the rules' view stands."""
+    call = F.format_tool_call("lexical_search", {"query_text": "辣"})
+    both = ('{"preferences": [{"statement": "特别能吃辣", "evidence_ids": ["a#2"], "confidence": 0.5, '
+            '"uncertain": true}, {"statement": "现在不吃辣", "evidence_ids": ["a#6"], "confidence": 0.5, '
+            '"uncertain": true}]}')
+    res = RecallAgent(alice_store.for_user("alice"), "llm", Scripted([call, "STOP", both]), F).recall(
+        "我能吃辣吗？", now=NOW)
+    items = {i.evidence_ids[0]: i for i in res.output.memory_view.items()}
+    assert items["a#2"].active and items["a#2"].uncertain and items["a#6"].uncertain
+    rules = RecallAgent(alice_store.for_user("alice")).recall("我能吃辣吗？", now=NOW)
+    assert {i.evidence_ids[0]: i.superseded_by for i in rules.output.memory_view.items()}["a#2"] == "a#6"
+    forged = both.replace('"uncertain": true}, {', '"superseded_by": "a#8"}, {', 1)
+    assert forged != both
+    res = RecallAgent(alice_store.for_user("alice"), "llm", Scripted([call, "STOP", forged]), F).recall(
+        "我能吃辣吗？", now=NOW)
+    assert any("a#8" in s.get("invalid_view", "") for s in res.steps)
+    assert all(i.superseded_by != "a#8" for i in res.output.memory_view.items())

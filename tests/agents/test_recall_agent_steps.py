@@ -126,10 +126,13 @@ def test_decide_reads_context_then_works_both_sides_of_a_conflict_then_stops():
         steps.append((call.step, call.tool, call.args.get("message_id")))
         if call.tool == "neighbors":
             st.expanded.add(call.args["message_id"])
+        elif call.step == "standing":  # then once what holds until the user says otherwise, before the window
+            assert call.args["filter"]["time_range"] == {"until": st.narrowing.time_range.since}
         else:
             assert call.args["filter"]["time_range"]["since"] == st.seen["u#1"].timestamp
     assert steps == [("conflict_context", "neighbors", "u#0"), ("conflict_context", "neighbors", "u#1"),
-                     ("conflict_lexical", "lexical_search", None), ("conflict_semantic", "semantic_search", None)]
+                     ("conflict_lexical", "lexical_search", None), ("conflict_semantic", "semantic_search", None),
+                     ("standing", "lexical_search", None)]
     assert st.stop_reason == "every hypothesis has evidence or is shown empty"
     st.calls = [first] * 8
     assert decide(st, Reflection(needs_context=["u#0"]), 8) is None and st.stop_reason == "call budget spent"

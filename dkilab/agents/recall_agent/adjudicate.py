@@ -1,6 +1,7 @@
 """Conflicts and their adjudication (seed recall-agent §4.4 context check, §4.6).
 
-Two candidates of one hypothesis conflict when they share a term and disagree: opposite polarity
+Two candidates of one hypothesis conflict when they share a term (or fill one slot: where one lives, works, the car
+one drives, the editor one codes in; or, announcing a change, what pet one has) and disagree: opposite polarity
 ("I love spicy food" / "I can't eat spicy food anymore"), the newer one announces a change
 ("现在…", "moved to"), or the newer one hedges about what the older one states as a constraint
 ("我对花生严重过敏" / "最近好像对花生没那么敏感了吧"). Adjudication, in the seed's order of attribution (§4.6.2):
@@ -26,9 +27,14 @@ GENERIC = {"吃", "喝", "菜", "饮食", "口味", "外卖", "餐厅", "food", 
            "work",
            "job", "住", "live"}  # too general for two statements sharing them to be about the same thing
 SLOTS = [  # mutually exclusive facts: two statements filling one slot conflict even without negation
-    ["住在", "搬到", "搬去", "live in", "lives in", "living in", "moved to"],
+    ["住在", "搬到", "搬去", "live in", "lives in", "living in", "moved to", "move to", "moving to"],
     ["在公司", "上班", "入职", "跳槽", "work at", "works at", "work as", "job at", "new job", "joined"],
+    ["开的是", "开一辆", "drive a", "drives a", "my car", *cues.VEHICLES],  # the car one drives
+    cues.EDITORS,  # the editor one writes code in
 ]
+# what one has, of which one may have several: two statements about it conflict when the newer announces a change
+# ("I have a cat named Luna" / "Luna passed away, now I have a dog"), with no shared word needed
+CHANGE_SLOTS = [["猫", "狗", "宠物", "cat", "dog", "pet", "puppy", "kitten"]]
 
 
 def context_flag(c: Candidate, window: list[Message]) -> str | None:
@@ -49,8 +55,17 @@ def context_flag(c: Candidate, window: list[Message]) -> str | None:
     return None
 
 
-def _slot(text: str) -> int | None:
-    return next((i for i, s in enumerate(SLOTS) if cues.has_cue(text, s)), None)
+def _slot(text: str, slots=SLOTS) -> int | None:
+    return next((i for i, s in enumerate(slots) if cues.has_cue(text, s)), None)
+
+
+def _same_slot(a: Candidate, b: Candidate) -> bool:
+    """Both fill one mutually exclusive slot, or one slot of what one has while the newer announces a change."""
+    slot = _slot(a.statement)
+    if slot is not None and slot == _slot(b.statement):
+        return True
+    slot = _slot(a.statement, CHANGE_SLOTS)
+    return slot is not None and b.changed and slot == _slot(b.statement, CHANGE_SLOTS)
 
 
 def find_conflicts(candidates: list[Candidate]) -> list[Conflict]:
@@ -62,8 +77,7 @@ def find_conflicts(candidates: list[Candidate]) -> list[Conflict]:
             if a.hypothesis != b.hypothesis:
                 continue
             shared = [t for t in a.matched if t in b.matched and t not in GENERIC]
-            slot = _slot(a.statement)
-            same_slot = slot is not None and slot == _slot(b.statement)
+            same_slot = _same_slot(a, b)
             disagree = (a.negated != b.negated or (b.changed and not a.changed) or (a.hedged and b.hedged)
                         or (a.explicit_constraint and cues.hedges(b.statement) > 0))  # a hedge against a constraint
             if (shared and disagree) or same_slot:

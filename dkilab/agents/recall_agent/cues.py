@@ -11,9 +11,9 @@ from dkilab.memory.view import TimeRange
 
 KIND_CUES = {
     "constraints": ["不能", "不要", "别给", "禁止", "必须", "一定要", "过敏", "忌口", "避免", "千万别", "不许",
-                    "不可以", "要求", "忌讳", "限制", "requirement",
+                    "不可以", "要求", "忌讳", "限制", "不放", "别放", "requirement",
                     "can't", "cannot", "must", "never", "avoid", "allergic", "allergy", "allergies", "forbidden",
-                    "not allowed", "restriction", "rule", "rules"],
+                    "not allowed", "restriction", "rule", "rules", "leave out", "exclude", "omit"],
     "preferences": ["喜欢", "爱吃", "爱喝", "偏好", "口味", "喜好", "格式", "风格", "更愿意", "最爱", "讨厌", "饮食",
                     "习惯", "prefer", "preference", "preferences", "like", "likes", "love", "favorite", "favourite",
                     "enjoy", "hate", "dislike", "taste", "style", "format", "diet", "habit", "habits"],
@@ -26,7 +26,8 @@ TOPICS = [  # a question touching one term pulls in the whole list as evidence t
     ["饮食", "吃", "辣", "菜", "素", "肉", "海鲜", "甜", "咖啡", "茶", "酒", "过敏", "忌口", "口味", "花生", "牛奶",
      "乳糖", "外卖", "点菜", "餐厅", "food", "eat", "spicy", "vegetarian", "vegan", "meat", "seafood", "coffee", "tea",
      "allergic", "dessert", "sugar", "dish", "cuisine", "diet", "dietary", "peanut", "milk", "dairy", "lactose",
-     "gluten", "drink", "alcohol", "restaurant", "dinner", "lunch", "menu", "snack"],
+     "gluten", "drink", "alcohol", "restaurant", "dinner", "lunch", "menu", "snack", "鸡肉", "牛肉", "猪肉", "鱼",
+     "chicken", "beef", "pork", "fish"],
     ["格式", "要点", "表格", "列表", "结论", "双语", "简洁", "详细", "总结", "markdown", "bullet", "table", "summary",
      "summaries", "summarise", "summarize", "format", "concise", "brief", "bilingual", "style", "length", "emoji"],
     ["日程", "会议", "截止", "预约", "安排", "提醒", "待办", "ddl", "meeting", "deadline", "appointment", "schedule",
@@ -40,6 +41,12 @@ TOPICS = [  # a question touching one term pulls in the whole list as evidence t
     ["作息", "睡", "起床", "早起", "熬夜", "sleep", "wake", "morning", "night", "bedtime"],
     ["运动", "跑步", "健身", "游泳", "瑜伽", "exercise", "run", "running", "gym", "swim", "swimming", "yoga", "sport"],
     ["猫", "狗", "宠物", "cat", "cats", "dog", "dogs", "pet", "pets"],
+    ["车", "汽车", "开车", *(VEHICLES := ["丰田", "本田", "特斯拉", "宝马", "奔驰", "大众", "比亚迪", "奥迪", "蔚来",
+                                         "小鹏", "toyota", "honda", "tesla", "bmw", "mercedes", "volkswagen", "audi",
+                                         "ford", "byd", "subaru", "kia", "hyundai", "volvo", "nissan"]),
+     "car", "cars", "drive", "vehicle"],
+    ["编辑器", "写代码", *(EDITORS := ["vim", "neovim", "emacs", "vs code", "vscode", "pycharm", "intellij", "sublime",
+                                     "cursor", "xcode"]), "editor", "ide", "code in", "coding"],
     ["旅行", "出差", "飞机", "航班", "机票", "高铁", "座位", "酒店", "travel", "flight", "flights", "ticket", "seat",
      "train", "hotel", "trip"],
 ]
@@ -63,9 +70,10 @@ WINDOWS = [  # (label, days, cues): §4.2(1)
 LADDER = [7, 30, 180, None]  # widening steps in days (None: all time)
 NEGATIONS = ["不", "没", "别", "非", "无", "never", "not", "no", "don't", "doesn't", "didn't", "can't", "cannot",
              "won't", "nor", "quit", "stopped"]
-CHANGE = ["现在", "开始", "不再", "已经不", "改成", "换成", "搬到", "戒了", "以后", "从今天起", "如今", "now",
-          "no longer", "anymore", "switched", "moved", "these days", "started", "quit", "from now on", "changed",
-          "stopped"]
+CHANGE = ["现在", "开始", "不再", "已经不", "改成", "换成", "换了", "卖了", "卖掉", "改用", "搬到", "戒了", "以后",
+          "从今天起", "如今", "now", "no longer", "anymore", "switched", "moved", "these days", "started", "quit",
+          "from now on", "changed", "stopped", "sold", "replaced", "got rid of", "traded in", "gave away", "去世",
+          "passed away", "died"]
 HEDGES = ["可能", "也许", "大概", "好像", "有时", "偶尔", "说不定", "不确定", "maybe", "perhaps", "might", "sometimes",
           "not sure", "probably", "occasionally"]
 HYPOTHETICAL = ["如果", "假如", "要是", "假设", "开玩笑", "比如说", "if ", "suppose", "imagine", "joking",
@@ -142,7 +150,8 @@ def negated(clause: str) -> bool:
 
 # --- explicitness (seed recall-agent §4.6: the later *and more explicit* statement wins) ------------
 STRONG = ["绝对", "一定", "千万", "坚决", "永远", "从来不", "从不", "必须", "严禁", "务必", "完全不", "一点都不",
-          "一口都不", "absolutely", "definitely", "never", "always", "must", "strictly", "under no circumstances",
+          "一口都不", "总是", "每次都", "absolutely", "definitely", "never", "always", "must", "strictly",
+          "under no circumstances",
           "certainly", "at all", "100%", "completely"]
 CONSTRAINTS = ["过敏", "不能吃", "不能喝", "不能碰", "禁止", "忌口", "不可以吃", "不耐受", "医生说", "医生不让", "确诊",
                "allergic", "allergy", "can't eat", "cannot eat", "can't have", "cannot have", "must not", "intolerant",
@@ -164,10 +173,11 @@ def is_constraint(statement: str) -> bool:
 
 
 def explicitness(statement: str, role: str = "user") -> float:
-    """How explicitly the statement commits, in [0, 1] (§4.6 "更明确的表述"): strong modality, a stated
-    constraint and a stated change ("现在开始我不吃辣了", "no longer") raise it; each hedge, a question and a
-    paraphrase by the assistant lower it."""
-    score = 0.5 + 0.2 * min(2, count_cues(statement, STRONG)) + (0.2 if is_constraint(statement) else 0.0)
+    """How explicitly the statement commits, in [0, 1] (§4.6 "更明确的表述"): strong modality ("always" as
+    much as "never"), a stated constraint (an allergy, a diagnosis, "can't eat") and a stated change ("现在开始
+    我不吃辣了", "no longer") raise it; each hedge, a question and a paraphrase by the assistant lower it."""
+    score = 0.5 + 0.2 * min(2, count_cues(statement, STRONG))
+    score += 0.2 if has_cue(statement, CONSTRAINTS) is not None else 0.0
     score += 0.2 if has_cue(statement, CHANGE) else 0.0
     score -= 0.2 * min(3, hedges(statement))
     if statement.strip().endswith(("?", "？", "吗", "吗。")):
@@ -175,6 +185,14 @@ def explicitness(statement: str, role: str = "user") -> float:
     if role != "user":
         score -= 0.2
     return round(max(0.0, min(1.0, score)), 2)
+
+
+def standing(statement: str) -> bool:
+    """An explicit statement that holds until the user says otherwise: a constraint (an allergy, "must not"), a
+    rule or habit stated with "never" / "always" / "以后" / "从不", without a hedge. A time window never hides
+    one (`reflect.standing_step`)."""
+    return hedges(statement) == 0 and (is_constraint(statement) or has_cue(statement, STANDING) is not None
+                                       or has_cue(statement, STRONG) is not None)
 
 
 def _utc_day(y: int, m: int, d: int) -> datetime:

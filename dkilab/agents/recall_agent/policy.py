@@ -172,7 +172,8 @@ class LLMPolicy:
         try:
             m = _JSON.search(text)
             view = MemoryView.model_validate(json.loads(m.group(0)) if m else None)
-            bad = [i for item in view.items() for i in item.evidence_ids if i not in ids]
+            bad = [i for item in view.items() for i in [*item.evidence_ids, *filter(None, [item.superseded_by])]
+                   if i not in ids]
             if bad or not view.items():
                 raise ValueError(f"evidence ids {bad} were not found" if bad else "empty view")
         except (ValueError, ValidationError, TypeError) as exc:

@@ -82,6 +82,8 @@ def reflect(state: AgentState, call: ToolCall, hits: list[tuple[Message, float]]
                     state.candidates[m.message_id].focused = True
                 continue
             c = candidate(state, m, call.hypothesis, score, call.tool)
+            if c is not None and call.step == "standing" and not cues.standing(c.statement):
+                c = None  # before the window only what holds until the user says otherwise counts
             if c is None:
                 r.irrelevant += 1
                 continue
@@ -170,6 +172,25 @@ def conflict_step(state: AgentState) -> ToolCall | None:
     return None
 
 
+def standing_step(state: AgentState) -> ToolCall | None:
+    """Once per hypothesis, a lexical search before the window (a default 30 days, or a "最近" / "last time"
+    cue) for statements that hold until the user says otherwise: an allergy stated 45 days ago is in the view,
+    or flagged as superseded by a later statement at least as explicit, never windowed away. An explicit date in
+    the question asks about that date only."""
+    nar = state.narrowing
+    if nar.time_range.since is None or nar.window == "date":
+        return None
+    for h, hyp in enumerate(state.hypotheses):
+        if h in state.standing_searched:
+            continue
+        state.standing_searched.add(h)
+        f = search_filter(nar) | {"time_range": {"until": nar.time_range.since}}
+        return ToolCall("lexical_search", {"query_text": hyp.query, "filter": f, "page_size": 20},
+                        f"standing statements before the window ({nar.window}): a time window never hides them", h,
+                        "standing")
+    return None
+
+
 def _key_term(state: AgentState, h: int) -> str:
     """The hypothesis' most specific term: the question's own word found most often among its candidates."""
     hyp = state.hypotheses[h]
@@ -209,6 +230,9 @@ def rewrite_step(state: AgentState, h: int) -> ToolCall | None:
         return None
     hyp.terms += new
     hyp.rewrites += new
+    for c in state.candidates.values():  # what was found before now also matches the new terms (conflicts share them)
+        if c.hypothesis == h:
+            c.matched += [t for t in new if t not in c.matched and mentions(c.message.content, t)]
     return ToolCall("lexical_search", {"query_text": " ".join(new), "filter": search_filter(state.narrowing),
                                        "page_size": 20}, f"rewrite the query with what the last round found: {new}", h,
                     "rewrite_query")
@@ -218,7 +242,8 @@ def decide(state: AgentState, r: Reflection, max_calls: int) -> ToolCall | None:
     """The next call, or None with `state.stop_reason` set (§4.5). In order: read anchors in context,
     work open conflicts, search unsearched hypotheses, narrow a hypothesis with too many hits, rewrite
     a thin or pointed-at hypothesis' query from what was found, give an empty hypothesis the other tool,
-    widen when nothing is found; stop when every hypothesis has evidence or is shown empty."""
+    look for standing statements before the window, widen when nothing is found; stop when every hypothesis has
+    evidence or is shown empty."""
     if len(state.calls) >= max_calls:
         state.stop_reason = "call budget spent"
         return None
@@ -246,6 +271,8 @@ def decide(state: AgentState, r: Reflection, max_calls: int) -> ToolCall | None:
                                                          if t not in _tools_tried(state, h)), None)):
                 return _as(choose_tool(state.question, state.hypotheses[h], state.narrowing, h, prefer=other),
                            "cover_hypothesis", f"no evidence for {state.hypotheses[h].kind} yet: try {other}")
+    if state.relevant() and (call := standing_step(state)) is not None:  # (found nothing: widening reads it all)
+        return call
     if not state.relevant():
         nxt = _widen(state, max(state.searched) if state.searched else 0)
         if nxt is not None:

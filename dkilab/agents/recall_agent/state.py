@@ -17,8 +17,11 @@ FOCUS = 10.0  # what a narrowed search found again ranks above everything else (
 
 
 def mentions(text: str, term: str) -> bool:
-    if term.isascii():  # whole words, with plain inflections (answer/answers, live/lived)
-        stem = re.escape(term.lower().removesuffix("e") if len(term) > 3 else term.lower())
+    if term.isascii():  # whole words, with plain inflections (answer/answers, live/lived, recipes/recipe)
+        base = term.lower()
+        if len(base) > 3 and base.endswith("s") and not base.endswith("ss"):
+            base = base[:-1]
+        stem = re.escape(base.removesuffix("e") if len(base) > 3 else base)
         return re.search(rf"(?<![a-z0-9]){stem}(?:e|s|es|ed|d|ing)?(?![a-z0-9])", text.lower()) is not None
     return term in text
 
@@ -101,6 +104,7 @@ class AgentState:
     expanded: set[str] = field(default_factory=set)  # anchors whose neighbours were read
     conflicts: list[Conflict] = field(default_factory=list)
     searched: set[int] = field(default_factory=set)  # hypotheses searched at least once
+    standing_searched: set[int] = field(default_factory=set)  # ... and for standing statements before the window
     tried: set[tuple] = field(default_factory=set)  # (tool, hypothesis, days, role) already run
     widened: list[str] = field(default_factory=list)
     narrowed: list[str] = field(default_factory=list)  # §4.2(4) "too many": what was narrowed, per hypothesis

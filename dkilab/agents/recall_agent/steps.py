@@ -26,6 +26,8 @@ STEPS = {  # the named steps of the closed loop (§4), as the trace records them
     "rewrite_query": "§4.4: the last round named entities or dates the query lacks: search for them",
     "cover_hypothesis": "§4.4/4.5: a hypothesis without evidence gets the other search tool before it counts as empty",
     "widen": "§4.2(4): too few hits: switch tool, widen the window, drop role=user",
+    "standing": "§4.6: explicit standing statements (a constraint, \"never\", \"always\") from before the window: a "
+                "time window never hides them",
     "conflict_context": "§4.6.1(1): read the context of both sides of a conflict",
     "conflict_lexical": "§4.6.1(2)(3): search lexically for a later, clearer statement",
     "conflict_semantic": "§4.6.1(3): search by meaning for a paraphrased later statement",

@@ -63,19 +63,6 @@ def rule_view(state: AgentState, chosen: list[Candidate]) -> MemoryView:
     return view
 
 
-def apply_adjudication(view: MemoryView, state: AgentState) -> MemoryView:
-    """Mark items of a view written by someone else (the LLM policy) with the rule adjudication."""
-    lost = {(x.older if x.winner == x.newer else x.newer): (x.winner, x.reason) for x in state.conflicts if x.winner}
-    uncertain = {i for x in state.conflicts if x.winner is None for i in (x.older, x.newer)}
-    for item in view.items():
-        hit = next((i for i in item.evidence_ids if i in lost), None)
-        if hit and not any(i == lost[hit][0] for i in item.evidence_ids):
-            item.superseded_by, item.reason = lost[hit]
-        elif any(i in uncertain for i in item.evidence_ids):
-            item.uncertain, item.reason = True, "unresolved"
-    return view
-
-
 def limits(state: AgentState, note: str | None = None) -> Limits:
     nar = state.narrowing
     return Limits(time_range=nar.time_range, role=nar.role, messages_considered=len(state.seen),
@@ -83,14 +70,11 @@ def limits(state: AgentState, note: str | None = None) -> Limits:
 
 
 def synthesize(state: AgentState, max_items: int = 5, view: MemoryView | None = None) -> RecallOutput:
-    """The §2.2 output: `view` (or the rule view) over the selected candidates, their verbatim evidence
-    and the limits of what was searched."""
+    """The §2.2 output: `view` (the LLM policy's, whose adjudication stands as written) or else the rule view
+    over the selected candidates, their verbatim evidence and the limits of what was searched."""
     adjudicate(state)
-    chosen = selected(state, max_items)
     if view is None:
-        view = rule_view(state, chosen)
-    else:
-        view = apply_adjudication(view, state)
+        view = rule_view(state, selected(state, max_items))
     cited = [i for item in view.items() for i in item.evidence_ids]
     evidence = [evidence_item(state.seen[i]) for i in dict.fromkeys(cited)]
     note = None if view.active() else "no evidence in the searched range" + (
