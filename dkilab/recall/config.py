@@ -33,6 +33,10 @@ class SignalsConfig(_Strict):
     # latest turns up to the widest scope the resolver maps a cue to (最近 = 50 turns, 刚才 = 3: each scope keeps
     # its own window, seed §2.2.2), or `recent`, the last 2 x default_recall_turns messages
     reference_window: Literal["recent", "scope"] = "scope"
+    # a question that refers back to at most this many turns ("刚才" = 3, an assistant's last stance = 1) has
+    # those turns lead the ranking whatever the fusion made of them (seed §2.2.2 step 1); 0 = off, so the
+    # referenced turns are one feature of the fusion, as before (which ranks the seed's "刚才" example 51st of 55)
+    reference_front: int = knob(0, ge=0, le=50, off=0)
     # --- dkilab additions (not in the seed): how the signals are fused --------------------
     # The defaults are the dev-split winner (experiments/retrieval_tune_dev.yaml), checked on held-back data
     # by `dkilab bench retrieval`; the seed's own values are noted where they differ.

@@ -48,6 +48,20 @@ def _contains(content: str, speaker: str | None, keyword: str) -> bool:
     return unicodedata.normalize("NFKC", content).lower() != low and keyword in _words(content)
 
 
+def _referenced_first(ranked: list[RecalledMessage], refs: list[tuple[Message, float]]) -> list[RecalledMessage]:
+    """A question that refers back to a few turns ("刚才", "that suggestion you made"): those turns lead the ranking,
+    newest first (seed recall-v4 §2.2.2 step 1: the reference decides where recall looks), whatever the fusion made
+    of them; the rest keep their order. A wide scope ("最近", 50 turns) is a range to rank within, not an answer."""
+    by_id = {r.message.message_id: r for r in ranked}
+    top = max((r.score for r in ranked), default=0.0)
+    front = []
+    for m, s in refs:
+        r = by_id.pop(m.message_id, None) or RecalledMessage(m, 0.0)
+        r.score, r.signals["reference"] = top + s, s
+        front.append(r)
+    return front + [r for r in ranked if r.message.message_id in by_id]
+
+
 class MultiSignalRecall:
     def __init__(self, config: RecallConfig, reference_resolver: ReferenceResolver | None, memory: Memory,
                  embedder=None):
@@ -111,6 +125,8 @@ class MultiSignalRecall:
             ranked = self._timed(lat, "learned", lambda: self._learned(query, ranked, keywords, focus, asked_at, lists))
         if sig.neighbor_expansion and ranked:
             ranked = self._timed(lat, "neighbors", lambda: self._expand(ranked))
+        if 0 < len(lists.get("reference", [])) <= 2 * sig.reference_front:
+            ranked = _referenced_first(ranked, lists["reference"])
         return self._result(ranked[:max_results], history if session_id else [], ref, lists, keywords, max_results, lat)
 
     def _result(self, ranked: list[RecalledMessage], session_history: list[Message], ref, lists, keywords,

@@ -22,12 +22,13 @@ def test_the_table_has_every_method_with_intervals_and_paired_differences(tmp_pa
     head, *rest = out.split("\n\n")
     lines = head.splitlines()
     # the peers are not columns of the candidates' table: they have their own
-    assert lines[1].split() == ["dataset", "previous_defaults", "defaults", "stock_minilm", "weighted", "no_cue_parts",
-                                "unguarded", "turn_alone", "e5", "e5_english_part", "bm25_only", "dense_only"]
+    assert lines[1].split() == ["dataset", "previous_defaults", "defaults", "stock_minilm", "weighted",
+                                "reference_front", "no_cue_parts", "unguarded", "turn_alone", "e5", "e5_english_part",
+                                "bm25_only", "dense_only"]
     for ds in ("fixtures:dev", "fixtures:test"):
         row = next(ln for ln in lines if ln.startswith(ds))
-        assert len(re.findall(r"\d\.\d{3} ±\d\.\d{3}", row)) == 11  # every method, with its interval
-        assert len(re.findall(r" [+-]\d\.\d{3}\*?", row)) >= 10  # paired against the previous defaults
+        assert len(re.findall(r"\d\.\d{3} ±\d\.\d{3}", row)) == 12  # every method, with its interval
+        assert len(re.findall(r" [+-]\d\.\d{3}\*?", row)) >= 11  # paired against the previous defaults
     assert re.search(r"fixtures:dev\s+n=\s*\d+\s+[+-]\d\.\d{3} \[[+-]\d\.\d{3}, [+-]\d\.\d{3}\]", out)
     assert "categories where defaults is below the best single signal" in out
     assert "categories where defaults is below previous_defaults" in out
