@@ -128,6 +128,19 @@ def merge_nested(base: dict, over: dict) -> dict:
     return out
 
 
+def drop_nested(data: dict, tree: dict) -> dict:
+    """A copy of `data` without the keys `tree` sets (nested mappings walked key by key; a leaf of `tree` drops
+    that key of `data` whatever it holds)."""
+    out = {}
+    for k, v in data.items():
+        if k not in tree:
+            out[k] = copy.deepcopy(v)
+        elif isinstance(tree[k], dict) and isinstance(v, dict):
+            if rest := drop_nested(v, tree[k]):
+                out[k] = rest
+    return out
+
+
 def set_dotted(data: dict, dotted: str, value: Any, *, create: bool = True, where: str = "") -> None:
     """Set `a.b.c` in nested mappings, in place. `create`: make missing sections (a config being written);
     otherwise every section and the key must exist already (updates to a validated block). Errors name

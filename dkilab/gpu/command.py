@@ -34,7 +34,8 @@ from dkilab.models.loading import load_model
 GPU_CONFIGS = ("experiments/gpu/locomo_strategies.yaml", "experiments/gpu/sweep_threshold_budget.yaml",
                "experiments/gpu/kv_alpha.yaml", "experiments/gpu/claim_fact_calls.yaml",
                "experiments/gpu/claim_flat_vs_summary.yaml", "experiments/gpu/claim_summaries.yaml",
-               "experiments/gpu/recall_agent_policies.yaml", "experiments/gpu/recall_v4_seed.yaml")
+               "experiments/gpu/recall_agent_policies.yaml", "experiments/gpu/recall_v4_seed.yaml",
+               "experiments/gpu/long_messages.yaml")
 
 
 def gpu_count() -> int:

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dkilab import prompts as text
 from dkilab import tracing
-from dkilab.config import refuse_bool_numbers, validate
+from dkilab.config import drop_nested, knob, merge_nested, refuse_bool_numbers, validate
 from dkilab.models.tool_calls import has_call
 from dkilab.prompts import HISTORY_HEAD, PREFERENCES_HEAD, QUESTION, SYSTEM  # prompt texts: dkilab/prompts.py
 from dkilab.recall import MultiSignalRecall, RecallConfig, create_reference_resolver, temporal
@@ -63,6 +63,11 @@ class StrategyParams(BaseModel):
     @classmethod
     def _no_bool_numbers(cls, data):
         return refuse_bool_numbers(cls, data)
+
+    @classmethod
+    def applicable_defaults(cls, params: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+        """The experiment's `defaults:` that reach a strategy given these params (all of them, here)."""
+        return defaults
 
 
 class Stages:
@@ -328,12 +333,40 @@ class ReferenceParams(BaseModel):
     session_max_turns: int | None = Field(None, ge=1)  # 这次 / this session
 
 
+# `seed: true`: the whole pipeline as seed recall-v4 writes it (§2.2-2.5 and §6): its recall stage (`recall:
+# {preset: seed}`, with the recent-turn supplement), the summary threshold and size, the §2.3 accounting with its
+# reserves taken from the history budget, the fact-call values, the text protocol through the model's own
+# formatter (Generic, DeepSeek, GLM: `prompt_formatter: auto`) and the seed's `User: text` history lines
+SEED_PIPELINE: dict[str, Any] = {
+    "history_fields": [],
+    "recall": {"preset": "seed", "strategy": "summary_with_fact_call", "prompt_formatter": "auto",
+               "budget": {"generation_reserve": 512, "instruction_reserve": 150, "min_recent_turns": 2,
+                          "max_recent_turns": 5, "reserve_from_history": True},
+               "summary": {"per_message_threshold": 200, "max_tokens_per_summary": 150, "strategy": "extractive"},
+               "fact_call": {"enabled": True, "max_rounds": 3, "max_fact_tokens": 800, "batch_size": 5,
+                             "protocol": "text"}}}
+
+
 class RecallParams(StrategyParams):
     """Params of strategies that run MultiSignalRecall: the seed's `recall:` block, the reference
-    resolver and a result cap."""
+    resolver and a result cap. `seed: true` sets every value `SEED_PIPELINE` holds; keys given beside it (the
+    strategy's own params, a sweep point) move one value off the seed's, and an experiment's `defaults:` for
+    those keys do not reach it (they are the tuned rows' values)."""
+    seed: bool = knob(False, off=False)
     recall: RecallConfig = Field(default_factory=RecallConfig)
     reference: ReferenceParams = Field(default_factory=ReferenceParams)
     max_results: int = Field(50, ge=1, le=1000)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _seed(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("seed") is True:
+            return merge_nested(SEED_PIPELINE, data)
+        return data
+
+    @classmethod
+    def applicable_defaults(cls, params: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+        return drop_nested(defaults, SEED_PIPELINE) if params.get("seed") is True else defaults
 
 
 class RecallingStrategy(Strategy):

@@ -8,14 +8,16 @@ from dkilab.eval.experiment import check_config, load_experiment
 from tests.conftest import ROOT
 
 GPU = sorted((ROOT / "experiments" / "gpu").glob("*.yaml"))
-CELLS = {"locomo_strategies": 5, "sweep_threshold_budget": 9, "kv_alpha": 15, "claim_fact_calls": 2,
+CELLS = {"locomo_strategies": 7, "sweep_threshold_budget": 9, "kv_alpha": 15, "claim_fact_calls": 2,
          "claim_flat_vs_summary": 2, "claim_summaries": 2, "served_vllm": 4,
-         "recall_agent_policies": 6, "recall_v4_seed": 2, "longmemeval_s": 5, "peer_mem0": 6}
+         "recall_agent_policies": 6, "recall_v4_seed": 3, "longmemeval_s": 7, "peer_mem0": 6,
+         "long_messages": 12, "long_messages_longmemeval": 7}
 
 
 @pytest.mark.parametrize("path", GPU, ids=lambda p: p.stem)
 def test_gpu_config_validates(path: Path, monkeypatch):
-    if path.stem == "longmemeval_s":  # its judge reads LongMemEval's evaluation script under the data dir
+    # a LongMemEval judge reads LongMemEval's evaluation script under the data dir
+    if path.stem in ("longmemeval_s", "long_messages_longmemeval"):
         monkeypatch.setenv("DKILAB_DATA_DIR", str(ROOT / "tests" / "data"))  # the stand-in written for the tests
     cfg = load_experiment(path)
     cells = check_config(cfg, str(path))

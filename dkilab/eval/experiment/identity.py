@@ -206,7 +206,9 @@ def expand_cells(cfg: ExperimentConfig, source: str = "<config>") -> list[Cell]:
             if s.datasets is not None and ds.key not in s.datasets:
                 continue
             for point in grid:
-                params = merge_nested({k: v for k, v in cfg.defaults.items() if _has_param(s.name, k)}, s.params)
+                Params = STRATEGIES[s.name].Params
+                defaults = {k: v for k, v in cfg.defaults.items() if _has_param(s.name, k)}
+                params = merge_nested(Params.applicable_defaults(s.params, defaults), s.params)
                 model, embedder = cfg.model.model_dump(), merge_nested(cfg.embedder.model_dump(), s.embedder or {})
                 applied = {}
                 for key, value in point.items():
@@ -219,7 +221,7 @@ def expand_cells(cfg: ExperimentConfig, source: str = "<config>") -> list[Cell]:
                         continue
                     applied[key] = value
                 where = f"strategies.{i} ({s.key})" + (f" at sweep point {applied}" if applied else "")
-                validated = validate(STRATEGIES[s.name].Params, params, source, f"params of {where}", "params")
+                validated = validate(Params, params, source, f"params of {where}", "params")
                 cell = Cell(StrategySpec(name=s.name, label=s.label, params=params, datasets=s.datasets,
                                          embedder=s.embedder), ds,
                             validate(ModelSpec, model, source, f"model of {where}", "model"),
