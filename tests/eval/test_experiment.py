@@ -182,9 +182,11 @@ def test_every_experiment_config_validates(path, monkeypatch):
         monkeypatch.setenv("DKILAB_DATA_DIR", str(ROOT / "tests" / "data"))
     cells = expand_cells(load_experiment(path))
     assert cells and len({c.label for c in cells}) == len(cells)
-    for cell in cells:  # no cell is starved: every strategy shows the whole matched history budget
-        r = resolve(cell)
-        assert r["history"] == r["matched"], r
+    for cell in cells:  # no cell is starved: every strategy shows the whole matched history budget, but what the
+        r = resolve(cell)  # seed's §2.3 accounting (`seed: true`) asks for: its reserves taken from it, no more
+        assert r["history"] == r["matched"] - sum(r["reserved"].values()), r
+        assert not r["reserved"] or (cell.params.recall.budget.reserve_from_history
+                                     and r["history"] >= r["matched"] // 2), r
 
 
 def test_strategies_run_on_the_datasets_they_name(tmp_path):
