@@ -82,3 +82,17 @@ def test_slots_and_changes(older, newer, expect):
     got = outcome(ConflictCase(id="t", lang="en" if older.isascii() else "cn", question=q, older=older, newer=newer,
                                days=30, expect="newer"))
     assert got == expect
+
+
+def test_every_page_of_the_standing_search_keeps_its_rule(store):
+    """Before the window only standing statements count, on the standing search's later pages too."""
+    old = [(0, "user", "I'm allergic to eggs, never give me eggs.")]
+    old += [(1 + i // 10, "user", f"I had eggs for breakfast on trip {i}.") for i in range(45)]
+    res, items = _view(store, old + [(58, "user", "Maybe eggs are fine in cake, I guess.")], "Can I eat eggs?", 60)
+    since = res.output.limits.time_range.since
+    before = [i for i in res.output.memory_view.items() for e in res.output.evidence
+              if e.message_id == i.evidence_ids[0] and e.timestamp < since]
+    assert [i.evidence_ids for i in before] == [["u#0"]]
+    later = [s for s in res.steps if "tool" in s and "cursor" in s["args"]
+             and s["args"].get("filter", {}).get("time_range", {}).get("until") == since.isoformat()]
+    assert later and all(s["name"] == "standing" for s in later)  # it read past the first page, by its rule

@@ -82,7 +82,9 @@ class RecallAgent:
                     continue
                 if cursor and call.tool != "neighbors" and r.relevant and pages < MAX_PAGES - 1:
                     pages += 1  # the page kept yielding evidence: read the next one
-                    call = ToolCall(call.tool, {**call.args, "cursor": cursor}, "next page", call.hypothesis, "page")
+                    # (a standing search's pages keep its step: before the window only standing statements count)
+                    step = "standing" if call.step == "standing" else "page"
+                    call = ToolCall(call.tool, {**call.args, "cursor": cursor}, "next page", call.hypothesis, step)
                     continue
                 pages, rounds = 0, rounds + 1
                 with span("agent_decide", after_step=len(state.calls), policy=self.policy.name) as decided:
