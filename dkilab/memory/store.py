@@ -559,7 +559,9 @@ class MemoryStore:
                     c.executemany("INSERT OR IGNORE INTO passages(rid, idx, embedding) VALUES(?,?,?)",
                                   [(rid, i, vecs[at + i - 1].tobytes()) for i in range(1, len(cut) + 1)])
                     at += len(cut)
-                    slot_seq = seqs.setdefault(fts_id >> SLOT_BITS, list(self._user_slot(c, m.user_id)))
+                    if fts_id >> SLOT_BITS not in seqs:
+                        seqs[fts_id >> SLOT_BITS] = list(self._user_slot(c, m.user_id))
+                    slot_seq = seqs[fts_id >> SLOT_BITS]
                     extra = " ".join(segment(_extra_text(m.speaker, m.topic, m.metadata)))
                     slot_seq[1] = _insert_passage_docs(c, slot_seq, fts_id, _passage_bodies(m, cut), extra)
                 for slot, seq in seqs.values():

@@ -26,6 +26,7 @@ from dkilab.config import drop_nested, knob, merge_nested, refuse_bool_numbers, 
 from dkilab.models.tool_calls import has_call
 from dkilab.prompts import HISTORY_HEAD, PREFERENCES_HEAD, QUESTION, SYSTEM  # prompt texts: dkilab/prompts.py
 from dkilab.recall import MultiSignalRecall, RecallConfig, create_reference_resolver, temporal
+from dkilab.recall.config import PRESETS
 from dkilab.recall.learned import load_model
 from dkilab.recall.signals import SIGNALS
 from dkilab.registry import Registry
@@ -345,6 +346,8 @@ SEED_PIPELINE: dict[str, Any] = {
                "summary": {"per_message_threshold": 200, "max_tokens_per_summary": 150, "strategy": "extractive"},
                "fact_call": {"enabled": True, "max_rounds": 3, "max_fact_tokens": 800, "batch_size": 5,
                              "protocol": "text"}}}
+# every key a `seed: true` row takes from the seed, its recall preset's included: none of them comes from `defaults:`
+_SEED_KEYS = merge_nested(SEED_PIPELINE, {"recall": PRESETS["seed"]})
 
 
 class RecallParams(StrategyParams):
@@ -366,7 +369,7 @@ class RecallParams(StrategyParams):
 
     @classmethod
     def applicable_defaults(cls, params: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
-        return drop_nested(defaults, SEED_PIPELINE) if params.get("seed") is True else defaults
+        return drop_nested(defaults, _SEED_KEYS) if params.get("seed") is True else defaults
 
 
 class RecallingStrategy(Strategy):

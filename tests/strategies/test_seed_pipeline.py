@@ -8,7 +8,8 @@ from dkilab.eval.experiment import expand_cells, experiment_from_dict, identity_
 CFG = {"name": "seed-pipeline", "model": {"spec": "scripted:oracle", "max_context": 8192}, "tracing": False,
        "datasets": [{"name": "fixtures"}],
        "defaults": {"history_budget": 4096, "max_new_tokens": 64,
-                    "recall": {"summary": {"per_message_threshold": 28}, "fact_call": {"protocol": "auto"}}},
+                    "recall": {"summary": {"per_message_threshold": 28}, "fact_call": {"protocol": "auto"},
+                               "signals": {"vector_top_k": 20}}},
        "strategies": [{"name": "recall_v4", "label": "tuned"},
                       {"name": "recall_v4", "label": "seed", "params": {"seed": True}},
                       {"name": "full_attention", "label": "fa_seed", "params": {"seed": True}},
@@ -37,6 +38,7 @@ def test_the_seed_cell_has_the_seeds_section_6_values_and_the_tuned_one_keeps_it
     assert cells["seed"].params.history_budget == 4096  # the matched budget still reaches it
     assert tuned.summary.per_message_threshold == 28 and tuned.fact_call.protocol == "auto"
     assert tuned.signals.fusion == "learned" and not tuned.budget.reserve_from_history
+    assert tuned.signals.vector_top_k == 20  # a recall-preset key given under defaults reaches the tuned row only
     assert cells["fa_seed"].params.recall.signals.fusion == "seed"
 
 
