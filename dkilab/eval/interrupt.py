@@ -2,9 +2,12 @@
 that is a weakref callback or a `__del__`, the exception is printed ("Exception ignored in ...") and
 dropped, and a run would go on as if nothing was pressed. `caught()` records the signal as well, and the
 runner calls `check()` between questions and cells, so a dropped Ctrl-C stops the run there; `dkilab.cli.main`
-checks once more as a command ends, so one dropped after the last cell still exits 130."""
+checks once more as a command ends, so one dropped after the last cell still exits 130. While `caught()` is
+active, Python's report of the dropped KeyboardInterrupt is not printed either: the press is not lost, so the
+"Exception ignored ... Traceback" it prints would tell the user something false."""
 import contextlib
 import signal
+import sys
 import threading
 
 _pressed = False
@@ -32,10 +35,18 @@ def caught():
         _pressed = True
         raise KeyboardInterrupt
 
+    previous_hook = sys.unraisablehook
+
+    def on_unraisable(unraisable):
+        if not (_pressed and isinstance(unraisable.exc_value, KeyboardInterrupt)):
+            previous_hook(unraisable)
+
     _pressed = False
     signal.signal(signal.SIGINT, on_sigint)
+    sys.unraisablehook = on_unraisable
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        sys.unraisablehook = previous_hook
         _pressed = False

@@ -2,6 +2,7 @@
 ignored (`nohup dkilab run &`) must not be stopped by a stray Ctrl-C, nor a thread change the main thread's
 handler; where it does take over, the handler and the record are Python's again afterwards."""
 import signal
+import sys
 import threading
 
 import pytest
@@ -54,3 +55,26 @@ def test_a_recorded_ctrl_c_raises_at_the_check_and_is_forgotten_after(restore_si
         interrupt.check()  # nothing stays recorded: a notebook's next run in this process is not stopped by it
     except KeyboardInterrupt:
         pytest.fail("a Ctrl-C stayed recorded after the command")
+
+
+def test_a_ctrl_c_dropped_in_a_finaliser_is_not_reported_but_raises_at_the_check(restore_sigint, monkeypatch):
+    reported = []
+    monkeypatch.setattr("sys.unraisablehook", reported.append)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    class Finalised:
+        def __del__(self):
+            signal.raise_signal(signal.SIGINT)  # lands here, where Python can only report it and drop it
+
+    class Broken:
+        def __del__(self):
+            raise ValueError("a finaliser's own error")
+
+    with pytest.raises(KeyboardInterrupt):
+        with interrupt.caught():
+            Broken()
+            assert [type(u.exc_value) for u in reported] == [ValueError]  # other reports still reach the hook
+            Finalised()
+            assert len(reported) == 1  # the dropped Ctrl-C printed no "Exception ignored ... Traceback"
+            interrupt.check()
+    assert sys.unraisablehook == reported.append
