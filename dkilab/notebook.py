@@ -17,9 +17,9 @@ import warnings
 from typing import Any
 
 from dkilab.agents.semantic_pointer import AgentTree
-from dkilab.eval.datasets import DATA_ENV, dataset_available
-from dkilab.eval.metrics.bootstrap import aggregate_by_category, ci_keys
-from dkilab.eval.plots import (
+from dkilab.eval.data import DATA_ENV, dataset_available
+from dkilab.eval.scoring.bootstrap import aggregate_by_category, ci_keys
+from dkilab.eval.views.plots import (
     alpha_figure,
     category_figure,
     frontier_figure,
@@ -29,9 +29,9 @@ from dkilab.eval.plots import (
     sweep_heatmaps,
     tree_figure,
 )
-from dkilab.eval.plots import pareto_front as front
-from dkilab.eval.report import experiment_runs, provenance_notes, read_metrics, run_dataset_key, run_rows
-from dkilab.eval.tables import category_table, metric_counts, pairwise
+from dkilab.eval.views.plots import pareto_front as front
+from dkilab.eval.views.report import experiment_runs, provenance_notes, read_metrics, run_dataset_key, run_rows
+from dkilab.eval.views.tables import category_table, metric_counts, pairwise
 
 # tqdm's notebook bars need ipywidgets; without it they fall back to text, with a warning on every import
 warnings.filterwarnings("ignore", message="IProgress not found")

@@ -1,7 +1,8 @@
 """The registry every pluggable component registers in: strategies, datasets, metrics, scorers, prompt
 formatters and model loaders. Each registry lives with the interface it holds (`STRATEGIES` in
-`dkilab.strategies`, `DATASETS` in `dkilab.eval.datasets`, `METRICS` and `SCORERS` in
-`dkilab.eval.metrics`, `FORMATTERS` in `dkilab.recall.formatters`, `MODELS` in `dkilab.models`), is typed
+`dkilab.strategies`, `DATASETS` in `dkilab.eval.data`, `METRICS` and `SCORERS` in
+`dkilab.eval.scoring`, `FORMATTERS` in `dkilab.recall.formatters`, `MODELS` in `dkilab.models.specs` for the backends of
+`dkilab.models.backends`), is typed
 by it, and refuses a component that is not one (`kind=`: a subclass of the interface, an instance of it,
 or a callable).
 

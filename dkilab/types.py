@@ -344,3 +344,76 @@ class ChatModel(Protocol):
     def generate_full(self, messages_or_prompt, max_new_tokens: int = 64, temperature: float = 0.0,
                       stop: list[str] | None = None, memories=None, seed: int | None = None,
                       tools: list[dict] | None = None) -> Generation: ...
+
+
+# --- capabilities beyond ChatModel and Memory: declared here, asked with isinstance --------------------------
+@runtime_checkable
+class KVModel(Protocol):
+    """A local transformers model (`TransformersChatModel`): its module and tokenizer, K/V memory blocks in its
+    attention (`supports_kv`), `batch_size` questions decoded together. The tokenizer-only stand-in of a
+    context-only cell has this shape with `model` None (nothing to inject into)."""
+
+    supports_kv: bool
+    model: Any
+    tokenizer: Any
+    batch_size: int
+
+
+@runtime_checkable
+class ConcurrentModel(ChatModel, Protocol):
+    """A model asked `concurrency` questions at a time (an endpoint, a scripted model)."""
+
+    concurrency: int
+
+
+@runtime_checkable
+class BatchModel(Protocol):
+    """A model that generates several prompts in one call (a local model's padded batch, an endpoint's
+    concurrent requests): greedy, so each reply is the one-by-one reply."""
+
+    def generate_batch(self, prompts: list, max_new_tokens: int = 64, **kw: Any) -> list[Generation]: ...
+
+
+@runtime_checkable
+class TokenizedModel(Protocol):
+    """A model that may carry its own tokenizer (its chat template, whether it offers tools); None when it has none."""
+
+    tokenizer: Any
+
+
+@runtime_checkable
+class MemoryTextModel(Protocol):
+    """A model that reads a K/V memory block as its text (the oracle), so nothing is encoded for it."""
+
+    reads_memory_text: bool
+
+
+@runtime_checkable
+class WindowedModel(Protocol):
+    """What fitting a prompt in a model's window needs: its window and its token count (every ChatModel; a policy
+    given something less assumes a prompt fits)."""
+
+    context_window: int
+
+    def count_tokens(self, text: str) -> int: ...
+
+
+@runtime_checkable
+class EncodedMemory(Memory, Protocol):
+    """A memory that names the encoder its vectors are from (a store's view, the recall service's client): the
+    learned fusion picks its part by it."""
+
+    @property
+    def encoder_name(self) -> str | None: ...
+
+
+@runtime_checkable
+class VectorMemory(EncodedMemory, Protocol):
+    """A memory that holds its messages' vectors (a store's user view, not the recall service's client): the learned
+    fusion reads cosines and neighbouring turns from it in one lookup instead of searching."""
+
+    embedder: Any
+
+    def similarities(self, query_embedding, message_ids: list[str]) -> dict[str, float]: ...
+
+    def adjacent(self, message_ids: list[str], reach: int = 1) -> dict[str, tuple[str | None, ...]]: ...

@@ -1,5 +1,5 @@
-"""Write dkilab/eval/fitted_on.json: by content, the conversations each shipped fitted component was fitted on
-(dkilab/eval/fitted.py refuses any cell that asks about one of them, however its dataset is named).
+"""Write dkilab/eval/harness/fitted_on.json: by content, the conversations each shipped fitted component was fitted on
+(dkilab/eval/harness/fitted.py refuses any cell that asks about one of them, however its dataset is named).
 
     DKILAB_DATA_DIR=../shared/datasets python scripts/fitted_digests.py [--check]
 
@@ -15,7 +15,7 @@ import os
 import sys
 
 from dkilab.bench.fusion_train import DEV
-from dkilab.eval.fitted import RECORD, _asked_digests
+from dkilab.eval.harness.fitted import RECORD, _asked_digests
 from dkilab.recall.learned import DEFAULT_MODEL
 
 

@@ -6,8 +6,9 @@ import os
 import time
 
 from dkilab.cache import file_digest
-from dkilab.eval.datasets import load_dataset, source_digest
+from dkilab.eval.data import load_dataset, source_digest
 from dkilab.models.specs import _gguf_cache
+
 from tests.conftest import ROOT
 
 DIALOGUES = ROOT / "tests" / "data" / "scripted" / "dialogues.json"
@@ -61,8 +62,8 @@ def test_an_incomplete_dequantised_directory_is_rebuilt_not_loaded(tmp_path, mon
     """A directory in the cache holding the tokenizer without the config and weights (seen after two runs built one
     model at once) was returned as it was, and every cell on the model failed to load it."""
     import transformers
-
     from dkilab.models.specs import _dequantised
+
     from tests.models.tiny import tiny_model
 
     monkeypatch.setenv("DKILAB_CACHE_DIR", str(tmp_path / "cache"))

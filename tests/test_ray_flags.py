@@ -4,8 +4,8 @@ or `--gpus-per-cell`, a Ray flag without `--executor ray` (it was ignored), and 
 import socket
 
 import pytest
-
 from dkilab.cli import main
+
 from tests.conftest import ROOT
 
 CONFIG = str(ROOT / "experiments" / "quickstart.yaml")

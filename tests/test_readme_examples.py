@@ -1,8 +1,9 @@
 """The documentation's examples work as written (the "one file each" examples, the recall agent's)."""
 import re
 
-from dkilab.eval.metrics import METRICS
+from dkilab.eval.scoring import METRICS
 from dkilab.strategies import STRATEGIES
+
 from tests.conftest import ROOT
 
 
@@ -17,12 +18,12 @@ def _blocks(heading: str) -> list[str]:
 
 
 def test_the_readme_strategy_and_metric_examples_run(model, tmp_path, embedder):
-    from dkilab.eval.metrics import aggregate, score_answer, table_metrics
+    from dkilab.eval.data import load_fixtures
+    from dkilab.eval.scoring import aggregate, score_answer, table_metrics
     from dkilab.memory import MemoryStore
     from dkilab.strategies import create_strategy
-    from dkilab.eval.datasets import load_fixtures
 
-    strategy_code, _dataset_code, metric_code, _signal_code = _blocks("Extending: one file each")
+    strategy_code, _dataset_code, metric_code, *_ = _blocks("Extending: one file each")
     try:
         exec(compile(strategy_code, "README:strategy", "exec"), {})
         exec(compile(metric_code, "README:metric", "exec"), {})
@@ -45,6 +46,7 @@ def test_the_readme_strategy_and_metric_examples_run(model, tmp_path, embedder):
 def test_the_recall_signal_example_runs_and_its_signal_is_fused(store):
     from dkilab.recall import MultiSignalRecall, RecallConfig
     from dkilab.recall.signals import SIGNALS
+
     from tests.recall.test_levers import HISTORY
 
     *_, code = _blocks("Extending: one file each")

@@ -13,8 +13,9 @@ pytestmark = pytest.mark.slow
 
 
 def _quickstart(tmp_path):
-    from dkilab.eval.experiment import load_experiment
-    from dkilab.eval.runner import check_expectations, run_experiment
+    from dkilab.eval.harness.experiment import load_experiment
+    from dkilab.eval.harness.notes import check_expectations
+    from dkilab.eval.harness.runner import run_experiment
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     cwd = os.getcwd()

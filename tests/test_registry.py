@@ -5,13 +5,12 @@ import sys
 import textwrap
 
 import pytest
-
-from dkilab.eval.datasets import DATASETS
-from dkilab.eval.metrics import METRICS, SCORERS
+from dkilab.eval.data import DATASETS
+from dkilab.eval.scoring import METRICS, SCORERS
 from dkilab.models.specs import MODELS
 from dkilab.recall.formatters import FORMATTERS
-from dkilab.strategies import STRATEGIES
 from dkilab.registry import Registry, UnknownNameError
+from dkilab.strategies import STRATEGIES
 
 
 def test_a_new_component_is_one_file_in_a_discovered_package(tmp_path, monkeypatch):
@@ -39,7 +38,7 @@ def test_a_new_component_is_one_file_in_a_discovered_package(tmp_path, monkeypat
 
 
 def test_each_registry_refuses_what_is_not_its_interface():
-    from dkilab.eval.metrics.base import Metric
+    from dkilab.eval.scoring.base import Metric
     from dkilab.recall.formatters import GenericFormatter
     from dkilab.strategies.no_memory import NoMemory
 

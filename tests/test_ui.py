@@ -11,8 +11,8 @@ import urllib.request
 
 import psutil
 import pytest
+from dkilab.eval.tracking.ui import port_free
 
-from dkilab.eval.ui import port_free
 from tests.conftest import ROOT, _free_port
 
 

@@ -2,7 +2,6 @@
 in a scripted model or judge, a keys file, a skill's front matter or a published judge's prompts file is refused at
 once, naming the file, where a scripted file used to take a minute and 3 GB, then abort."""
 import pytest
-
 from dkilab.config import ConfigError
 
 BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
@@ -11,7 +10,7 @@ BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
 
 
 def _scripted(path):
-    from dkilab.models.scripted import ScriptedModel
+    from dkilab.models.backends.scripted import ScriptedModel
 
     ScriptedModel(path)
 
@@ -30,7 +29,7 @@ def _skill(path):
 
 
 def _evermemos(path):
-    from dkilab.eval.metrics.evermemos_judge import load_prompts
+    from dkilab.eval.scoring.evermemos_judge import load_prompts
 
     load_prompts(path)
 

@@ -25,7 +25,7 @@ from dkilab.bench.abstention_train import (
     validate,
 )
 from dkilab.bench.abstention_train import train as fit
-from dkilab.eval.metrics.abstention import (
+from dkilab.eval.scoring.abstention import (
     DETECTOR,
     detector_card,
     evaluate_detector,
@@ -33,7 +33,7 @@ from dkilab.eval.metrics.abstention import (
     load_phrasings,
     save_judge_card,
 )
-from dkilab.eval.metrics.judge import ABSTENTION_PROMPT, LLMJudge
+from dkilab.eval.scoring.judge import ABSTENTION_PROMPT, LLMJudge
 from dkilab.models import load_model
 from dkilab.text.abstention import learned
 

@@ -8,8 +8,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from dkilab.config import read_jsonl
-from dkilab.eval.metrics.abstention import get_detector
-from dkilab.eval.metrics.judge import LLMJudge
+from dkilab.eval.scoring.abstention import get_detector
+from dkilab.eval.scoring.judge import LLMJudge
 from dkilab.models import load_model
 
 SHAPES = Path(__file__).resolve().parents[2] / "datasets" / "fixtures" / "abstention" / "reply_shapes.jsonl"

@@ -27,7 +27,7 @@ import numpy as np
 
 from dkilab.cache import cache_dir
 from dkilab.config import read_jsonl
-from dkilab.eval.fitted import DETECTOR_SOURCES
+from dkilab.eval.harness.fitted import DETECTOR_SOURCES
 from dkilab.text.abstention import StructuralDetector
 from dkilab.text.abstention import learned as al
 from dkilab.text.abstention.commit import sure_decision
@@ -66,7 +66,7 @@ def load_sources(root: Path = FIXTURES) -> list[dict]:
                 raise ValueError(f"{root}: row {r.get('id', '?')} has no {key!r}")
         if not r["source"].startswith(DETECTOR_SOURCES):
             raise ValueError(f"{root}: row {r['id']} has source {r['source']!r}: the detector is fitted only on "
-                             f"sources {DETECTOR_SOURCES} (dkilab.eval.fitted.DETECTOR_SOURCES)")
+                             f"sources {DETECTOR_SOURCES} (dkilab.eval.harness.fitted.DETECTOR_SOURCES)")
     return rows
 
 

@@ -12,10 +12,10 @@ from datetime import timedelta
 
 from dkilab.agents.recall_agent import RecallAgent
 from dkilab.agents.recall_agent.conflict_set import PERSONAS, evaluate
-from dkilab.eval.datasets import load_dataset
-from dkilab.eval.datasets.agents import load_agent_pointers, load_agent_pointers_heldout, load_agent_recall
-from dkilab.eval.metrics.base import percentile
-from dkilab.eval.stores import store_for
+from dkilab.eval.data import load_dataset
+from dkilab.eval.data.agents import load_agent_pointers, load_agent_pointers_heldout, load_agent_recall
+from dkilab.eval.harness.stores import store_for
+from dkilab.eval.scoring.base import percentile
 from dkilab.strategies.semantic_pointer import SemanticPointerStrategy
 from dkilab.types import Conversation
 

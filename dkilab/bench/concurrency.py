@@ -17,7 +17,7 @@ from datetime import datetime, timedelta, timezone
 
 import numpy as np
 
-from dkilab.eval.metrics.base import percentile
+from dkilab.eval.scoring.base import percentile
 from dkilab.memory import MemoryStore
 from dkilab.types import Message
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from dkilab.eval.datasets import load_dataset
+from dkilab.eval.data import load_dataset
 from dkilab.memory import Embedder
 from dkilab.memory.store import index_text
 

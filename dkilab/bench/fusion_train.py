@@ -36,10 +36,10 @@ import numpy as np
 
 from dkilab.cache import cache_dir
 from dkilab.encoders.embedder import LOCOMO_EMBEDDER, weights_digest
-from dkilab.eval.cell import load_cell_data, question_text
-from dkilab.eval.datasets import dataset_info, source_digest
-from dkilab.eval.experiment import expand_cells, experiment_from_dict
-from dkilab.eval.metrics.retrieval import evidence_recall, ndcg
+from dkilab.eval.data import dataset_info, source_digest
+from dkilab.eval.harness.cell import load_cell_data, question_text
+from dkilab.eval.harness.experiment import expand_cells, experiment_from_dict
+from dkilab.eval.scoring.retrieval import evidence_recall, ndcg
 from dkilab.recall import config, learned, multi_signal
 from dkilab.recall.learned import QUESTION
 from dkilab.recall.multi_signal import MultiSignalRecall
@@ -98,7 +98,7 @@ def collect(data_dir=None, embedder: dict | None = None, datasets: list[dict] | 
             cfg = cell.params.recall.with_updates({**(recall or {}), "signals.fusion": "learned",
                                                    "signals.fusion_model": str(path)})
             data = load_cell_data(cell, data_dir)
-            resolver = cell.instance._resolver  # the strategy's own resolver, as recall_only builds it
+            resolver = cell.instance.resolver  # the strategy's own resolver, as recall_only builds it
             views: dict[str, Any] = {}
             for conv, item in data.items:
                 if not item.evidence_ids:

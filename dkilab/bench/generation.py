@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from dkilab.eval.datasets import load_dataset
+from dkilab.eval.data import load_dataset
 from dkilab.models import load_model
 
 

@@ -101,7 +101,7 @@ def build(arch: str, sizes: dict, dtype: str, device: str):
 
 class _IdsModel:
     """What `dkilab.models.kv` needs of a chat model, over token ids (the bench never tokenises text)."""
-    supports_kv = True
+    supports_kv, batch_size = True, 1
 
     def __init__(self, hf):
         self.model, self.eos_token_ids = hf, []
@@ -191,8 +191,8 @@ def per_question(model: _IdsModel, timer: _Timer, memory: int, question: int, st
     """Per question, full_attention against full_history at each batch size: text = memory + question as
     one prompt, the batch decoded together; K/V = each question's own block encoded, then the questions
     decoded together with their blocks (`kv_batch.decode_many`)."""
-    from dkilab.models.kv_batch import decode_many
     from dkilab.models.kv import prepare_model, stock_attention
+    from dkilab.models.kv_batch import decode_many
 
     hf = model.model
     vocab = hf.config.vocab_size

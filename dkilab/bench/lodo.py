@@ -48,12 +48,12 @@ import numpy as np
 from dkilab.bench.fusion_train import C_RULES, DEV, STOCK, _fit, choose_c, collected, default_part, for_spec, parts
 from dkilab.bench.retrieval import CONFIG, SINGLE, load_config
 from dkilab.config import read_yaml
-from dkilab.eval.datasets import dataset_info
-from dkilab.eval.metrics import METRICS
-from dkilab.eval.metrics.base import aggregate_metric
-from dkilab.eval.metrics.bootstrap import metric_ci, paired
-from dkilab.eval.metrics.retrieval import any_hit, evidence_recall, ndcg, reciprocal_rank
-from dkilab.eval.runner import run_experiment
+from dkilab.eval.data import dataset_info
+from dkilab.eval.harness.runner import run_experiment
+from dkilab.eval.scoring import METRICS
+from dkilab.eval.scoring.base import aggregate_metric
+from dkilab.eval.scoring.bootstrap import metric_ci, paired
+from dkilab.eval.scoring.retrieval import any_hit, evidence_recall, ndcg, reciprocal_rank
 from dkilab.recall import learned
 from dkilab.recall.learned import FEATURES, RangeGuard, load_model
 

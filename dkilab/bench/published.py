@@ -18,12 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from dkilab.eval.experiment import experiment_from_dict
-from dkilab.eval.metrics import METRICS
-from dkilab.eval.metrics.base import category_of
-from dkilab.eval.metrics.bootstrap import metric_ci, paired
-from dkilab.eval.published.config import import_config
-from dkilab.eval.runner import run_experiment
+from dkilab.eval.harness.experiment import experiment_from_dict
+from dkilab.eval.harness.imported import import_config
+from dkilab.eval.harness.runner import run_experiment
+from dkilab.eval.scoring import METRICS
+from dkilab.eval.scoring.base import category_of
+from dkilab.eval.scoring.bootstrap import metric_ci, paired
 
 EXPERIMENT = "published-locomo"
 AUDIT = "locomo_audit"

@@ -15,11 +15,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from dkilab.config import read_yaml
-from dkilab.eval.experiment import experiment_from_dict, header_comment
-from dkilab.eval.metrics import METRICS
-from dkilab.eval.metrics.base import aggregate, category_of
-from dkilab.eval.metrics.bootstrap import metric_ci, paired
-from dkilab.eval.runner import run_experiment
+from dkilab.eval.harness.experiment import experiment_from_dict, header_comment
+from dkilab.eval.harness.runner import run_experiment
+from dkilab.eval.scoring import METRICS
+from dkilab.eval.scoring.base import aggregate, category_of
+from dkilab.eval.scoring.bootstrap import metric_ci, paired
 
 CONFIG = Path(__file__).resolve().parents[2] / "experiments" / "retrieval_bench.yaml"
 BASELINE, FUSED, SINGLE = "previous_defaults", "defaults", ("bm25_only", "dense_only")

@@ -23,10 +23,10 @@ import subprocess
 import tempfile
 import time
 
-from dkilab.eval.datasets import load_dataset
-from dkilab.eval.experiment import EmbedderSpec
-from dkilab.eval.metrics.base import percentile
-from dkilab.eval.stores import store_for
+from dkilab.eval.data import load_dataset
+from dkilab.eval.harness.experiment import EmbedderSpec
+from dkilab.eval.harness.stores import store_for
+from dkilab.eval.scoring.base import percentile
 from dkilab.memory import Embedder
 from dkilab.service.keys import add_key
 from dkilab.service.server import free_port, spawn

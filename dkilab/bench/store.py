@@ -25,9 +25,9 @@ from dataclasses import replace
 import numpy as np
 
 from dkilab.bench import concurrency as conc
-from dkilab.eval.datasets import load_locomo
-from dkilab.eval.experiment import EmbedderSpec
-from dkilab.eval.metrics.base import percentile
+from dkilab.eval.data import load_locomo
+from dkilab.eval.harness.experiment import EmbedderSpec
+from dkilab.eval.scoring.base import percentile
 from dkilab.memory import Embedder, MemoryStore
 from dkilab.recall.config import RecallConfig
 from dkilab.recall.multi_signal import MultiSignalRecall

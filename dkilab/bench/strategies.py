@@ -10,8 +10,8 @@ from __future__ import annotations
 import statistics
 import time
 
-from dkilab.eval.datasets import load_dataset
-from dkilab.eval.stores import store_for
+from dkilab.eval.data import load_dataset
+from dkilab.eval.harness.stores import store_for
 from dkilab.models import load_model
 from dkilab.strategies import BUILTIN, create_strategy
 

@@ -22,10 +22,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     from dkilab.config import ConfigError
-    from dkilab.eval.datasets.base import DatasetNotFoundError
-    from dkilab.eval.published import PredictionsError
-    from dkilab.eval.report import ScriptedRunsError, TrackingStoreError, UnknownExperimentError
-    from dkilab.eval.rescore import StoredAnswersError
+    from dkilab.eval.data.base import DatasetNotFoundError
+    from dkilab.eval.data.published import PredictionsError
+    from dkilab.eval.harness.rescore import StoredAnswersError
+    from dkilab.eval.views.report import ScriptedRunsError, TrackingStoreError, UnknownExperimentError
     from dkilab.models.loading import ModelNotAvailableError
     from dkilab.registry import UnknownNameError
 
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         print("dkilab: error: a command is required (dkilab --help lists them)", file=sys.stderr)
         return 2
     clean = False
-    from dkilab.eval import interrupt
+    from dkilab.eval.harness import interrupt
 
     try:
         with interrupt.caught():  # a Ctrl-C that Python swallows (in a weakref callback) still stops a run

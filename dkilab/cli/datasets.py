@@ -5,7 +5,7 @@ import argparse
 
 
 def _cmd_datasets(args: argparse.Namespace) -> int:
-    from dkilab.eval.datasets import DATASETS, dataset_available, load_dataset
+    from dkilab.eval.data import DATASETS, dataset_available, load_dataset
 
     if args.action == "list" or not args.name:
         import os

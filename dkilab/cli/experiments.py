@@ -10,8 +10,8 @@ from dkilab.cli.common import non_negative_float, non_negative_int, positive_int
 def _cmd_run(args: argparse.Namespace) -> int:
     import os
 
-    from dkilab.eval.experiment import load_experiment, parse_set, with_question_limit
-    from dkilab.eval.runner import process_state, run_experiment
+    from dkilab.eval.harness.experiment import load_experiment, parse_set, with_question_limit
+    from dkilab.eval.harness.runner import process_state, run_experiment
 
     if args.data_dir:
         os.environ["DKILAB_DATA_DIR"] = args.data_dir
@@ -19,8 +19,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.limit is not None:
         cfg = with_question_limit(cfg, args.limit)
     if args.budgets:
-        from dkilab.eval.budgets import table
-        from dkilab.eval.experiment import check_config
+        from dkilab.eval.harness.budgets import table
+        from dkilab.eval.harness.experiment import check_config
 
         print(table(check_config(cfg, args.config, budgets=False)))
         return 0
@@ -38,7 +38,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if importlib.util.find_spec("ray") is None:
             print("dkilab run: --executor ray needs Ray: pip install 'dkilab[ray]'", file=sys.stderr)
             return 2
-        from dkilab.eval.ray_executor import reachable, run_on_ray
+        from dkilab.eval.harness.ray_executor import reachable, run_on_ray
 
         if (why := reachable(args.ray_address)) is not None:
             print(f"dkilab run: --ray-address {args.ray_address}: {why}", file=sys.stderr)
@@ -56,8 +56,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_rescore(args: argparse.Namespace) -> int:
     import os
 
-    from dkilab.eval.rescore import stored_config
-    from dkilab.eval.runner import run_experiment
+    from dkilab.eval.harness.rescore import stored_config
+    from dkilab.eval.harness.runner import run_experiment
 
     if args.data_dir:
         os.environ["DKILAB_DATA_DIR"] = args.data_dir
@@ -70,9 +70,9 @@ def _cmd_rescore(args: argparse.Namespace) -> int:
 def _print_results(cfg, results, uri: str | None, metrics: list[str] | None = None) -> int:
     """The table of a run (or re-scoring), the detector notes, where MLflow is; 1 if a cell failed or an
     expectation was missed."""
-    from dkilab.eval.runner import check_expectations
-    from dkilab.eval.store_uri import tracking_uri
-    from dkilab.eval.tables import INTERVAL_NOTE, format_table, results_table
+    from dkilab.eval.harness.notes import check_expectations
+    from dkilab.eval.tracking.store_uri import tracking_uri
+    from dkilab.eval.views.tables import INTERVAL_NOTE, format_table, results_table
 
     table = results_table(results, intervals=True)
     if not table.empty and metrics:
@@ -81,8 +81,8 @@ def _print_results(cfg, results, uri: str | None, metrics: list[str] | None = No
     if not table.empty:
         print("\n" + format_table(table) + f"\n({INTERVAL_NOTE})")
         if "hallucination_rate" in table.columns:
-            from dkilab.eval.report import detector_notes
-            from dkilab.eval.tracking import flatten
+            from dkilab.eval.tracking.runs import flatten
+            from dkilab.eval.views.report import detector_notes
 
             for note in detector_notes([flatten(r.cell.resolved) for r in results if not r.error]):
                 print(note)
@@ -96,7 +96,7 @@ def _print_results(cfg, results, uri: str | None, metrics: list[str] | None = No
 def _report_columns(table, metrics: list[str] | None) -> list[str]:
     """`--metrics` as given, else the narrow default: the headline metric, the few that decide between
     strategies (declared `narrow`: metrics/base.py), and the question count."""
-    from dkilab.eval.metrics.base import headline_metrics
+    from dkilab.eval.scoring.base import headline_metrics
 
     if metrics:
         unknown = [m for m in metrics if m not in table.columns]
@@ -104,7 +104,7 @@ def _report_columns(table, metrics: list[str] | None) -> list[str]:
             import difflib
 
             from dkilab.config import ConfigError
-            from dkilab.eval.metrics import METRICS
+            from dkilab.eval.scoring import METRICS
 
             has = ", ".join(c for c in table.columns if not c.endswith(("_low", "_high")))
             absent = [m for m in unknown if m in METRICS]
@@ -122,7 +122,7 @@ def _report_columns(table, metrics: list[str] | None) -> list[str]:
                      for m in unknown]
             raise ConfigError(f"--metrics: no such metric in this experiment: {', '.join(hints)}; it has: {has}")
         return metrics
-    from dkilab.eval.metrics.judge_stress import JUDGE_COLUMNS
+    from dkilab.eval.scoring.judge_stress import JUDGE_COLUMNS
 
     cols = headline_metrics(table.columns, counts=())
     judged = [m for m in JUDGE_COLUMNS if m in table.columns]  # a judged cell: its judge's score and errors beside
@@ -140,12 +140,12 @@ def _markdown(frame) -> str:
 def _cmd_report(args: argparse.Namespace) -> int:
     import json
 
-    from dkilab.eval.report import report, run_rows
-    from dkilab.eval.tables import INTERVAL_NOTE, category_table, fmt_interval, format_table, with_pm
+    from dkilab.eval.views.report import report, run_rows
+    from dkilab.eval.views.tables import INTERVAL_NOTE, category_table, fmt_interval, format_table, with_pm
 
     if args.card:
-        from dkilab.eval.card import markdown
-        from dkilab.eval.report import methodology
+        from dkilab.eval.views.card import markdown
+        from dkilab.eval.views.report import methodology
 
         card = methodology(args.experiment, args.tracking_uri)
         print(json.dumps(card, ensure_ascii=False, indent=1) if args.format == "json" else markdown(card))
@@ -215,7 +215,7 @@ def _save_plots(args, table) -> None:
     preds = load_predictions(args.experiment, args.tracking_uri)
     figs = {"comparison.png": plot_headlines(table, args.experiment, predictions=preds)}
     if "category" in preds and preds["category"].nunique() > 1:
-        from dkilab.eval.metrics import primary_metric
+        from dkilab.eval.scoring import primary_metric
 
         figs["comparison_by_category.png"] = plot_categories(preds, primary_metric(table.columns) or "score")
     for name, fig in figs.items():
@@ -228,8 +228,8 @@ def _report_runs(args) -> list[tuple[str, str]]:
     """(cell label, run id) of the finished cells, in config order."""
     import mlflow
 
-    from dkilab.eval import runstate
-    from dkilab.eval.report import config_ordered
+    from dkilab.eval.tracking import runstate
+    from dkilab.eval.views.report import config_ordered
 
     exp = mlflow.get_experiment_by_name(args.experiment)
     if exp is None:
@@ -240,7 +240,7 @@ def _report_runs(args) -> list[tuple[str, str]]:
 
 def _open_hint(given: str | None, experiment: str) -> str:
     """How to read back and open what a run wrote, for the store it used."""
-    from dkilab.eval.store_uri import DEFAULT_TRACKING_URI, tracking_uri
+    from dkilab.eval.tracking.store_uri import DEFAULT_TRACKING_URI, tracking_uri
 
     uri = tracking_uri(given)
     flag = "" if uri == DEFAULT_TRACKING_URI or (not given and uri) else f" --tracking-uri {uri}"
@@ -250,8 +250,8 @@ def _open_hint(given: str | None, experiment: str) -> str:
 
 
 def _cmd_ui(args: argparse.Namespace) -> int:
-    from dkilab.eval.report import existing_store
-    from dkilab.eval.store_uri import tracking_uri
+    from dkilab.eval.tracking.store_uri import tracking_uri
+    from dkilab.eval.views.report import existing_store
 
     uri = tracking_uri(args.tracking_uri)
     if uri.startswith(("http://", "https://")):  # a server already serves its own UI
@@ -260,7 +260,7 @@ def _cmd_ui(args: argparse.Namespace) -> int:
         return 0
     existing_store(uri)
     from dkilab.cache import cache_dir
-    from dkilab.eval.ui import serve
+    from dkilab.eval.tracking.ui import serve
 
     return serve(uri, args.host, args.port, cache_dir() / "logs" / f"mlflow-ui-{args.port}.log",
                  echo=lambda *a, **k: print(*a, **k))
@@ -331,7 +331,7 @@ def add(sub) -> None:
                           "Slurm array, running the same config share its cells; experiments/gpu/README.md)")
     run.add_argument("--executor", choices=("local", "ray"), default="local",
                      help="ray: each cell a Ray task with its GPU request and retries, into the same tracking store "
-                          "(pip install 'dkilab[ray]'; dkilab.eval.ray_executor)")
+                          "(pip install 'dkilab[ray]'; dkilab.eval.harness.ray_executor)")
     run.add_argument("--ray-address", default=None,
                      help="the Ray cluster (default: $RAY_ADDRESS, else a cluster started on this machine)")
     run.add_argument("--retries", type=non_negative_int, default=None,

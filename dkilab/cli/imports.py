@@ -11,10 +11,10 @@ def _cmd_import(args: argparse.Namespace) -> int:
     import os
 
     from dkilab.cli.experiments import _print_results
-    from dkilab.eval.experiment import experiment_from_dict
-    from dkilab.eval.published import PredictionsError
-    from dkilab.eval.published.config import check_import, file_categories, import_config
-    from dkilab.eval.runner import run_experiment
+    from dkilab.eval.data.published import PredictionsError
+    from dkilab.eval.harness.experiment import experiment_from_dict
+    from dkilab.eval.harness.imported import check_import, file_categories, import_config
+    from dkilab.eval.harness.runner import run_experiment
 
     if args.data_dir:
         os.environ["DKILAB_DATA_DIR"] = args.data_dir
@@ -50,7 +50,7 @@ def add(sub) -> None:
     imp.add_argument("--dataset", required=True, help="the registered dataset the predictions answer (e.g. locomo)")
     imp.add_argument("--format", default="auto",
                      help="the reader: auto (by name and content), eval_results, jsonl, csv or one registered with "
-                          "dkilab.eval.published.register_reader")
+                          "dkilab.eval.data.published.register_reader")
     imp.add_argument("--label", action="append", help="a cell label per file, in order (default: from its path)")
     imp.add_argument("--experiment", default=None, help="the MLflow experiment (default: imported-DATASET)")
     imp.add_argument("--answer-model", default=None, help="who wrote the answers, where the files do not say")

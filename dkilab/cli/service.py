@@ -14,9 +14,9 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_ingest(args: argparse.Namespace) -> int:
-    from dkilab.eval.datasets import dataset_info, load_dataset
-    from dkilab.eval.experiment import EmbedderSpec
-    from dkilab.eval.stores import store_for
+    from dkilab.eval.data import dataset_info, load_dataset
+    from dkilab.eval.harness.experiment import EmbedderSpec
+    from dkilab.eval.harness.stores import store_for
     from dkilab.memory import Embedder
 
     convs = load_dataset(args.dataset, data_dir=args.data_dir, limit=args.limit)
@@ -36,7 +36,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_tracking_server(args: argparse.Namespace) -> int:
-    from dkilab.eval.team_server import main as server_main
+    from dkilab.eval.tracking.team_server import main as server_main
 
     return server_main(args.dir, args.port, args.pg_port, args.host, args.backend_store_uri, args.workers)
 

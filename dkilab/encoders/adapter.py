@@ -20,7 +20,7 @@ from dkilab.weights import quiet_loading
 
 ADAPTER_DIR = Path(__file__).with_name("adapters") / "minilm-locomo"
 # left in every directory the adapter is merged into: a copy named as an encoder is known to be fitted on
-# LoCoMo dev (dkilab/eval/fitted.py), whatever its path
+# LoCoMo dev (dkilab/eval/harness/fitted.py), whatever its path
 FITTED_ON_FILE = "dkilab_fitted_on.json"
 # every linear layer of the transformer's blocks (attention q/k/v/output, feed-forward), not the unused pooler
 TARGET_MODULES = r".*encoder\.layer\.\d+\..*(query|key|value|dense)$"

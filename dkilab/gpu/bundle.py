@@ -155,7 +155,7 @@ def judge_rows(device: str, dtypes: list[str]) -> list[dict]:
     for dtype in dtypes:
         row: dict[str, Any] = {"check": "judge", "dtype": dtype}
         try:
-            from dkilab.eval.metrics.judge import LLMJudge
+            from dkilab.eval.scoring.judge import LLMJudge
         except ImportError as e:
             rows.append(row | {"ok": False, "error": f"{e} (install the wheels of `make wheelhouse`)"})
             continue

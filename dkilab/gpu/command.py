@@ -24,8 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dkilab.eval.experiment import parse_set
-from dkilab.eval.store_uri import tracking_uri
+from dkilab.eval.harness.experiment import parse_set
+from dkilab.eval.tracking.store_uri import tracking_uri
 from dkilab.gpu.plan import build_plan, measure, plan_table
 from dkilab.gpu.preflight import cuda_missing, preflight
 from dkilab.gpu.smoke import run_smoke

@@ -11,7 +11,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from dkilab.eval import runstate
+from dkilab.eval.tracking import runstate
+from dkilab.types import BatchModel, TokenizedModel
 
 FILLER = ("The user and the assistant talked about trips, books, work and family over many weeks. " * 40)
 
@@ -31,7 +32,7 @@ class Throughput:
 def measure(model, prompt_tokens: int = 256, new_tokens: int = 16, batch: int = 1) -> Throughput:
     """Prefill and decode rates of a loaded model (any kind: local, served): one short and one long
     generation after the same prompt, warmed up first."""
-    tok = getattr(model, "tokenizer", None)  # a served model without `model.tokenizer` has none: ~4 chars a token
+    tok = model.tokenizer if isinstance(model, TokenizedModel) else None  # served, maybe none: ~4 chars a token
     text = tok.decode(model.encode(FILLER)[:prompt_tokens]) if tok is not None else FILLER[:prompt_tokens * 4]
     prompt = [{"role": "user", "content": text + "\nContinue the story:"}]
     model.generate_full(prompt, max_new_tokens=1)  # warm-up (kernels, caches, connection)
@@ -45,7 +46,7 @@ def measure(model, prompt_tokens: int = 256, new_tokens: int = 16, batch: int = 
     prefill = short.prompt_tokens / max(t1, 1e-6)
     decode = steps / max(t2 - t1, 1e-6)
     batch_rate = decode
-    if batch > 1 and hasattr(model, "generate_batch"):
+    if batch > 1 and isinstance(model, BatchModel):
         t = time.perf_counter()
         gens = model.generate_batch([prompt] * batch, max_new_tokens=new_tokens + 1)
         tb = time.perf_counter() - t - batch * short.prompt_tokens / prefill

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dkilab.config import ConfigError
-from dkilab.eval.cell import _questions
-from dkilab.eval.experiment import check_config, load_experiment, with_question_limit
-from dkilab.models.openai_client import served_models
+from dkilab.eval.data.selection import select_questions
+from dkilab.eval.harness.experiment import check_config, load_experiment, with_question_limit
+from dkilab.models.backends.openai_client import served_models
 from dkilab.models.oracle import SPEC as ORACLE
 from dkilab.models.specs import ModelNotAvailableError, model_root_path, offline_gguf
 
@@ -119,7 +119,7 @@ def preflight(paths: list[str], data_dir=None, overrides: dict | None = None, li
             key = cell.dataset.model_dump_json()
             if key not in counts:
                 try:
-                    counts[key] = len(_questions(cell, data_dir)[1])
+                    counts[key] = len(select_questions(cell.dataset, data_dir)[1])
                 except Exception as e:  # noqa: BLE001 - a missing or broken dataset: one line, the run stops here
                     counts[key] = failed = f"{path}: dataset {cell.dataset.name}: {e}"
                     out.problems.append(failed)

@@ -130,8 +130,8 @@ def check_batched(device: str, dtype: str, batch: int = 4) -> dict:
 
 def check_judge(device: str, dtype: str) -> dict:
     def run():
-        from dkilab.eval.cell import make_judge
-        from dkilab.eval.experiment import JudgeSpec, ModelSpec
+        from dkilab.eval.harness.experiment import JudgeSpec, ModelSpec
+        from dkilab.eval.harness.prepare import make_judge
 
         judge = make_judge(JudgeSpec(model="offline:smollm2", max_context=1024), ModelSpec(dtype=dtype, device=device))
         where = str(judge.model.model.device)

@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 # what the smoke-only path imports beyond torch, transformers, accelerate and their dependencies: the
-# judge's module (dkilab.eval.metrics.judge) reaches the config types, the K/V block cache and the Chinese
+# judge's module (dkilab.eval.scoring.judge) reaches the config types, the K/V block cache and the Chinese
 # tokeniser. tests/gpu/test_wheelhouse.py proves the list in a clean virtualenv without network.
 NEEDS = ("pydantic", "cachetools", "jieba")
 SOURCE_ONLY = ("jieba",)  # no wheel on PyPI: built here (pure Python, any interpreter)

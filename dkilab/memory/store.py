@@ -12,9 +12,9 @@ from typing import Callable, Iterable
 import numpy as np
 from cachetools import LRUCache
 
+from dkilab.encoders.embedder import DEFAULT_EMBEDDER, Embedder, auto_embedder, index_text_for, language_of
 from dkilab.encoders.passages import VERSION as PASSAGES_VERSION
 from dkilab.encoders.passages import of as passages_of
-from dkilab.encoders.embedder import DEFAULT_EMBEDDER, Embedder, auto_embedder, index_text_for, language_of
 from dkilab.memory.cursor import RESULT_SET_TTL, RESULT_SETS_PER_USER, RESULT_SETS_TOTAL, CursorCodec, ResultSets
 from dkilab.memory.rows import MSG_COLS, fts_table, row_to_message, user_key
 from dkilab.memory.sqlite import connect, transaction, with_retry

@@ -24,7 +24,6 @@ from typing import Any
 
 import numpy as np
 
-
 PASSAGE_SHIFT = 40  # a passage's vector id: (its index << PASSAGE_SHIFT) | its message's rowid
 RID_MASK = (1 << PASSAGE_SHIFT) - 1
 

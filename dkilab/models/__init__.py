@@ -10,7 +10,7 @@ _EXPORTS = {
     "ChatModel": "dkilab.types",
     "TransformersChatModel": "dkilab.models.chat",
     "Generation": "dkilab.types",
-    "OpenAIChatModel": "dkilab.models.openai_client",
+    "OpenAIChatModel": "dkilab.models.backends.openai_client",
     "MemoryKV": "dkilab.models.kv",
     "encode_memory": "dkilab.models.kv",
     "next_token_logits": "dkilab.models.kv",

@@ -31,6 +31,8 @@ from typing import Any
 
 import torch
 
+from dkilab.types import KVModel
+
 ATTN_IMPLEMENTATION = "dkilab_memory_bias"  # SDPA underneath
 ATTN_IMPLEMENTATION_EAGER = "dkilab_memory_bias_eager"  # the architecture's own eager attention underneath
 _registered = False
@@ -162,7 +164,7 @@ class MemoryKV:
 def _hf(model, inject: bool = True):
     """The transformers model and tokenizer behind a ChatModel; with `inject`, refuses a model that
     cannot take K/V memories (no K/V access, or an architecture `check_support` refuses)."""
-    if not hasattr(model, "model") or not getattr(model, "supports_kv", False):
+    if not isinstance(model, KVModel) or not model.supports_kv or model.model is None:
         raise KVUnsupportedError(f"K/V memory injection needs a local transformers model; {model!r} has no K/V "
                                  "access (an OpenAI-compatible endpoint only returns text)")
     if inject:

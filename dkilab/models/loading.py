@@ -13,6 +13,7 @@ from typing import Any, Collection
 
 from dkilab.models.chat import TokenizerOnlyModel, TransformersChatModel
 from dkilab.models.specs import DEFAULT_MODEL, MODELS, ModelNotAvailableError, resolve_spec
+from dkilab.types import ChatModel
 from dkilab.weights import quiet_loading
 
 ATTN_CHOICES = ("auto", "sdpa", "eager", "flash_attention_2")  # flash: text strategies; K/V runs over SDPA
@@ -71,9 +72,13 @@ def load_model(spec: str = DEFAULT_MODEL, *, dtype: str = "auto", device: str = 
     """
     scheme = spec.split(":", 1)[0] if ":" in spec else ""
     loader = MODELS[scheme] if scheme in MODELS else MODELS["transformers"]
-    return loader(spec, dtype=dtype, device=device, max_context=max_context, api_key=api_key,
-                  attn_implementation=attn_implementation, batch_size=batch_size, concurrency=concurrency,
-                  max_retries=max_retries, timeout=timeout, tokenizer=tokenizer)
+    model = loader(spec, dtype=dtype, device=device, max_context=max_context, api_key=api_key,
+                   attn_implementation=attn_implementation, batch_size=batch_size, concurrency=concurrency,
+                   max_retries=max_retries, timeout=timeout, tokenizer=tokenizer)
+    if not isinstance(model, ChatModel):  # checked once here: callers ask capabilities with isinstance
+        raise TypeError(f"model loader {scheme or 'transformers'!r} returned {type(model).__name__}, which is not "
+                        "a ChatModel (dkilab.types)")
+    return model
 
 
 def load_tokenizer_model(spec: str = DEFAULT_MODEL, *, max_context: int | None = None, **kwargs):
@@ -97,10 +102,10 @@ def load_tokenizer_model(spec: str = DEFAULT_MODEL, *, max_context: int | None =
         return _LOADED[key]
 
 
-@MODELS.register("offline")
-@MODELS.register("transformers")
-def _load_transformers(spec: str, *, dtype: str = "auto", device: str = "cpu", max_context: int | None = None,
-                       attn_implementation: str = "auto", batch_size: int = 1, **_):
+def load_local(spec: str, *, dtype: str = "auto", device: str = "cpu", max_context: int | None = None,
+               attn_implementation: str = "auto", batch_size: int = 1, **_):
+    """An `offline:` or `transformers:` model (`backends/local.py` registers it), loaded once per spec, dtype,
+    device, context and attention kernel."""
     key = (spec, dtype, device, max_context, attn_implementation)
     with _LOCK:
         if key not in _LOADED:

@@ -6,6 +6,7 @@ again. Only greedy generations (temperature 0) are cached: they are a function o
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import sqlite3
@@ -16,18 +17,18 @@ from pathlib import Path
 
 from dkilab.cache import cache_dir
 from dkilab.memory.sqlite import connect, transaction, with_retry
-from dkilab.types import Generation
+from dkilab.types import ChatModel, Generation, KVModel
 
 SCHEMA = """CREATE TABLE IF NOT EXISTS responses(key TEXT PRIMARY KEY, model TEXT NOT NULL, text TEXT NOT NULL,
     prompt_tokens INTEGER NOT NULL, new_tokens INTEGER NOT NULL, injected_tokens INTEGER NOT NULL,
     created REAL NOT NULL)"""
 
 
-def model_identity(model) -> str:
-    inner = getattr(model, "model", None)
-    digest = getattr(model, "weights_digest", None)  # set by the runner: weights or a script changed at one path
-    return (f"{type(model).__name__}:{getattr(model, 'name', '') or repr(model)}:{getattr(inner, 'dtype', '')}"
-            + (f":{digest}" if digest else ""))
+def model_identity(model: ChatModel, digest: str | None = None) -> str:
+    """What a response depends on besides its prompt: the model class, name and dtype, and `digest`, the weights'
+    (or a script's) content, so weights changed at one path are never served another model's replies."""
+    dtype = getattr(model.model, "dtype", "") if isinstance(model, KVModel) and model.model is not None else ""
+    return f"{type(model).__name__}:{model.name or repr(model)}:{dtype}" + (f":{digest}" if digest else "")
 
 
 class ResponseCache:
@@ -44,6 +45,7 @@ class ResponseCache:
                           "starting an empty one (responses are generated again)", stacklevel=2)
             self.conn = self._open(connect, with_retry)
         self.hits = self.misses = 0
+        self.digest: str | None = None  # the model weights' digest its keys carry (`for_weights`)
         self._lock = threading.Lock()
 
     def _open(self, connect, with_retry) -> sqlite3.Connection:
@@ -56,10 +58,16 @@ class ResponseCache:
             raise
         return conn
 
-    @staticmethod
-    def key(model, messages, max_new_tokens: int, tools=None, memories=None) -> str:
+    def for_weights(self, digest: str | None) -> ResponseCache:
+        """This cache as one cell uses it: its keys carry the digest of the cell's model weights, its hits and
+        misses counted from zero; the connection is shared."""
+        view = copy.copy(self)
+        view.digest, view.hits, view.misses = digest, 0, 0
+        return view
+
+    def key(self, model, messages, max_new_tokens: int, tools=None, memories=None) -> str:
         mem = [(getattr(m, "text", str(m)), float(a)) for m, a in (memories or [])]
-        blob = json.dumps([model_identity(model), messages, max_new_tokens, tools or None, mem],
+        blob = json.dumps([model_identity(model, self.digest), messages, max_new_tokens, tools or None, mem],
                           ensure_ascii=False, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()
 
@@ -77,7 +85,7 @@ class ResponseCache:
         def save():
             with transaction(self.conn) as c:
                 c.execute("INSERT OR REPLACE INTO responses VALUES(?,?,?,?,?,?,?)",
-                          (key, model_identity(model), gen.text, gen.prompt_tokens, gen.new_tokens,
+                          (key, model_identity(model, self.digest), gen.text, gen.prompt_tokens, gen.new_tokens,
                            gen.injected_tokens, time.time()))
         try:
             with_retry(save)

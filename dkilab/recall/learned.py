@@ -49,7 +49,7 @@ from dkilab.recall.signals import SIGNALS
 from dkilab.recall.temporal import RULES as DATE_RULES
 from dkilab.recall.temporal import date_window
 from dkilab.text.lang import detect_language
-from dkilab.types import Memory, Message, RecalledMessage, to_utc
+from dkilab.types import Memory, Message, RecalledMessage, VectorMemory, to_utc
 
 DEFAULT_MODEL = Path(__file__).with_name("fusion_lr.json")
 ROOT = Path(__file__).resolve().parents[2]  # the project root (experiments/models/ holds ablation models)
@@ -247,10 +247,10 @@ def load_model(path: str | Path | None = None) -> FusionModel:
 def similarities(memory: Memory, query: str, ids: list[str], embedder=None) -> dict[str, float]:
     """The query's cosine with each message of `ids`: the memory's stored vectors where it exposes them,
     else one semantic search as wide as the tool allows (messages beyond it get its lowest score)."""
-    fn = getattr(memory, "similarities", None)
-    embedder = embedder if embedder is not None else getattr(memory, "embedder", None)
-    if fn is not None and embedder is not None:
-        return fn(embedder.encode_query(query), ids)
+    if isinstance(memory, VectorMemory):
+        embedder = embedder if embedder is not None else memory.embedder
+        if embedder is not None:
+            return memory.similarities(embedder.encode_query(query), ids)
     kwargs = {"query_embedding": embedder.encode_query(query)} if embedder is not None else {"query_text": query}
     got = {h.message.message_id: float(h.score or 0.0) for h in memory.semantic_search(top_k=WIDE, **kwargs).items}
     floor = min(got.values(), default=0.0)
@@ -263,10 +263,9 @@ def _neighbours(memory: Memory, ranked: list[RecalledMessage], top: int
     of the top `top` hits, which join the candidates; the messages read on the way): the memory's `adjacent`
     where it has one (the store: one lookup, two turns each way), else one `session_messages` read per
     session (a memory over the recall service)."""
-    fn = getattr(memory, "adjacent", None)
     out: dict[str, tuple[str | None, str | None]] = {}
-    if fn is not None:
-        got = fn([r.message.message_id for r in ranked], reach=2)
+    if isinstance(memory, VectorMemory):
+        got = memory.adjacent([r.message.message_id for r in ranked], reach=2)
         for i, (p1, _, n1, _) in got.items():
             out[i] = (p1, n1)
         for r in ranked[:top]:  # a hit's neighbour lies between the hit and the turn two away
@@ -279,10 +278,10 @@ def _neighbours(memory: Memory, ranked: list[RecalledMessage], top: int
     read: dict[str, Message] = {}
     for sid in dict.fromkeys(r.message.session_id for r in ranked):
         msgs = memory.session_messages(sid)
-        for i, m in enumerate(msgs):
+        for k, m in enumerate(msgs):
             read[m.message_id] = m
-            out[m.message_id] = (msgs[i - 1].message_id if i else None,
-                                 msgs[i + 1].message_id if i + 1 < len(msgs) else None)
+            out[m.message_id] = (msgs[k - 1].message_id if k else None,
+                                 msgs[k + 1].message_id if k + 1 < len(msgs) else None)
     return out, read
 
 

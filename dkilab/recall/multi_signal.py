@@ -30,7 +30,7 @@ from dkilab.recall.signals import SIGNALS
 from dkilab.recall.temporal import date_window
 from dkilab.text.keywords import ALLOW_POS, extract_keywords
 from dkilab.text.segment import segment
-from dkilab.types import Memory, Message, RecalledMessage, RecallResult, to_utc
+from dkilab.types import EncodedMemory, Memory, Message, RecalledMessage, RecallResult, to_utc
 
 
 @lru_cache(maxsize=4096)
@@ -285,7 +285,8 @@ class MultiSignalRecall:
         X = model.columns_of(X, columns)
         if model.guard is not None and model.guard.outside(X):  # outside what it was fitted on: the hand weights
             return ranked
-        encoder = self.embedder.model_name if self.embedder is not None else getattr(self.memory, "encoder_name", None)
+        encoder = (self.embedder.model_name if self.embedder is not None else
+                   self.memory.encoder_name if isinstance(self.memory, EncodedMemory) else None)
         part = model.part_for(encoder, query)
         return learned.rerank(model, messages, X, ranked, part)
 

@@ -15,6 +15,7 @@ import time
 import weakref
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from cachetools import LRUCache
@@ -33,7 +34,7 @@ from dkilab.registry import Registry
 from dkilab.text.history import DEFAULT_FIELDS, render_line
 from dkilab.text.lang import detect_language
 from dkilab.tracing import span
-from dkilab.types import Answer, ChatModel, ContextBudget, Generation, Memory, Message
+from dkilab.types import Answer, ChatModel, ContextBudget, Generation, KVModel, Memory, MemoryTextModel, Message
 
 TEMPLATE_TOKENS = 64  # what a chat template adds around the system and user messages (a generous bound)
 
@@ -97,11 +98,24 @@ def no_call_left(answer: Answer) -> Answer:
     """A call left in a reply (calls off, no loop, a call cut off at max_new_tokens, a syntax the loop did not
     read) is no answer: its text moves to `final_output` and it is a `final_call`, scored as no answer and
     never as a decline nor a hallucination. Every strategy's reply passes here, and so does every answer
-    scored (`eval/cell.py`: re-scored and imported answers too)."""
+    scored (`eval/harness/cell.py`: re-scored and imported answers too)."""
     if answer.kind == "answer" and not answer.metadata.get("final_call") and has_call(answer.text):
         answer.metadata.update(final_call=True, final_output=answer.text, leftover_call=True)
         answer.text = ""
     return answer
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What a configured strategy needs from the harness, in one record (`Strategy.needs`): whether to load a
+    model under test, whether it injects K/V blocks (a local transformers model), whether it has a context-only
+    mode and generates while it builds its context (a context-only cell then loads the whole model, not its
+    tokenizer), and whether its answers are read from a published file (nothing generated)."""
+    model: bool = True
+    kv: bool = False
+    context_only: bool = True
+    generates_in_assembly: bool = False
+    answers_from_file: bool = False
 
 
 class Strategy(ABC):
@@ -114,7 +128,7 @@ class Strategy(ABC):
     # False: the strategy generates outside `Strategy.generate` (its own flow), so `model.generate: false`
     # cannot stop it before generation and is refused when the experiment is read
     supports_context_only: ClassVar[bool] = True
-    # True: the runner reads the answers from the strategy's file (`imported`, dkilab.eval.published) and never
+    # True: the runner reads the answers from the strategy's file (`imported`, dkilab.eval.data.published) and never
     # calls `answer`
     answers_from_file: ClassVar[bool] = False
 
@@ -160,6 +174,13 @@ class Strategy(ABC):
     def _answer(self, question: str, memory: Memory, model: ChatModel | None, *, session_id: str | None,
                 preferences: list[str], stages: Stages) -> Answer:
         ...
+
+    def needs(self, preferences: bool = True) -> Needs:
+        """This configuration's needs (`preferences`: whether the cell's data has any): what the harness reads of
+        a strategy, from the methods and flags a subclass sets below."""
+        return Needs(model=self.requires_model(), kv=self.needs_kv(preferences),
+                     context_only=self.supports_context_only, generates_in_assembly=self.generates_in_assembly(),
+                     answers_from_file=self.answers_from_file)
 
     def requires_model(self) -> bool:
         """Whether these params need a model (the runner loads none otherwise)."""
@@ -213,15 +234,15 @@ class Strategy(ABC):
         if self.needs_kv(preferences):
             self.require_kv(model, "memory")
             # context-only, tokenizer alone: nothing is injected, nothing to check
-            if getattr(model, "model", None) is None:
+            if not isinstance(model, KVModel) or model.model is None:
                 return
             from dkilab.models.kv import check_support
 
-            check_support(getattr(model, "model"))
+            check_support(model.model)
 
     # --- shared helpers ------------------------------------------------------------------
     def require_kv(self, model: ChatModel, why: str) -> None:
-        if not getattr(model, "supports_kv", False):
+        if not model.supports_kv:
             from dkilab.models.kv import KVUnsupportedError
 
             raise KVUnsupportedError(f"strategy {self.name!r} injects {why} as K/V memory and needs a local "
@@ -231,7 +252,7 @@ class Strategy(ABC):
         """Encode `text` once per model and reuse it (bounded LRU; the K/V of a text depends only on the
         model and the text, so it is safe to share across users). Context-only: the block as planned
         (its text and token count), never encoded."""
-        if self.context_only or getattr(model, "reads_memory_text", False):  # the oracle reads the text
+        if self.context_only or isinstance(model, MemoryTextModel):  # the oracle reads the text
             return PlannedKV(text, model.count_tokens(text))
         from dkilab.models.kv import encode_memory
 
@@ -381,14 +402,14 @@ class RecallingStrategy(Strategy):
     def __init__(self, params=None, source: str = "<params>"):
         super().__init__(params, source)
         r = self.params.reference
-        self._resolver = create_reference_resolver(r.config, last_few_turns=r.last_few_turns,
+        self.resolver = create_reference_resolver(r.config, last_few_turns=r.last_few_turns,
                                                    recent_turns=r.recent_turns, session_max_turns=r.session_max_turns)
 
     def identity(self, model_name: str = "") -> dict[str, Any]:
         """What defines this strategy beyond its params: the resolver's full configuration (its mappings), the
         version of the date rules where `temporal_focus` reads them, and, under learned fusion, the digest of the
         fusion model's weights, cue rule and date rules (retrained weights are another cell)."""
-        out = super().identity(model_name) | {"reference_resolver": self._resolver.config.model_dump(mode="json")}
+        out = super().identity(model_name) | {"reference_resolver": self.resolver.config.model_dump(mode="json")}
         if self.params.recall.signals.temporal_focus > 0:  # the date rules decide its window (recall/temporal.py)
 
             out["date_rules"] = temporal.RULES
@@ -434,7 +455,7 @@ class RecallingStrategy(Strategy):
     def recall_result(self, question: str, memory: Memory, session_id: str | None, asked_at=None):
         """The whole RecallResult: `messages` (recent turns, then by relevance) and `ranked` (relevance only)."""
         p = self.params
-        msr = MultiSignalRecall(p.recall, self._resolver, memory)
+        msr = MultiSignalRecall(p.recall, self.resolver, memory)
         result = msr.recall(question, session_id=session_id, max_results=p.max_results, asked_at=asked_at)
         if tracing.active():  # the retriever span shows what came back, with scores and signals
             ranked = {r.message.message_id: r for r in result.ranked}

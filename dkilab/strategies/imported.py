@@ -2,7 +2,7 @@
 
 A cell of this strategy is a cell like any other (stored answers, every metric by the scoring path, intervals,
 paired differences, the card), but the runner reads its answers from `path` through a predictions reader
-(`dkilab/eval/published/`: the LoCoMo audit's `eval_results.json`, plain JSONL or CSV) instead of asking a
+(`dkilab/eval/data/published/`: the LoCoMo audit's `eval_results.json`, plain JSONL or CSV) instead of asking a
 model: no model is loaded and nothing is regenerated. The file's content digest is part of the cell's
 identity, so an edited file is another cell; the same file under another path is the same generation.
 """
@@ -21,7 +21,7 @@ from dkilab.types import Answer
 
 class ImportedParams(StrategyParams):
     path: str = Field(min_length=1)  # the predictions file: absolute, else under the data dir, else the cwd
-    format: str = "auto"  # a predictions reader (dkilab.eval.published.READERS), or auto: by name and content
+    format: str = "auto"  # a predictions reader (dkilab.eval.data.published.READERS), or auto: by name and content
     answer_model: str | None = None  # who wrote the answers, where the file does not say (card, MLflow)
 
 
@@ -66,4 +66,4 @@ class Imported(Strategy):
 
     def _answer(self, question, memory, model, *, session_id, preferences, stages) -> Answer:
         raise RuntimeError(f"imported: the answers of this cell are read from {self.file} by the runner "
-                           "(dkilab.eval.published); a strategy call would have generated one")
+                           "(dkilab.eval.data.published); a strategy call would have generated one")

@@ -35,7 +35,7 @@ from dkilab.strategies.base import (
 )
 from dkilab.text.summarize import LLM_SUMMARY_PROMPT, ExtractiveSummarizer, LLMSummarizer
 from dkilab.tracing import span
-from dkilab.types import Answer
+from dkilab.types import Answer, TokenizedModel
 
 
 class RecallV4Params(RecallParams):
@@ -110,7 +110,7 @@ class RecallV4(RecallingStrategy):
             return chosen
         if self.params.recall.prompt_formatter != "auto":
             return "text"
-        tok = getattr(model, "tokenizer", None)
+        tok = model.tokenizer if isinstance(model, TokenizedModel) else None
         return "native" if tok is not None and template_supports_tools(tok) else "text"
 
     def prompts(self, model_name: str = "") -> dict[str, str]:

@@ -5,7 +5,7 @@ a throw-away store holds the dialogue's session, L1 and L2; the knowledge base i
 (the dataset's documents). `mode` is what the harness compares: `query` (the query alone, no L2),
 `rewrite` (L1 rewrite only) and `l2` (L1 rewrite + L2 read before extraction + L2-filtered retrieval);
 `rewriter` / `extractor` llm (the seed; SmolLM2 on CPU) or rules. The Answer holds every turn
-(`metadata["turns"]`), scored one row per turn (dkilab.eval.metrics.session).
+(`metadata["turns"]`), scored one row per turn (dkilab.eval.scoring.session).
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from dkilab.memory import MemoryManager, MemoryStore
 from dkilab.memory.sessions import L2_MEMORY_TTL, SESSION_TTL
 from dkilab.strategies.base import Strategy, StrategyParams, register
 from dkilab.tracing import span
-from dkilab.types import Answer
+from dkilab.types import Answer, VectorMemory
 
 
 class SessionL2Params(StrategyParams):
@@ -75,7 +75,7 @@ class SessionL2(Strategy):
         # dialogue of the memory's user over their own memory
         turns = (task or {}).get("turns") or [question]
         user = (task or {}).get("user") or memory.user_id
-        store = MemoryStore.open(None, embedder=getattr(memory, "embedder", None))
+        store = MemoryStore.open(None, embedder=memory.embedder if isinstance(memory, VectorMemory) else None)
         try:
             manager = MemoryManager(store, ttl=self.params.session_ttl, l2_ttl=self.params.l2_ttl,
                                     stage_order=self.schema.stage_order)

@@ -19,18 +19,18 @@ import tempfile
 import threading
 from pathlib import Path
 
-from dkilab.eval.team_server import TeamServer
+from dkilab.eval.tracking.team_server import TeamServer
 from dkilab.service.server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = """
 import os
 from dkilab.cli import leave_process_group
-from dkilab.eval.runner import _broadcast, process_state
+from dkilab.eval.harness.processes import broadcast, process_state
 
 state = process_state()
 for i in range(20):
-    assert _broadcast(state, {"cell": i, "text": "x" * 1000} if state.is_main_process else None)["cell"] == i
+    assert broadcast(state, {"cell": i, "text": "x" * 1000} if state.is_main_process else None)["cell"] == i
 if os.environ.get("LEAVE") == "1":
     leave_process_group(True)
 """
@@ -40,8 +40,7 @@ def dataset_race(rounds: int, tries: int) -> int:
     """Rounds in which a writer failed."""
     import mlflow
     import pandas as pd
-
-    from dkilab.eval.runstate import on_conflict_retry
+    from dkilab.eval.tracking.runstate import on_conflict_retry
 
     tmp = Path(tempfile.mkdtemp(prefix="dkilab-race-"))
     with TeamServer(tmp, port=free_port(), backend_store_uri=f"sqlite:///{tmp}/s.db", workers=2) as server:

@@ -16,8 +16,8 @@ NAMES = ["locomo", "memdaily", "madial_bench_en", "madial_bench_zh", "fixtures"]
 
 def kinds(name: str, data_dir=None) -> dict[str, list[str]]:
     """{kind: the cues of `name` of that kind}, over every conversation (all splits)."""
-    from dkilab.eval.cell import question_text
-    from dkilab.eval.datasets import load_dataset
+    from dkilab.eval.data import load_dataset
+    from dkilab.eval.harness.cell import question_text
     from dkilab.recall.learned import cue_kind
 
     out: dict[str, list[str]] = {"question": [], "utterance": []}

@@ -66,7 +66,7 @@ licensed CC BY-NC 4.0; these weights are derived from it, so treat them as non-c
 def turn_texts(data_dir) -> dict[tuple[str, str], str]:
     """{(user, message id): the text a MiniLM store embeds for it (the turn alone)} of LoCoMo dev."""
     from dkilab.bench.fusion_train import STOCK, _cells
-    from dkilab.eval.cell import load_cell_data
+    from dkilab.eval.harness.cell import load_cell_data
 
     out = {}
     for cell in _cells({**STOCK, "with_previous_turn": False}, [levers.DEV]):
@@ -81,9 +81,8 @@ def fine_tune(pairs: list[tuple[str, str]], out: Path, epochs: int, lr: float, b
     `lora` > 0: only a low-rank adapter of that rank on every linear layer of the transformer trains (peft);
     `adapter_out` also gets the adapter alone (what `offline:minilm-locomo` ships)."""
     import torch
-    from sentence_transformers import SentenceTransformer
-
     from dkilab.encoders.embedder import resolve_model_path
+    from sentence_transformers import SentenceTransformer
 
     torch.manual_seed(0)
     model = SentenceTransformer(resolve_model_path("offline:minilm"), device="cpu")
@@ -130,7 +129,7 @@ def save_fp16(path: Path) -> None:
 
 
 def recall_by_question(rows) -> dict[tuple[str, str], float]:
-    from dkilab.eval.metrics.retrieval import evidence_recall
+    from dkilab.eval.scoring.retrieval import evidence_recall
 
     ranked = levers.oof_rankings(rows)
     return {(r["user"], r["qid"]): evidence_recall(ranked[(r["user"], r["qid"])], list(r["gold"]), 10) for r in rows}
@@ -138,8 +137,8 @@ def recall_by_question(rows) -> dict[tuple[str, str], float]:
 
 def paired_interval(before: dict, after: dict) -> dict:
     """after - before in recall@10 by the project's paired bootstrap (conversations resampled)."""
-    from dkilab.eval.metrics.base import Metric
-    from dkilab.eval.metrics.bootstrap import paired
+    from dkilab.eval.scoring.base import Metric
+    from dkilab.eval.scoring.bootstrap import paired
 
     def rows(by):
         return [{"qid": f"{u}/{q}", "user_id": u, "r": v} for (u, q), v in sorted(by.items())]
@@ -200,10 +199,9 @@ def main() -> None:
     if (a.write or a.fusion_only) and not a.lora:
         p.error("--write and --fusion-only are for the shipped low-rank adapter: give its --lora R")
     import torch
-
     from dkilab.bench import fusion_train
     from dkilab.bench.fusion_train import cross_validate
-    from dkilab.eval.metrics.retrieval import evidence_recall
+    from dkilab.eval.scoring.retrieval import evidence_recall
 
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     users, questions, _ = levers.load(a.data_dir)

@@ -34,7 +34,7 @@ VARIANTS = ("absolute", "role_candidates", "role_store", "question_z", "role_z",
 
 def messages(datasets: set[str], data_dir) -> dict[str, tuple[str, str, float]]:
     """{message id: (user, role, log(1 + characters))} of every conversation of `datasets`."""
-    from dkilab.eval.datasets import load_dataset
+    from dkilab.eval.data import load_dataset
 
     out = {}
     for name in sorted(datasets):

@@ -19,9 +19,9 @@ import random
 import sys
 from pathlib import Path
 
-from dkilab.eval.datasets import load_dataset
-from dkilab.eval.metrics.judge import gold_text
-from dkilab.eval.metrics.judge_stress import KINDS, probes
+from dkilab.eval.data import load_dataset
+from dkilab.eval.scoring.judge import gold_text
+from dkilab.eval.scoring.judge_stress import KINDS, probes
 
 LABELS = Path(__file__).with_name("judge_probe_labels.json")
 SEED, SIZE, DEV = 85, 200, 5

@@ -13,8 +13,8 @@ import json
 import os
 from pathlib import Path
 
-from dkilab.eval.metrics import judge_stress as js
-from dkilab.eval.metrics.qa import locomo_score
+from dkilab.eval.scoring import judge_stress as js
+from dkilab.eval.scoring.qa import locomo_score
 from dkilab.types import QAItem
 
 

@@ -15,8 +15,8 @@ import argparse
 from pathlib import Path
 
 from dkilab.bench import lodo
-from dkilab.eval.metrics import METRICS
-from dkilab.eval.metrics.bootstrap import paired
+from dkilab.eval.scoring import METRICS
+from dkilab.eval.scoring.bootstrap import paired
 from dkilab.recall.learned import DEFAULT_MODEL, load_model
 
 

@@ -31,7 +31,7 @@ DEV = {"name": "locomo", "categories": [1, 2, 3, 4], "split": "dev"}
 def load(data_dir):
     """({user: (message ids, vectors)}, [question dicts], {message id: session id}) of LoCoMo dev."""
     from dkilab.bench.fusion_train import STOCK, _cells
-    from dkilab.eval.cell import load_cell_data, question_text
+    from dkilab.eval.harness.cell import load_cell_data, question_text
 
     users: dict = {}
     questions = []
@@ -85,7 +85,7 @@ def fit_adapter(users, questions, lam: float, epochs: int = 30, tau: float = 0.0
 
 
 def dense_recall(users, questions, W=None, k: int = 10) -> float:
-    from dkilab.eval.metrics.retrieval import evidence_recall
+    from dkilab.eval.scoring.retrieval import evidence_recall
 
     out = []
     for q in questions:
@@ -147,7 +147,7 @@ def main() -> None:
     a = p.parse_args()
     from dkilab.bench import fusion_train
     from dkilab.bench.fusion_train import cross_validate
-    from dkilab.eval.metrics.retrieval import evidence_recall
+    from dkilab.eval.scoring.retrieval import evidence_recall
 
     users, questions, session = load(a.data_dir)
     print(f"LoCoMo dev: {len(users)} conversations, {len(questions)} questions with evidence")
@@ -215,7 +215,7 @@ def main() -> None:
 def cv_model(rows, make, extra=None, folds: int = 5) -> tuple[float, float]:
     """Cross-validated (recall@10, ndcg@10) of a ranker `make()` (fit(X, y), score(X)) over `folds` folds of
     conversations; `extra(row)` adds feature columns."""
-    from dkilab.eval.metrics.retrieval import evidence_recall, ndcg
+    from dkilab.eval.scoring.retrieval import evidence_recall, ndcg
 
     users = sorted({r["user"] for r in rows})
     fold = {u: k % folds for k, u in enumerate(users)}

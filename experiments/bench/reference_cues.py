@@ -6,7 +6,7 @@ resolved against its conversation's last 100 messages. docs/retrieval.md ("The r
 """
 from collections import Counter
 
-from dkilab.eval.datasets import load_dataset
+from dkilab.eval.data import load_dataset
 from dkilab.recall import ReferenceResolver
 
 DATASETS = ["locomo", "memdaily", "madial_bench_en", "madial_bench_zh", "worksessions"]

@@ -25,13 +25,12 @@ import argparse
 import time
 
 import numpy as np
-
 from dkilab.bench import lodo
 from dkilab.bench.fusion_train import default_part, parts
 from dkilab.encoders.embedder import Embedder
-from dkilab.eval.datasets import load_dataset
-from dkilab.eval.metrics import METRICS
-from dkilab.eval.metrics.bootstrap import paired
+from dkilab.eval.data import load_dataset
+from dkilab.eval.scoring import METRICS
+from dkilab.eval.scoring.bootstrap import paired
 from dkilab.memory.store import index_text
 from dkilab.recall import learned
 from dkilab.recall.config import RecallConfig

@@ -1,7 +1,6 @@
 from datetime import datetime, timedelta, timezone
 
 import pytest
-
 from dkilab.types import Message
 
 T0 = datetime(2025, 3, 1, 9, tzinfo=timezone.utc)

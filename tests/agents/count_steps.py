@@ -8,8 +8,7 @@ import json
 import sys
 
 import mlflow
-
-from dkilab.eval.store_uri import tracking_uri
+from dkilab.eval.tracking.store_uri import tracking_uri
 
 
 def main(experiment: str, cell: str) -> int:

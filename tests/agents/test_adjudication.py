@@ -4,10 +4,10 @@ follow-up search looks for a clearer statement; a later statement as explicit wi
 from datetime import datetime, timedelta
 
 import pytest
-
 from dkilab.agents.recall_agent import RecallAgent, cues
 from dkilab.agents.recall_agent.adjudicate import adjudicate, find_conflicts
 from dkilab.agents.recall_agent.conflict_set import card, evaluate, load_cases, outcome
+
 from tests.agents.conftest import T0, chat
 
 PROBE_OLD, PROBE_NEW = "我对海鲜过敏，绝对不能吃海鲜。", "我现在好像也许可以吃点海鲜了吧。"
@@ -81,8 +81,8 @@ def test_weaker_later_is_its_own_reason():
 
 
 def test_recall_agent_cells_log_the_conflict_set_figures():
-    from dkilab.eval.experiment import expand_cells, experiment_from_dict
-    from dkilab.eval.tracking import flatten
+    from dkilab.eval.harness.experiment import expand_cells, experiment_from_dict
+    from dkilab.eval.tracking.runs import flatten
 
     cfg = experiment_from_dict({"name": "x", "strategies": [{"name": "recall_agent", "params": {"answer": False}},
                                                             {"name": "no_memory"}],
@@ -97,7 +97,6 @@ def test_recall_agent_cells_log_the_conflict_set_figures():
 @pytest.mark.parametrize("bad", [{"expect": "older"}, {"days": 0}, {"extra": 1}])
 def test_a_bad_conflict_case_is_refused_naming_it(tmp_path, bad):
     import yaml
-
     from dkilab.config import ConfigError
 
     case = {"id": "x", "lang": "en", "question": "q?", "older": "a", "newer": "b", "days": 3, "expect": "newer"}

@@ -2,9 +2,10 @@
 (rule cells only, so no model loads) and checks that `check_expectations` reports it. Marked slow (a
 minute and a half together): `make test-slow` and CI run them."""
 import pytest
+from dkilab.eval.harness.experiment import ExperimentConfig, check_config, load_experiment
+from dkilab.eval.harness.notes import check_expectations
+from dkilab.eval.harness.runner import run_experiment
 
-from dkilab.eval.experiment import ExperimentConfig, check_config, load_experiment
-from dkilab.eval.runner import check_expectations, run_experiment
 from tests.conftest import ROOT
 
 CI = ROOT / "experiments" / "ci"

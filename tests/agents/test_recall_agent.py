@@ -4,11 +4,11 @@ its control flow on scripted plans)."""
 import contextlib
 
 import pytest
-
 from dkilab.agents.recall_agent import RecallAgent, RecallOutput, validate_evidence
 from dkilab.agents.recall_agent.contract import EvidenceItem
 from dkilab.recall import create_formatter
 from dkilab.tracing import tracing_to
+
 from tests.agents.conftest import ALICE, NOW, chat
 
 

@@ -2,10 +2,10 @@
 under test is the policy's (what it shows the model, what it accepts, when it falls back or stops), not a
 model's quality. A real model (SmolLM2) runs the same path in tests/agents/test_recall_agent.py (slow)."""
 import pytest
-
 from dkilab.agents.recall_agent import RecallAgent
 from dkilab.agents.recall_agent.skill import load_skill
 from dkilab.recall import create_formatter
+
 from tests.agents.conftest import NOW
 
 F = create_formatter("generic", "cn")
@@ -81,7 +81,7 @@ def test_evidence_the_model_never_saw_is_refused(alice_store):
 
 
 def test_the_skill_file_is_versioned_validated_and_in_the_cell_hash(tmp_path):
-    from dkilab.eval.experiment import expand_cells, experiment_from_dict
+    from dkilab.eval.harness.experiment import expand_cells, experiment_from_dict
 
     skill = load_skill()
     assert skill.name == "recall" and skill.version == "1" and "Conflicts" in skill.instructions

@@ -4,6 +4,7 @@ from datetime import timedelta
 
 from dkilab.agents.recall_agent import RecallAgent
 from dkilab.agents.recall_agent.steps import STEPS, hypotheses
+
 from tests.agents.conftest import T0, chat
 
 

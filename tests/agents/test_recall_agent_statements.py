@@ -5,9 +5,9 @@ model's adjudication stands. The cases are the issue's, as it wrote them."""
 from datetime import timedelta
 
 import pytest
-
 from dkilab.agents.recall_agent import RecallAgent
 from dkilab.agents.recall_agent.conflict_set import ConflictCase, evaluate, load_cases, outcome
+
 from tests.agents.conftest import T0, chat
 
 EGGS = [(0, "user", "I'm allergic to eggs, so please never put eggs in any recipe you give me."),

@@ -10,6 +10,7 @@ from dkilab.agents.recall_agent.state import AgentState, statement_of
 from dkilab.agents.recall_agent.steps import choose_tool, hypotheses, narrow
 from dkilab.agents.recall_agent.synthesis import synthesize
 from dkilab.memory.view import TimeRange
+
 from tests.agents.conftest import NOW, T0, chat
 
 

@@ -4,9 +4,16 @@ threshold, the cache (TTL, keyed by user, store, tree and memory state) and enri
 import re
 
 import pytest
-
-from dkilab.agents.semantic_pointer import (AgentTree, SemanticPointerConfig, TreeContextResolver, TreeError,
-                                            TreeMemory, detect_references, inject, node_scope)
+from dkilab.agents.semantic_pointer import (
+    AgentTree,
+    SemanticPointerConfig,
+    TreeContextResolver,
+    TreeError,
+    TreeMemory,
+    detect_references,
+    inject,
+    node_scope,
+)
 from dkilab.agents.semantic_pointer.refs import loose_json
 
 ROWS = [("root", None, "客户服务总调度"), ("refund", "root", "处理昨天客户的退款资格检查"),

@@ -5,13 +5,12 @@ from __future__ import annotations
 import threading
 
 import pytest
-
-from dkilab.memory import MemoryManager, MemoryStore
 from dkilab.agents.session_flow import SessionFlow
 from dkilab.agents.session_flow.intent import extract_by_rules, parse_extraction
 from dkilab.agents.session_flow.rewrite import check_rewrite, rewrite_by_rules
 from dkilab.agents.session_flow.routing import retrieve, route_filter
 from dkilab.agents.session_flow.schema import DomainSchema
+from dkilab.memory import MemoryManager, MemoryStore
 from dkilab.recall import create_reference_resolver
 
 SCHEMA = DomainSchema.load()
@@ -28,7 +27,7 @@ class Clock:
 
 @pytest.fixture(scope="module")
 def kb_store(embedder):
-    from dkilab.eval.datasets.session_flow import load_session_flow
+    from dkilab.eval.data.session_flow import load_session_flow
 
     store = MemoryStore.open(None, embedder=embedder)
     for conv in load_session_flow():
@@ -273,9 +272,8 @@ def test_a_model_that_goes_away_mid_turn_loses_nothing(kb_store, model):
 
 
 def test_dialogues_on_threads_do_not_see_each_other(kb_store):
+    from dkilab.eval.data.session_flow import load_session_flow
     from dkilab.strategies import create_strategy
-
-    from dkilab.eval.datasets.session_flow import load_session_flow
 
     strategy = create_strategy("session_l2", {**RULES, "mode": "l2"})
     items = [(c.user_id, q) for c in load_session_flow(limit=8) for q in c.questions]

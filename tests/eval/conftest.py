@@ -10,8 +10,8 @@ def scripted_run(tmp_path_factory):
     """The scripted fact-call config run once into a fresh SQLite store: (cfg, results, uri)."""
     import os
 
-    from dkilab.eval.experiment import load_experiment
-    from dkilab.eval.runner import run_experiment
+    from dkilab.eval.harness.experiment import load_experiment
+    from dkilab.eval.harness.runner import run_experiment
 
     uri = f"sqlite:///{tmp_path_factory.mktemp('scripted') / 'm.db'}"
     cwd = os.getcwd()

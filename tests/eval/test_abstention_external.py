@@ -3,7 +3,6 @@ hand labels that hold no text, and refuses labels of another text (tiny hand-mad
 import json
 
 import pytest
-
 from dkilab.bench import abstention_external as ext
 
 

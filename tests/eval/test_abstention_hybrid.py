@@ -3,7 +3,6 @@ elsewhere), its validation by source, the path each decision took, and rules-onl
 import json
 
 import pytest
-
 from dkilab.bench.abstention import PROBES
 from dkilab.text.abstention.learned import HybridDetector, get_detector, load_weights, rule_decision
 from dkilab.text.abstention.rules import RULES_VERSION
@@ -191,9 +190,8 @@ def test_the_learned_part_is_fitted_to_its_optimum_whatever_the_thread_count():
     """Newton steps in float64 reach the regularised optimum (gradient ~0), so a refit reproduces the shipped
     weights; lbfgs at its default tolerance stopped far from it on such data (a gradient of about 4)."""
     import numpy as np
-    from threadpoolctl import threadpool_limits
-
     from dkilab.bench.abstention_train import _fit
+    from threadpoolctl import threadpool_limits
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(600, 40)).astype(np.float32)
@@ -211,7 +209,7 @@ def test_the_learned_part_is_fitted_to_its_optimum_whatever_the_thread_count():
 
 
 def test_each_decision_records_its_path_and_the_cell_counts_the_learned_ones():
-    from dkilab.eval.metrics import aggregate, score_answer
+    from dkilab.eval.scoring import aggregate, score_answer
     from dkilab.types import Answer, QAItem
 
     hybrid = get_detector("hybrid")
@@ -225,7 +223,7 @@ def test_each_decision_records_its_path_and_the_cell_counts_the_learned_ones():
     assert aggregate(rows[::2])["abstention_by_learned"] == pytest.approx(0.5)
     # a reply that says the record lacks it is read with its question first (text/abstention/asked.py), by either
     # detector: the rules alone called this one a hallucination
-    from dkilab.eval.metrics.base import Scored
+    from dkilab.eval.scoring.base import Scored
 
     for d in ("hybrid", "structural"):
         scored = Scored(item, Answer("I have no record of that."), detector=d)
@@ -233,7 +231,7 @@ def test_each_decision_records_its_path_and_the_cell_counts_the_learned_ones():
 
 
 def test_rules_only_stays_selectable_and_each_detector_is_its_own_scoring_identity(tmp_path):
-    from dkilab.eval.experiment import expand_cells, experiment_from_dict
+    from dkilab.eval.harness.experiment import expand_cells, experiment_from_dict
 
     def cell(**extra):
         cfg = {"name": "d", "datasets": [{"name": "fixtures", "question_limit": 1}],
@@ -400,9 +398,9 @@ def test_the_judge_is_measured_on_the_fresh_check_and_cells_log_both_figures(mon
     the answer contains "not"."""
     from dkilab.bench import abstention as bench
     from dkilab.bench import abstention_train as at
-    from dkilab.eval.metrics import judge as judge_mod
-    from dkilab.eval.metrics.abstention import judge_card
-    from dkilab.eval.metrics.judge import ABSTENTION_PROMPT
+    from dkilab.eval.scoring import judge as judge_mod
+    from dkilab.eval.scoring.abstention import judge_card
+    from dkilab.eval.scoring.judge import ABSTENTION_PROMPT
 
     monkeypatch.setenv("DKILAB_CACHE_DIR", str(tmp_path))
     fresh = [r for i, r in enumerate(at.load_fresh_check()) if i % 10 == 0]
@@ -442,7 +440,6 @@ def test_a_torn_vector_cache_is_encoded_again_not_fatal(monkeypatch, tmp_path, c
     """The training design's e5 cache, cut short by a kill mid-write (as the old in-place write could leave it),
     is reported and rebuilt; the rebuilt cache is whole and written by rename."""
     import numpy as np
-
     from dkilab.bench import abstention_train as at
 
     monkeypatch.setenv("DKILAB_CACHE_DIR", str(tmp_path))
@@ -461,7 +458,7 @@ def test_a_torn_vector_cache_is_encoded_again_not_fatal(monkeypatch, tmp_path, c
 
 def test_the_detector_is_fitted_on_written_phrasings_only_and_the_quickstart_replies_are_held_back(tmp_path):
     from dkilab.bench import abstention_train as at
-    from dkilab.eval.fitted import DETECTOR_SOURCES
+    from dkilab.eval.harness.fitted import DETECTOR_SOURCES
 
     rows = at.load_sources()
     held = at.load_held_back()

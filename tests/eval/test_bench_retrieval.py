@@ -5,7 +5,6 @@ import re
 
 import pytest
 import yaml
-
 from dkilab.bench.retrieval import CONFIG, main
 
 
@@ -49,7 +48,7 @@ def test_the_shipped_defaults_are_learned_fusion_over_the_dev_winner_and_each_ro
     block + the winning grid point, which the learned model reads as one feature); the bench's rows each
     change one thing of it, and the previous defaults are what shipped before (the dev winner, weighted, on
     stores that embed each turn with its predecessor); the tuning grid still spells out the seed's values."""
-    from dkilab.eval.datasets import dataset_info
+    from dkilab.eval.data import dataset_info
     from dkilab.recall.config import SignalsConfig
 
     root = CONFIG.parents[0]

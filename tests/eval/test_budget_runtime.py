@@ -5,9 +5,8 @@ the load check passes left their history a third of the matched budget, silently
 selected question with its model's tokenizer before asking any: over `max_error_rate` it is refused there;
 within it, each starved question is an error row."""
 import yaml
-
-from dkilab.eval.experiment import load_experiment
-from dkilab.eval.runner import run_experiment
+from dkilab.eval.harness.experiment import load_experiment
+from dkilab.eval.harness.runner import run_experiment
 
 CONFIG = {"name": "starved", "tracing": False, "max_error_rate": 1.0,
           # window = the check's 171 (instructions + question allowance) + 16 + recall_v4's room 1046 + 120

@@ -3,10 +3,9 @@ shows; recall_v4's fact room must fit the window beside it, and a reserve that s
 one line per cell with the numbers; `dkilab run CONFIG --budgets` prints every cell's parts."""
 import pytest
 import yaml
-
 from dkilab.cli import main
 from dkilab.config import ConfigError
-from dkilab.eval.experiment import load_experiment
+from dkilab.eval.harness.experiment import load_experiment
 
 
 def _write(tmp_path, **over):
@@ -20,8 +19,8 @@ def _write(tmp_path, **over):
 
 
 def test_the_fact_room_sits_beside_the_matched_budget(tmp_path):
-    from dkilab.eval.budgets import resolve
-    from dkilab.eval.experiment import expand_cells
+    from dkilab.eval.harness.budgets import resolve
+    from dkilab.eval.harness.experiment import expand_cells
 
     cells = {c.strategy.key: resolve(c) for c in expand_cells(load_experiment(_write(tmp_path)))}
     assert cells["full_history"]["history"] == cells["recall_v4"]["history"] == 768

@@ -5,12 +5,12 @@ import json
 
 import mlflow
 import pytest
-
 from dkilab.cli import main as cli
-from dkilab.eval.card import CARD_FILE
-from dkilab.eval.experiment import load_experiment
-from dkilab.eval.report import methodology
-from dkilab.eval.runner import run_experiment
+from dkilab.eval.harness.experiment import load_experiment
+from dkilab.eval.harness.runner import run_experiment
+from dkilab.eval.views.card import CARD_FILE
+from dkilab.eval.views.report import methodology
+
 from tests.conftest import ROOT
 
 SCRIPTED = ROOT / "experiments" / "ci" / "scripted_fact_calls.yaml"
@@ -50,8 +50,8 @@ def test_every_run_carries_its_card_and_report_prints_it(tmp_path, monkeypatch, 
 
 
 def test_a_judge_is_on_the_card_with_its_prompt_digest():
-    from dkilab.eval.card import methodology_card
-    from dkilab.eval.experiment import experiment_from_dict
+    from dkilab.eval.harness.experiment import experiment_from_dict
+    from dkilab.eval.views.card import methodology_card
 
     base = {"name": "j", "datasets": [{"name": "fixtures", "question_limit": 1}], "strategies": [{"name": "no_memory"}]}
     plain = methodology_card(experiment_from_dict(base | {"judge": {"model": "offline:smollm2"}}), [], {})
@@ -62,7 +62,7 @@ def test_a_judge_is_on_the_card_with_its_prompt_digest():
 
 
 def test_an_unknown_experiment_or_one_without_cards_is_a_one_line_error(tmp_path):
-    from dkilab.eval.report import UnknownExperimentError
+    from dkilab.eval.views.report import UnknownExperimentError
 
     uri = f"sqlite:///{tmp_path / 'm.db'}"
     mlflow.set_tracking_uri(uri)

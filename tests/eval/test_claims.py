@@ -75,8 +75,7 @@ def test_two_processes_logging_one_dataset_at_one_moment_both_land(tmp_path, ser
 
     import mlflow
     import pandas as pd
-
-    from dkilab.eval.runstate import on_conflict_retry  # what tracking.log_questions logs the dataset through
+    from dkilab.eval.tracking.runstate import on_conflict_retry  # what tracking.log_questions logs the dataset through
 
     client = mlflow.MlflowClient(server)
     exp = client.create_experiment("race")
@@ -109,15 +108,14 @@ def test_two_processes_logging_one_dataset_at_one_moment_both_land(tmp_path, ser
 
 def test_a_dead_claim_and_a_failed_cell_go_back_to_the_pool(tmp_path, monkeypatch):
     import mlflow
-
-    from dkilab.eval import runstate
-    from dkilab.eval.experiment import load_experiment
-    from dkilab.eval.runner import run_experiment
+    from dkilab.eval.harness.experiment import load_experiment
+    from dkilab.eval.harness.runner import run_experiment
+    from dkilab.eval.tracking import runstate
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     mlflow.set_tracking_uri(uri)
     cfg = load_experiment(_config(tmp_path, "pool"))
-    from dkilab.eval.experiment import check_config
+    from dkilab.eval.harness.experiment import check_config
 
     first, second, *_ = check_config(cfg)
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -145,12 +143,12 @@ def test_a_dead_claim_and_a_failed_cell_go_back_to_the_pool(tmp_path, monkeypatc
     assert all(client.get_experiment_by_name(runstate.claim_name("pool", r.cell.config_hash)) is None for r in results)
 
     # a cell that fails here gives its claim back, so another run retries it
-    import dkilab.eval.runner as runner
+    import dkilab.eval.harness.prepare as prepare
 
     def boom(*a, **k):
         raise RuntimeError("no data")
 
-    monkeypatch.setattr(runner, "load_cell_data", boom)
+    monkeypatch.setattr(prepare, "load_cell_data", boom)
     cfg2 = load_experiment(_config(tmp_path, "failing"))
     results = run_experiment(cfg2, uri=uri, progress=False, echo=lambda _: None, claim=True)
     assert all(r.status == "failed" for r in results)
@@ -162,8 +160,7 @@ def test_a_live_claim_is_kept_by_its_heartbeat_however_long_the_cell_runs(tmp_pa
     """Issue 58 item 10: a TTL from the claim's start stole live claims (any cell over 24 h ran twice). The
     holder now stamps a heartbeat; only a claim whose beats stopped is taken over."""
     import mlflow
-
-    from dkilab.eval import runstate
+    from dkilab.eval.tracking import runstate
 
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
     client = mlflow.MlflowClient()
@@ -182,8 +179,7 @@ def test_a_live_claim_is_kept_by_its_heartbeat_however_long_the_cell_runs(tmp_pa
 
 def test_a_heartbeat_never_stamps_a_claim_another_machine_took_over(tmp_path):
     import mlflow
-
-    from dkilab.eval import runstate
+    from dkilab.eval.tracking import runstate
 
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
     client = mlflow.MlflowClient()
@@ -197,11 +193,10 @@ def test_a_heartbeat_never_stamps_a_claim_another_machine_took_over(tmp_path):
 
 
 def test_ctrl_c_in_a_claimed_cell_gives_the_claim_back(tmp_path, monkeypatch):
+    import dkilab.eval.harness.runner as runner
     import mlflow
-
-    import dkilab.eval.runner as runner
-    from dkilab.eval import runstate
-    from dkilab.eval.experiment import check_config, load_experiment
+    from dkilab.eval.harness.experiment import check_config, load_experiment
+    from dkilab.eval.tracking import runstate
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     cfg = load_experiment(_config(tmp_path, "interrupted"))
@@ -209,7 +204,7 @@ def test_ctrl_c_in_a_claimed_cell_gives_the_claim_back(tmp_path, monkeypatch):
     def interrupted(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(runner, "_run_one", interrupted)
+    monkeypatch.setattr(runner, "run_one", interrupted)
     with pytest.raises(KeyboardInterrupt):
         runner.run_experiment(cfg, uri=uri, progress=False, echo=lambda _: None, claim=True)
     mlflow.set_tracking_uri(uri)
@@ -223,18 +218,18 @@ def test_a_holder_whose_claim_was_taken_over_writes_no_finished_run(tmp_path, mo
     then the holder woke and finished it too: two FINISHED runs. The claim's experiment id is a fencing token: a
     claim taken over is another experiment, so the holder ends its run KILLED (however the clocks disagree) and
     leaves the new holder's claim alone."""
+    import dkilab.eval.harness.cell_run as cell_run
+    import dkilab.eval.harness.runner as runner
     import mlflow
-
-    import dkilab.eval.runner as runner
-    from dkilab.eval import runstate
-    from dkilab.eval.experiment import load_experiment
+    from dkilab.eval.harness.experiment import load_experiment
+    from dkilab.eval.tracking import runstate
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     path = tmp_path / "fenced.yaml"
     path.write_text(yaml.safe_dump({"name": "fenced", "tracing": False, "strategies": [{"name": "recall_only"}],
                                     "datasets": [{"name": "fixtures", "limit": 1, "question_limit": 2}]}))
     cfg = load_experiment(path)
-    real, theirs = runner.run_cell, {}
+    real, theirs = cell_run.run_cell, {}
 
     def taken_over_meanwhile(cell, *a, **k):  # while this holder is paused, another machine takes the cell
         client = mlflow.MlflowClient()
@@ -243,7 +238,7 @@ def test_a_holder_whose_claim_was_taken_over_writes_no_finished_run(tmp_path, mo
         theirs["id"] = client.create_experiment(name, tags={"dkilab.host": "another-machine", "dkilab.pid": "1"})
         return real(cell, *a, **k)
 
-    monkeypatch.setattr(runner, "run_cell", taken_over_meanwhile)
+    monkeypatch.setattr(cell_run, "run_cell", taken_over_meanwhile)
     lines = []
     [result] = runner.run_experiment(cfg, uri=uri, progress=False, echo=lines.append, claim=True)
     assert result.status == "failed" and result.error.startswith(runstate.CLAIM_LOST), result.error

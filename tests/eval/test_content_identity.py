@@ -3,10 +3,10 @@ name and qids is a new cell, and no journal or stored-answers record answers an 
 import json
 
 import pytest
-
-from dkilab.eval.experiment import experiment_from_dict, expand_cells
-from dkilab.eval.journal import Journal, question_digest
+from dkilab.eval.harness.experiment import expand_cells, experiment_from_dict
+from dkilab.eval.tracking.journal import Journal, question_digest
 from dkilab.types import Answer, QAItem
+
 from tests.conftest import ROOT
 
 DIALOGUES = ROOT / "tests" / "data" / "scripted" / "dialogues.json"
@@ -51,7 +51,7 @@ def test_a_journal_record_never_answers_an_edited_question(tmp_path):
 
 
 def test_an_edited_dataset_file_is_a_new_cell_not_finished_before(tmp_path, monkeypatch):
-    from dkilab.eval.runner import run_experiment
+    from dkilab.eval.harness.runner import run_experiment
 
     monkeypatch.setenv("DKILAB_CACHE_DIR", str(tmp_path / "cache"))
     data = tmp_path / "data.json"
@@ -75,8 +75,7 @@ def test_an_edited_dataset_file_is_a_new_cell_not_finished_before(tmp_path, monk
 
 def test_stored_answers_of_an_edited_question_are_refused(tmp_path):
     import mlflow
-
-    from dkilab.eval import rescore
+    from dkilab.eval.harness import rescore
 
     cell = expand_cells(_config(DIALOGUES, "oracle"))[0]
     items = [(None, QAItem("What is my cat called?", "Pixel", qid="sc1:q1"))]
@@ -90,7 +89,7 @@ def test_stored_answers_of_an_edited_question_are_refused(tmp_path):
 
 
 def test_two_sqlite_stores_in_one_directory_share_no_journal_or_lock(tmp_path):
-    from dkilab.eval.runstate import store_state_dir
+    from dkilab.eval.tracking.runstate import store_state_dir
 
     a, b = f"sqlite:///{tmp_path / 'a.db'}", f"sqlite:///{tmp_path / 'b.db'}"
     assert Journal.for_cell(a, "exp", "h").path != Journal.for_cell(b, "exp", "h").path

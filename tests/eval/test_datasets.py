@@ -1,9 +1,9 @@
 import json
 
 import pytest
+from dkilab.eval.data import DatasetNotFoundError, load_dataset, load_fixtures, load_memdaily
+from dkilab.eval.data.ablation import ablation_split
 
-from dkilab.eval.datasets import DatasetNotFoundError, load_dataset, load_fixtures, load_memdaily
-from dkilab.eval.datasets.ablation import ablation_split
 from tests.eval.test_locomo import needs_data
 
 
@@ -143,8 +143,9 @@ def test_madial_loader_matches_the_dataset_card():
 
 
 def test_longmemeval_loads_its_published_format_one_conversation_per_question():
-    from dkilab.eval.datasets.longmemeval import TYPES
-    from dkilab.eval.datasets import DATASETS
+    from dkilab.eval.data import DATASETS
+    from dkilab.eval.data.longmemeval import TYPES
+
     from tests.conftest import ROOT
 
     convs = DATASETS["longmemeval_s"](str(ROOT / "tests" / "data"))
@@ -165,9 +166,8 @@ def test_longmemeval_errors_name_the_file_the_question_and_the_key(tmp_path):
     import json
 
     import pytest
-
-    from dkilab.eval.datasets.longmemeval import LongMemEvalError
-    from dkilab.eval.datasets import DATASETS
+    from dkilab.eval.data import DATASETS
+    from dkilab.eval.data.longmemeval import LongMemEvalError
 
     (tmp_path / "longmemeval").mkdir()
     bad = {"question_id": "q9", "question_type": "multi-session", "question": "?", "answer": "x",

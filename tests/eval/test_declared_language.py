@@ -4,8 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
-
-from dkilab.eval.experiment import expand_cells, experiment_from_dict
+from dkilab.eval.harness.experiment import expand_cells, experiment_from_dict
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "datasets" / "fixtures" / "normalized_example.jsonl"
 
@@ -54,14 +53,14 @@ def test_the_language_key_is_refused_when_unknown_and_changes_no_hash_when_unset
 
     with pytest.raises(ConfigError, match="language"):
         _embedder(tmp_path, _records("en"), language="fr")
-    from dkilab.eval.experiment import DatasetSpec, identity_params
+    from dkilab.eval.harness.experiment import DatasetSpec, identity_params
 
     assert "language" not in identity_params(DatasetSpec(name="locomo"))  # earlier cells keep their hashes
 
 
 def test_a_store_build_shows_messages_rate_and_eta(embedder, tmp_path, monkeypatch, capsys):
-    from dkilab.eval import stores
-    from dkilab.eval.datasets import load_dataset
+    from dkilab.eval.data import load_dataset
+    from dkilab.eval.harness import stores
 
     monkeypatch.setenv("DKILAB_CACHE_DIR", str(tmp_path))
     convs = load_dataset("fixtures", limit=2)

@@ -3,10 +3,10 @@
 import json
 
 import pytest
-
 from dkilab.config import ConfigError
-from dkilab.eval.cell import load_cell_questions
-from dkilab.eval.experiment import expand_cells, experiment_from_dict
+from dkilab.eval.harness.cell import load_cell_questions
+from dkilab.eval.harness.experiment import expand_cells, experiment_from_dict
+
 from tests.conftest import ROOT
 
 DIALOGUES = ROOT / "tests" / "data" / "scripted" / "dialogues.json"

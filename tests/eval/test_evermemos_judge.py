@@ -3,10 +3,9 @@ prompts read from the user's YAML, its replies read as that pipeline reads them 
 import os
 
 import pytest
-
-from dkilab.eval.experiment.schema import JudgeSpec
-from dkilab.eval.metrics.evermemos_judge import verdict
-from dkilab.eval.metrics.locomo_j import LocomoJ
+from dkilab.eval.harness.experiment.schema import JudgeSpec
+from dkilab.eval.scoring.evermemos_judge import verdict
+from dkilab.eval.scoring.locomo_j import LocomoJ
 from dkilab.types import QAItem
 
 STAND_IN = """llm_judge:

@@ -5,11 +5,17 @@ import sys
 
 import pytest
 import yaml
+from dkilab.config import ConfigError
+from dkilab.eval.harness.experiment import (
+    apply_overrides,
+    check_config,
+    expand_cells,
+    load_experiment,
+    parse_set,
+    with_question_limit,
+)
 from pydantic import Field
 
-from dkilab.config import ConfigError
-from dkilab.eval.experiment import (apply_overrides, check_config, expand_cells, load_experiment, parse_set,
-                                    with_question_limit)
 from tests.conftest import ROOT
 
 
@@ -176,7 +182,7 @@ EXPERIMENTS = sorted((ROOT / "experiments").rglob("*.yaml"))
 
 @pytest.mark.parametrize("path", EXPERIMENTS, ids=[str(p.relative_to(ROOT / "experiments")) for p in EXPERIMENTS])
 def test_every_experiment_config_validates(path, monkeypatch):
-    from dkilab.eval.budgets import resolve
+    from dkilab.eval.harness.budgets import resolve
 
     if "prompts_from: longmemeval/" in path.read_text():  # LongMemEval's script, under the data dir: the stand-in
         monkeypatch.setenv("DKILAB_DATA_DIR", str(ROOT / "tests" / "data"))
@@ -216,7 +222,7 @@ def test_a_strategy_may_run_with_its_own_embedder_keys(tmp_path):
 
 
 def test_multiple_choice_questions_show_their_options():
-    from dkilab.eval.cell import question_text
+    from dkilab.eval.harness.cell import question_text
     from dkilab.types import QAItem
 
     item = QAItem("我的上司是哪个学校毕业的？", "D", choices={"B": "专科", "A": "本科", "D": "高中"})
@@ -227,7 +233,7 @@ def test_multiple_choice_questions_show_their_options():
 def test_dev_and_test_splits_are_the_two_halves_of_the_conversations_over_one_store(tmp_path):
     """Tune on dev, report on test: the questions of the first and the second half of the conversations
     (in loader order); both halves search the same store (every conversation), so it is built once."""
-    from dkilab.eval.cell import _questions
+    from dkilab.eval.data.selection import select_questions
 
     def cells(split):
         cfg = load_experiment(_write(tmp_path, f"s-{split}", strategies=[{"name": "recall_only"}],
@@ -235,9 +241,9 @@ def test_dev_and_test_splits_are_the_two_halves_of_the_conversations_over_one_st
         return check_config(cfg)[0]
 
     full, dev, test = cells("full"), cells("dev"), cells("test")
-    convs, items = _questions(full, None)
-    _, dev_items = _questions(dev, None)
-    test_convs, test_items = _questions(test, None)
+    convs, items = select_questions(full.dataset, None)
+    _, dev_items = select_questions(dev.dataset, None)
+    test_convs, test_items = select_questions(test.dataset, None)
     half = (len(convs) + 1) // 2
     assert {c.conversation_id for c, _ in dev_items} == {c.conversation_id for c in convs[:half]}
     assert {c.conversation_id for c, _ in test_items} == {c.conversation_id for c in convs[half:]}

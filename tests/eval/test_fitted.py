@@ -3,9 +3,8 @@ the encoder adapter) on the conversations it was fitted on is refused when the c
 component; held-back slices, stock components and declared dev studies load."""
 import pytest
 import yaml
-
 from dkilab.config import ConfigError
-from dkilab.eval.experiment import load_experiment
+from dkilab.eval.harness.experiment import load_experiment
 
 
 def _load(tmp_path, datasets, strategies=({"name": "recall_v4"},), **extra):
@@ -62,21 +61,21 @@ def test_a_declared_dev_study_may_use_dev_but_not_the_whole_dataset(tmp_path):
 
 
 def test_first_selects_conversations_past_the_fitted_ones(tmp_path):
-    from dkilab.eval.fitted import asked
-    from dkilab.eval.experiment import expand_cells
+    from dkilab.eval.harness.experiment import expand_cells
+    from dkilab.eval.harness.fitted import asked
 
     cfg = _load(tmp_path, [{"name": "locomo", "first": 5, "limit": 2, "split": "test"}])
     assert asked(expand_cells(cfg)[0]) == (6, 7)
 
 
 def test_first_is_applied_when_questions_are_read(tmp_path):
-    from dkilab.eval.cell import _questions
-    from dkilab.eval.datasets import load_dataset
-    from dkilab.eval.experiment import expand_cells
+    from dkilab.eval.data import load_dataset
+    from dkilab.eval.data.selection import select_questions
+    from dkilab.eval.harness.experiment import expand_cells
 
     every = load_dataset("fixtures")
     cell = expand_cells(_load(tmp_path, [{"name": "fixtures", "first": 2, "limit": 1}], [{"name": "full_history"}]))[0]
-    convs, items = _questions(cell, None)
+    convs, items = select_questions(cell.dataset, None)
     assert [c.conversation_id for c in convs] == [every[2].conversation_id]
     assert {q.qid for _, q in items} == {q.qid for q in every[2].questions}
     assert cell.config_hash != expand_cells(_load(tmp_path, [{"name": "fixtures", "limit": 1}],
@@ -85,8 +84,9 @@ def test_first_is_applied_when_questions_are_read(tmp_path):
 
 def test_a_file_dataset_is_never_taken_for_a_registered_one(tmp_path):
     """A normalised file labelled `locomo` is the user's own data: no component was fitted on it."""
-    from dkilab.eval.experiment import expand_cells
-    from dkilab.eval.fitted import asked
+    from dkilab.eval.harness.experiment import expand_cells
+    from dkilab.eval.harness.fitted import asked
+
     from tests.conftest import ROOT
 
     own = {"name": "locomo", "path": str(ROOT / "tests" / "data" / "scripted" / "dialogues.json")}

@@ -1,5 +1,5 @@
 """Fitted-data checks by content, not by name (issue 84): a fitted component's conversations are known by
-their digests (dkilab/eval/fitted_on.json), so a `path:` copy under another name, the shipped fusion file
+their digests (dkilab/eval/harness/fitted_on.json), so a `path:` copy under another name, the shipped fusion file
 named explicitly or the adapter's merged directory named as the encoder are refused like the default."""
 import json
 import os
@@ -8,12 +8,12 @@ import sys
 
 import pytest
 import yaml
-
 from dkilab.config import ConfigError
 from dkilab.encoders.adapter import FITTED_ON_FILE
-from dkilab.eval import fitted
-from dkilab.eval.datasets import load_dataset
-from dkilab.eval.experiment import experiment_from_dict, load_experiment
+from dkilab.eval.data import load_dataset
+from dkilab.eval.harness import fitted
+from dkilab.eval.harness.experiment import experiment_from_dict, load_experiment
+
 from tests.conftest import ROOT
 
 DATA = os.environ.get("DKILAB_DATA_DIR")

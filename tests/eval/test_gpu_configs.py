@@ -3,8 +3,8 @@ sweeps expand to the cells their comments promise, and the model block asks for 
 from pathlib import Path
 
 import pytest
+from dkilab.eval.harness.experiment import check_config, load_experiment
 
-from dkilab.eval.experiment import check_config, load_experiment
 from tests.conftest import ROOT
 
 GPU = sorted((ROOT / "experiments" / "gpu").glob("*.yaml"))

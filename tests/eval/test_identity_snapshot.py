@@ -6,8 +6,9 @@ purpose) rewrites the file: `python -m tests.eval.test_identity_snapshot`."""
 import json
 import sys
 
-from dkilab.eval.experiment import DatasetSpec, identity_params
+from dkilab.eval.harness.experiment import DatasetSpec, identity_params
 from dkilab.strategies import STRATEGIES
+
 from tests.conftest import ROOT
 
 SNAPSHOT = ROOT / "tests" / "data" / "identity" / "defaults.json"
@@ -38,9 +39,8 @@ def test_default_identities_are_unchanged_unless_rewritten_on_purpose():
 
 
 def test_a_knob_is_out_of_the_identity_while_off_and_in_once_on():
-    from pydantic import BaseModel
-
     from dkilab.config import knob, knob_setting
+    from pydantic import BaseModel
 
     class Params(BaseModel):
         size: int = 3

@@ -1,13 +1,12 @@
-"""`dkilab import`: published predictions as cells (strategy `imported`, dkilab/eval/published/), on the bundled
+"""`dkilab import`: published predictions as cells (strategy `imported`, dkilab/eval/data/published/), on the bundled
 fixtures with prediction files written here; the real GPT-4o-mini runs of the LoCoMo audit in the slow test."""
 import csv
 import json
 import os
 
 import pytest
-
 from dkilab.cli import main
-from dkilab.eval.datasets import load_dataset
+from dkilab.eval.data import load_dataset
 
 FIRST = load_dataset("fixtures")[0]  # u_maya: 12 questions, some unanswerable
 QS = FIRST.questions
@@ -37,8 +36,8 @@ def _import(tmp_path, *files, expect=0, extra=()):
 
 
 def _cells(uri):
-    from dkilab.eval.report import experiment_runs
-    from dkilab.eval.store_uri import read_metrics
+    from dkilab.eval.tracking.store_uri import read_metrics
+    from dkilab.eval.views.report import experiment_runs
 
     return {r.info.run_name: read_metrics(r) for r in experiment_runs("imp", uri)}
 
@@ -123,7 +122,7 @@ def test_a_question_text_that_differs_refuses_the_import_naming_the_id(tmp_path,
     _import(tmp_path, f, expect=2)
     err = capsys.readouterr().err
     assert "u_maya:q1" in err and "What colour is my dog?" in err and "not imported" in err
-    from dkilab.eval.report import experiment_runs
+    from dkilab.eval.views.report import experiment_runs
 
     with pytest.raises(Exception):  # nothing was logged: the experiment does not exist
         experiment_runs("imp", f"sqlite:///{tmp_path / 'm.db'}")
@@ -148,7 +147,7 @@ def test_csv_by_question_text_and_an_ambiguous_text_is_refused(tmp_path, capsys)
         w.writeheader()
         for k, q in enumerate(QS):
             w.writerow({"question": q.question, "answer": str(q.answer), "verdict": "CORRECT" if k else "WRONG"})
-    from dkilab.eval.published import match, read_run
+    from dkilab.eval.data.published import match, read_run
 
     run = read_run(path)
     assert run.format == "csv" and run.predictions[0].verdicts == (False,)
@@ -161,7 +160,7 @@ def test_csv_by_question_text_and_an_ambiguous_text_is_refused(tmp_path, capsys)
 
 
 def test_two_predictions_for_one_question_and_bad_verdicts_are_refused(tmp_path):
-    from dkilab.eval.published import PredictionsError, match, read_run
+    from dkilab.eval.data.published import PredictionsError, match, read_run
 
     recs = _records(lambda k: [True])
     recs.append(dict(recs[0]))

@@ -5,15 +5,15 @@ import time
 
 import pytest
 import yaml
+from dkilab.eval.harness.runner import run_experiment
 
-from dkilab.eval.runner import run_experiment
 from tests.eval.test_runner import _statuses
 
 QUIET = {"progress": False, "echo": lambda *a: None}
 
 
 def _config(tmp_path, concurrency: int, name: str):
-    from dkilab.eval.experiment import load_experiment
+    from dkilab.eval.harness.experiment import load_experiment
 
     script = tmp_path / "script.yaml"
     script.write_text('answers:\n  - {match: "猫", outputs: ["咪咪"]}\ndefault: "I do not know."\n')
@@ -25,7 +25,7 @@ def _config(tmp_path, concurrency: int, name: str):
 
 
 def test_in_flight_gives_the_same_rows_and_really_overlaps(tmp_path, monkeypatch):
-    import dkilab.eval.cell as cell_mod
+    import dkilab.eval.harness.cell as cell_mod
 
     uri = f"sqlite:///{tmp_path / 'm.db'}"
     one = run_experiment(_config(tmp_path, 1, "seq"), uri=uri, **QUIET)[0].rows
@@ -50,7 +50,7 @@ def test_in_flight_gives_the_same_rows_and_really_overlaps(tmp_path, monkeypatch
 
 
 def test_ctrl_c_with_questions_in_flight_stops_without_answering_the_rest(tmp_path, monkeypatch):
-    import dkilab.eval.cell as cell_mod
+    import dkilab.eval.harness.cell as cell_mod
 
     real, calls, lock = cell_mod._answer, [], threading.Lock()
 
@@ -78,7 +78,7 @@ def test_ctrl_c_with_questions_in_flight_stops_without_answering_the_rest(tmp_pa
 def test_a_kv_cell_with_batch_size_gives_the_rows_of_one_question_at_a_time(tmp_path, monkeypatch):
     """full_attention on SmolLM2: `batch_size: 4` decodes questions with different history blocks together
     (`models.kv_batch`); every prediction and token count equals the unbatched cell's."""
-    from dkilab.eval.experiment import load_experiment
+    from dkilab.eval.harness.experiment import load_experiment
     from dkilab.models import kv_batch
 
     sizes = []

@@ -1,8 +1,8 @@
 """The judge's weights are part of a cell's identity (issue 85 item 2): a scripted judge edited under the same
 file name, a judge directory trained again, another model behind the same endpoint name: the cell is judged again
 (re-scored from its stored answers, not generated again), never "finished before" with the old judge_score."""
-from dkilab.eval.experiment import experiment_from_dict, expand_cells
-from dkilab.eval.runner import run_experiment
+from dkilab.eval.harness.experiment import expand_cells, experiment_from_dict
+from dkilab.eval.harness.runner import run_experiment
 
 
 def _config(answers, verdicts):

@@ -4,8 +4,7 @@ verdicts as false accepts and false rejects, and a judge accepting over 10% of v
 import re
 
 import pytest
-
-from dkilab.eval.metrics import judge_stress as js
+from dkilab.eval.scoring import judge_stress as js
 from dkilab.types import QAItem
 
 
@@ -121,14 +120,14 @@ def test_verdicts_become_false_accepts_and_rejects_and_unclear_ones_count_nowher
 
 def test_the_judge_generates_the_probes_with_the_answers_in_one_batch(tmp_path):
     """The probe prompts are in the batch the judge generates before scoring, so probing adds no one-by-one calls."""
-    from dkilab.eval.cell import judge_texts
-    from dkilab.eval.metrics.judge import LLMJudge
+    from dkilab.eval.scoring.judge import LLMJudge
+    from dkilab.eval.scoring.scorers import JudgeScorer
     from dkilab.types import Answer
 
     item = QAItem("When did Ana move?", "7 May 2023", qid="q1")
     judge = LLMJudge(model=None, stress=True)  # type: ignore[arg-type]
-    texts = judge_texts(judge, [(0, Answer("In May.", strategy="s"), None)], [(None, item)])
+    texts = JudgeScorer(judge).texts([(item, Answer("In May.", strategy="s"))])
     probes = js.probes(item, "7 May 2023").values()
     assert len(texts) == 4 and all(any(p in t for t in texts) for p in probes)
-    texts = judge_texts(LLMJudge(model=None), [(0, Answer("In May.", strategy="s"), None)], [(None, item)])  # type: ignore[arg-type]
+    texts = JudgeScorer(LLMJudge(model=None)).texts([(item, Answer("In May.", strategy="s"))])  # type: ignore[arg-type]
     assert len(texts) == 1

@@ -1,9 +1,9 @@
 """Config problems found when the file is read (issue 58 items 5, 13, 14): one line naming the key, before
 any data or model loads; a filter that keeps nothing is an error, never an empty FINISHED cell."""
 import pytest
-
 from dkilab.config import ConfigError
-from dkilab.eval.experiment import expand_cells, experiment_from_dict
+from dkilab.eval.harness.experiment import expand_cells, experiment_from_dict
+
 from tests.conftest import ROOT
 
 DIALOGUES = str(ROOT / "tests" / "data" / "scripted" / "dialogues.json")
@@ -48,7 +48,7 @@ def test_labels_names_and_sweeps_that_would_mislead_are_refused():
     ({"languages": ["en"], "categories": ["nosuch"]}, "matches no question"),
 ])
 def test_a_filter_that_keeps_nothing_is_an_error_naming_the_key(dataset, words):
-    from dkilab.eval.cell import load_cell_questions
+    from dkilab.eval.harness.cell import load_cell_questions
 
     cfg = experiment_from_dict(_cfg(datasets=[{"name": "scripted", "path": DIALOGUES} | dataset]))
     (cell,) = expand_cells(cfg)
@@ -103,7 +103,7 @@ def test_a_yaml_alias_bomb_is_refused_before_it_grows(tmp_path):
     while its hash was computed."""
     import resource
 
-    from dkilab.eval.experiment import load_experiment
+    from dkilab.eval.harness.experiment import load_experiment
 
     lines = ["name: bomb", "strategies: [{name: no_memory}]", "a0: &a0 [x, x, x, x, x, x, x, x, x]"]
     lines += [f"a{i}: &a{i} [*a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, "
@@ -122,7 +122,6 @@ def test_an_absent_dataset_exits_2_at_load_in_one_line_and_leaves_the_store_as_i
     """Issue 83 item 2: a registered dataset whose files are not in the data dir, or a `path:` file that is not
     there, is refused before any run is created, once, naming the dataset, where it looked and how to get it."""
     import yaml
-
     from dkilab.cli import main
 
     monkeypatch.delenv("DKILAB_DATA_DIR", raising=False)

@@ -1,8 +1,7 @@
 import os
 
 import pytest
-
-from dkilab.eval.datasets import DatasetNotFoundError, load_dataset, load_locomo
+from dkilab.eval.data import DatasetNotFoundError, load_dataset, load_locomo
 
 
 def test_missing_dataset_names_path_and_source(tmp_path):
@@ -34,9 +33,9 @@ def test_locomo_loader_matches_the_dataset_card():
 @pytest.mark.slow
 @needs_data
 def test_retrieval_experiment_logs_recall_at_k_to_mlflow(tmp_path, monkeypatch):
-    from dkilab.eval.experiment import load_experiment
-    from dkilab.eval.report import report
-    from dkilab.eval.runner import run_experiment
+    from dkilab.eval.harness.experiment import load_experiment
+    from dkilab.eval.harness.runner import run_experiment
+    from dkilab.eval.views.report import report
 
     monkeypatch.setenv("DKILAB_CACHE_DIR", str(tmp_path))
     cfg = load_experiment("experiments/retrieval_locomo.yaml",

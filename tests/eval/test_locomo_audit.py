@@ -6,8 +6,8 @@ import copy
 import json
 
 import pytest
-
 from dkilab.config import ConfigError
+
 from tests.eval.test_normalized import LOCOMO_VARIANT
 
 
@@ -30,14 +30,14 @@ def data(tmp_path, monkeypatch):
 
 
 def cell(**dataset):
-    from dkilab.eval.experiment import expand_cells, experiment_from_dict
+    from dkilab.eval.harness.experiment import expand_cells, experiment_from_dict
 
     return expand_cells(experiment_from_dict({"name": "audit", "datasets": [{"name": "locomo"} | dataset],
                                               "strategies": [{"name": "no_memory"}]}))[0]
 
 
 def test_the_wrong_golds_are_left_out_and_a_wrong_citation_is_kept(data):
-    from dkilab.eval.cell import load_cell_questions
+    from dkilab.eval.harness.cell import load_cell_questions
 
     plain, audited = cell(), cell(exclude_audited="audit")
     kept = [q.qid for _, q in load_cell_questions(audited, str(data))]
@@ -49,7 +49,7 @@ def test_the_wrong_golds_are_left_out_and_a_wrong_citation_is_kept(data):
 
 
 def test_another_data_version_or_a_malformed_entry_is_refused_naming_it(data):
-    from dkilab.eval.cell import load_cell_questions
+    from dkilab.eval.harness.cell import load_cell_questions
 
     (data / "audit" / "errors_conv_1.json").write_text(json.dumps([
         {"question_id": "locomo_1_qa2", "question": "What did Ben show?", "error_type": "TEMPORAL_ERROR"}]))
@@ -68,7 +68,7 @@ def test_another_data_version_or_a_malformed_entry_is_refused_naming_it(data):
 def test_a_missing_file_and_a_wrong_citations_text_or_gold_are_refused(data):
     """Issue 85: a folder short of a conversation's file quietly excluded fewer golds (87 of 99 on the real audit);
     a wrong citation's question text and every entry's golden_answer were never checked."""
-    from dkilab.eval.cell import load_cell_questions
+    from dkilab.eval.harness.cell import load_cell_questions
 
     audit = data / "audit"
     first = json.loads((audit / "errors_conv_0.json").read_text())

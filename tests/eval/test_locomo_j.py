@@ -3,10 +3,10 @@
 JSON read by its first label, categories 1-4 judged and category 5 left to the hallucination metrics; a
 scripted answer model and a scripted judge, end to end."""
 import pytest
-
 from dkilab.config import ConfigError
-from dkilab.eval.metrics.locomo_j import LocomoJ, load_template
+from dkilab.eval.scoring.locomo_j import LocomoJ, load_template
 from dkilab.types import QAItem
+
 from tests.conftest import ROOT
 
 SCRIPT = ROOT / "tests" / "data" / "mem0" / "llm_judge.py"
@@ -47,9 +47,9 @@ def test_a_prompt_assigned_twice_is_refused_and_an_annotated_one_is_read(tmp_pat
 
 
 def test_categories_one_to_four_are_judged_with_the_protocol_and_the_card_names_it(tmp_path):
-    from dkilab.eval.card import methodology_card
-    from dkilab.eval.experiment import experiment_from_dict
-    from dkilab.eval.runner import run_experiment
+    from dkilab.eval.harness.experiment import experiment_from_dict
+    from dkilab.eval.harness.runner import run_experiment
+    from dkilab.eval.views.card import methodology_card
 
     answers = tmp_path / "answers.yaml"
     answers.write_text('default: "I am not sure, maybe Paris."\n')

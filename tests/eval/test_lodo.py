@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from dkilab.bench import lodo
 from dkilab.recall import learned
 

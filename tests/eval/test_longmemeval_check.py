@@ -4,10 +4,10 @@ question type and one for abstention; the verdict is the official one ("yes" in 
 unanswerable questions are judged too and accuracy is over every question. A scripted model answers and a
 scripted judge gives the verdicts, end to end through the runner."""
 import pytest
-
 from dkilab.config import ConfigError
-from dkilab.eval.metrics import longmemeval_check as lme
+from dkilab.eval.scoring import longmemeval_check as lme
 from dkilab.types import QAItem
+
 from tests.conftest import ROOT
 
 DATA = ROOT / "tests" / "data"
@@ -52,7 +52,7 @@ def test_a_missing_or_foreign_script_is_refused_naming_it(tmp_path):
 
 
 def _config(tmp_path, judge_script, **judge):
-    from dkilab.eval.experiment import experiment_from_dict
+    from dkilab.eval.harness.experiment import experiment_from_dict
 
     answers = tmp_path / "answers.yaml"
     answers.write_text('answers:\n  - {match: "breed", outputs: ["A beagle."]}\n'
@@ -70,8 +70,8 @@ def _config(tmp_path, judge_script, **judge):
 
 
 def test_every_question_is_judged_by_its_type_and_accuracy_counts_the_abstention_questions(tmp_path, monkeypatch):
-    from dkilab.eval.card import methodology_card
-    from dkilab.eval.runner import run_experiment
+    from dkilab.eval.harness.runner import run_experiment
+    from dkilab.eval.views.card import methodology_card
 
     monkeypatch.setenv("DKILAB_DATA_DIR", str(DATA))
     cfg = _config(tmp_path, "longmemeval/evaluate_qa.py")  # under the data dir
@@ -87,7 +87,7 @@ def test_every_question_is_judged_by_its_type_and_accuracy_counts_the_abstention
 
 
 def test_the_templates_are_part_of_the_cells_identity_and_the_config_is_checked(tmp_path, monkeypatch):
-    from dkilab.eval.experiment import expand_cells
+    from dkilab.eval.harness.experiment import expand_cells
 
     monkeypatch.setenv("DKILAB_DATA_DIR", str(DATA))
     mine = tmp_path / "evaluate_qa.py"

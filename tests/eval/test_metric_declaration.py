@@ -6,15 +6,14 @@ import dataclasses
 
 import pytest
 import yaml
-
 from dkilab.cli import main as cli
-from dkilab.eval.metrics.base import Metric, metric, metrics_version
-from dkilab.eval.metrics import METRICS
+from dkilab.eval.scoring import METRICS
+from dkilab.eval.scoring.base import Metric, metric, metrics_version
 
 
 @pytest.fixture
 def recalled_count():
-    """A new metric, declared in one place (as a module of dkilab/eval/metrics/ would)."""
+    """A new metric, declared in one place (as a module of dkilab/eval/scoring/ would)."""
     metric("recalled_count", kind="any", rank=44, plot=12, label="messages recalled (count)", narrow=("answers",),
            paired=True, description="how many message ids the strategy recalled")(
         lambda q: float(len(q.answer.recalled_ids)))
@@ -23,10 +22,10 @@ def recalled_count():
 
 
 def test_a_metric_declared_once_reaches_the_report_the_plot_and_the_paired_table(tmp_path, recalled_count, capsys):
-    from dkilab.eval.experiment import load_experiment
-    from dkilab.eval.plots import headline_figure
-    from dkilab.eval.runner import run_experiment
-    from dkilab.eval.tables import results_table
+    from dkilab.eval.harness.experiment import load_experiment
+    from dkilab.eval.harness.runner import run_experiment
+    from dkilab.eval.views.plots import headline_figure
+    from dkilab.eval.views.tables import results_table
 
     cfg = {"name": "declared-once", "tracing": False, "datasets": [{"name": "fixtures", "limit": 1,
                                                                     "question_limit": 4}],

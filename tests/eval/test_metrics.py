@@ -1,8 +1,18 @@
 """Metrics against hand-checked cases."""
 import pytest
-
-from dkilab.eval.metrics import (aggregate, choice_accuracy, claims, exact_match, f1_score, is_abstention,
-                                 locomo_score, normalize_answer, score_answer, unsupported_claims, zh_f1)
+from dkilab.eval.scoring import (
+    aggregate,
+    choice_accuracy,
+    claims,
+    exact_match,
+    f1_score,
+    is_abstention,
+    locomo_score,
+    normalize_answer,
+    score_answer,
+    unsupported_claims,
+    zh_f1,
+)
 from dkilab.types import Answer, FactCall, QAItem
 
 # (prediction, gold, category, expected score) — worked out by hand from the official rules
@@ -97,7 +107,7 @@ def test_abstention_detector_on_regression_phrasings():
 def test_labelled_abstention_set_meets_its_card():
     from collections import Counter
 
-    from dkilab.eval.metrics import load_phrasings
+    from dkilab.eval.scoring import load_phrasings
 
     rows = load_phrasings()
     assert len(rows) >= 400 and len({r["id"] for r in rows}) == len(rows) and len({r["text"]
@@ -115,7 +125,7 @@ def test_labelled_abstention_set_meets_its_card():
 
 @pytest.mark.parametrize("split", ["dev", "test"])
 def test_abstention_detector_precision_and_recall_per_language(split):
-    from dkilab.eval.metrics import evaluate_detector
+    from dkilab.eval.scoring import evaluate_detector
 
     figures = evaluate_detector(split=split)
     assert set(figures) == {"en", "zh"}
@@ -171,8 +181,8 @@ def test_score_rows_and_aggregate():
 
 
 def test_scorers_follow_the_dataset_declaration():
-    from dkilab.eval.datasets import DATASETS
-    from dkilab.eval.metrics import SCORERS
+    from dkilab.eval.data import DATASETS
+    from dkilab.eval.scoring import SCORERS
 
     assert {DATASETS.meta(n)["scorer"] for n in DATASETS} <= set(SCORERS)
     cat5 = QAItem("Did she adopt a dog?", None, 5, [], False)
@@ -189,8 +199,15 @@ def test_scorers_follow_the_dataset_declaration():
 
 
 def test_metrics_are_declared_once_and_drive_tables_and_categories():
-    from dkilab.eval.metrics import category_metrics, declared, metric, metrics_version, primary_metric, table_metrics
-    from dkilab.eval.metrics import METRICS
+    from dkilab.eval.scoring import (
+        METRICS,
+        category_metrics,
+        declared,
+        metric,
+        metrics_version,
+        primary_metric,
+        table_metrics,
+    )
 
     names = [m.name for m in declared()]
     assert len(names) == len(set(names))
@@ -215,8 +232,8 @@ def test_metrics_are_declared_once_and_drive_tables_and_categories():
 
 
 def test_bootstrap_intervals_and_paired_differences():
-    from dkilab.eval.metrics.bootstrap import intervals, paired
-    from dkilab.eval.metrics import METRICS
+    from dkilab.eval.scoring import METRICS
+    from dkilab.eval.scoring.bootstrap import intervals, paired
 
     rows = [{"qid": f"q{i}", "user_id": f"u{i % 8}", "answerable": True, "score": float(i % 3 == 0)} for i in range(80)]
     lo, hi = intervals(rows)["score"]
@@ -239,13 +256,13 @@ def test_bootstrap_intervals_and_paired_differences():
     ("correct, not wrong", 1.0), ("正确", 1.0), ("错误", 0.0), ("不正确", 0.0), ("I think so", None), ("", None),
 ])
 def test_judge_verdicts_are_parsed_from_the_first_label(reply, verdict):
-    from dkilab.eval.metrics.judge import parse_verdict
+    from dkilab.eval.scoring.judge import parse_verdict
 
     assert parse_verdict(reply) == verdict
 
 
 def test_judge_prompt_uses_the_choice_text_and_skips_unanswerable(model):
-    from dkilab.eval.metrics.judge import LLMJudge, gold_text
+    from dkilab.eval.scoring.judge import LLMJudge, gold_text
 
     mc = QAItem("我的同事叫什么？", "B", choices={"A": "王芳", "B": "李雷"})
     assert gold_text(mc) == "李雷"
@@ -260,7 +277,7 @@ def test_judge_prompt_uses_the_choice_text_and_skips_unanswerable(model):
 def test_batched_judging_gives_the_one_by_one_verdicts_and_generates_each_prompt_once(model, monkeypatch):
     """Issue 29 item 2: a cell's judge prompts are generated in batches before scoring (greedy, so each
     reply equals the reply to that prompt alone)."""
-    from dkilab.eval.metrics.judge import LLMJudge
+    from dkilab.eval.scoring.judge import LLMJudge
 
     items = [(QAItem("What is the capital of France?", "Paris"), "Paris"), (QAItem("Who wrote Hamlet?", "Shakespeare"),
              "Marlowe"), (QAItem("What colour is the sky?", "blue"), "It is blue."), (QAItem("2+2?", "4"), "four")]
@@ -276,13 +293,13 @@ def test_batched_judging_gives_the_one_by_one_verdicts_and_generates_each_prompt
 @pytest.mark.parametrize("reply,label", [("DECLINES", True), ("It declines.", True), ("ANSWERS", False),
                                          ("The answer answers it", False), ("maybe", None)])
 def test_abstention_judge_replies_are_parsed(reply, label):
-    from dkilab.eval.metrics.judge import parse_abstention
+    from dkilab.eval.scoring.judge import parse_abstention
 
     assert parse_abstention(reply) == label
 
 
 def test_a_metric_no_question_had_is_not_the_headline():
-    from dkilab.eval.metrics import primary_metric
+    from dkilab.eval.scoring import primary_metric
 
     # a recall-agent view cell on MemDaily: no answers (score NaN), no gold statements, gold evidence ids
     assert primary_metric({"score": float("nan"), "view_evidence_recall": 0.5, "errors": 0.0}) == "view_evidence_recall"
@@ -293,7 +310,7 @@ def test_retrieval_metrics_the_field_reports_against_hand_worked_rankings():
     """any-hit (LongMemEval recall_any@k), session any-hit and NDCG@10 on rankings worked out by hand."""
     import math
 
-    from dkilab.eval.metrics.retrieval import any_hit, ndcg, session_ranking
+    from dkilab.eval.scoring.retrieval import any_hit, ndcg, session_ranking
 
     ranked = ["a", "b", "c", "d", "e", "f"]
     assert any_hit(ranked, ["f"], 5) == 0.0 and any_hit(ranked, ["f"], 10) == 1.0
@@ -321,8 +338,7 @@ def test_retrieval_metrics_the_field_reports_against_hand_worked_rankings():
 def test_skewed_intervals_print_as_low_high_not_plus_minus():
     """Issue 34: a p50 latency of 0.919 ms whose interval reaches 3,459 ms is not "0.919 ±1729.021"."""
     import pandas as pd
-
-    from dkilab.eval.tables import fmt_interval, with_pm
+    from dkilab.eval.views.tables import fmt_interval, with_pm
 
     assert fmt_interval(0.5, 0.4, 0.6) == "0.500 ±0.100"
     assert fmt_interval(0.919, 0.5, 3459.0) == "0.919 [0.500, 3459.000]"
@@ -340,8 +356,7 @@ def test_percentile_intervals_resample_exactly_as_concatenating_each_draw(seed, 
     nearest-rank percentile of each draw's concatenated clusters, value for value: with ties, clusters of
     unequal size, one cluster, and blocks smaller than the draws."""
     import numpy as np
-
-    from dkilab.eval.metrics import bootstrap
+    from dkilab.eval.scoring import bootstrap
 
     rng = np.random.default_rng(seed)
     size = int(rng.integers(2, 60))
@@ -359,10 +374,9 @@ def test_percentile_intervals_resample_exactly_as_concatenating_each_draw(seed, 
 
 
 def test_every_declared_metric_has_a_group_and_its_mlflow_key_reads_back():
-    from dkilab.eval.metrics import METRICS
-    from dkilab.eval.store_uri import METRIC_GROUPS, metric_name
-    from dkilab.eval.metrics import base
-    from dkilab.eval.tracking import metric_key
+    from dkilab.eval.scoring import METRICS, base
+    from dkilab.eval.tracking.runs import metric_key
+    from dkilab.eval.tracking.store_uri import METRIC_GROUPS, metric_name
 
     bare = {n for n, m in METRICS.items() if not m.group}
     assert bare == {"questions", "errors"}  # counts: the Model metrics section, last

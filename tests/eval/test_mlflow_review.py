@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
+from dkilab.eval.harness.experiment import load_experiment
+from dkilab.eval.harness.runner import run_experiment
 
-from dkilab.eval.experiment import load_experiment
-from dkilab.eval.runner import run_experiment
 from tests.conftest import ROOT, mlflow_server
 
 CONFIG = ROOT / "experiments" / "ci" / "scripted_fact_calls.yaml"
@@ -202,7 +202,7 @@ def test_a_busy_server_is_waited_for_and_a_silent_one_is_one_clear_line():
     import threading
     import time
 
-    from dkilab.eval.report import TrackingStoreError, check_server
+    from dkilab.eval.views.report import TrackingStoreError, check_server
 
     class Slow(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
@@ -274,8 +274,7 @@ def test_run_rows_are_read_once_per_store_and_run(logged, tmp_path):
     import shutil
 
     import mlflow
-
-    from dkilab.eval.report import run_rows
+    from dkilab.eval.views.report import run_rows
 
     cfg, results, exp, traces = logged
     uri = mlflow.get_tracking_uri()
@@ -298,18 +297,17 @@ def test_feedback_left_pending_by_a_stopped_run_is_written_by_the_next_once(tmp_
     a run stopped between its cells and that step leaves its cells tagged pending, and the next run
     writes what is missing, exactly once."""
     import mlflow
-
-    from dkilab.eval import tracking
-    from dkilab.eval.report import run_rows
+    from dkilab.eval.tracking import assessments
+    from dkilab.eval.views.report import run_rows
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     cfg = load_experiment(CONFIG)
-    real = tracking.log_pending_assessments
+    real = assessments.log_pending_assessments
 
     def stopped(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(tracking, "log_pending_assessments", stopped)
+    monkeypatch.setattr(assessments, "log_pending_assessments", stopped)
     with pytest.raises(KeyboardInterrupt):
         run_experiment(cfg, uri=uri, progress=False, echo=lambda *a: None)
     mlflow.set_tracking_uri(uri)
@@ -318,17 +316,17 @@ def test_feedback_left_pending_by_a_stopped_run_is_written_by_the_next_once(tmp_
     def state():
         traces = mlflow.search_traces(locations=[exp.experiment_id], return_type="list")
         runs = mlflow.MlflowClient().search_runs([exp.experiment_id], "tags.`dkilab.kind` = 'cell'")
-        return sorted(len(t.info.assessments) for t in traces), sorted(r.data.tags[tracking.ASSESSMENTS_TAG]
+        return sorted(len(t.info.assessments) for t in traces), sorted(r.data.tags[assessments.ASSESSMENTS_TAG]
                                                                        for r in runs)
 
     counts, tags = state()
     assert len(counts) == 8 and set(counts) == {0} and set(tags) == {"pending"}  # the cells finished, feedback not
-    monkeypatch.setattr(tracking, "log_pending_assessments", real)
+    monkeypatch.setattr(assessments, "log_pending_assessments", real)
     lines = []
     results = run_experiment(cfg, uri=uri, progress=False, echo=lines.append)
     assert all(r.skipped for r in results)  # nothing asked again ...
     counts, tags = state()
-    expected = sorted(len(tracking._assessments(row)) + len(tracking._expectations(row))  # feedback + gold
+    expected = sorted(len(assessments._assessments(row)) + len(assessments._expectations(row))  # feedback + gold
                       for r in results for row in run_rows(r.run_id))
     assert counts == expected and min(counts) >= 3 and "pending" not in tags  # ... but the feedback is there
     assert any(ln.startswith("feedback on the traces of 2 cell(s)") for ln in lines), lines
@@ -343,8 +341,7 @@ def test_the_parent_run_shows_the_answer_on_its_first_page(logged):
     import io
 
     import mlflow
-
-    from dkilab.eval import tracking
+    from dkilab.eval.views.logged import parent_metric_key
 
     cfg, results, exp, traces = logged
     client = mlflow.MlflowClient()
@@ -353,7 +350,7 @@ def test_the_parent_run_shows_the_answer_on_its_first_page(logged):
     parent = parents[0]
     assert parent.info.run_name.startswith(f"{cfg.name} ")
     for r in results:
-        key = tracking.parent_metric_key("score", r.cell.label)
+        key = parent_metric_key("score", r.cell.label)
         assert "@" not in key and parent.data.metrics[key] == pytest.approx(r.metrics["score"])
     text = Path(client.download_artifacts(parent.info.run_id, "paired.csv")).read_text()
     rows = list(csv.DictReader(io.StringIO(text)))
@@ -361,8 +358,8 @@ def test_the_parent_run_shows_the_answer_on_its_first_page(logged):
     assert {r["real"] for r in rows} <= {"yes", "no"}
     assert all(len(r["diff"].split(".")[-1]) <= 3 for r in rows)  # 0.117, not 0.11666666666666668
     # its name carries the config's cells, its description (the Overview's first block) the comparison itself
-    from dkilab.eval.experiment import expand_cells
-    from dkilab.eval.runner import experiment_hash
+    from dkilab.eval.harness.experiment import expand_cells
+    from dkilab.eval.harness.runner import experiment_hash
 
     assert parent.info.run_name.split()[1] == experiment_hash(expand_cells(cfg))
     overview = parent.data.tags["mlflow.note.content"]
@@ -378,8 +375,8 @@ def test_a_large_comparison_is_fitted_under_mlflows_description_limit_with_a_not
     warning. The description now drops whole paired rows, then whole cells, and says how many and where."""
     import random
 
-    from dkilab.eval.tables import overview_markdown, pairwise
-    from dkilab.eval.tracking import NOTE_LIMIT, fit_overview
+    from dkilab.eval.views.logged import NOTE_LIMIT, fit_overview
+    from dkilab.eval.views.tables import overview_markdown, pairwise
 
     rnd = random.Random(0)
 
@@ -413,7 +410,7 @@ def test_a_large_comparison_is_fitted_under_mlflows_description_limit_with_a_not
 def test_an_overview_that_fits_no_cut_is_cut_at_a_line_and_says_where_the_rest_is():
     """The last resort of fit_overview: even with no cell left the text is too long. It is cut at a line, never
     mid-line, stays under the limit, and says where the whole comparison is."""
-    from dkilab.eval.tracking import fit_overview
+    from dkilab.eval.views.logged import fit_overview
 
     lines = [f"| row {i} | " + "x" * 70 + " |" for i in range(200)]
     text = fit_overview(lambda **cut: "\n".join(lines), "intro\n", limit=2000)

@@ -1,13 +1,14 @@
 """A model's identity covers its content (issue 58 item 2): two scripted files of one name, or a script
 edited in place, are different models to the cell hash and to the response cache."""
-from dkilab.eval.experiment import experiment_from_dict, expand_cells
+from dkilab.eval.harness.experiment import expand_cells, experiment_from_dict
+
 from tests.conftest import ROOT
 
 DIALOGUES = str(ROOT / "tests" / "data" / "scripted" / "dialogues.json")
 
 
 def _run(script, uri):
-    from dkilab.eval.runner import run_experiment
+    from dkilab.eval.harness.runner import run_experiment
 
     cfg = experiment_from_dict({"name": "ident", "model": {"spec": f"scripted:{script}", "cache": True},
                                 "tracing": False, "datasets": [{"name": "scripted", "path": DIALOGUES}],
@@ -35,8 +36,9 @@ def test_same_named_scripts_and_an_edited_script_never_share_answers(tmp_path, m
 def test_an_endpoint_model_is_identified_by_what_the_server_serves(monkeypatch):
     """Issue 58 item 2: an endpoint's identity was `openai:<model>@<url>`, so a server restarted on other
     weights under the same name reused the cells and cached responses of the old ones."""
-    from dkilab.eval.experiment import ModelSpec
+    from dkilab.eval.harness.experiment import ModelSpec
     from dkilab.models import openai_client
+
     from tests.fake_openai import Server
 
     server = Server(models=("m",), roots={"m": "/weights/qwen-a"})
@@ -62,8 +64,8 @@ def test_a_tiny_model_trained_again_in_the_same_directory_is_another_model(tmp_p
     """Issue 58 item 2: weights saved again at one path were the same model to the cell hash, the journal and
     the response cache, so the second run recorded the first model's outputs."""
     import torch
+    from dkilab.eval.harness.runner import run_experiment
 
-    from dkilab.eval.runner import run_experiment
     from tests.eval.test_placement import _save_tiny
 
     monkeypatch.setenv("DKILAB_CACHE_DIR", str(tmp_path / "cache"))

@@ -4,9 +4,9 @@ import json
 import shutil
 
 import pytest
+from dkilab.eval.data import DatasetNotFoundError, load_dataset
+from dkilab.eval.data.normalized import as_hf_dataset, features, from_records, read_normalized
 
-from dkilab.eval.datasets import DatasetNotFoundError, load_dataset
-from dkilab.eval.datasets.normalized import as_hf_dataset, features, from_records, read_normalized
 from tests.conftest import ROOT
 
 EXAMPLE = ROOT / "datasets" / "fixtures" / "normalized_example.jsonl"
@@ -75,7 +75,7 @@ def test_bad_files_name_the_file_the_record_and_the_field(tmp_path):
 
 
 def test_loads_are_cached_and_a_damaged_cache_is_rebuilt(tmp_path, monkeypatch):
-    import dkilab.eval.datasets.normalized as normalized
+    import dkilab.eval.data.normalized as normalized
 
     src = tmp_path / "data.jsonl"
     shutil.copy(EXAMPLE, src)

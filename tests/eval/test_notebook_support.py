@@ -3,9 +3,14 @@ store, the shared plots, and the HTML views of a suffix and a fact-call loop."""
 from datetime import datetime, timezone
 
 import pytest
-
-from dkilab.notebook import (load_predictions, load_runs, plot_categories, plot_headlines, render_fact_calls,
-                             render_suffix)
+from dkilab.notebook import (
+    load_predictions,
+    load_runs,
+    plot_categories,
+    plot_headlines,
+    render_fact_calls,
+    render_suffix,
+)
 
 
 def test_load_runs_gives_cells_in_config_order_with_intervals_and_params(scripted_run):
@@ -60,7 +65,6 @@ def test_html_views_escape_and_box_the_summaries():
 
 def test_pareto_front_keeps_only_undominated_cells():
     import pandas as pd
-
     from dkilab.notebook import pareto_front
 
     runs = pd.DataFrame({"prompt_tokens": [100, 200, 300, 150, 300], "score": [0.1, 0.5, 0.5, 0.05, 0.6]},
@@ -70,7 +74,6 @@ def test_pareto_front_keeps_only_undominated_cells():
 
 def test_sweep_heatmap_and_frontier_show_the_grid_with_labels():
     import pandas as pd
-
     from dkilab.notebook import plot_frontier, plot_sweep
 
     runs = pd.DataFrame({"param.t": [15, 15, 300, 300], "param.b": [96, 512, 96, 512], "score": [0.1, 0.2, 0.3, 0.4],
@@ -89,7 +92,6 @@ def test_sweep_heatmap_and_frontier_show_the_grid_with_labels():
 
 def test_retrieval_misses_take_misses_only_round_robin_over_cells():
     import pandas as pd
-
     from dkilab.notebook import retrieval_misses
     from dkilab.types import Conversation, Message
 
@@ -128,7 +130,7 @@ def test_tree_plot_marks_the_asking_agents_path():
 
 
 def test_category_names_replace_numbers_where_the_dataset_has_them():
-    from dkilab.eval.metrics.bootstrap import aggregate_by_category
+    from dkilab.eval.scoring.bootstrap import aggregate_by_category
 
     rows = [{"category": 2, "category_name": "temporal", "score": 1.0}, {"category": 7, "score": 0.0}]
     assert set(aggregate_by_category(rows, names=["score"])) == {"temporal", "7"}

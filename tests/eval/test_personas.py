@@ -4,8 +4,8 @@ match the calls it made."""
 import os
 
 import pytest
-
 from dkilab.models.tool_calls import has_call, parse_tool_calls
+
 from tests.conftest import ROOT
 
 CONFIG = ROOT / "experiments" / "ci" / "personas.yaml"
@@ -19,8 +19,9 @@ def uri(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def cells(uri):
-    from dkilab.eval.experiment import load_experiment
-    from dkilab.eval.runner import check_expectations, run_experiment
+    from dkilab.eval.harness.experiment import load_experiment
+    from dkilab.eval.harness.notes import check_expectations
+    from dkilab.eval.harness.runner import run_experiment
 
     cwd = os.getcwd()
     os.chdir(ROOT)
@@ -90,8 +91,7 @@ def test_every_metric_is_an_mlflow_metric_under_its_group(cells, uri):
     """The fact-call metrics reach MLflow's metric store (a dashboard charts them across runs), each metric
     under its group's prefix with its interval bounds, and read back under its own name."""
     import mlflow
-
-    from dkilab.eval.store_uri import read_metrics
+    from dkilab.eval.tracking.store_uri import read_metrics
 
     before = mlflow.get_tracking_uri()
     mlflow.set_tracking_uri(uri)  # what a dashboard's notebook does

@@ -6,9 +6,8 @@ import weakref
 
 import pytest
 import yaml
-
-from dkilab.eval.experiment import JudgeSpec, ModelSpec, load_experiment
-from dkilab.eval.report import read_metrics
+from dkilab.eval.harness.experiment import JudgeSpec, ModelSpec, load_experiment
+from dkilab.eval.views.report import read_metrics
 from dkilab.models.loading import resolve_device
 
 
@@ -51,8 +50,7 @@ def _save_tiny(path, hidden=64, layers=2):
 
 def test_the_judge_loads_like_the_model_under_test_unless_it_says_otherwise(tmp_path):
     import torch
-
-    from dkilab.eval.cell import make_judge
+    from dkilab.eval.harness.prepare import make_judge
 
     spec = _save_tiny(tmp_path / "tiny")
     judge = make_judge(JudgeSpec(model=spec), ModelSpec(spec=spec, dtype="bf16", device="auto"))
@@ -67,7 +65,7 @@ def test_the_judge_loads_like_the_model_under_test_unless_it_says_otherwise(tmp_
 def test_models_and_kv_blocks_are_freed_between_cells_and_each_model_loads_once(tmp_path, monkeypatch):
     import dkilab.models.kv as kv
     import dkilab.models.loading as loading
-    from dkilab.eval.runner import run_experiment
+    from dkilab.eval.harness.runner import run_experiment
 
     a, b = _save_tiny(tmp_path / "a", hidden=256, layers=4), _save_tiny(tmp_path / "b", hidden=256, layers=4)
     loads, blocks = [], []
@@ -129,15 +127,16 @@ def test_a_cell_killed_9_mid_run_resumes_where_it_stopped_with_the_same_answers(
     import time
     import uuid
 
-    from dkilab.eval.journal import Journal
-    from dkilab.eval.report import run_rows
+    from dkilab.eval.tracking.journal import Journal
+    from dkilab.eval.views.report import run_rows
+
     from tests.conftest import ROOT
 
     name = f"resume-{uuid.uuid4().hex[:8]}"
     path, uri = _resume_config(tmp_path, name), f"sqlite:///{tmp_path / 'mlflow.db'}"
     cmd = [sys.executable, "-m", "dkilab.cli", "run", str(path), "--tracking-uri", uri]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    from dkilab.eval.experiment import expand_cells
+    from dkilab.eval.harness.experiment import expand_cells
 
     # named by the cell's hash
     journal = Journal.for_cell(uri, name, expand_cells(load_experiment(path))[0].config_hash)
@@ -179,13 +178,13 @@ def test_a_cell_killed_9_mid_run_resumes_where_it_stopped_with_the_same_answers(
 def test_the_response_cache_answers_a_repeated_run_without_generating(tmp_path, monkeypatch, model):
     """Issue 29 item 4: `model.cache: true` keys greedy responses by model, messages, tools, memories and
     settings; a second run of the same cells (here: a new experiment name) generates nothing."""
-    from dkilab.eval.runner import run_experiment
+    from dkilab.eval.harness.runner import run_experiment
     from dkilab.models.chat import TransformersChatModel
 
     monkeypatch.setenv("DKILAB_CACHE_DIR", str(tmp_path / "cache"))
-    import dkilab.eval.runner as runner
+    import dkilab.eval.harness.prepare as prepare
 
-    monkeypatch.setattr(runner, "_RESPONSES", None)
+    monkeypatch.setattr(prepare, "_RESPONSES", None)
     calls = []
     real = TransformersChatModel.generate_full
 
@@ -209,8 +208,8 @@ def test_text_cells_run_the_stock_attention_and_kv_cells_the_memory_bias(tmp_pat
     fast path) is switched on only for a cell that injects K/V, and off again for the next text cell;
     a text cell's answers are the same either way."""
     import dkilab.models.kv as kv
-    from dkilab.eval import cell as cell_mod
-    from dkilab.eval.runner import run_experiment
+    from dkilab.eval.harness import cell as cell_mod
+    from dkilab.eval.harness.runner import run_experiment
     from dkilab.models.loading import load_model, loaded_keys, release_models
 
     session = loaded_keys()  # the session's models (fixtures) stay loaded
@@ -246,10 +245,9 @@ def test_text_cells_run_the_stock_attention_and_kv_cells_the_memory_bias(tmp_pat
 
 
 def test_a_missing_dataset_fails_the_cell_before_its_model_loads(tmp_path, monkeypatch):
+    import dkilab.eval.harness.runner as runner
     import dkilab.models.loading as loading
-    from dkilab.eval.runner import run_experiment
-
-    import dkilab.eval.runner as runner
+    from dkilab.eval.harness.runner import run_experiment
 
     loads = []
     monkeypatch.setattr(runner, "missing_data", lambda *a, **k: [])  # gone after the load check

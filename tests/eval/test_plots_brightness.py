@@ -4,8 +4,8 @@ import json
 
 import numpy as np
 import pandas as pd
+from dkilab.eval.views.plots import sweep_heatmaps
 
-from dkilab.eval.plots import sweep_heatmaps
 from tests.conftest import ROOT
 
 

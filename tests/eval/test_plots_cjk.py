@@ -25,9 +25,8 @@ def test_a_tree_with_chinese_labels_draws_every_glyph():
 
 
 def test_the_category_plot_draws_chinese_category_names():
+    from dkilab.eval.views.plots import _cjk_font
     from matplotlib import rcParams
-
-    from dkilab.eval.plots import _cjk_font
 
     _cjk_font()
     assert "CJK" in rcParams["font.sans-serif"][0] or "WenQuanYi" in rcParams["font.sans-serif"][0], (

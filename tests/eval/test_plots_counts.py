@@ -5,10 +5,9 @@ import matplotlib
 matplotlib.use("Agg")
 
 import pandas as pd  # noqa: E402
-
-from dkilab.eval.metrics import aggregate, score_answer  # noqa: E402
-from dkilab.eval.plots import headline_figure  # noqa: E402
-from dkilab.eval.tables import metric_counts  # noqa: E402
+from dkilab.eval.scoring import aggregate, score_answer  # noqa: E402
+from dkilab.eval.views.plots import headline_figure  # noqa: E402
+from dkilab.eval.views.tables import metric_counts  # noqa: E402
 from dkilab.types import Answer, QAItem  # noqa: E402
 
 
@@ -42,7 +41,7 @@ def test_categories_too_small_to_read_are_left_out_and_the_figure_says_so():
     """Issue 34 item 14: 26 MemDaily categories of 1-2 questions each are unreadable bars. Categories
     under `min_n` questions in every cell are dropped, with a line saying how many and how many questions;
     when every category is small, all stay."""
-    from dkilab.eval.plots import category_figure
+    from dkilab.eval.views.plots import category_figure
 
     def agg(n, v=0.5):
         return {"score": v, "score_ci95_low": v - 0.1, "score_ci95_high": v + 0.1, "questions": n}

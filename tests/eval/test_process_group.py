@@ -35,11 +35,11 @@ def test_the_cli_leaves_its_process_group_on_every_end(tmp_path):
 
 WORKER = textwrap.dedent("""
     from dkilab.cli import leave_process_group
-    from dkilab.eval.runner import _broadcast, process_state
+    from dkilab.eval.harness.processes import broadcast, process_state
 
     state = process_state()
     for i in range(20):  # what a run's cells broadcast: one object per step, from the main process
-        got = _broadcast(state, {"cell": i, "text": "x" * 1000} if state.is_main_process else None)
+        got = broadcast(state, {"cell": i, "text": "x" * 1000} if state.is_main_process else None)
         assert got["cell"] == i
     leave_process_group(True)
 """)

@@ -5,7 +5,8 @@ import os
 import subprocess
 import sys
 
-from dkilab.eval.progress import Progress
+from dkilab.progress import Progress
+
 from tests.conftest import ROOT
 
 

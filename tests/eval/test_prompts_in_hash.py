@@ -2,9 +2,8 @@
 reach. The test edits each text in turn (every language, every entry) and checks that the config hash of a
 cell that sends it changes. A new prompt in dkilab/prompts.py must be added to REACH, or the first test fails."""
 import pytest
-
 from dkilab import prompts
-from dkilab.eval.experiment import expand_cells, experiment_from_dict
+from dkilab.eval.harness.experiment import expand_cells, experiment_from_dict
 
 FIXTURES = {"name": "fixtures", "question_limit": 1}
 GENERATES = {"strategies": [{"name": "full_history"}], "datasets": [FIXTURES]}

@@ -1,9 +1,8 @@
 """Cells from different invocations are never mixed without a word (issue 34): the report and the notebook
 loader say so, and the loader shows where each cell ran."""
 import pytest
-
-from dkilab.eval.experiment import ExperimentConfig
-from dkilab.eval.runner import run_experiment
+from dkilab.eval.harness.experiment import ExperimentConfig
+from dkilab.eval.harness.runner import run_experiment
 
 
 def cfg(*labels):
@@ -13,7 +12,7 @@ def cfg(*labels):
 
 
 def test_a_comparison_across_invocations_is_flagged(tmp_path):
-    from dkilab.eval.report import report
+    from dkilab.eval.views.report import report
     from dkilab.notebook import load_runs
 
     uri = f"sqlite:///{tmp_path / 'm.db'}"

@@ -6,8 +6,7 @@ import threading
 import mlflow
 import pytest
 import yaml
-
-from dkilab.eval import ray_executor
+from dkilab.eval.harness import ray_executor
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ import json
 from collections import Counter
 
 import pytest
-
 from dkilab.bench import abstention_shapes as shapes
 from dkilab.bench.abstention_train import load_sources
 
@@ -63,7 +62,7 @@ SHAPED = {
 
 
 def test_the_five_shapes_in_both_languages_and_the_quoted_replies_are_decided_by_what_they_commit_to():
-    from dkilab.eval.metrics.abstention import get_detector
+    from dkilab.eval.scoring.abstention import get_detector
     from dkilab.text.abstention.commit import commitment
 
     hybrid = get_detector("hybrid")
@@ -91,7 +90,7 @@ def test_the_commitment_rule_turns_no_labelled_abstention_into_an_answer():
 
 
 def test_the_held_back_third_reaches_the_issue_target_in_each_language():
-    from dkilab.eval.metrics.abstention import get_detector
+    from dkilab.eval.scoring.abstention import get_detector
 
     hybrid = get_detector("hybrid")
     rows = shapes.load()
@@ -105,7 +104,7 @@ def test_the_held_back_third_reaches_the_issue_target_in_each_language():
 
 
 def test_hedged_guesses_count_as_hallucinations_and_are_reported_apart():
-    from dkilab.eval.metrics import aggregate, score_answer
+    from dkilab.eval.scoring import aggregate, score_answer
     from dkilab.types import Answer, QAItem
 
     unanswerable = QAItem("What is my cat called?", None, answerable=False, qid="q1")
@@ -123,7 +122,6 @@ def test_the_llm_judge_is_measured_on_the_same_held_back_rows(tmp_path, capsys):
     """A scripted judge that behaves like a small real one: it labels most replies right, calls every hedged guess a
     decline, and once names neither label (the hybrid detector decides that one, as in an experiment)."""
     import yaml
-
     from dkilab.cli import main
 
     rows = shapes.load()

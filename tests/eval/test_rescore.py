@@ -7,14 +7,14 @@ import os
 
 import pytest
 import yaml
-
 from dkilab.cli import main as cli
-from dkilab.eval import rescore
-from dkilab.eval.experiment import load_experiment
-from dkilab.eval.metrics.base import metric
-from dkilab.eval.report import read_metrics
-from dkilab.eval.runner import run_experiment
-from dkilab.eval.metrics import METRICS
+from dkilab.eval.harness import rescore
+from dkilab.eval.harness.experiment import load_experiment
+from dkilab.eval.harness.runner import run_experiment
+from dkilab.eval.scoring import METRICS
+from dkilab.eval.scoring.base import metric
+from dkilab.eval.views.report import read_metrics
+
 from tests.conftest import ROOT
 
 SCRIPTED = ROOT / "experiments" / "ci" / "scripted_fact_calls.yaml"
@@ -32,11 +32,11 @@ def in_root():
 def refuse_the_model(monkeypatch):
     """From here on, loading the model under test raises (the cell would fail): a re-scored cell must not
     need it."""
-    import dkilab.eval.runner as runner
+    import dkilab.eval.harness.prepare as prepare
 
     def refuse(cell):
         raise AssertionError(f"{cell.label}: the model under test was loaded")
-    monkeypatch.setattr(runner, "cell_model", refuse)
+    monkeypatch.setattr(prepare, "cell_model", refuse)
 
 
 def _cells(uri, name):
@@ -57,7 +57,7 @@ def _same(before: dict, after: dict) -> dict:
 
 def test_the_identity_splits_into_generation_and_scoring(in_root):
     cfg = load_experiment(SCRIPTED)
-    from dkilab.eval.experiment import expand_cells
+    from dkilab.eval.harness.experiment import expand_cells
 
     cell = expand_cells(cfg)[0]
     assert "metrics" not in cell.generation_identity and "judge" not in cell.generation_identity
@@ -75,7 +75,7 @@ def test_the_identity_splits_into_generation_and_scoring(in_root):
 
 
 def load_experiment_dict(data):
-    from dkilab.eval.experiment import experiment_from_dict
+    from dkilab.eval.harness.experiment import experiment_from_dict
 
     return experiment_from_dict(data, "<test>")
 
@@ -110,7 +110,7 @@ def test_a_new_metric_rescores_every_finished_cell_without_the_model(tmp_path, i
     assert len(rescored) == 2 and all(r.data.tags[rescore.ANSWERS_TAG] == "1" for r in rescored)
     assert {r.data.tags[rescore.RESCORED_TAG] for r in rescored} == {r.run_id for r in first}
     # the report reads the re-scored runs (the newest per cell), the metric included
-    from dkilab.eval.report import report
+    from dkilab.eval.views.report import report
 
     table, _, _ = report(cfg.name, uri, allow_scripted=True, pairs=False, metrics=["answer_chars"])
     assert "answer_chars" in table.columns and len(table) == 2
@@ -174,7 +174,7 @@ def test_answers_that_no_longer_fit_the_questions_are_generated_again(tmp_path, 
     with mlflow.start_run(run_id=first.run_id):
         mlflow.log_artifact(path)  # the stored answers now name other questions
     with pytest.raises(rescore.StoredAnswersError, match=r"question 'other'.*dataset changed"):
-        from dkilab.eval.cell import load_cell_questions
+        from dkilab.eval.harness.cell import load_cell_questions
         rescore.read_answers(first.run_id, load_cell_questions(first.cell, None))
     out = []
     assert cli(["rescore", str(SCRIPTED), "--tracking-uri", uri]) == 1
@@ -197,7 +197,7 @@ def test_editing_a_harness_or_summary_prompt_changes_the_cells_it_reaches(in_roo
     """CHOOSE (the multiple-choice line the harness adds) and the LLM summary prompt are in the identity of
     the cells that can reach them, and only of those."""
     from dkilab import prompts
-    from dkilab.eval.experiment import expand_cells
+    from dkilab.eval.harness.experiment import expand_cells
     from dkilab.text import summarize
 
     data = yaml.safe_load(SCRIPTED.read_text())
@@ -250,7 +250,7 @@ SCRIPTED_NAME = "ci-scripted-fact-calls"
 def test_answers_stored_before_kind_and_review_read_back_with_them():
     """Answers journalled or stored with their flags and review fields in `metadata` (before Answer.kind and
     Answer.review) are read back with them moved over, so a resume or a rescore scores them the same."""
-    from dkilab.eval.journal import answer_from_json
+    from dkilab.eval.tracking.journal import answer_from_json
 
     old = {"text": "", "metadata": {"task": "pointer", "pointer": {"fell_back": True}, "policy_steps": 1}}
     a = answer_from_json(old)

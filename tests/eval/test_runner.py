@@ -12,21 +12,21 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from dkilab.eval import tracking
-from dkilab.eval.experiment import expand_cells, load_experiment
-from dkilab.eval.datasets import load_dataset
-from dkilab.eval.metrics import METRICS, primary_metric
-from dkilab.eval.metrics.judge import gold_text
-from dkilab.eval.metrics.judge_stress import probes
-from dkilab.eval.report import read_metrics, report
-from dkilab.eval.store_uri import metric_name
-from dkilab.eval.runner import check_expectations, run_experiment
-from dkilab.eval.tables import results_table
-from dkilab.strategies import STRATEGIES
-from dkilab.strategies import register
+from dkilab.eval.data import load_dataset
+from dkilab.eval.harness.experiment import expand_cells, load_experiment
+from dkilab.eval.harness.notes import check_expectations
+from dkilab.eval.harness.runner import run_experiment
+from dkilab.eval.scoring import METRICS, primary_metric
+from dkilab.eval.scoring.judge import gold_text
+from dkilab.eval.scoring.judge_stress import probes
+from dkilab.eval.tracking import assessments
+from dkilab.eval.tracking.store_uri import metric_name
+from dkilab.eval.views.report import read_metrics, report
+from dkilab.eval.views.tables import results_table
+from dkilab.strategies import STRATEGIES, register
 from dkilab.strategies.no_memory import NoMemory
 from dkilab.strategies.recall_only import RecallOnly
+
 from tests.conftest import ROOT
 
 CI_DIR = ROOT / "experiments" / "ci"
@@ -281,8 +281,7 @@ def _config(tmp_path, name, **extra):
 
 def test_error_rows_do_not_stop_the_run_and_finished_cells_are_read_back(tmp_path, uri, model, test_strategies):
     import mlflow
-
-    from dkilab.eval.report import report
+    from dkilab.eval.views.report import report
 
     # by default one failed question fails the cell: FAILED, rows kept, redone by the next run
     strict = load_experiment(_config(tmp_path, "errors", datasets=[{"name": "fixtures", "limit": 1,
@@ -347,7 +346,7 @@ def test_dkilab_report_prints_intervals_pairs_and_the_detector(tmp_path, uri, ca
     assert main(["report", "printed", "--tracking-uri", uri]) == 0
     out = capsys.readouterr().out
     assert "a@fixtures" in out and "±" in out and "paired differences b - a" in out and "recall_at_10" in out
-    from dkilab.eval.report import report
+    from dkilab.eval.views.report import report
 
     _, by_cat, _ = report("printed", uri, by_category=True)
     assert len(set(by_cat["category"])) > 1 and set(by_cat["metric"]) == {"recall_at_10"}
@@ -385,7 +384,7 @@ def test_smoke_runs_are_kept_apart_and_a_report_after_mixed_runs_is_clean(tmp_pa
 
 
 def test_a_cell_that_raises_ends_failed_and_only_it_runs_again(tmp_path, uri, monkeypatch):
-    import dkilab.eval.runner as runner
+    import dkilab.eval.harness.runner as runner
 
     data = tmp_path / "data"
     data.mkdir()
@@ -429,7 +428,7 @@ def test_a_ctrl_c_python_swallows_still_stops_the_run(tmp_path, uri, test_strate
     # the next cell never ran
     assert _statuses(uri, "swallowed") == [("test_swallowed_ctrl_c@fixtures", "KILLED", None)]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # and the handler is Python's again
-    from dkilab.eval import interrupt
+    from dkilab.eval.harness import interrupt
 
     try:
         interrupt.check()  # nothing stays recorded: a notebook's next run in this process is not stopped by it
@@ -565,7 +564,7 @@ def test_accelerate_launch_shards_questions_over_two_cpu_processes(tmp_path, uri
     assert len(made) == 2 and sum(made) == replies > len(answerable) >= 1, out.stderr[-2000:]
     assert all(r.get("judge") is not None for r in answerable)
     # the traces' feedback was written after the cells, and the run says how much
-    assert _runs(uri, "sharded")[0].data.tags[tracking.ASSESSMENTS_TAG] == str(sum(len(t.info.assessments)
+    assert _runs(uri, "sharded")[0].data.tags[assessments.ASSESSMENTS_TAG] == str(sum(len(t.info.assessments)
                                                                                    for t in traces))
 
 
@@ -701,9 +700,8 @@ def test_report_says_why_a_real_metric_has_no_value_and_what_a_typo_meant(tmp_pa
 
 
 def test_the_default_report_says_when_hallucination_rate_is_missing(monkeypatch, capsys):
+    import dkilab.eval.views.report as report_mod
     import pandas as pd
-
-    import dkilab.eval.report as report_mod
     from dkilab.cli import main
 
     table = pd.DataFrame({"score": [0.5], "questions": [2.0]}, index=pd.Index(["no_memory@fixtures"], name="cell"))

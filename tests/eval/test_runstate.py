@@ -6,8 +6,7 @@ import threading
 import time
 
 import pytest
-
-from dkilab.eval import runstate
+from dkilab.eval.tracking import runstate
 
 
 @pytest.fixture

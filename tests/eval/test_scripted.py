@@ -1,9 +1,9 @@
 """The fact-call path end to end with a scripted model: recall_v4 -> summaries -> retrieve_fact rounds
 -> answer -> fact-call metrics in MLflow, and the scripted runs kept out of report comparisons."""
 import pytest
+from dkilab.eval.harness.notes import check_expectations
+from dkilab.eval.views.report import read_metrics
 
-from dkilab.eval.report import read_metrics
-from dkilab.eval.runner import check_expectations
 from tests.conftest import ROOT
 
 CONFIG = ROOT / "experiments" / "ci" / "scripted_fact_calls.yaml"
@@ -52,7 +52,7 @@ def test_native_cell_logs_the_tool_schema(scripted_run):
 
 
 def test_report_refuses_scripted_cells_unless_asked(scripted_run):
-    from dkilab.eval.report import ScriptedRunsError, report
+    from dkilab.eval.views.report import ScriptedRunsError, report
 
     cfg, _, uri = scripted_run
     with pytest.raises(ScriptedRunsError, match="scripted model.*--allow-scripted"):

@@ -6,11 +6,10 @@ from collections import Counter
 
 import pytest
 import yaml
-
-from dkilab.eval.datasets.session_flow import DIALOGUES, KB, load_dialogues, load_documents, load_session_flow
-from dkilab.eval.metrics.session import entity_f1, expand_turns
-from dkilab.memory import MemoryManager, MemoryStore
 from dkilab.agents.session_flow.schema import DomainSchema
+from dkilab.eval.data.session_flow import DIALOGUES, KB, load_dialogues, load_documents, load_session_flow
+from dkilab.eval.scoring.session import entity_f1, expand_turns
+from dkilab.memory import MemoryManager, MemoryStore
 from dkilab.strategies import create_strategy
 from dkilab.types import Answer
 
@@ -109,10 +108,11 @@ def test_a_failed_dialogue_counts_every_turn_it_was_asked(tmp_path):
     """Issue 58 item 3: a dialogue whose first turn failed was one error row, so 8 failed dialogues of 32 read
     "85 of 93 answered" (within max_error_rate 0.1) and their other turns vanished from every metric. Each
     turn of a failed dialogue is now an error row, and the budget compares failed turns with asked ones."""
-    from dkilab.eval.cell import score_cell
-    from dkilab.eval.experiment import expand_cells, experiment_from_dict
-    from dkilab.eval.runner import over_error_budget
-    from dkilab.eval.tracking import cell_metrics
+    from dkilab.eval.harness.experiment import expand_cells, experiment_from_dict
+    from dkilab.eval.harness.notes import over_error_budget
+    from dkilab.eval.harness.prepare import cell_scorers
+    from dkilab.eval.scoring.scorers import score_rows
+    from dkilab.eval.tracking.runs import cell_metrics
 
     cfg = experiment_from_dict({"name": "sf", "tracing": False, "datasets": [{"name": "session_flow"}],
                                 "strategies": [{"name": "session_l2", "params": {"rewriter": "rules",
@@ -122,7 +122,8 @@ def test_a_failed_dialogue_counts_every_turn_it_was_asked(tmp_path):
     items = [(c, q) for c in load_session_flow() for q in c.questions]
     failed = list(range(0, len(items), 4))  # 8 of 32 dialogues fail at once (an endpoint down for their first turn)
     ok = Answer("", metadata={"turns": []})  # stands for an answered dialogue: scored as a single row here
-    rows = score_cell(cell, [(i, "EndpointError: down" if i in failed else ok, 1.0) for i in range(len(items))], items)
+    rows = score_rows(cell_scorers(cell), [(i, "EndpointError: down" if i in failed else ok, 1.0)
+                                         for i in range(len(items))], items)
     error_rows = [r for r in rows if r.get("error")]
     turns = {i: len(items[i][1].metadata["gold"]["turns"]) for i in failed}
     assert len(error_rows) == sum(turns.values()) > len(failed)

@@ -1,4 +1,4 @@
-"""Session granularity (dkilab/eval/datasets/sessions.py): each session one memory item, the evidence mapped to
+"""Session granularity (dkilab/eval/data/sessions.py): each session one memory item, the evidence mapped to
 its sessions; `locomo_sessions` through the registry, `granularity: session` on any dataset of a config."""
 import os
 import re
@@ -6,12 +6,11 @@ import re
 import numpy as np
 import pytest
 import yaml
-
 from dkilab.encoders import passages
 from dkilab.encoders.embedder import Embedder
-from dkilab.eval.cell import _questions
-from dkilab.eval.datasets import by_session, load_dataset
-from dkilab.eval.experiment import expand_cells, load_experiment
+from dkilab.eval.data import by_session, load_dataset
+from dkilab.eval.data.selection import select_questions
+from dkilab.eval.harness.experiment import expand_cells, load_experiment
 
 needs_data = pytest.mark.skipif(not os.environ.get("DKILAB_DATA_DIR"), reason="DKILAB_DATA_DIR not set")
 
@@ -43,7 +42,7 @@ def test_granularity_session_in_a_config_asks_the_same_questions_of_session_item
     msg = _cell(tmp_path, {"name": "fixtures"})
     ses = _cell(tmp_path, {"name": "fixtures", "granularity": "session"})
     assert msg.config_hash != ses.config_hash and ses.identity["dataset"]["granularity"] == "session"  # another cell
-    (convs, items), (convs2, items2) = _questions(msg, None), _questions(ses, None)
+    (convs, items), (convs2, items2) = select_questions(msg.dataset, None), select_questions(ses.dataset, None)
     assert [q.qid for _, q in items] == [q.qid for _, q in items2]
     assert sum(len(c.messages) for c in convs2) < sum(len(c.messages) for c in convs)
     known = {m.message_id for c in convs2 for m in c.messages}
@@ -59,11 +58,10 @@ def test_locomo_sessions_loads_the_same_long_items_with_declared_halves(tmp_path
     assert len(tokens) == 272 and np.median(tokens) >= 400  # what its card says: median 704
     with_evidence = [q for c in convs for q in c.questions if q.evidence_ids]
     assert len(with_evidence) >= 1900
-    dev = {c.conversation_id for c, _ in _questions(_cell(tmp_path, {"name": "locomo_sessions", "split": "dev"},
-                                                           purpose="tune"),
-                                                     None)[1]}
-    test = {c.conversation_id for c, _ in _questions(_cell(tmp_path, {"name": "locomo_sessions", "split": "test"}),
-                                                      None)[1]}
+    dev_cell = _cell(tmp_path, {"name": "locomo_sessions", "split": "dev"}, purpose="tune")
+    test_cell = _cell(tmp_path, {"name": "locomo_sessions", "split": "test"})
+    dev = {c.conversation_id for c, _ in select_questions(dev_cell.dataset, None)[1]}
+    test = {c.conversation_id for c, _ in select_questions(test_cell.dataset, None)[1]}
     assert dev == {c.conversation_id for c in convs[:5]} and test == {c.conversation_id for c in convs[5:]}
 
 

@@ -5,8 +5,8 @@ import dataclasses
 
 
 def test_the_cached_store_is_keyed_by_message_content_not_ids_alone(embedder, tmp_path, monkeypatch):
-    from dkilab.eval.datasets import load_dataset
-    from dkilab.eval.stores import store_for
+    from dkilab.eval.data import load_dataset
+    from dkilab.eval.harness.stores import store_for
 
     monkeypatch.setenv("DKILAB_CACHE_DIR", str(tmp_path))
     convs = load_dataset("fixtures", limit=1)

@@ -1,7 +1,7 @@
 """Issue 34: a sample drawn with --questions-per-conversation keeps every kind of question (stratified), so
 `hallucination_rate` is measured on a smoke run; configs without `sample` keep their cells' identity."""
-from dkilab.eval.cell import _questions, stratified
-from dkilab.eval.experiment import expand_cells, experiment_from_dict, with_question_limit
+from dkilab.eval.data.selection import select_questions, stratified
+from dkilab.eval.harness.experiment import expand_cells, experiment_from_dict, with_question_limit
 from dkilab.types import QAItem
 
 
@@ -27,9 +27,9 @@ def test_a_limited_run_draws_unanswerable_questions_and_a_plain_config_keeps_its
     (plain,) = expand_cells(first)
     assert limited.dataset.sample == "stratified" and "sample" not in plain.resolved["dataset"]
     assert limited.generation_hash != plain.generation_hash
-    drawn = [q for _, q in _questions(limited, None)[1]]
-    kept = [q for _, q in _questions(plain, None)[1]]
-    every = [q for _, q in _questions(full, None)[1]]
+    drawn = [q for _, q in select_questions(limited.dataset, None)[1]]
+    kept = [q for _, q in select_questions(plain.dataset, None)[1]]
+    every = [q for _, q in select_questions(full.dataset, None)[1]]
     assert any(not q.answerable for q in every)
     assert any(not q.answerable for q in drawn) and not any(not q.answerable for q in kept)  # the finding of issue 34
     assert len(drawn) == len(kept)

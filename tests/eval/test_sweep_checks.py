@@ -2,10 +2,10 @@
 threshold sweeps are checked against the data's own message lengths (printed)."""
 import pytest
 import yaml
-
 from dkilab.config import ConfigError
-from dkilab.eval.experiment import check_config, load_experiment
-from dkilab.eval.sweep_data import check_thresholds
+from dkilab.eval.harness.experiment import check_config, load_experiment
+from dkilab.eval.harness.sweep_data import check_thresholds
+
 from tests.conftest import ROOT
 
 
@@ -80,7 +80,7 @@ def test_variants_that_change_nothing_are_named_after_the_run(tmp_path):
     recent turns fill the ranking never reaches the context. Labelled variants of one strategy (not only
     sweep points) that give the same prompts, contexts and answers on every question are named after the
     run; variants that do differ are not."""
-    from dkilab.eval.runner import run_experiment
+    from dkilab.eval.harness.runner import run_experiment
 
     def fa(label, **recall_params):
         return {"name": "full_attention", "label": label, "params": recall_params}

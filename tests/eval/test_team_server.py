@@ -23,8 +23,7 @@ def dkilab(*args, timeout=600):
 @pytest.mark.slow
 def test_runs_resume_and_report_against_the_postgres_backed_server():
     import mlflow
-
-    from dkilab.eval.team_server import TeamServer, pg_bin
+    from dkilab.eval.tracking.team_server import TeamServer, pg_bin
 
     pg_bin("initdb")  # a clear error (install scripts/install-postgres.sh) rather than a skip
     root = Path(tempfile.mkdtemp(prefix="dkilab-team-"))
@@ -57,8 +56,7 @@ def test_runs_resume_and_report_against_the_postgres_backed_server():
         # --workers 4`: the database is someone else's (a managed one; here the same data dir started apart),
         # used, never started or stopped by dkilab
         import psutil
-
-        from dkilab.eval.team_server import Postgres, _redacted
+        from dkilab.eval.tracking.team_server import Postgres, _redacted
 
         db = Postgres(root / "team" / "pgdata", _free_port(), root / "team" / "external.log").start()
         try:
@@ -83,7 +81,7 @@ def test_runs_resume_and_report_against_the_postgres_backed_server():
 
 def test_a_missing_postgres_is_named(monkeypatch):
     from dkilab.config import ConfigError
-    from dkilab.eval import team_server
+    from dkilab.eval.tracking import team_server
 
     monkeypatch.setattr(team_server.shutil, "which", lambda name: None)
     monkeypatch.setattr(team_server.glob, "glob", lambda pattern: [])
@@ -93,7 +91,7 @@ def test_a_missing_postgres_is_named(monkeypatch):
 
 def test_a_data_dir_the_postgres_user_cannot_reach_is_named(tmp_path, monkeypatch):
     from dkilab.config import ConfigError
-    from dkilab.eval import team_server
+    from dkilab.eval.tracking import team_server
 
     closed = tmp_path / "closed"
     closed.mkdir(mode=0o700)
@@ -107,7 +105,7 @@ def test_a_taken_port_fails_clearly_and_leaves_no_postgres_running():
     import socket
 
     from dkilab.config import ConfigError
-    from dkilab.eval.team_server import TeamServer
+    from dkilab.eval.tracking.team_server import TeamServer
 
     root = Path(tempfile.mkdtemp(prefix="dkilab-team-"))
     root.chmod(0o755)

@@ -1,10 +1,9 @@
 """`with_reference: true` keeps the questions that carry a reference, the ones the recall scope can change
 (experiments/reference_scope.yaml); off, a dataset spec keeps its cells' identity."""
 import pytest
-
 from dkilab.config import ConfigError
-from dkilab.eval.cell import load_cell_questions
-from dkilab.eval.experiment import expand_cells, experiment_from_dict
+from dkilab.eval.harness.cell import load_cell_questions
+from dkilab.eval.harness.experiment import expand_cells, experiment_from_dict
 
 
 def _cell(**dataset):

@@ -6,9 +6,8 @@ from __future__ import annotations
 import statistics
 
 import pytest
-
-from dkilab.eval.datasets import dataset_info, load_worksessions
-from dkilab.eval.datasets import worksessions as ws
+from dkilab.eval.data import dataset_info, load_worksessions
+from dkilab.eval.data import worksessions as ws
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 from dkilab.cli import main
+
 from tests.conftest import ROOT
 
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from dkilab.cli import main
+
 from tests.conftest import ROOT
 
 CONFIG = str(ROOT / "experiments" / "ci" / "gpu_path.yaml")
@@ -109,9 +109,10 @@ def test_a_served_model_takes_native_fact_calls_and_counts_budgets_with_its_own_
     """The served path (vLLM / SGLang with a tool-call parser), against a local fake that calls
     retrieve_fact through `tool_calls` and answers after the tool's result: the calls are parsed and
     followed, and the token budgets are the served model's tokens (`model.tokenizer`), not the heuristic."""
-    from dkilab.eval.runner import run_experiment
-    from dkilab.eval.experiment import load_experiment
+    from dkilab.eval.harness.experiment import load_experiment
+    from dkilab.eval.harness.runner import run_experiment
     from dkilab.models.loading import load_model, resolve_spec
+
     from tests.fake_openai import Server
 
     server = Server(call_then_answer=True, models=("served",))

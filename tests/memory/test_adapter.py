@@ -11,11 +11,10 @@ TEXTS = ["When did Caroline go to the support group?", "I went to a support grou
 def tiny_adapter(tmp_path, monkeypatch):
     """A rank-2 adapter with random (non-zero) weights in place of the shipped one; the cache in tmp_path."""
     import torch
-    from peft import get_peft_model
-    from transformers import AutoModel
-
     from dkilab.encoders import adapter
     from dkilab.encoders.embedder import resolve_model_path
+    from peft import get_peft_model
+    from transformers import AutoModel
 
     torch.manual_seed(0)
     cfg = adapter.lora_config(2)
@@ -30,14 +29,13 @@ def tiny_adapter(tmp_path, monkeypatch):
 
 def test_the_adapter_is_merged_into_minilm_and_keys_its_stores_and_cells(tiny_adapter, tmp_path):
     import torch
-    from sentence_transformers import SentenceTransformer
-
-    from dkilab.eval.experiment import EmbedderSpec
-    from dkilab.eval.stores import store_path
-    from dkilab.memory import Embedder
     from dkilab.encoders.embedder import LOCOMO_EMBEDDER, index_text_for, resolve_model_path, weights_digest
+    from dkilab.eval.harness.experiment import EmbedderSpec
+    from dkilab.eval.harness.stores import store_path
+    from dkilab.memory import Embedder
     from dkilab.recall.learned import family
     from dkilab.types import Conversation
+    from sentence_transformers import SentenceTransformer
 
     path, peft_model = tiny_adapter
     merged = resolve_model_path(LOCOMO_EMBEDDER)
@@ -110,7 +108,7 @@ def test_two_builders_at_once_get_one_merge_and_leave_nothing_behind(tiny_adapte
 
 
 def test_english_picks_the_encoder_auto_gives_english_data_only():
-    from dkilab.eval.experiment import EmbedderSpec
+    from dkilab.eval.harness.experiment import EmbedderSpec
 
     spec = EmbedderSpec(english="offline:minilm-locomo")
     assert spec.for_language("en").model == "offline:minilm-locomo"
@@ -139,9 +137,8 @@ def test_a_missing_or_broken_adapter_is_named_and_nothing_is_cached(tiny_adapter
 
 
 def test_the_shipped_adapter_is_fp16_under_the_file_limit_and_names_its_provenance():
-    from safetensors import safe_open
-
     from dkilab.encoders.adapter import ADAPTER_DIR
+    from safetensors import safe_open
 
     weights = ADAPTER_DIR / "adapter_model.safetensors"
     assert weights.stat().st_size < 1_000_000
@@ -156,11 +153,10 @@ def test_the_shipped_adapter_is_fp16_under_the_file_limit_and_names_its_provenan
 @pytest.mark.slow
 def test_the_shipped_adapter_runs_as_onnx_with_the_merged_weights_vectors():
     """The ONNX build of the merged weights gives the PyTorch merge's vectors (so its ranking is the same)."""
-    from sentence_transformers import SentenceTransformer
-
-    from dkilab.memory import Embedder
     from dkilab.encoders.adapter import ADAPTER_DIR
     from dkilab.encoders.embedder import LOCOMO_EMBEDDER, resolve_model_path
+    from dkilab.memory import Embedder
+    from sentence_transformers import SentenceTransformer
 
     assert (ADAPTER_DIR / "adapter_model.safetensors").exists()
     ref = SentenceTransformer(resolve_model_path(LOCOMO_EMBEDDER), device="cpu").encode(TEXTS,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from dkilab.eval.experiment import EmbedderSpec
 from dkilab.encoders.embedder import DEFAULT_EMBEDDER, E5_EMBEDDER, LOCOMO_EMBEDDER, Embedder, language_of
+from dkilab.eval.harness.experiment import EmbedderSpec
 from dkilab.memory.store import MemoryStore
 from dkilab.types import Message
 

@@ -6,8 +6,8 @@ import time
 import warnings
 
 import pytest
-
 from dkilab.memory import MemoryManager, MemoryStore
+
 from tests.memory.test_redis_faults import server  # noqa: F401 (fixture: a redis-server the test kills)
 
 

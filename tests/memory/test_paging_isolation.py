@@ -3,10 +3,11 @@ import subprocess
 import sys
 from datetime import datetime, timedelta, timezone
 
-from hypothesis import given, settings, strategies as st
-
 from dkilab.memory import MemoryStore
 from dkilab.types import Message
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from tests.conftest import ROOT, random_unit
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)

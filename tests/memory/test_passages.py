@@ -6,7 +6,6 @@ from datetime import datetime, timezone
 
 import numpy as np
 import pytest
-
 from dkilab.encoders import passages
 from dkilab.encoders.embedder import Embedder
 from dkilab.memory.store import MemoryStore

@@ -9,8 +9,8 @@ import time
 import warnings
 
 import pytest
-
 from dkilab.memory import MemoryManager
+
 from tests.conftest import _free_port
 
 

@@ -6,7 +6,6 @@ import time
 import warnings
 
 import pytest
-
 from dkilab.memory import MemoryManager, SessionNotFoundError
 
 

@@ -2,9 +2,9 @@ import json
 from datetime import datetime, timedelta, timezone
 
 import pytest
-
 from dkilab.memory import MemoryStore, MessageNotFoundError
 from dkilab.types import Message
+
 from tests.conftest import random_unit
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
@@ -235,8 +235,8 @@ def test_a_new_store_embeds_each_turn_with_the_one_it_replies_to_unless_asked_ot
     """Every encoder's new store embeds each turn with the one it replies to (`embedder.index_text_for`: the
     held-out figures chose it for MiniLM too); `with_previous_turn: false` builds one of each turn alone, and
     an experiment's cells record what they resolved to."""
-    from dkilab.eval.experiment import EmbedderSpec
     from dkilab.encoders.embedder import index_text_for
+    from dkilab.eval.harness.experiment import EmbedderSpec
 
     store.add_messages([msg("q1", "Where did you go?", role="assistant"), msg("r1", "To Lisbon.", turn=2)])
     assert store._meta["index_text"] == "2"
@@ -343,9 +343,8 @@ def test_the_int8_minilm_build_ranks_like_fp32_and_is_built_once(tmp_path, monke
     Its vectors are close to fp32's and rank the same on a small case; a store built with it refuses
     fp32 vectors (both 384-d). The ranking on LoCoMo is experiments/embedders_int8.yaml's job."""
     import numpy as np
-
-    from dkilab.memory import Embedder, MemoryStore
     from dkilab.encoders import onnx_encoder
+    from dkilab.memory import Embedder, MemoryStore
 
     monkeypatch.setenv("DKILAB_CACHE_DIR", str(tmp_path / "cache"))
     texts = ["I adopted a grey cat called Pixel last Saturday.", "The vet appointment is on Thursday at 4:30.",
@@ -406,8 +405,8 @@ def test_a_store_of_a_local_model_directory_is_keyed_by_its_weights(tmp_path):
     all tell them from the old ones (the path alone would reuse vectors of the old model)."""
     import os
 
-    from dkilab.eval.experiment import EmbedderSpec
-    from dkilab.eval.stores import store_path
+    from dkilab.eval.harness.experiment import EmbedderSpec
+    from dkilab.eval.harness.stores import store_path
     from dkilab.memory import Embedder, MemoryStore
     from dkilab.types import Conversation
 

@@ -9,9 +9,9 @@ from datetime import datetime, timedelta, timezone
 
 import numpy as np
 import pytest
-
 from dkilab.memory import MemoryStore
 from dkilab.types import Message
+
 from tests.conftest import random_unit
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
@@ -239,7 +239,7 @@ def test_fullwidth_text_matches_lexically(two):
 
 def test_hostile_fact_call_arguments_are_malformed_not_errors():
     from dkilab.recall import create_formatter
-    from dkilab.recall.formatters import FactRequest
+    from dkilab.types import FactRequest
 
     f = create_formatter("x", "en")
     calls = ["retrieve_fact(m1, " + "9" * 5000 + ")", 'retrieve_fact("m1", offset=' + "1" * 20 + ")",

@@ -1,8 +1,7 @@
 """K/V memory injection on the real offline SmolLM2 (fp32): the properties docs/architecture.md §2 (K/V
 injection) asks for."""
-import torch
 import pytest
-
+import torch
 from dkilab.models import encode_memory, next_token_logits
 
 MEMORY = "Earlier the user said: my cat is called Pixel and she is grey.\n"
@@ -135,7 +134,7 @@ def test_encoding_a_memory_builds_no_autograd_graph(model):
     """encode_memory, prefill and decode run under torch.inference_mode (no graph kept per token: memory
     and time). A helper added above encode_memory once took its decorator, and the memory forward ran with
     autograd on; the model's forward now records the mode it ran in."""
-    from dkilab.models.kv import decode, _hf
+    from dkilab.models.kv import _hf, decode
 
     seen = []
     hf, _ = _hf(model)

@@ -3,9 +3,9 @@ in eager and SDPA attention: the alpha properties of docs/architecture.md §2 (K
 the model is refused with an error naming the architecture and the reason."""
 import pytest
 import torch
-
 from dkilab.models.chat import TransformersChatModel
 from dkilab.models.kv import KVUnsupportedError, encode_memory, next_token_logits, prepare_model
+
 from tests.models.tiny import ARCHITECTURES, tiny_model
 
 MEMORY = "earlier the user said my cat is called pixel and she is grey . she lives in lisbon ."
@@ -163,6 +163,7 @@ def test_device_auto_and_bf16_through_load_model(tmp_path):
 
 def test_architecture_without_rope_is_refused_by_name():
     from transformers import AutoConfig, AutoModelForCausalLM
+
     from tests.models.tiny import tiny_tokenizer
 
     tok = tiny_tokenizer()

@@ -4,11 +4,11 @@ architecture; and a model's `batch_size` batches concurrent K/V generations."""
 import threading
 
 import pytest
-
 from dkilab.models import kv_batch
 from dkilab.models.chat import TransformersChatModel
 from dkilab.models.kv import decode, encode_memory, prepare_model
 from dkilab.models.kv_batch import decode_many
+
 from tests.models.tiny import ARCHITECTURES, tiny_model
 
 BLOCKS = ("the user said my cat is called pixel and she is grey .", "we talked about a trip to paris on monday .",

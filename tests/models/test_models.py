@@ -6,9 +6,9 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-
 from dkilab.models import ModelNotAvailableError, load_model
 from dkilab.models.specs import _gguf_cache, offline_gguf
+
 from tests.conftest import ROOT
 
 

@@ -4,9 +4,9 @@ import json
 import time
 
 import pytest
-
 from dkilab.models import load_model
-from dkilab.models.openai_client import EndpointError
+from dkilab.models.backends.openai_client import EndpointError
+
 from tests.fake_openai import Server
 
 
@@ -26,7 +26,7 @@ def test_n_requests_in_flight(server):
     s = server(delay=0.3)
     client = load_model(f"openai:m@{s.url}", concurrency=4)
     t = time.perf_counter()
-    gens = client.generate_many([f"q{i}" for i in range(8)], max_new_tokens=4)
+    gens = client.generate_batch([f"q{i}" for i in range(8)], max_new_tokens=4)
     wall = time.perf_counter() - t
     assert [g.text for g in gens] == [f"echo: q{i}" for i in range(8)]  # in prompt order
     assert s.max_in_flight == 4 and len(s.requests) == 8
@@ -67,8 +67,8 @@ def test_an_unreachable_server_fails_clearly():
 
 
 def test_native_tool_calls_come_back_as_parseable_text(server):
-    from dkilab.recall.formatters import create_formatter
     from dkilab.prompts import RETRIEVE_FACT_TOOL
+    from dkilab.recall.formatters import create_formatter
 
     s = server(tool_call={"trace_id": "m7", "offset": 2})
     client = load_model(f"openai:m@{s.url}")

@@ -5,7 +5,6 @@ import json
 from datetime import datetime, timezone
 
 import pytest
-
 from dkilab.models import load_model
 from dkilab.models.oracle import OracleModel
 from dkilab.models.tool_calls import parse_tool_calls

@@ -5,10 +5,9 @@ import json
 import os
 
 import pytest
-
-from dkilab.recall.formatters import DeepSeekFormatter, GLMFormatter, GenericFormatter, NativeToolFormatter
 from dkilab.models.tool_calls import MalformedToolCall, has_call, parse_tool_calls, template_supports_tools
 from dkilab.prompts import RETRIEVE_FACT_TOOL
+from dkilab.recall.formatters import DeepSeekFormatter, GenericFormatter, GLMFormatter, NativeToolFormatter
 
 ARGS = {"trace_id": "s1#3", "offset": 2, "limit": 4}
 AUDIT = os.path.join(os.environ.get("DKILAB_DATA_DIR", "/nonexistent"), "locomo_audit")
@@ -106,6 +105,7 @@ TEMPLATE = (
 def tool_model():
     from dkilab.models.chat import TransformersChatModel
     from dkilab.models.kv import prepare_model
+
     from tests.models.tiny import tiny_model
 
     hf, tok = tiny_model("qwen3")

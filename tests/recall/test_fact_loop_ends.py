@@ -6,6 +6,7 @@ import os
 
 from dkilab.prompts import FINAL
 from dkilab.recall import FactRetriever, GenericFormatter, run_fact_loop, validate_recall_config
+
 from tests.conftest import ROOT
 from tests.recall.test_pipeline import memory  # noqa: F401  (the fixture: a small store with a long message m1)
 
@@ -71,8 +72,8 @@ def test_an_id_never_offered_is_not_served(memory):
 
 
 def test_a_tool_happy_model_never_has_a_call_recorded_as_its_answer(tmp_path):
-    from dkilab.eval.experiment import experiment_from_dict
-    from dkilab.eval.runner import run_experiment
+    from dkilab.eval.harness.experiment import experiment_from_dict
+    from dkilab.eval.harness.runner import run_experiment
 
     v4 = {"name": "recall_v4", "params": {"recall": {"summary": {"per_message_threshold": 20}}}}
     cfg = experiment_from_dict({

@@ -7,12 +7,11 @@ from datetime import datetime, timezone
 
 import numpy as np
 import pytest
-
-from dkilab.recall import MultiSignalRecall, RecallConfig
 from dkilab.memory.store import index_text
-from dkilab.recall import learned
+from dkilab.recall import MultiSignalRecall, RecallConfig, learned
 from dkilab.recall.reference import ReferenceResolver
 from dkilab.types import Message
+
 from tests.recall.test_levers import ASKED, HISTORY, m  # the same hand-made history
 
 COL = {n: i for i, n in enumerate(learned.FEATURES)}
@@ -250,7 +249,7 @@ def test_recall_ranks_a_cue_with_the_utterance_part_and_a_question_with_the_ques
 
 
 def test_the_fusion_model_is_part_of_a_cells_identity(tmp_path, monkeypatch):
-    from dkilab.eval.experiment import expand_cells, experiment_from_dict
+    from dkilab.eval.harness.experiment import expand_cells, experiment_from_dict
 
     shipped = json.loads(learned.DEFAULT_MODEL.read_text())
     retrained = json.loads(json.dumps(shipped))
@@ -547,7 +546,6 @@ def test_train_takes_a_studys_part_for_the_datasets_it_lists_and_refuses_fitting
     of a dataset its `datasets` lists are in its fit already (a line says so); rows of any other dataset that
     would fit that part are refused, naming both."""
     import numpy as np
-
     from dkilab.bench import fusion_train
     from dkilab.encoders.embedder import LOCOMO_EMBEDDER, weights_digest
 

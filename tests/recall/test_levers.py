@@ -4,7 +4,6 @@ and with the lever off each query ranks as before. Plus the date-cue parser on c
 from datetime import datetime, timedelta, timezone
 
 import pytest
-
 from dkilab.recall import MultiSignalRecall, RecallConfig
 from dkilab.recall.temporal import date_window
 from dkilab.types import Message
@@ -130,7 +129,7 @@ def test_feedback_terms_find_a_message_that_shares_no_word_with_the_question(sto
     """Pseudo-relevance feedback (`prf_docs`): the words of the top hit that the question lacks search
     again, so the message about the parmesan is found for "mushroom risotto"; off, the ranking is as before;
     and the lever, while off, is not part of a cell's identity (adding it re-ran no cell)."""
-    from dkilab.eval.experiment import identity_params
+    from dkilab.eval.harness.experiment import identity_params
     from dkilab.strategies.recall_only import RecallOnly
 
     store.add_messages([m(0, "How about a mushroom risotto tonight?", "Ben", 0),

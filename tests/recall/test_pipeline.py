@@ -3,14 +3,21 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 import yaml
-
-from dkilab.recall import (FactRetriever, GenericFormatter, MultiSignalRecall, ReferenceResolver, SuffixBuilder,
-                           fact_call_reserve, create_formatter, load_recall_config, run_fact_loop,
-                           validate_recall_config)
+from dkilab.recall import (
+    FactRetriever,
+    GenericFormatter,
+    MultiSignalRecall,
+    ReferenceResolver,
+    SuffixBuilder,
+    create_formatter,
+    fact_call_reserve,
+    load_recall_config,
+    run_fact_loop,
+    validate_recall_config,
+)
 from dkilab.recall.formatters import DeepSeekFormatter, GLMFormatter
-from dkilab.types import ContextBudget
 from dkilab.text import ExtractiveSummarizer, HeuristicTokenCounter
-from dkilab.types import FactRequest, Message
+from dkilab.types import ContextBudget, FactRequest, Message
 
 SEED_BLOCK = """
 dki:

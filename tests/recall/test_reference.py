@@ -1,9 +1,13 @@
 from datetime import datetime, timezone
 
 import pytest
-
-from dkilab.recall.reference import (ReferenceResolver, ReferenceResolverConfig, ReferenceScope, ReferenceType,
-                                     create_reference_resolver)
+from dkilab.recall.reference import (
+    ReferenceResolver,
+    ReferenceResolverConfig,
+    ReferenceScope,
+    ReferenceType,
+    create_reference_resolver,
+)
 from dkilab.types import Message
 
 SORT_HISTORY = [

@@ -5,7 +5,6 @@ and without a session id. Off by default until it is measured on the held-back s
 from datetime import datetime, timedelta, timezone
 
 import pytest
-
 from dkilab.memory import Embedder, MemoryStore
 from dkilab.recall import MultiSignalRecall, ReferenceResolver, validate_recall_config
 from dkilab.types import Message
@@ -74,7 +73,7 @@ def test_a_wide_scope_joins_the_candidates_without_taking_the_front(tmp_path, e5
 
 
 def test_off_by_default_and_out_of_the_identity_while_off():
-    from dkilab.eval.experiment import identity_params
+    from dkilab.eval.harness.experiment import identity_params
     assert validate_recall_config({}).signals.reference_front == 0
     assert "reference_front" not in identity_params(validate_recall_config({}))["signals"]
     on = validate_recall_config({"signals": {"reference_front": 3}})

@@ -2,12 +2,11 @@
 from datetime import datetime, timedelta, timezone
 
 import pytest
-
-from dkilab.eval.experiment import identity_params
+from dkilab.eval.harness.experiment import identity_params
 from dkilab.memory import MemoryStore
 from dkilab.recall import MultiSignalRecall, ReferenceResolver, validate_recall_config
-from dkilab.text.keywords import extract_keywords
 from dkilab.recall.seed_ranking import SEED_POS
+from dkilab.text.keywords import extract_keywords
 from dkilab.types import Message
 
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)

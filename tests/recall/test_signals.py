@@ -7,12 +7,12 @@ import warnings
 
 import numpy as np
 import pytest
-
 from dkilab.config import ConfigError
 from dkilab.recall import MultiSignalRecall, RecallConfig, learned
 from dkilab.recall.config import validate_recall_config
 from dkilab.recall.signals import SIGNALS, RecallSignal, register_signal
 from dkilab.types import Memory, Message
+
 from tests.recall.test_levers import ASKED, HISTORY
 
 
@@ -93,7 +93,7 @@ def test_a_signal_is_one_registered_class_and_the_config_names_an_unknown_one():
 
 
 def test_a_signal_enters_a_cells_identity_only_when_switched_on(tmp_path):
-    from dkilab.eval.experiment import experiment_from_dict, expand_cells
+    from dkilab.eval.harness.experiment import expand_cells, experiment_from_dict
 
     def cell(plugins):
         recall = {"signals": {"plugins": plugins}} if plugins is not None else {}

@@ -1,7 +1,6 @@
 """A real recall service (`dkilab serve` in its own process) on a free loopback port, over a store holding
 the fixture users and the 40 recall-agent scenario users, with one API key per user."""
 import pytest
-
 from dkilab.service.server import free_port, spawn
 
 
@@ -17,8 +16,8 @@ class Service:
 
 @pytest.fixture(scope="session")
 def service(embedder, tmp_path_factory):
-    from dkilab.eval.datasets import load_dataset
-    from dkilab.eval.stores import store_for
+    from dkilab.eval.data import load_dataset
+    from dkilab.eval.harness.stores import store_for
     from dkilab.memory import MemoryManager
     from dkilab.service.keys import add_key
 

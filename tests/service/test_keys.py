@@ -2,7 +2,6 @@
 import stat
 
 import pytest
-
 from dkilab.config import ConfigError
 from dkilab.service.keys import KeyRing, add_key, hash_key, read_keys
 

@@ -10,11 +10,11 @@ import time
 
 import httpx
 import pytest
-from fastapi import HTTPException
-
 from dkilab.config import ConfigError
 from dkilab.service.app import Gate
 from dkilab.service.keys import add_key, read_keys, revoke_keys
+from fastapi import HTTPException
+
 from tests.conftest import ROOT
 
 
@@ -82,7 +82,6 @@ def test_a_user_id_with_whitespace_is_refused_by_keys_add_and_in_a_keys_file(tmp
 def small_service(tmp_path):
     """The app in this process under uvicorn, with a short body timeout."""
     import uvicorn
-
     from dkilab.memory import MemoryStore
     from dkilab.service.app import create_app
     from dkilab.service.keys import KeyRing

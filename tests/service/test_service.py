@@ -6,10 +6,9 @@ import threading
 
 import httpx
 import pytest
+from dkilab.memory.view import MessageNotFoundError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from dkilab.memory.view import MessageNotFoundError
 
 USERS = ["u_maya", "u_tom", "u_lin", "u_chen"]
 
@@ -195,7 +194,7 @@ def test_the_recall_agent_over_http_equals_the_in_process_agent(service):
     from datetime import datetime, timezone
 
     from dkilab.agents.recall_agent import RecallAgent
-    from dkilab.eval.datasets import load_dataset
+    from dkilab.eval.data import load_dataset
 
     now = datetime(2026, 6, 1, tzinfo=timezone.utc)
     cases = load_dataset("agent_recall")
@@ -209,7 +208,7 @@ def test_the_recall_agent_over_http_equals_the_in_process_agent(service):
 
 
 def test_recall_v4_strategy_over_http_recalls_what_it_recalls_in_process(service):
-    from dkilab.eval.datasets import load_dataset
+    from dkilab.eval.data import load_dataset
     from dkilab.strategies import create_strategy
 
     strategy = create_strategy("recall_only", {"max_results": 10})
@@ -229,6 +228,7 @@ def test_recall_v4_strategy_over_http_recalls_what_it_recalls_in_process(service
 
 def test_a_server_that_went_away_is_a_connection_error_naming_the_url():
     from dkilab.service import Client
+
     from tests.conftest import _free_port
 
     url = f"http://127.0.0.1:{_free_port()}"

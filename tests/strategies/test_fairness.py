@@ -5,11 +5,11 @@ would get."""
 import re
 
 import pytest
-
 from dkilab.recall.formatters import FORMATTERS
 from dkilab.strategies import create_strategy
 from dkilab.text.history import render_line
 from dkilab.types import FactResponse
+
 from tests.strategies.test_strategies import PREFS, conversation, memory  # noqa: F401 (fixture)
 
 QUESTION = "Where is my new flat?"
@@ -120,10 +120,11 @@ def test_context_only_needs_the_tokenizer_alone(model):
 
 
 def test_an_explicit_formatter_wins_over_auto_protocol():
-    from tests.models.test_tool_calls import TEMPLATE
-    from tests.models.tiny import tiny_model
     from dkilab.models.chat import TransformersChatModel
     from dkilab.models.kv import prepare_model
+
+    from tests.models.test_tool_calls import TEMPLATE
+    from tests.models.tiny import tiny_model
 
     hf, tok = tiny_model("qwen3")
     tok.chat_template = TEMPLATE  # renders tools: `auto` would offer retrieve_fact natively

@@ -20,8 +20,8 @@ def server():
 
 @pytest.mark.slow
 def test_the_fixtures_are_answered_from_mem0_memories_through_the_served_model(server, tmp_path):
-    from dkilab.eval.experiment import experiment_from_dict
-    from dkilab.eval.runner import run_experiment
+    from dkilab.eval.harness.experiment import experiment_from_dict
+    from dkilab.eval.harness.runner import run_experiment
 
     cfg = experiment_from_dict({
         "name": "mem0", "model": {"spec": f"openai:fake@{server.url}", "max_context": 4096},
@@ -34,7 +34,7 @@ def test_the_fixtures_are_answered_from_mem0_memories_through_the_served_model(s
     assert len(users) == 2 and extractions  # built once per user: not again for the user's next questions
     prompts = [b for _, b in server.requests if "## New Messages" not in str(b["messages"][-1]["content"])]
     assert len(prompts) == 6  # one answer call per question
-    from dkilab.eval.datasets import load_fixtures
+    from dkilab.eval.data import load_fixtures
 
     own = {c.user_id: {m.message_id for m in c.messages} for c in load_fixtures(limit=2)}
     for row in result.rows:  # the messages each shown memory came from: that user's own
@@ -46,12 +46,12 @@ def test_the_fixtures_are_answered_from_mem0_memories_through_the_served_model(s
 
 
 def test_each_users_memory_holds_only_that_users_messages(server):
-    from dkilab.eval.datasets import load_fixtures
+    import tempfile
+
+    from dkilab.eval.data import load_fixtures
     from dkilab.memory import MemoryStore
     from dkilab.models import load_model
     from dkilab.strategies import create_strategy
-
-    import tempfile
 
     convs = load_fixtures(limit=2)
     with tempfile.TemporaryDirectory() as d:
@@ -75,8 +75,8 @@ def test_a_model_whose_extraction_replies_are_not_json_fails_its_user_once_never
     """Issue 85: mem0 logs "Error parsing extraction response" and stores nothing; the cell used to finish with 0
     errors, as no_memory. Now the user's questions are error rows naming why, the memory is built once for the
     user (not again for each question), and the counts are metrics."""
-    from dkilab.eval.experiment import experiment_from_dict
-    from dkilab.eval.runner import run_experiment
+    from dkilab.eval.harness.experiment import experiment_from_dict
+    from dkilab.eval.harness.runner import run_experiment
 
     server = Server()  # replies "echo: ...": no JSON
     try:
@@ -91,15 +91,15 @@ def test_a_model_whose_extraction_replies_are_not_json_fails_its_user_once_never
     assert result.metrics["errors"] == 3 and all("ExtractionFailed" in r["error"] for r in result.rows)
     assert "no memory stored: " in result.rows[0]["error"] and "extraction replies were not the JSON" in \
         result.rows[0]["error"]
-    from dkilab.eval.datasets import load_fixtures
+    from dkilab.eval.data import load_fixtures
 
     batches = -(-len(load_fixtures(limit=1)[0].messages) // 4)
     assert len(extractions) == batches  # once for the user, not once per question
 
 
 def test_the_memories_stored_and_the_extraction_failures_are_metrics(server, tmp_path):
-    from dkilab.eval.experiment import experiment_from_dict
-    from dkilab.eval.runner import run_experiment
+    from dkilab.eval.harness.experiment import experiment_from_dict
+    from dkilab.eval.harness.runner import run_experiment
 
     cfg = experiment_from_dict({
         "name": "mem0-counts", "model": {"spec": f"openai:fake@{server.url}", "max_context": 4096},

@@ -4,7 +4,6 @@ indexes are never shared across users or stores."""
 from datetime import datetime, timedelta, timezone
 
 import pytest
-
 from dkilab.memory import MemoryStore
 from dkilab.strategies import STRATEGIES
 from dkilab.types import Message

@@ -1,9 +1,8 @@
 """`seed: true` on a recalling strategy: the whole pipeline as seed recall-v4 §6 writes it, one line away (issue 87
 item 1). The experiment's defaults (dkilab's tuned values) do not reach it; keys given beside it move one value."""
 import pytest
-
-from dkilab.eval.budgets import resolve
-from dkilab.eval.experiment import expand_cells, experiment_from_dict, identity_params
+from dkilab.eval.harness.budgets import resolve
+from dkilab.eval.harness.experiment import expand_cells, experiment_from_dict, identity_params
 
 CFG = {"name": "seed-pipeline", "model": {"spec": "scripted:oracle", "max_context": 8192}, "tracing": False,
        "datasets": [{"name": "fixtures"}],

@@ -2,7 +2,6 @@
 from datetime import datetime, timedelta, timezone
 
 import pytest
-
 from dkilab.strategies import BUILTIN, STRATEGIES, create_strategy
 from dkilab.strategies.base import HISTORY_HEAD, StarvedBudget
 from dkilab.types import Message
@@ -123,7 +122,7 @@ def test_recall_v4_prompt_is_far_below_full_history_on_a_long_history(embedder, 
     recall returns every message, so there the constraint makes recall_v4's prompt the longer one. What is under
     test is the prompt, so a scripted model answers (SmolLM2's prefill of the long prompt took most of a minute)."""
     from dkilab.memory import MemoryStore
-    from dkilab.models.scripted import ScriptedModel
+    from dkilab.models.backends.scripted import ScriptedModel
 
     (tmp_path / "script.yaml").write_text("default: Pixel.\n", encoding="utf-8")
     model = ScriptedModel(tmp_path / "script.yaml")
@@ -152,7 +151,7 @@ def test_kv_strategies_reuse_the_preference_block(memory, model):
 
 
 def test_text_only_models_are_refused_by_kv_strategies(memory):
-    from dkilab.models.openai_client import OpenAIChatModel
+    from dkilab.models.backends.openai_client import OpenAIChatModel
 
     client = OpenAIChatModel("http://127.0.0.1:9", "none")
     with pytest.raises(TypeError, match="full_attention.*K/V"):
@@ -223,8 +222,8 @@ def test_recall_knobs_from_yaml_reach_their_components(memory, model, tmp_path):
     ref.write_text(
         "reference_resolver:\n  reference_mappings_en:\n    that gadget: {scope: last_1_3_turns, type: temporal}\n")
     strategy = create_strategy("recall_v4", {"reference": {"config": str(ref), "last_few_turns": 2}})
-    assert strategy._resolver.config.last_few_turns == 2
-    assert "that gadget" in strategy._resolver.config.reference_mappings_en
+    assert strategy.resolver.config.last_few_turns == 2
+    assert "that gadget" in strategy.resolver.config.reference_mappings_en
     assert strategy.identity("m")["reference_resolver"]["last_few_turns"] == 2
 
 
@@ -263,7 +262,6 @@ def test_a_call_left_in_any_strategys_reply_is_no_answer(name, params, reply, me
     """Issue 84: with no loop (or the loop off) the model's call text was its answer; `retrieve_` (a call cut at
     max_new_tokens) too. Now it is no answer: empty, `final_call`, the text kept for review."""
     import yaml
-
     from dkilab.models import load_model
 
     path = tmp_path / "calls.yaml"

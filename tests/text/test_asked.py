@@ -5,7 +5,6 @@ import json
 import os
 
 import pytest
-
 from dkilab.text.abstention.asked import asked_decision, question_kind
 
 CASES = [
@@ -43,7 +42,7 @@ def test_question_kinds():
 
 
 def test_the_harness_scores_a_decline_that_tells_related_facts_as_a_decline():
-    from dkilab.eval.metrics.base import Scored
+    from dkilab.eval.scoring.base import Scored
     from dkilab.types import Answer, QAItem
 
     item = QAItem(question="When did Ana meet Jean?", answer=None, answerable=False, qid="q")

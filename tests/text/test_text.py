@@ -1,7 +1,13 @@
 import pytest
-
-from dkilab.text import (ExtractiveSummarizer, HeuristicTokenCounter, LLMSummarizer, detect_language,
-                         extract_keywords, salient_details, split_sentences)
+from dkilab.text import (
+    ExtractiveSummarizer,
+    HeuristicTokenCounter,
+    LLMSummarizer,
+    detect_language,
+    extract_keywords,
+    salient_details,
+    split_sentences,
+)
 
 ZH = ("我们下个月去云南旅行，计划5月8日出发。同行一共4个人，包括我的同事王明和李华。第一站是昆明，住在翠湖边的酒店，"
       "每晚380元。第二站是大理，我们想在洱海边骑行。最后一站是丽江，预计5月15日返回。大家都不吃辣，所以餐厅要选清淡的。"

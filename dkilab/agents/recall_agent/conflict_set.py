@@ -3,9 +3,9 @@ supersede the older (seed recall-agent §4.6). Each pair goes through the agent'
 conflict detection, adjudication, the view), so a pair the agent does not even see as a conflict fails."""
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
 import json
 import re
+from datetime import datetime, timedelta, timezone
 from functools import lru_cache
 from pathlib import Path
 from typing import Any

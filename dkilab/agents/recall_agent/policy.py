@@ -18,6 +18,7 @@ from dkilab.agents.recall_agent.steps import ToolCall, choose_tool
 from dkilab.agents.recall_agent.tools import SIGNATURES, TOOLS, validate_call
 from dkilab.prompts import AGENT_PLAN as PLAN  # prompt texts: dkilab/prompts.py
 from dkilab.prompts import AGENT_SYNTH as SYNTH
+from dkilab.types import WindowedModel
 
 
 class RulePolicy:
@@ -94,8 +95,9 @@ class LLMPolicy:
 
     def _fits(self, prompt: str) -> bool:
         """Whether the prompt and the reply fit the model's window (a model without a tokenizer: assumed to)."""
-        count, window = getattr(self.model, "count_tokens", None), getattr(self.model, "context_window", None)
-        return count is None or window is None or count(prompt) + self.max_new_tokens + 16 <= window
+        if not isinstance(self.model, WindowedModel):
+            return True
+        return self.model.count_tokens(prompt) + self.max_new_tokens + 16 <= self.model.context_window
 
     def _fitted(self, build, sizes=(10, 5, 2, 0)) -> tuple[str, int] | None:
         """(the first prompt `build(size)` that fits the window, its size), shrinking what it shows; None if

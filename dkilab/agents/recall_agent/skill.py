@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-
 from dkilab.cache import stat_key
 from dkilab.config import parse_yaml
 

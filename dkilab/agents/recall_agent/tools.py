@@ -84,7 +84,9 @@ def run_tool(memory, call: ToolCall) -> tuple[list[tuple[Message, float]], str |
         if call.tool == "neighbors":
             hits, cursor = [(m, 0.0) for m in memory.neighbors(**args)], None
         else:
-            page = getattr(memory, call.tool)(**args)
+            tool = {"messages_list": memory.messages_list, "lexical_search": memory.lexical_search,
+                    "semantic_search": memory.semantic_search}[call.tool]
+            page = tool(**args)
             hits, cursor = [(h.message, float(h.score or 0.0)) for h in page.items], page.next_cursor
         out.update(hits=[{"id": m.message_id, "role": m.role, "score": round(s, 4), "text": m.content[:200]}
                          for m, s in hits], next_cursor=bool(cursor))
