@@ -85,6 +85,7 @@ def test_interval_bounds_and_cell_counts_are_metrics_expect_may_name():
 def test_a_damaged_response_cache_is_moved_aside_by_name_and_the_run_goes_on(tmp_path):
     """Issue 58 item 8: a damaged responses.sqlite failed every cached cell, every run, without naming it."""
     from dkilab.models.response_cache import ResponseCache
+    from dkilab.models.text_only import TextOnlyModel
     from dkilab.types import Generation
 
     path = tmp_path / "responses.sqlite"
@@ -92,7 +93,7 @@ def test_a_damaged_response_cache_is_moved_aside_by_name_and_the_run_goes_on(tmp
     with pytest.warns(UserWarning, match=r"response cache .*responses.sqlite could not be read.*moved to "
                                          r"responses.sqlite.damaged-"):
         cache = ResponseCache(path)
-    cache.put("k", object(), Generation("hello", 3, 1))
+    cache.put("k", TextOnlyModel("m"), Generation("hello", 3, 1))
     assert cache.get("k").text == "hello"
     assert len(list(tmp_path.glob("responses.sqlite.damaged-*"))) == 1
     cache.close()

@@ -37,7 +37,7 @@ def test_an_endpoint_model_is_identified_by_what_the_server_serves(monkeypatch):
     """Issue 58 item 2: an endpoint's identity was `openai:<model>@<url>`, so a server restarted on other
     weights under the same name reused the cells and cached responses of the old ones."""
     from dkilab.eval.harness.experiment import ModelSpec
-    from dkilab.models import openai_client
+    from dkilab.models.backends import openai_client
 
     from tests.fake_openai import Server
 
