@@ -28,7 +28,7 @@ $(STAMP): pyproject.toml Makefile $(CONSTRAINTS)
 	command -v redis-server >/dev/null || scripts/install-redis.sh
 	# Chinese category names and labels in plots and notebooks (else they render as boxes)
 	scripts/apt-install.sh fonts-noto-cjk
-	# the browser the UI checks (tests/eval/test_ui_review.py) and the README's screenshots drive through Playwright
+	# the browser the UI checks (tests/eval/tracking/test_ui_review.py) and the README's screenshots drive through Playwright
 	scripts/apt-install.sh chromium
 	scripts/install-postgres.sh
 	touch $(STAMP)

@@ -2,7 +2,7 @@
 the harness's multiple-choice line, the judge, the agents' policies and the session flow import their texts
 from here; a cell's identity hashes every text it can reach (`Strategy.prompts`, `Cell.harness_prompts`,
 the judge block), so editing one here runs again exactly the cells that send it
-(tests/eval/test_prompts_in_hash.py edits each in turn). Texts only: no logic, and no imports, so every
+(tests/eval/harness/test_prompts_in_hash.py edits each in turn). Texts only: no logic, and no imports, so every
 module can import it.
 """
 from __future__ import annotations

@@ -5,7 +5,7 @@
 
 The learned fusion model: the dev splits of bench/fusion_train.DEV, and the sha1 of the shipped
 dkilab/recall/fusion_lr.json it describes (a refit rewrites both); the LoCoMo adapter: LoCoMo dev (0-4).
-With --check it exits 1 when the file differs from what the data gives (tests/eval/test_fitted_content.py).
+With --check it exits 1 when the file differs from what the data gives (tests/eval/harness/test_fitted_content.py).
 """
 from __future__ import annotations
 

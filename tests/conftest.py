@@ -23,9 +23,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # the slow suite's longest files (`make test-slow` prints its 25 slowest tests) go first: xdist's `load` scheduler
 # hands tests out in order, so none of the 3-9 minute ones starts last while the other workers have gone idle
-LONGEST_FIRST = ("tests/test_readme_figures.py", "tests/eval/test_team_server.py", "tests/test_notebooks.py",
-                 "tests/eval/test_ray_executor.py", "tests/gpu/test_gpu_command.py", "tests/eval/test_process_group.py",
-                 "tests/memory/test_failover.py", "tests/eval/test_claims.py")
+LONGEST_FIRST = ("tests/test_readme_figures.py", "tests/eval/tracking/test_team_server.py", "tests/test_notebooks.py",
+                 "tests/eval/harness/test_ray_executor.py", "tests/gpu/test_gpu_command.py",
+                 "tests/eval/harness/test_process_group.py",
+                 "tests/memory/test_failover.py", "tests/eval/harness/test_claims.py")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -1,6 +1,7 @@
 """docs/extending.md's examples, run as written: each is one file in the package its registry discovers (the path
 the page names), registered by being there; a formatter's calls round-trip and `auto` picks it by model name, a
-model backend loads by its scheme. (The judged metric's example runs end to end in tests/eval/test_scorers.py.)"""
+model backend loads by its scheme. (The judged metric's example runs end to end in
+tests/eval/scoring/test_scorers.py.)"""
 import importlib
 import re
 import sys

@@ -40,7 +40,7 @@ def _figures():
 
 def test_the_readme_quickstart_table_is_what_the_quickstart_gives(tmp_path):
     """One test, one run: under xdist a module fixture runs once per worker (twice here, 10 minutes each)."""
-    from tests.eval.test_runner import _rescored_alike
+    from tests.eval.harness.test_runner import _rescored_alike
 
     cfg, results, uri = _quickstart(tmp_path)
     figures = _figures()

@@ -4,7 +4,7 @@ import pytest
 from dkilab.eval.data import DatasetNotFoundError, load_dataset, load_fixtures, load_memdaily
 from dkilab.eval.data.ablation import ablation_split
 
-from tests.eval.test_locomo import needs_data
+from tests.eval.data.test_locomo import needs_data
 
 
 def test_fixtures_meet_their_card():

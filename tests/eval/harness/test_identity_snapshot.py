@@ -2,7 +2,7 @@
 and of a dataset spec is pinned here (tests/data/identity/defaults.json). A field added to a params model enters
 every cell's hash, so every finished cell would run again, unless it is declared `knob(default, off=...)`
 (dkilab/config.py), which keeps it out while off. A change meant to rerun cells (a default changed on
-purpose) rewrites the file: `python -m tests.eval.test_identity_snapshot`."""
+purpose) rewrites the file: `python -m tests.eval.harness.test_identity_snapshot`."""
 import json
 import sys
 

@@ -5,6 +5,8 @@ import pytest
 from dkilab import prompts
 from dkilab.eval.harness.experiment import expand_cells, experiment_from_dict
 
+from tests.conftest import ROOT
+
 FIXTURES = {"name": "fixtures", "question_limit": 1}
 GENERATES = {"strategies": [{"name": "full_history"}], "datasets": [FIXTURES]}
 RECALL_V4 = {"strategies": [{"name": "recall_v4"}], "datasets": [FIXTURES]}
@@ -83,9 +85,8 @@ def test_every_prompt_text_has_a_cell_that_sends_it():
 @pytest.mark.parametrize("name", TEXTS)
 def test_editing_each_prompt_text_changes_the_hash_of_the_cells_that_send_it(name, monkeypatch):
     import copy
-    import os
 
-    monkeypatch.chdir(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))  # the scripted file path
+    monkeypatch.chdir(ROOT)  # the scripted file path
     if name in DERIVED:  # an edit of the file changes the prompt it is built into, which is hashed
         inside = " ".join(t for _, t in _leaves(getattr(prompts, DERIVED[name])))
         assert all(t in inside for _, t in _leaves(getattr(prompts, name)))

@@ -2,7 +2,7 @@
 configs (judge protocols and probes, the oracle, the fact-call personas, scripted fact calls, the LLM pointer
 policy, the session flow, the recall agent, context-only cells), kept in tests/data/rescore_snapshot/ with the
 metrics the code of 2026-12-03 gave them, are re-scored by today's scorers to the same value of every metric.
-A change meant to move a figure rewrites the snapshot: `python -m tests.eval.test_rescore_snapshot`."""
+A change meant to move a figure rewrites the snapshot: `python -m tests.eval.harness.test_rescore_snapshot`."""
 import gzip
 import json
 import math

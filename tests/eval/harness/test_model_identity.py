@@ -66,7 +66,7 @@ def test_a_tiny_model_trained_again_in_the_same_directory_is_another_model(tmp_p
     import torch
     from dkilab.eval.harness.runner import run_experiment
 
-    from tests.eval.test_placement import _save_tiny
+    from tests.eval.harness.test_placement import _save_tiny
 
     monkeypatch.setenv("DKILAB_CACHE_DIR", str(tmp_path / "cache"))
     path = tmp_path / "tiny"

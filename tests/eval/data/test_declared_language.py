@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from dkilab.eval.harness.experiment import expand_cells, experiment_from_dict
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "datasets" / "fixtures" / "normalized_example.jsonl"
+EXAMPLE = Path(__file__).resolve().parents[3] / "datasets" / "fixtures" / "normalized_example.jsonl"
 
 
 def _records(language: str | None, text: str | None = None) -> list[dict]:

@@ -7,7 +7,7 @@ import pytest
 import yaml
 from dkilab.eval.harness.runner import run_experiment
 
-from tests.eval.test_runner import _statuses
+from tests.eval.harness.test_runner import _statuses
 
 QUIET = {"progress": False, "echo": lambda *a: None}
 

@@ -8,7 +8,7 @@ import json
 import pytest
 from dkilab.config import ConfigError
 
-from tests.eval.test_normalized import LOCOMO_VARIANT
+from tests.eval.data.test_normalized import LOCOMO_VARIANT
 
 
 @pytest.fixture
