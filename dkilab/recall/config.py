@@ -37,6 +37,10 @@ class SignalsConfig(_Strict):
     # those turns lead the ranking whatever the fusion made of them (seed §2.2.2 step 1); 0 = off, so the
     # referenced turns are one feature of the fusion, as before (which ranks the seed's "刚才" example 51st of 55)
     reference_front: int = knob(0, ge=0, le=50, off=0)
+    # which cues take the front: `said`, a "just" / "刚才" only with what was said ("you just said", "刚才你说的";
+    # "I just finished the race" dates the user's news: recall/reference.py refers_back), other cues the resolver
+    # is sure of as they are; `any`, every cue whose scope is that short (the rule before, the ablation)
+    reference_front_rule: Literal["said", "any"] = knob_setting("reference_front", "said")
     # --- dkilab additions (not in the seed): how the signals are fused --------------------
     # The defaults are the dev-split winner (experiments/retrieval_tune_dev.yaml), checked on held-back data
     # by `dkilab bench retrieval`; the seed's own values are noted where they differ.

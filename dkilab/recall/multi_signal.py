@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 from dkilab.recall import learned, seed_ranking
 from dkilab.recall.config import RecallConfig
-from dkilab.recall.reference import ReferenceResolver, ReferenceType
+from dkilab.recall.reference import ReferenceResolver, ReferenceType, refers_back
 from dkilab.recall.signals import SIGNALS
 from dkilab.recall.temporal import date_window
 from dkilab.text.keywords import ALLOW_POS, extract_keywords
@@ -125,7 +125,8 @@ class MultiSignalRecall:
             ranked = self._timed(lat, "learned", lambda: self._learned(query, ranked, keywords, focus, asked_at, lists))
         if sig.neighbor_expansion and ranked:
             ranked = self._timed(lat, "neighbors", lambda: self._expand(ranked))
-        if 0 < len(lists.get("reference", [])) <= 2 * sig.reference_front:
+        if 0 < len(lists.get("reference", [])) <= 2 * sig.reference_front and ref is not None \
+                and (sig.reference_front_rule == "any" or refers_back(query, ref)):
             ranked = _referenced_first(ranked, lists["reference"])
         return self._result(ranked[:max_results], history if session_id else [], ref, lists, keywords, max_results, lat)
 

@@ -88,6 +88,36 @@ OPINION_MARKERS = {
 ROLE_LABELS = {"cn": {"user": "用户", "assistant": "助手"}, "en": {"user": "User", "assistant": "Assistant"}}
 
 
+# A "just" / "刚才" that points at what was said: a speech verb with it ("you just said", "刚才你说的"), or "just now",
+# "a moment ago". Without one it mostly dates the user's own news ("I just finished the race", "我刚刚到家"):
+# `refers_back` then says the question does not point at the last turns (signals.reference_front reads it).
+_SAID_EN = (r"sa(?:y|id)|mention(?:ed)?|t(?:ell|old) me|ask(?:ed)? me|suggest(?:ed)?|recommend(?:ed)?|wr(?:ite|ote)|"
+            r"g(?:ive|ave) me|describe[d]?|list(?:ed)?|explain(?:ed)?|share[d]?|show(?:ed)? me|answer(?:ed)?|"
+            r"repl(?:y|ied)|propose[d]?|offer(?:ed)?|br(?:ing|ought) up")
+_JUST_SAID = {
+    "en": re.compile(rf"(?<!\w)(?:you(?:'ve| have)?\s+just\s+(?:{_SAID_EN})"
+                     r"|(?:i|we)(?:'ve| have)?\s+just\s+(?:sa(?:y|id)|mention(?:ed)?|discuss(?:ed)?|talk(?:ed)? about)"
+                     rf"|(?:{_SAID_EN}|discussed|talked about)(?!\w)[^.?!]{{0,40}}?"
+                     r"(?:just now|a (?:moment|minute|second) ago))(?!\w)"),
+    "cn": re.compile(r"(?:刚才|刚刚)[^，。！？,.!?]{0,4}?(?:说|提到|讲|问|聊|推荐|建议|回答)"
+                     r"|(?:说|提到|讲|问|聊|推荐|建议)[^，。！？,.!?]{0,2}?(?:刚才|刚刚)"),
+}
+FRONT_CONFIDENCE = 0.5  # a cue below it (the bare "just", 0.4) never takes the front on its own
+
+
+def refers_back(query: str, ref: ResolvedReference) -> bool:
+    """Whether a resolved question points at the turns its cue maps to (signals.reference_front): a referential or
+    stance cue the resolver is sure of ("that thing", "之前你说的", "you said earlier"), or a "just" / "刚才" with
+    what was said ("you just said", "刚才你说的那个方案"). "I just finished the race" and "我刚刚到家" date the
+    user's own news and do not."""
+    if ref.reference_type == ReferenceType.NONE:
+        return False
+    if ref.scope == ReferenceScope.LAST_1_3_TURNS and ref.reference_type == ReferenceType.TEMPORAL:
+        pattern = _JUST_SAID.get(ref.metadata.get("language", "en"), _JUST_SAID["en"])
+        return bool(pattern.search(query.lower()))
+    return ref.confidence >= FRONT_CONFIDENCE
+
+
 class ReferenceResolverConfig(BaseModel):
     """Resolver settings; `from_yaml` reads a file whose keys are these (optionally under
     `reference_resolver:` or `dki: reference_resolver:`)."""

@@ -78,3 +78,42 @@ def test_off_by_default_and_out_of_the_identity_while_off():
     assert "reference_front" not in identity_params(validate_recall_config({}))["signals"]
     on = validate_recall_config({"signals": {"reference_front": 3}})
     assert identity_params(on)["signals"]["reference_front"] == 3
+
+
+@pytest.mark.parametrize("question, points_back", [
+    ("刚才你说的那个方案是什么？", True), ("你刚刚推荐的书叫什么？", True), ("我刚才说的预算你记住了吗？", True),
+    ("What did you just say about the budget?", True), ("Which restaurant did you just recommend?", True),
+    ("Can you repeat what you said just now?", True), ("what did we just discuss", True),
+    ("That thing you suggested, is it safe?", True), ("之前你说的那个建议还有效吗？", True),
+    ("我刚刚到家，好累。", False), ("我刚刚完成了比赛！", False), ("I just finished the race!", False),
+    ("I just told my boss about the move.", False), ("I just want to know my schedule.", False),
+    ("I just now realized I forgot my keys.", False), ("What is the name of my cat?", False),
+])
+def test_a_just_points_back_only_with_what_was_said(question, points_back):
+    """The cues the front takes (`reference_front_rule: said`): a "just" / "刚才" with a speech verb, or a sure
+    referential or stance cue; "I just finished..." dates the user's own news (MADial-Bench en has 20 such)."""
+    from dkilab.recall.reference import refers_back
+    assert refers_back(question, ReferenceResolver().resolve(question)) is points_back
+
+
+def test_news_of_the_user_keeps_the_fusion_order_unless_every_cue_takes_the_front(tmp_path, e5):
+    """"我刚刚到家" maps to the last 3 turns as "刚才" does, but points at nothing said: under the default rule the
+    ranking is the fusion's (as with the front off); `reference_front_rule: any` is the rule before, which fronts it."""
+    question = "我刚刚到家，装修方案的厨房设计哪个版本最好？"
+    with _store(tmp_path, e5, SORTING) as store:
+        def ranked(signals):
+            cfg = validate_recall_config({"signals": signals})
+            res = MultiSignalRecall(cfg, ReferenceResolver(), store.for_user("u"), embedder=e5).recall(question)
+            assert res.reference_scope == "last_1_3_turns"
+            return [m.message_id for m in res.messages[:5]]
+        off = ranked({})
+        assert ranked({"reference_front": 5}) == off
+        assert set(ranked({"reference_front": 5, "reference_front_rule": "any"})[:4]) == {"t60", "t61", "t62", "t63"}
+        assert not {"t60", "t61", "t62", "t63"} & set(off)
+
+
+def test_the_rule_is_in_the_identity_only_while_the_front_is_on():
+    from dkilab.eval.harness.experiment import identity_params
+    assert "reference_front_rule" not in identity_params(validate_recall_config({}))["signals"]
+    on = identity_params(validate_recall_config({"signals": {"reference_front": 5}}))["signals"]
+    assert on["reference_front_rule"] == "said"
