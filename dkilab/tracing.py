@@ -17,6 +17,8 @@ import functools
 import json
 from typing import Any
 
+from dkilab.types import MemoryBlock
+
 _TRACER: contextvars.ContextVar[Any] = contextvars.ContextVar("dkilab_tracer", default=None)
 _OUT: contextvars.ContextVar[dict | None] = contextvars.ContextVar("dkilab_span_outputs", default=None)
 
@@ -145,11 +147,11 @@ def traced_generation(fn):
             return fn(self, messages_or_prompt, max_new_tokens, *args, **kw)
         name = getattr(self, "model_name", None) or getattr(self, "name", None) or type(self).__name__
         memories = kw.get("memories") if "memories" in kw else (args[2] if len(args) > 2 else None)
-        extra = {"memories": [{"tokens": getattr(m, "n_tokens", None), "alpha": a, "text": getattr(m, "text", "")[:500]}
-                                 for m, a in memories]} if memories else {}
+        extra = {"memories": [{"tokens": m.n_tokens, "alpha": a, "text": m.text[:500]} if isinstance(m, MemoryBlock)
+                              else {"tokens": None, "alpha": a, "text": ""} for m, a in memories]} if memories else {}
         with chat_span(str(name), messages_or_prompt, max_new_tokens=max_new_tokens, **extra) as record:
             gen = fn(self, messages_or_prompt, max_new_tokens, *args, **kw)
-            record(gen.text, gen.prompt_tokens, gen.new_tokens, getattr(gen, "injected_tokens", 0))
+            record(gen.text, gen.prompt_tokens, gen.new_tokens, gen.injected_tokens)
             return gen
 
     return wrapper

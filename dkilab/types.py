@@ -389,6 +389,17 @@ class MemoryTextModel(Protocol):
 
 
 @runtime_checkable
+class MemoryBlock(Protocol):
+    """A K/V memory block as a model is handed it (`models.kv.MemoryKV`, or the block a context-only cell or the
+    oracle is given: `strategies.base.PlannedKV`): the text it holds and its token count."""
+
+    text: str
+
+    @property
+    def n_tokens(self) -> int: ...
+
+
+@runtime_checkable
 class WindowedModel(Protocol):
     """What fitting a prompt in a model's window needs: its window and its token count (every ChatModel; a policy
     given something less assumes a prompt fits)."""

@@ -27,7 +27,7 @@ from dkilab.prompts import ABSTAIN_PHRASE, FINAL, NATIVE_CALL
 from dkilab.text.lang import detect_language
 from dkilab.text.summarize import split_sentences
 from dkilab.tracing import traced_generation
-from dkilab.types import Conversation, Generation, QAItem
+from dkilab.types import Conversation, Generation, MemoryBlock, QAItem
 
 SPEC = "scripted:oracle"
 # part of its cells' identity (2: a message fetched in part is not read; it pages on; 3: an item of a session-level
@@ -101,7 +101,7 @@ class OracleModel(TextOnlyModel):
         if gold.answer is None or not gold.evidence:
             return abstain
         seen = "\n".join([str(m.get("content") or "") for m in messages]
-                         + [getattr(kv, "text", "") for kv, alpha in (memories or []) if alpha > 0])
+                         + [kv.text for kv, alpha in (memories or []) if alpha > 0 and isinstance(kv, MemoryBlock)])
         flat = _SPACE.sub(" ", seen)
         pages = fetched(seen)
         missing = [i for i, text in gold.evidence.items()

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from dkilab.cache import cache_dir
 from dkilab.memory.sqlite import connect, transaction, with_retry
-from dkilab.types import ChatModel, Generation, KVModel
+from dkilab.types import ChatModel, Generation, KVModel, MemoryBlock
 
 SCHEMA = """CREATE TABLE IF NOT EXISTS responses(key TEXT PRIMARY KEY, model TEXT NOT NULL, text TEXT NOT NULL,
     prompt_tokens INTEGER NOT NULL, new_tokens INTEGER NOT NULL, injected_tokens INTEGER NOT NULL,
@@ -66,7 +66,7 @@ class ResponseCache:
         return view
 
     def key(self, model, messages, max_new_tokens: int, tools=None, memories=None) -> str:
-        mem = [(getattr(m, "text", str(m)), float(a)) for m, a in (memories or [])]
+        mem = [(m.text if isinstance(m, MemoryBlock) else str(m), float(a)) for m, a in (memories or [])]
         blob = json.dumps([model_identity(model, self.digest), messages, max_new_tokens, tools or None, mem],
                           ensure_ascii=False, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()
