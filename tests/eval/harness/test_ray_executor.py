@@ -34,7 +34,7 @@ def test_on_ray_each_cell_runs_once_a_killed_workers_cell_is_retried_a_failure_f
         tmp_path):
     from tests.fake_openai import Server
 
-    server = Server(delay=0.3)  # each cell takes seconds: there is time to kill its worker mid-cell
+    server = Server(delay=1.0)  # each cell takes 4 s or more: time to kill its worker mid-cell on a busy machine
     try:
         path = tmp_path / "ray.yaml"
         path.write_text(yaml.safe_dump({
