@@ -88,8 +88,8 @@ OPINION_MARKERS = {
 ROLE_LABELS = {"cn": {"user": "用户", "assistant": "助手"}, "en": {"user": "User", "assistant": "Assistant"}}
 
 
-# A "just" / "刚才" that points at what was said: a speech verb with it ("you just said", "刚才你说的"), or "just now",
-# "a moment ago". Without one it mostly dates the user's own news ("I just finished the race", "我刚刚到家"):
+# A "just" / "刚才" that points at what was said: a speech verb with it ("you just said", "刚才你说的", "what you said
+# just now"). Without one it mostly dates the user's own news ("I just finished the race", "我刚刚到家"):
 # `refers_back` then says the question does not point at the last turns (signals.reference_front reads it).
 _SAID_EN = (r"sa(?:y|id)|mention(?:ed)?|t(?:ell|old) me|ask(?:ed)? me|suggest(?:ed)?|recommend(?:ed)?|wr(?:ite|ote)|"
             r"g(?:ive|ave) me|describe[d]?|list(?:ed)?|explain(?:ed)?|share[d]?|show(?:ed)? me|answer(?:ed)?|"
