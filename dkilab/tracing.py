@@ -17,7 +17,7 @@ import functools
 import json
 from typing import Any
 
-from dkilab.types import MemoryBlock
+from dkilab.types import MemoryBlock, ServedModel
 
 _TRACER: contextvars.ContextVar[Any] = contextvars.ContextVar("dkilab_tracer", default=None)
 _OUT: contextvars.ContextVar[dict | None] = contextvars.ContextVar("dkilab_span_outputs", default=None)
@@ -145,7 +145,7 @@ def traced_generation(fn):
     def wrapper(self, messages_or_prompt, max_new_tokens: int = 64, *args, **kw):
         if _TRACER.get() is None:
             return fn(self, messages_or_prompt, max_new_tokens, *args, **kw)
-        name = getattr(self, "model_name", None) or getattr(self, "name", None) or type(self).__name__
+        name = self.model_name if isinstance(self, ServedModel) else self.name
         memories = kw.get("memories") if "memories" in kw else (args[2] if len(args) > 2 else None)
         extra = {"memories": [{"tokens": m.n_tokens, "alpha": a, "text": m.text[:500]} if isinstance(m, MemoryBlock)
                               else {"tokens": None, "alpha": a, "text": ""} for m, a in memories]} if memories else {}

@@ -382,6 +382,13 @@ class TokenizedModel(Protocol):
 
 
 @runtime_checkable
+class ServedModel(Protocol):
+    """A model behind an endpoint: the name the server knows it by (what a trace's `mlflow.llm.model` shows)."""
+
+    model_name: str
+
+
+@runtime_checkable
 class MemoryTextModel(Protocol):
     """A model that reads a K/V memory block as its text (the oracle), so nothing is encoded for it."""
 

@@ -1,6 +1,8 @@
 """TransformersChatModel: a local transformers causal LM behind one small interface the strategies use."""
 from __future__ import annotations
 
+import copy
+
 import queue
 import threading
 import time
@@ -22,7 +24,8 @@ class TransformersChatModel:
     """
 
     supports_kv = True
-    batch_size = 1  # > 1: concurrent text generations are decoded together (see `_Batcher`)
+    batch_size = 1  # > 1: concurrent text generations are decoded together (see `_Batcher`, `with_batch_size`)
+    _batch_worker: "_Batcher | None" = None
 
     def __init__(self, model, tokenizer, name: str, max_context: int | None = None):
         self.model, self.tokenizer, self.name = model, tokenizer, name
@@ -92,14 +95,23 @@ class TransformersChatModel:
             raise ValueError(f"prompt of {prompt_tokens} tokens + {max_new_tokens} new tokens exceeds "
                              f"{self.name}'s context window of {self.context_window}")
 
+    def with_batch_size(self, batch_size: int) -> "TransformersChatModel":
+        """This model decoding `batch_size` questions together: a view on the same weights and tokenizer, so one
+        cell's batch size never changes the model another cell holds."""
+        if batch_size == self.batch_size:
+            return self
+        view = copy.copy(self)
+        view.batch_size, view._batch_worker = batch_size, None
+        return view
+
     def _batcher(self) -> "_Batcher":
         with _BATCHER_LOCK:
-            old = getattr(self, "_batch_worker", None)
+            old = self._batch_worker
             if old is None or old.size != self.batch_size:
                 if old is not None:
                     old.close()
-                self._batch_worker = _Batcher(self, self.batch_size)
-            return self._batch_worker
+                old = self._batch_worker = _Batcher(self, self.batch_size)
+            return old
 
     def generate_batch(self, prompts: list, max_new_tokens: int = 64, tools: list[dict]
                        | None = None) -> list[Generation]:

@@ -105,14 +105,14 @@ def load_tokenizer_model(spec: str = DEFAULT_MODEL, *, max_context: int | None =
 def load_local(spec: str, *, dtype: str = "auto", device: str = "cpu", max_context: int | None = None,
                attn_implementation: str = "auto", batch_size: int = 1, **_):
     """An `offline:` or `transformers:` model (`backends/local.py` registers it), loaded once per spec, dtype,
-    device, context and attention kernel."""
+    device, context and attention kernel; another `batch_size` is a view on the same weights (`with_batch_size`)."""
     key = (spec, dtype, device, max_context, attn_implementation)
     with _LOCK:
         if key not in _LOADED:
             _LOADED[key] = _load_hf(spec, dtype, device, max_context, attn_implementation)
-        model = _LOADED[key]
-    model.batch_size = batch_size
-    return model
+        if batch_size != _LOADED[key].batch_size and key + (batch_size,) not in _LOADED:
+            _LOADED[key + (batch_size,)] = _LOADED[key].with_batch_size(batch_size)
+        return _LOADED[key] if batch_size == _LOADED[key].batch_size else _LOADED[key + (batch_size,)]
 
 
 def resolve_device(device: str, cuda_available: bool | None = None, env=None) -> str:

@@ -94,3 +94,15 @@ class ResponseCache:
 
     def close(self) -> None:
         self.conn.close()
+
+
+def shared(digest: str | None = None) -> ResponseCache:
+    """The process's response cache (one SQLite connection, opened on first use) as a cell uses it: keyed by
+    the digest of its model's weights (a script's content), hits counted from zero."""
+    global _SHARED
+    if _SHARED is None:
+        _SHARED = ResponseCache()
+    return _SHARED.for_weights(digest)
+
+
+_SHARED: ResponseCache | None = None

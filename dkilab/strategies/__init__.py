@@ -10,8 +10,9 @@ from dkilab.strategies.base import STRATEGIES, Strategy, StrategyParams, registe
 BUILTIN = ("no_memory", "full_history", "stable", "recall_v4", "full_attention")
 
 
-def create_strategy(name: str, params: dict | None = None, source: str = "<params>") -> Strategy:
-    return STRATEGIES[name](params, source=source)
+def create_strategy(name: str, params: dict | None = None, source: str = "<params>", **kw) -> Strategy:
+    """A `name` strategy with `params`; `kw`: what it is built with besides (`kv_cache_bytes`, `response_cache`)."""
+    return STRATEGIES[name](params, source=source, **kw)
 
 
 __all__ = ["STRATEGIES", "Strategy", "StrategyParams", "register", "create_strategy", "BUILTIN"]

@@ -46,8 +46,8 @@ class PeerRetriever(Strategy):
     package: ClassVar[str] = ""  # pinned requirement: part of the identity (a new peer release re-runs)
     output_kind = "ranking"  # a ranking, no answer
 
-    def __init__(self, params=None, source: str = "<params>"):
-        super().__init__(params, source)
+    def __init__(self, params=None, source: str = "<params>", **kw):
+        super().__init__(params, source, **kw)
         self._indexes: dict[tuple, Any] = {}
         self._lock = threading.Lock()
 

@@ -16,7 +16,7 @@ import weakref
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Literal
 
 from cachetools import LRUCache
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -35,6 +35,9 @@ from dkilab.text.history import DEFAULT_FIELDS, render_line
 from dkilab.text.lang import detect_language
 from dkilab.tracing import span
 from dkilab.types import Answer, ChatModel, ContextBudget, Generation, KVModel, Memory, MemoryTextModel, Message
+
+if TYPE_CHECKING:
+    from dkilab.models.response_cache import ResponseCache
 
 TEMPLATE_TOKENS = 64  # what a chat template adds around the system and user messages (a generous bound)
 
@@ -132,7 +135,11 @@ class Strategy(ABC):
     # calls `answer`
     answers_from_file: ClassVar[bool] = False
 
-    def __init__(self, params: dict[str, Any] | StrategyParams | None = None, source: str = "<params>"):
+    def __init__(self, params: dict[str, Any] | StrategyParams | None = None, source: str = "<params>", *,
+                 kv_cache_bytes: int = KV_CACHE_BYTES, response_cache: Callable[[], ResponseCache] | None = None):
+        """`kv_cache_bytes`: what its cached K/V blocks may hold per model (the experiment's `model.kv_cache_mb`);
+        `response_cache`: what opens the response cache its greedy generations are kept in (`model.cache`), called
+        on the first generation, so a cell that never generates opens nothing."""
         # context-only (`model: {generate: false}`): build exactly the prompt and K/V blocks, then stop
         self.context_only = False
         if isinstance(params, StrategyParams):
@@ -143,8 +150,16 @@ class Strategy(ABC):
         # one that reuses its memory address never share entries
         self._kv_cache: weakref.WeakKeyDictionary[Any, LRUCache] = weakref.WeakKeyDictionary()
         self._kv_lock = threading.Lock()
-        self.kv_cache_bytes = KV_CACHE_BYTES  # the runner sets model.kv_cache_mb
-        self.response_cache = None  # a ResponseCache when the experiment sets model.cache
+        self.kv_cache_bytes = kv_cache_bytes
+        self._open_responses = response_cache
+        self._responses: ResponseCache | None = None
+
+    @property
+    def response_cache(self) -> ResponseCache | None:
+        """The response cache (opened on first use), None when the experiment keeps none."""
+        if self._responses is None and self._open_responses is not None:
+            self._responses = self._open_responses()
+        return self._responses
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.params.model_dump(exclude_defaults=True)})"
@@ -337,7 +352,7 @@ class Strategy(ABC):
                 return hit, model.render(messages, **kw)
         gen = model.generate_full(messages, max_new_tokens=self.params.max_new_tokens,
                                   temperature=self.params.temperature, memories=memories, **kw)
-        if key is not None:
+        if key is not None and cache is not None:
             cache.put(key, model, gen)
         return gen, model.render(messages, **kw)
 
@@ -399,8 +414,8 @@ class RecallingStrategy(Strategy):
     params: RecallParams
     takes_task_inputs = True  # asked_at: date cues ("last week") resolve against when the question is asked
 
-    def __init__(self, params=None, source: str = "<params>"):
-        super().__init__(params, source)
+    def __init__(self, params=None, source: str = "<params>", **kw):
+        super().__init__(params, source, **kw)
         r = self.params.reference
         self.resolver = create_reference_resolver(r.config, last_few_turns=r.last_few_turns,
                                                    recent_turns=r.recent_turns, session_max_turns=r.session_max_turns)

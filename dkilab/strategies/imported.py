@@ -47,8 +47,8 @@ class Imported(Strategy):
     supports_context_only = False
     answers_from_file = True
 
-    def __init__(self, params: dict[str, Any] | StrategyParams | None = None, source: str = "<params>"):
-        super().__init__(params, source)
+    def __init__(self, params: dict[str, Any] | StrategyParams | None = None, source: str = "<params>", **kw):
+        super().__init__(params, source, **kw)
         self.file = under_data_dir(self.params.path)
         self.sha1 = file_digest(self.file)  # a missing file is refused when the experiment is read
 

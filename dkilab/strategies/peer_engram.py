@@ -29,8 +29,8 @@ class PeerEngram(PeerRetriever):
     package = "engram-search==0.1.7"
     takes_task_inputs = True  # asked_at: its temporal boost needs the question date
 
-    def __init__(self, params=None, source: str = "<params>"):
-        super().__init__(params, source)
+    def __init__(self, params=None, source: str = "<params>", **kw):
+        super().__init__(params, source, **kw)
         self._encoders: dict = {}
         self._encoders_lock = threading.Lock()  # build() runs under the index lock
 

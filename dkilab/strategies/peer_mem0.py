@@ -61,8 +61,8 @@ class PeerMem0(Strategy):
     package: ClassVar[str] = "mem0ai==2.2.1"
     supports_context_only = False  # its memories are extracted by the model
 
-    def __init__(self, params=None, source: str = "<params>"):
-        super().__init__(params, source)
+    def __init__(self, params=None, source: str = "<params>", **kw):
+        super().__init__(params, source, **kw)
         self._memories: dict[tuple, Any] = {}  # the user's mem0 memory, or the exception its build raised
         self._stats: dict[tuple, dict[str, int]] = {}  # extraction calls, replies mem0 could not parse, memories
         self._lock = threading.Lock()

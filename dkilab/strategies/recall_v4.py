@@ -55,8 +55,8 @@ class RecallV4(RecallingStrategy):
     def needs_kv(self, preferences: bool = True) -> bool:
         return preferences  # only the preferences go in as K/V
 
-    def __init__(self, params=None, source: str = "<params>"):
-        super().__init__(params, source)
+    def __init__(self, params=None, source: str = "<params>", **kw):
+        super().__init__(params, source, **kw)
         # model -> {language: builder}, held weakly by the model object (see Strategy.memory_kv)
         self._builders: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 

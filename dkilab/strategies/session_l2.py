@@ -46,8 +46,8 @@ class SessionL2(Strategy):
     params: SessionL2Params
     takes_task_inputs = True
 
-    def __init__(self, params=None, source: str = "<params>"):
-        super().__init__(params, source)
+    def __init__(self, params=None, source: str = "<params>", **kw):
+        super().__init__(params, source, **kw)
 
         p = self.params
         self.flow_config = FlowConfig(mode=p.mode, rewriter=p.rewriter, extractor=p.extractor, answer=p.answer,

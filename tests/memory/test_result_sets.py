@@ -44,8 +44,7 @@ def test_kv_blocks_are_bounded_in_bytes(monkeypatch):
     class M:
         supports_kv = True
 
-    s = create_strategy("stable", {})
-    s.kv_cache_bytes = 1000
+    s = create_strategy("stable", {}, kv_cache_bytes=1000)
     model = M()
     s.memory_kv(model, "aaaa")  # 400 bytes
     s.memory_kv(model, "bbbb")  # 400

@@ -102,3 +102,16 @@ def test_a_replaced_batcher_finishes_its_queue_and_ends(model, monkeypatch):
         time.sleep(0.05)
         workers = [t for t in threading.enumerate() if t.name == "dkilab-batcher" and t.is_alive()]
     assert len(workers) == 1
+
+
+def test_a_cells_batch_size_is_a_view_that_leaves_the_shared_model_alone(model):
+    """load_model(batch_size=8) shares the weights of the cached model but not its batch size: a later cell
+    loading the same spec at batch 1 (or one running beside it) is not batched behind its back."""
+    from dkilab.models import load_model
+
+    wide = load_model(batch_size=8)
+    assert wide.batch_size == 8 and wide.model is model.model and wide.tokenizer is model.tokenizer
+    assert load_model(batch_size=1) is model and model.batch_size == 1 and wide.batch_size == 8
+    assert load_model(batch_size=8) is wide  # one view per batch size: its K/V caches last across cells
+    assert wide.generate_full(PROMPTS[0], max_new_tokens=6).text == model.generate_full(PROMPTS[0],
+                                                                                        max_new_tokens=6).text

@@ -81,3 +81,46 @@ def test_native_tool_calls_come_back_as_parseable_text(server):
     assert json.loads(sent["messages"][1]["tool_calls"][0]["function"]["arguments"]) == {"trace_id": "m1"}
     req = create_formatter(kind="native").detect_fact_request(text)
     assert (req.trace_id, req.offset, req.limit) == ("m7", 2, 5)
+
+
+class _Span:
+    def __init__(self, name, log):
+        self.name, self.attributes = name, {}
+        log.append(self)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def set_inputs(self, inputs):
+        pass
+
+    def set_outputs(self, outputs):
+        pass
+
+    def set_attribute(self, key, value):
+        self.attributes[key] = value
+
+
+def test_a_served_models_span_names_the_model_the_server_knows(server, tmp_path):
+    from dkilab import tracing
+    from dkilab.models.backends.scripted import ScriptedModel
+    from dkilab.types import ServedModel
+
+    (tmp_path / "s.yaml").write_text("default: ok\n")
+    scripted = ScriptedModel(tmp_path / "s.yaml")
+    s = server()
+    client = load_model(f"openai:gpt-x@{s.url}")
+    log: list[_Span] = []
+
+    class Tracer:
+        def start_span(self, name, span_type=None):
+            return _Span(name, log)
+
+    with tracing.tracing_to(Tracer()):
+        client.generate("hello")
+        scripted.generate("hello")
+    assert isinstance(client, ServedModel) and not isinstance(scripted, ServedModel)
+    assert [sp.attributes["mlflow.llm.model"] for sp in log] == ["gpt-x", "scripted:s.yaml"]

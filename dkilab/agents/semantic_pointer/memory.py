@@ -41,6 +41,10 @@ class TreeMemory:
         self.store.add_messages([msg])
         return msg
 
+    def source(self, user_id: str) -> str:
+        """Where the user's memory lives (`Memory.source`): part of the resolver cache key."""
+        return self.store.for_user(user_id).source
+
     def version(self, user_id: str) -> tuple[int, str]:
         """(message count, newest id) of the user: part of the resolver cache key."""
         view = self.store.for_user(user_id)

@@ -102,7 +102,7 @@ class TreeContextResolver:
         for name, desc in param_descriptions.items():
             if self.config.enable_ambiguity_detection and not self._detect_ambiguous_references(desc):
                 continue
-            key = (id(self.memory.store), getattr(self.memory.store, "path", None), user_id, self.tree.version,
+            key = (self.memory.source(user_id), user_id, self.tree.version,
                    agent_id, name, desc, json.dumps(current_context, sort_keys=True, default=str, ensure_ascii=False),
                    self.memory.version(user_id))
             hit = self._cache.get(key)

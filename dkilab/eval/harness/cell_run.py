@@ -3,6 +3,7 @@ again from a finished run's stored answers (`rescore_one`), or imported from a p
 each ends FINISHED with the completion tag, FAILED with its reason, or KILLED (`close`, `end_failed`)."""
 from __future__ import annotations
 
+import contextlib
 import time
 import traceback
 from contextvars import ContextVar
@@ -92,13 +93,12 @@ def rescore_one(cfg, cell: Cell, n: int, total: int, state, source: str, data_di
                            description=tracking.cell_description(cell)
                            + f" Re-scored from the answers of run `{source}`.")
     result = CellResult(cell, run_id=run.info.run_id)
-    try:
+    failed = f"[{n}/{total}] {cell.label}: re-scoring FAILED"
+    with _failing(result, lambda e: echo(f"{failed} ({e}); the next run retries it")):
         result.rows = rescore.rescore_cell(stored, items, cell_scorers(cell))
         answers, trace_ids, header = stored
         errors, counters = list(header.get("errors") or []), dict(header.get("counters") or {})
-        result.metrics = log_cell(cell, result.rows, errors, float(header["wall_s"]), counters)
-        rescore.log_answers(cell, answers, items, trace_ids, errors, float(header["wall_s"]), counters)
-        over = close(cfg, result)
+        over = _log_and_close(cfg, result, answers, items, trace_ids, errors, float(header["wall_s"]), counters)
         if over:
             echo(f"[{n}/{total}] {cell.label}: FAILED ({over})")
             return result
@@ -110,12 +110,6 @@ def rescore_one(cfg, cell: Cell, n: int, total: int, state, source: str, data_di
                           if p) or "every metric as before")
         echo(tables.cell_line(cell, result.metrics, n, total, time.perf_counter() - t)
              + f" (re-scored from the answers of run {source[:8]}, no generation; {what})")
-    except (KeyboardInterrupt, SystemExit):
-        mlflow.end_run(status="KILLED")
-        raise
-    except Exception as exc:
-        end_failed(result, f"{type(exc).__name__}: {exc}", traceback.format_exc())
-        echo(f"[{n}/{total}] {cell.label}: re-scoring FAILED ({result.error}); the next run retries it")
     return result
 
 
@@ -137,20 +131,11 @@ def import_one(cfg, cell: Cell, n: int, total: int, state, data_dir, datasets, e
     run = mlflow.start_run(run_name=cell.label, nested=True, tags=cell_tags(cell, n) | {
         published.SOURCE_TAG: str(cell.instance.file)}, description=tracking.cell_description(cell))
     result = CellResult(cell, run_id=run.info.run_id)
-    try:
+    with _failing(result, lambda e: echo(f"[{n}/{total}] {cell.label}: import FAILED ({e})")):
         result.rows = score_rows(cell_scorers(cell), answers, items, {})
-        wall_s, extra = time.perf_counter() - t, found.counters()
-        result.metrics = log_cell(cell, result.rows, errors, wall_s, extra)
-        rescore.log_answers(cell, answers, items, {}, errors, wall_s, extra)
-        over = close(cfg, result)
+        over = _log_and_close(cfg, result, answers, items, {}, errors, time.perf_counter() - t, found.counters())
         line = tables.cell_line(cell, result.metrics, n, total, time.perf_counter() - t)
         echo(f"{line}: FAILED ({over})" if over else line + " (imported, no generation)")
-    except (KeyboardInterrupt, SystemExit):
-        mlflow.end_run(status="KILLED")
-        raise
-    except Exception as exc:
-        end_failed(result, f"{type(exc).__name__}: {exc}", traceback.format_exc())
-        echo(f"[{n}/{total}] {cell.label}: import FAILED ({result.error})")
     return result
 
 
@@ -183,7 +168,7 @@ def run_one(cfg, cell: Cell, n: int, total: int, state, data_dir, datasets, prog
             extra = {"query_embeddings": float(data.store.embedder.cache_misses), "resumed_questions": float(resumed),
                      "store_over_window": float(stats["over_window"]),
                      "store_vectors": float(stats["messages"] + stats["passages"])}
-            if cell.instance.response_cache is not None:
+            if cell.model.cache and cell.needs_model:
                 extra["response_cache_hits"] = float(cell.instance.response_cache.hits)
             wall_s = time.perf_counter() - t
             result.metrics = log_cell(cell, result.rows, errors, wall_s, extra)
@@ -213,6 +198,31 @@ def run_one(cfg, cell: Cell, n: int, total: int, state, data_dir, datasets, prog
         end_failed(result, f"{type(exc).__name__}: {exc}", traceback.format_exc())
         echo(f"[{n}/{total}] {cell.label}: FAILED ({result.error}); the next run retries it")
     return result
+
+
+def _log_and_close(cfg, result: CellResult, answers, items, trace_ids, errors: list[str], wall_s: float,
+                   extra: dict[str, float]) -> str | None:
+    """Log a cell scored from answers it did not generate here (re-scored, imported): its metrics and views, the
+    answers a later re-score reads, then close its run (-> why it failed, or None)."""
+    result.metrics = log_cell(result.cell, result.rows, errors, wall_s, extra)
+    rescore.log_answers(result.cell, answers, items, trace_ids, errors, wall_s, extra)
+    return close(cfg, result)
+
+
+@contextlib.contextmanager
+def _failing(result: CellResult, say):
+    """Around scoring and logging a cell's run: Ctrl-C ends it KILLED (and goes on up); an error ends it FAILED
+    with the traceback, and `say(error)` tells the user."""
+    import mlflow
+
+    try:
+        yield
+    except (KeyboardInterrupt, SystemExit):
+        mlflow.end_run(status="KILLED")
+        raise
+    except Exception as exc:
+        end_failed(result, f"{type(exc).__name__}: {exc}", traceback.format_exc())
+        say(result.error)
 
 
 def close(cfg, result: CellResult) -> str | None:

@@ -1,17 +1,16 @@
-"""Preparing one cell: its data, its model under test (or tokenizer alone), its judge, and what the strategy
-instance is given before it answers (its K/V budget, the response cache). `prepare_cell` is the one place a
-cell is made ready; the models a cell held are released after it (`release_after`), in `model_order`."""
+"""Preparing one cell: its data, its model under test (or tokenizer alone) and its scorers (the strategy
+instance gets its K/V budget and response cache when the cell builds it, `Cell.instance`). `prepare_cell` is the
+one place a cell is made ready; the models a cell held are released after it (`release_after`), in `model_order`."""
 from __future__ import annotations
 
 from typing import Any, Collection
 
 from dkilab.eval.harness import budgets
 from dkilab.eval.harness.cell import load_cell_data, question_text
-from dkilab.eval.harness.experiment import Cell, model_weights_digest
+from dkilab.eval.harness.experiment import Cell
 from dkilab.eval.scoring.judge import LLMJudge
 from dkilab.eval.scoring.scorers import Scorer, scorers_for
 from dkilab.models.loading import load_model, load_tokenizer_model, release_models
-from dkilab.models.response_cache import ResponseCache
 from dkilab.types import KVModel
 
 
@@ -23,9 +22,6 @@ def prepare_cell(cell: Cell, state, data_dir, datasets, max_error_rate: float = 
     """(model, data, scorers) of a cell: what `run_cell` and `score_rows` take. Under several processes each
     one's failure is gathered, so they all fail the cell together (naming the rank) and go on to the next cell,
     instead of the others waiting in a collective for one that raised."""
-    cell.instance.kv_cache_bytes = cell.model.kv_cache_mb * 1024**2  # what its K/V blocks may hold
-    if cell.model.cache and cell.needs_model:
-        cell.instance.response_cache = response_cache(model_weights_digest(cell.model.spec))
     error: str | None = None
     out: tuple[Any, Any, Any] = (None, None, None)
     try:
@@ -53,18 +49,6 @@ def prepare_cell(cell: Cell, state, data_dir, datasets, max_error_rate: float = 
         if failed:
             raise CellFailedOnARank("; ".join(f"process {rank} (of {state.num_processes}): {e}" for rank, e in failed))
     return out
-
-
-def response_cache(digest: str | None = None) -> ResponseCache:
-    """The process's response cache (one SQLite connection, opened on first use) as a cell uses it: keyed by
-    the digest of its model's weights (a script's content), hits counted from zero."""
-    global _RESPONSES
-    if _RESPONSES is None:
-        _RESPONSES = ResponseCache()
-    return _RESPONSES.for_weights(digest)
-
-
-_RESPONSES: ResponseCache | None = None
 
 
 def model_order(cells: list[Cell]) -> list[int]:

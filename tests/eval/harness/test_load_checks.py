@@ -148,3 +148,17 @@ def test_a_bad_value_under_defaults_is_named_at_defaults():
         experiment_from_dict(_cfg(defaults={"history_budget": -5}))
     with pytest.raises(ConfigError, match=r"strategies\.0 \(no_memory\).*history_budget"):  # the strategy's own
         experiment_from_dict(_cfg(strategies=[{"name": "no_memory", "params": {"history_budget": -5}}]))
+
+
+def test_a_cells_strategy_is_built_with_its_kv_budget_and_opens_its_response_cache_when_it_generates(monkeypatch):
+    """The strategy instance gets `model.kv_cache_mb` and `model.cache` when the cell builds it, nothing set on it
+    afterwards; the response cache (an SQLite file) opens on the first generation only, once, keyed by the weights."""
+    import dkilab.models.response_cache as responses
+
+    opened = []
+    monkeypatch.setattr(responses, "shared", lambda digest=None: opened.append(digest) or object())
+    cached, plain = (expand_cells(experiment_from_dict(_cfg(model={"spec": "scripted:oracle", "kv_cache_mb": 3,
+                                                                   "cache": c}), "<t>"))[0] for c in (True, False))
+    assert cached.instance.kv_cache_bytes == 3 * 1024**2 and opened == []  # built, nothing opened
+    assert cached.instance.response_cache is cached.instance.response_cache and len(opened) == 1
+    assert plain.instance.response_cache is None and len(opened) == 1

@@ -182,9 +182,9 @@ def test_the_response_cache_answers_a_repeated_run_without_generating(tmp_path, 
     from dkilab.models.chat import TransformersChatModel
 
     monkeypatch.setenv("DKILAB_CACHE_DIR", str(tmp_path / "cache"))
-    import dkilab.eval.harness.prepare as prepare
+    import dkilab.models.response_cache as responses
 
-    monkeypatch.setattr(prepare, "_RESPONSES", None)
+    monkeypatch.setattr(responses, "_SHARED", None)
     calls = []
     real = TransformersChatModel.generate_full
 

@@ -23,10 +23,12 @@ from dkilab.eval.harness.experiment.schema import (
     JudgeSpec,
     ModelSpec,
     StrategySpec,
+    model_weights_digest,
 )
 from dkilab.eval.scoring import detector_card, metrics_version
 from dkilab.eval.scoring.abstention import judge_card
 from dkilab.eval.scoring.scorers import EXTRA_SCORERS
+from dkilab.models import response_cache as responses
 from dkilab.prompts import CHOOSE
 from dkilab.strategies import STRATEGIES
 
@@ -46,8 +48,12 @@ class Cell:
 
     @cached_property
     def instance(self):
-        """A fresh strategy object for this cell (never shared between cells)."""
-        inst = STRATEGIES[self.strategy.name](self.params)
+        """A fresh strategy object for this cell (never shared between cells), built with the K/V budget and the
+        response cache its model spec asks for (`kv_cache_mb`, `cache`: keyed by the weights' digest)."""
+        spec = self.model
+        opens = (lambda: responses.shared(model_weights_digest(spec.spec))) if spec.cache else None
+        inst = STRATEGIES[self.strategy.name](self.params, kv_cache_bytes=spec.kv_cache_mb * 1024**2,
+                                              response_cache=opens)
         # a strategy that needs no model (a ranking) is the same cell in a context-only config
         inst.context_only = not self.model.generate and inst.needs().model
         return inst
