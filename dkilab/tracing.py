@@ -17,7 +17,7 @@ import functools
 import json
 from typing import Any
 
-from dkilab.types import MemoryBlock, ServedModel
+from dkilab.types import Hit, MemoryBlock, RecalledMessage, ServedModel
 
 _TRACER: contextvars.ContextVar[Any] = contextvars.ContextVar("dkilab_tracer", default=None)
 _OUT: contextvars.ContextVar[dict | None] = contextvars.ContextVar("dkilab_span_outputs", default=None)
@@ -67,8 +67,11 @@ def documents(items) -> list[dict[str, Any]]:
         score, signals = None, None
         if isinstance(it, tuple):
             it, score = it
-        elif hasattr(it, "message") and hasattr(it, "score"):
-            it, score, signals = it.message, it.score, dict(getattr(it, "signals", {}) or {})
+        elif isinstance(it, RecalledMessage):
+            score, signals = it.score, dict(it.signals or {})
+            it = it.message
+        elif isinstance(it, Hit):
+            score, it = it.score, it.message
         meta = {"role": it.role, "timestamp": str(it.timestamp), "session_id": it.session_id}
         if score is not None:
             meta["score"] = round(float(score), 4)

@@ -34,7 +34,17 @@ from dkilab.registry import Registry
 from dkilab.text.history import DEFAULT_FIELDS, render_line
 from dkilab.text.lang import detect_language
 from dkilab.tracing import span
-from dkilab.types import Answer, ChatModel, ContextBudget, Generation, KVModel, Memory, MemoryTextModel, Message
+from dkilab.types import (
+    Answer,
+    ChatModel,
+    ContextBudget,
+    Generation,
+    Hit,
+    KVModel,
+    Memory,
+    MemoryTextModel,
+    Message,
+)
 
 if TYPE_CHECKING:
     from dkilab.models.response_cache import ResponseCache
@@ -547,7 +557,7 @@ def all_messages(memory) -> list[Message]:
     cursor = None
     while True:
         page = memory.messages_list(page_size=1000, cursor=cursor)
-        out.extend(h.message if hasattr(h, "message") else h for h in page.items)
+        out.extend(h.message if isinstance(h, Hit) else h for h in page.items)
         cursor = page.next_cursor
         if cursor is None:
             return out

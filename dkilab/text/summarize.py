@@ -14,6 +14,7 @@ from dkilab.text.lang import detect_language
 from dkilab.text.segment import _jieba, segment
 from dkilab.text.stopwords import STOPWORDS
 from dkilab.text.tokens import HeuristicTokenCounter, TokenCounter
+from dkilab.types import Generation
 
 # sentence ends: Chinese and full-width marks, English .!? followed by space, and newlines
 _SPLIT = re.compile(r"(?<=[。！？；!?])|(?<=[.;])(?=\s)|\n+")
@@ -136,5 +137,5 @@ class LLMSummarizer:
     def summarize(self, text: str, max_tokens: int = 150) -> str:
         prompt = LLM_SUMMARY_PROMPT[detect_language(text)].format(max_tokens=max_tokens, text=text)
         out = self.generate(prompt, max_new_tokens=max_tokens)
-        out = out if isinstance(out, str) else getattr(out, "text", str(out))
+        out = out.text if isinstance(out, Generation) else str(out)
         return self.counter.truncate(out.strip(), max_tokens)

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _WORD = re.compile(r"[A-Za-z0-9]+")
 _PUNCT = re.compile(r"[^\w\s]")
 
 
+@runtime_checkable
 class TokenCounter(Protocol):
     def count_tokens(self, text: str) -> int: ...
 
@@ -61,10 +62,10 @@ class HFTokenCounter:
 
 
 def make_token_counter(tokenizer: Any = None) -> TokenCounter:
-    """A counter for `tokenizer` (a transformers tokenizer, or an object with count_tokens), else the estimate."""
+    """A counter for `tokenizer` (a transformers tokenizer, or a TokenCounter: a model), else the estimate."""
     if tokenizer is None:
         return HeuristicTokenCounter()
-    if hasattr(tokenizer, "count_tokens"):
+    if isinstance(tokenizer, TokenCounter):
         return tokenizer
     return HFTokenCounter(tokenizer)
 
