@@ -1,6 +1,6 @@
-"""The README's quickstart table is what the quickstart gives: experiments/quickstart.yaml run here (all five
-strategies, the offline SmolLM2, 28 questions), then every `$ dkilab report` block of README.md compared with
-what its command prints from that run (scripts/readme_figures.py; `make readme-figures` rewrites them). The
+"""The README's quickstart table is what the quickstart gives: experiments/quickstart.yaml run here (the five
+strategies and full_attention as the seed writes it, the offline SmolLM2, 28 questions), then every `$ dkilab
+report` block of README.md compared with what its command prints from that run (scripts/readme_figures.py; `make readme-figures` rewrites them). The
 same run is re-scored without a model to the same metrics."""
 import os
 import sys
@@ -55,6 +55,6 @@ def test_the_readme_quickstart_table_is_what_the_quickstart_gives(tmp_path):
     line = next(ln for ln in text.splitlines() if ln.startswith(cell))
     assert figures.stale_blocks(uri, text.replace(line, line.replace("0", "9", 1)))
     # every cell fills the one budget, and the run re-scores without a model to the same metrics
-    assert len(results) == 5 and all(r.metrics["errors"] == 0 and r.metrics["questions"] == 28 for r in results)
+    assert len(results) == 6 and all(r.metrics["errors"] == 0 and r.metrics["questions"] == 28 for r in results)
     assert all(r.metrics["history_budget"] == 640 for r in results if r.cell.strategy.key != "no_memory")
     _rescored_alike(cfg.name, uri)

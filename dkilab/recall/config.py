@@ -143,7 +143,10 @@ PRESETS: dict[str, dict[str, Any]] = {
         "keyword_enabled": True, "keyword_topk": 5, "keyword_method": "tfidf", "keyword_pos": "seed",
         "vector_enabled": True, "vector_top_k": 10, "vector_threshold": 0.5, "reference_enabled": True,
         "fusion": "seed", "lexical_query": "keywords", "speaker_focus": 0.0, "temporal_focus": 0.0,
-        "prf_docs": 0, "neighbor_expansion": 0, "session_boost": 0.0}},
+        "prf_docs": 0, "neighbor_expansion": 0, "session_boost": 0.0,
+        # §2.2.2 step 1, the reference decides where recall looks: a question that refers back to the last
+        # 1-3 turns ("刚才你说的") or to the assistant's last stance has those turns lead
+        "reference_front": 3}},
 }
 
 

@@ -125,10 +125,16 @@ class MultiSignalRecall:
             ranked = self._timed(lat, "learned", lambda: self._learned(query, ranked, keywords, focus, asked_at, lists))
         if sig.neighbor_expansion and ranked:
             ranked = self._timed(lat, "neighbors", lambda: self._expand(ranked))
-        if 0 < len(lists.get("reference", [])) <= 2 * sig.reference_front and ref is not None \
-                and (sig.reference_front_rule == "any" or refers_back(query, ref)):
+        if self._fronted(query, ref, lists.get("reference", [])):
             ranked = _referenced_first(ranked, lists["reference"])
         return self._result(ranked[:max_results], history if session_id else [], ref, lists, keywords, max_results, lat)
+
+    def _fronted(self, query: str, ref, referenced: list) -> bool:
+        """Whether the referenced turns lead the ranking (`signals.reference_front`): the question refers back
+        (`reference_front_rule`) to at most `reference_front` turns."""
+        sig = self.config.signals
+        return (0 < len(referenced) <= 2 * sig.reference_front and ref is not None
+                and (sig.reference_front_rule == "any" or refers_back(query, ref)))
 
     def _result(self, ranked: list[RecalledMessage], session_history: list[Message], ref, lists, keywords,
                 max_results: int, lat: dict) -> RecallResult:
@@ -169,6 +175,9 @@ class MultiSignalRecall:
             lists["reference"] = [(m, 1.0) for m in scope.messages]
         ranked = self._timed(lat, "fusion", lambda: seed_ranking.rank(lists.get("keyword", []),
                                                                       lists.get("vector", [])))
+        referenced = lists.get("reference", [])
+        if self._fronted(query, scope.reference, referenced):  # newest first, as the weighted path fronts them
+            ranked = _referenced_first(ranked, [(m, 1.0 / (1 + r)) for r, (m, _) in enumerate(reversed(referenced))])
         return self._result(ranked[:max_results], history if session_id else [], scope.reference, lists, keywords,
                             max_results, lat)
 

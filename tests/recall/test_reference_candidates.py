@@ -117,3 +117,25 @@ def test_the_rule_is_in_the_identity_only_while_the_front_is_on():
     assert "reference_front_rule" not in identity_params(validate_recall_config({}))["signals"]
     on = identity_params(validate_recall_config({"signals": {"reference_front": 5}}))["signals"]
     assert on["reference_front_rule"] == "said"
+
+
+@pytest.mark.parametrize("session", [None, "s3"])
+def test_the_seeds_pipeline_puts_what_its_two_examples_refer_to_in_front(tmp_path, e5, session):
+    """`recall: {preset: seed}` (and so `seed: true`): the reference decides where recall looks (§2.2.2 step 1).
+    Its two examples, "刚才你说的那个方案" and "之前你说的那个建议", rank the turns they point at in the top 5 with and
+    without a session id; with the front taken off the preset, the first is lost without a session id (no keyword
+    of it is in those turns, and the vectors prefer the earlier 方案 turns)."""
+    def top5(store, question, **signals):
+        cfg = validate_recall_config({"preset": "seed", "signals": signals})
+        assert cfg.signals.fusion == "seed"
+        res = MultiSignalRecall(cfg, ReferenceResolver(), store.for_user("u"), embedder=e5).recall(
+            question, session_id=session)
+        return [m.message_id for m in res.messages[:5]]
+
+    with _store(tmp_path / "a", e5, SORTING) as store:
+        assert {"t60", "t61", "t62", "t63"} <= set(top5(store, "刚才你说的那个方案是什么？"))
+        if session is None:
+            assert not {"t60", "t61", "t62", "t63"} & set(top5(store, "刚才你说的那个方案是什么？", reference_front=0))
+    with _store(tmp_path / "b", e5, STANCE) as store:
+        assert "t61" in top5(store, "之前你说的那个建议还有效吗？")
+    assert validate_recall_config({"preset": "seed"}).signals.reference_front == 3
