@@ -1,7 +1,7 @@
 """The README's quickstart table is what the quickstart gives: experiments/quickstart.yaml run here (the five
 strategies and full_attention as the seed writes it, the offline SmolLM2, 28 questions), then every `$ dkilab
-report` block of README.md compared with what its command prints from that run (scripts/readme_figures.py; `make readme-figures` rewrites them). The
-same run is re-scored without a model to the same metrics."""
+report` block of README.md compared with what its command prints from that run (scripts/readme_figures.py;
+`make readme-figures` rewrites them). The same run is re-scored without a model to the same metrics."""
 import os
 import sys
 
