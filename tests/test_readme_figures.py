@@ -57,4 +57,4 @@ def test_the_readme_quickstart_table_is_what_the_quickstart_gives(tmp_path):
     # every cell fills the one budget, and the run re-scores without a model to the same metrics
     assert len(results) == 6 and all(r.metrics["errors"] == 0 and r.metrics["questions"] == 28 for r in results)
     assert all(r.metrics["history_budget"] == 640 for r in results if r.cell.strategy.key != "no_memory")
-    _rescored_alike(cfg.name, uri)
+    _rescored_alike(cfg.name, uri, cells=6)
