@@ -8,7 +8,9 @@
    any kind rather than by none; English questions take dkilab's English keywords, as jieba's POS filter
    keeps no English word);
 3. the vector search returns its top `vector_top_k` at cosine >= `vector_threshold` over the memory;
-4. the two lists are merged by message id and ranked by keyword weight + cosine.
+4. the two lists are merged by message id and ranked by keyword weight + cosine;
+5. a question that refers back to at most `signals.reference_front` turns (the preset's 3) has them lead
+   (`MultiSignalRecall._fronted`): step 1's range is where it points.
 Nothing here sees gold evidence or answers.
 """
 from __future__ import annotations
