@@ -3,6 +3,7 @@ MiniLM vectors, real FTS5), the same features through a memory that only has the
 service's client), the per-encoder model file and its errors, the model's digest in a cell's identity,
 and the trainer end to end on the bundled fixtures."""
 import json
+import math
 from datetime import datetime, timezone
 
 import numpy as np
@@ -423,9 +424,17 @@ def test_the_trainer_fits_a_model_recall_can_load(tmp_path, monkeypatch):
     assert sum(len(r["ids"]) for r in narrow) < sum(len(r["ids"]) for r in rows)
 
 
+def same_part(a: dict, b: dict) -> bool:
+    """Two fitted parts are the same fit: every weight and the intercept equal to 1e-9 of the larger. Fits of the
+    same rows in separate runs agree to about 1e-13, not bit for bit (each ablation model is its own `--train`
+    run); a refit on other rows moves weights by 1e-3 or more."""
+    pairs = [*zip(a["coef"], b["coef"], strict=True), (a["intercept"], b["intercept"])]
+    return all(math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-12) for x, y in pairs)
+
+
 def test_the_english_e5_ablation_model_differs_from_the_shipped_one_only_by_its_english_e5_part():
     """experiments/models/fusion_lr_e5_english.json (`--train --english-e5-part`) keeps the shipped MiniLM part,
-    the shipped e5 part (as `e5:zh`) and the two parts for conversational cues to the last digit, adds `e5:en`,
+    the shipped e5 part (as `e5:zh`) and the two parts for conversational cues (`same_part`), adds `e5:en`,
     and routes questions by their language on an e5 store; the shipped model routes both languages to its one
     e5 part."""
     shipped = json.loads(learned.DEFAULT_MODEL.read_text())["models"]
@@ -434,9 +443,9 @@ def test_the_english_e5_ablation_model_differs_from_the_shipped_one_only_by_its_
     cues = {"minilm:utterance", "e5:utterance"}
     tuned = {"minilm-locomo", "minilm-locomo:utterance"}  # the fine-tuned English encoder's (no e5 store's)
     assert set(ablation) == {"minilm", "e5:en", "e5:zh", *cues} and set(shipped) == {"minilm", "e5", *cues, *tuned}
-    assert ablation["minilm"]["coef"] == shipped["minilm"]["coef"]
-    assert ablation["e5:zh"]["coef"] == shipped["e5"]["coef"]
-    assert all(ablation[k]["coef"] == shipped[k]["coef"] for k in cues)
+    assert same_part(ablation["minilm"], shipped["minilm"]) and same_part(ablation["e5:zh"], shipped["e5"])
+    assert all(same_part(ablation[k], shipped[k]) for k in cues)
+    assert not same_part(ablation["e5:en"], shipped["e5"])
     model = learned.load_model(path)
     assert [model.part_for("offline:e5", q) for q in ("Where did I go?", "我去了哪里？")] == ["e5:en", "e5:zh"]
     assert {learned.load_model().part_for("offline:e5", q) for q in ("Where did I go?", "我去了哪里？")} == {"e5"}
@@ -444,13 +453,13 @@ def test_the_english_e5_ablation_model_differs_from_the_shipped_one_only_by_its_
 
 def test_the_ablation_model_without_cue_parts_keeps_the_shipped_question_parts_and_ranks_cues_with_them():
     """experiments/models/fusion_lr_no_cue_parts.json (`--train --no-cue-parts`) is the shipped model without
-    its parts for conversational cues: the question parts to the last digit, and a cue takes the question part."""
+    its parts for conversational cues: the question parts (`same_part`), and a cue takes the question part."""
     shipped = json.loads(learned.DEFAULT_MODEL.read_text())
     path = learned.ROOT / "experiments" / "models" / "fusion_lr_no_cue_parts.json"
     ablation = json.loads(path.read_text())
     questions = ("minilm-locomo", "minilm", "e5")
     assert set(ablation["models"]) == set(questions) and ablation["default"] == shipped["default"]
-    assert all(ablation["models"][k]["coef"] == shipped["models"][k]["coef"] for k in questions)
+    assert all(same_part(ablation["models"][k], shipped["models"][k]) for k in questions)
     model, cue = learned.load_model(path), "I'm really looking forward to that evening!"
     encoders = ("offline:minilm-locomo", "offline:minilm", "offline:e5")
     assert [model.part_for(enc, cue) for enc in encoders] == list(questions)
@@ -472,12 +481,13 @@ def test_the_cue_kinds_script_counts_every_question_of_a_dataset(tmp_path):
 
 def test_the_shipped_model_carries_a_guard_that_hands_back_the_weighted_order(memory, tmp_path):
     """The shipped model carries a range guard (`--train`); experiments/models/fusion_lr_unguarded.json
-    (`--train --no-guard`) holds its parts to the last digit and no guard. A question whose candidates lie
+    (`--train --no-guard`) holds its parts (`same_part`) and no guard. A question whose candidates lie
     outside a guard gets the weighted fusion's order (same ids, same scores, no `learned` score); inside it, the
     model's. The guard is in the model's digest."""
     guarded = json.loads(learned.DEFAULT_MODEL.read_text())
     shipped = json.loads((learned.ROOT / "experiments" / "models" / "fusion_lr_unguarded.json").read_text())
-    assert {k: v["coef"] for k, v in guarded["models"].items()} == {k: v["coef"] for k, v in shipped["models"].items()}
+    assert guarded["models"].keys() == shipped["models"].keys()
+    assert all(same_part(guarded["models"][k], shipped["models"][k]) for k in shipped["models"])
     assert 0.0 < guarded["guard"]["limit"] < 1.0 and learned.load_model().guard is not None and "guard" not in shipped
 
     def ranked(model: dict, question="What did Ben cook for dinner?", **signals):
