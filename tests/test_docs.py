@@ -66,10 +66,11 @@ def test_the_readmes_retrieval_table_is_the_bench_output_in_the_docs():
     for block in re.split(r"(?m)^(?=\S+ \(\d+ questions)", lodo[:lodo.index("```")])[1:]:
         held[block.split()[0]] = dict(re.findall(r"(?m)^  (lodo_\w+)\s+(\d\.\d{3})", block))
     names = {"LoCoMo (convs 5-9)": "locomo", "MemDaily": "memdaily", "MADial-Bench zh": "madial_bench_zh",
-             "MADial-Bench en": "madial_bench_en", "Work sessions": "worksessions"}
+             "MADial-Bench en": "madial_bench_en", "Work sessions": "worksessions",
+             "LoCoMo by session": "locomo_sessions"}
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     rows = re.findall(r"(?m)^\| (LoCoMo \(convs 5-9\)|MemDaily|MADial-Bench zh|MADial-Bench en|"
-                      r"Work sessions) \| (.+) \|$",
+                      r"Work sessions|LoCoMo by session) \| (.+) \|$",
                       readme)
     assert len(rows) == len(names)
     for split, cells in rows:
