@@ -425,10 +425,11 @@ def test_the_trainer_fits_a_model_recall_can_load(tmp_path, monkeypatch):
 
 
 def same_part(a: dict, b: dict) -> bool:
-    """Two fitted parts are the same fit: every weight and the intercept equal to 1e-9 of the larger. Fits of the
-    same rows in separate runs agree to about 1e-13, not bit for bit (each ablation model is its own `--train`
-    run); a refit on other rows moves weights by 1e-3 or more."""
-    pairs = [*zip(a["coef"], b["coef"], strict=True), (a["intercept"], b["intercept"])]
+    """Two fitted parts are the same fit: every weight, the intercept and the scaler's means and scales equal to
+    1e-9 of the larger. Fits of the same rows in separate runs agree to about 1e-13, not bit for bit (each
+    ablation model is its own `--train` run); a refit on other rows moves weights by 1e-3 or more."""
+    pairs = [*(pair for key in ("coef", "mean", "scale") for pair in zip(a[key], b[key], strict=True)),
+             (a["intercept"], b["intercept"])]
     return all(math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-12) for x, y in pairs)
 
 
